@@ -1,0 +1,24 @@
+"""django-schedulinator: cron, interval and one-off schedules for Django.
+
+SQL rows are the truth; a Redis sorted set indexes when each is due; any number of
+``run_scheduler`` processes claim, re-check and fire each occurrence exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .registry import registry, task
+
+__version__ = "0.1.0.dev0"
+__all__ = ["registry", "resync_schedules", "task"]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy so that importing the package (for @task) never loads models before the app
+    # registry is ready.
+    if name == "resync_schedules":
+        from .sync import resync_schedules
+
+        return resync_schedules
+    raise AttributeError(name)

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class SchedulinatorConfig(AppConfig):
+    name = "django_schedulinator"
+    verbose_name = "Schedulinator"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Wiring only, no I/O: signals, system checks, and the apps' task modules.
+        from django.db.models.signals import post_delete, post_save
+        from django.utils.module_loading import autodiscover_modules
+
+        from . import checks  # noqa: F401  (registers the checks)
+        from .conf import app_settings
+        from .models import Schedule
+        from .signals import schedule_changed
+
+        post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
+        post_delete.connect(
+            schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete"
+        )
+        autodiscover_modules(app_settings.TASKS_MODULE)

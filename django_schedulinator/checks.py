@@ -1,0 +1,89 @@
+"""System checks. Ids are stable; those needing Redis run only under ``check --database``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+
+from .conf import DEFAULTS, SETTING_NAME, app_settings
+
+REDIS_BACKEND = "django_redis.cache.RedisCache"
+
+
+@register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    messages: list[CheckMessage] = [
+        Error(str(problem), id="schedulinator.E001") for problem in app_settings.validate()
+    ]
+    if messages:
+        return messages
+    for key in app_settings.unknown_keys():
+        messages.append(
+            Warning(
+                f"{SETTING_NAME}[{key!r}] is not a known setting and is ignored.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="schedulinator.W001",
+            )
+        )
+    alias = app_settings.CACHE_ALIAS
+    cache = settings.CACHES.get(alias)
+    if cache is None:
+        messages.append(
+            Error(
+                f"{SETTING_NAME}['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
+                hint=f"Add a django-redis cache named {alias!r} to CACHES.",
+                id="schedulinator.E002",
+            )
+        )
+    elif cache.get("BACKEND") != REDIS_BACKEND:
+        messages.append(
+            Error(
+                f"CACHES[{alias!r}] must use {REDIS_BACKEND!r} to hold the due index.",
+                hint="Point SCHEDULINATOR['CACHE_ALIAS'] at a django-redis cache.",
+                id="schedulinator.E003",
+            )
+        )
+    try:
+        from .dispatch import get_dispatcher
+
+        get_dispatcher().close()
+    except ImproperlyConfigured as exc:
+        messages.append(Error(str(exc), id="schedulinator.E004"))
+    return messages
+
+
+@register(Tags.database)
+def check_index(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    from .index import DueIndex
+
+    if not databases:  # only under `check --database`: it talks to Redis
+        return []
+
+    try:
+        index = DueIndex()
+        built = index.is_built()
+    except ImproperlyConfigured:
+        return []  # reported by check_settings
+    except Exception as exc:
+        return [
+            Warning(
+                f"Redis for the due index is not reachable: {exc}",
+                hint="Check the LOCATION of the cache named by SCHEDULINATOR['CACHE_ALIAS'].",
+                id="schedulinator.W010",
+            )
+        ]
+    if not built:
+        return [
+            Warning(
+                "The due index has not been built in this Redis.",
+                hint="Run `manage.py rebuild_due_index` (run_scheduler also builds it on "
+                "start).",
+                id="schedulinator.W011",
+            )
+        ]
+    return []

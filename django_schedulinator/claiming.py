@@ -1,0 +1,288 @@
+"""Claim due entries, re-check their rows, and decide in SQL which occurrences fire.
+
+One pass over a batch costs one claim script, one read query, one transaction (conditional
+advance plus the pending runs) and one index script, whatever the batch size:
+
+1. ``claim``: Redis moves up to N entries with score <= Redis TIME into the in-flight set,
+   each leased to this process. The same "now" is used for every decision below.
+2. ``advance``: the rows are read in one query. A deleted, disabled or finished row leaves
+   the index; a row not due yet is re-indexed at its true time (a repair: the entry was
+   stale, it never fires early). Due rows advance with a conditional UPDATE that only
+   matches the revision that was read, and their pending Runs are inserted in the same
+   transaction. Then the index gets the new next runs and the in-flight entries are
+   released. A crash before the commit leaves the in-flight entries, whose leases expire
+   and return them to the due set; a crash after it leaves pending Runs, which
+   ``take_over_expired`` dispatches again with the same idempotency key.
+3. The caller dispatches the occurrences and ``record``s the outcomes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import timing
+from .dispatch.base import Occurrence, Outcome
+from .index import FORGET, REMOVE, REQUEUE, SET, ClaimedBatch, Change, DueIndex
+from .models import Run, Schedule, occurrence_key
+from .querysets import Advance
+from .sync import change_for_row
+
+logger = logging.getLogger("django_schedulinator.claiming")
+
+ROW_FIELDS = (
+    "pk", "revision", "enabled", "next_run_at", "kind", "cron", "interval", "run_at",
+    "timezone", "task", "args", "kwargs", "name",
+)  # fmt: skip
+RUN_FIELDS = (
+    "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "scheduled_for",
+    "attempts",
+)  # fmt: skip
+# A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
+# again after this long instead of spinning.
+INVALID_RETRY = timedelta(minutes=1)
+
+
+def new_token() -> str:
+    return secrets.token_hex(8)
+
+
+@dataclass(slots=True)
+class Counters:
+    """What the passes did; the worker logs them and tests read them."""
+
+    claimed: int = 0
+    fired: int = 0
+    repaired: int = 0  # stale entries re-indexed at the row's true time
+    dropped: int = 0  # entries of deleted, disabled or finished rows
+    lost_races: int = 0  # another process (or an edit) changed the row first
+    duplicates: int = 0  # occurrence already in the ledger
+    invalid: int = 0  # rows whose timing cannot be evaluated
+    leases_expired: int = 0  # in-flight entries returned to the due set
+    redispatched: int = 0  # pending runs taken over after their lease expired
+
+    def add(self, other: Counters) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Claimer:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        lease_seconds: float,
+        index: DueIndex | None = None,
+        using: str | None = None,
+    ) -> None:
+        self.worker_id = worker_id
+        self.lease = timedelta(seconds=lease_seconds)
+        self.index = index or DueIndex()
+        self.db = using or router.db_for_write(Schedule)
+
+    # -- 1. claim -------------------------------------------------------------------------
+
+    def claim(self, limit: int) -> tuple[ClaimedBatch, str]:
+        token = new_token()
+        lease_ms = int(self.lease.total_seconds() * 1000)
+        return self.index.claim(limit, lease_ms, token), token
+
+    # -- 2. re-check and advance ----------------------------------------------------------
+
+    def advance(self, batch: ClaimedBatch, token: str) -> tuple[list[Occurrence], Counters]:
+        counters = Counters(claimed=len(batch.entries), leases_expired=batch.requeued)
+        if not batch.entries:
+            return [], counters
+        now = timing.from_ms(batch.now_ms)
+        ids = [sid for sid, _score in batch.entries]
+        rows = {
+            row[0]: row
+            for row in Schedule.objects.using(self.db).filter(pk__in=ids).values_list(*ROW_FIELDS)
+        }
+        changes: list[Change] = []
+        plans: list[tuple[tuple[Any, ...], Advance]] = []
+        for sid in ids:
+            row = rows.get(sid)
+            if row is None:
+                changes.append(Change(sid, 0, FORGET))
+                counters.dropped += 1
+                continue
+            _pk, revision, enabled, next_run_at = row[:4]
+            if not enabled or next_run_at is None:
+                changes.append(Change(sid, revision, REMOVE))
+                counters.dropped += 1
+                continue
+            due_ms = timing.to_ms(next_run_at)
+            if due_ms > batch.now_ms:
+                # The index said due, the row says later: trust the row, fix the index.
+                changes.append(Change(sid, revision, SET, due_ms))
+                counters.repaired += 1
+                logger.info("Repaired stale index entry of schedule %s (due %s).", sid,
+                            next_run_at.isoformat())
+                continue
+            spec = timing.Timing(*row[4:9])
+            try:
+                following = timing.next_run_after(spec, next_run_at, now)
+            except timing.TimingError as exc:
+                logger.error("Schedule %s (%r) cannot be evaluated: %s", sid, row[12], exc)
+                retry_ms = timing.to_ms(now + INVALID_RETRY)
+                changes.append(Change(sid, revision, REQUEUE, retry_ms))
+                counters.invalid += 1
+                continue
+            plans.append((row, Advance(sid, revision, following)))
+
+        occurrences: list[Occurrence] = []
+        if plans:
+            with transaction.atomic(using=self.db):
+                moved = Schedule.objects.using(self.db).advance([a for _r, a in plans], now)
+                runs = [
+                    Run(
+                        schedule_id=row[0],
+                        scheduled_for=row[3],
+                        task=row[9],
+                        args=row[10],
+                        kwargs=row[11],
+                        claimed_at=now,
+                        worker_id=self.worker_id,
+                        claim_token=token,
+                        lease_expires_at=now + self.lease,
+                    )
+                    for row, a in plans
+                    if a.schedule_id in moved
+                ]
+                created = self._insert_runs(runs, token)
+            names = {row[0]: row[12] for row, _a in plans}
+            occurrences = [_occurrence(run, names[run.schedule_id]) for run in created]
+            for row, a in plans:
+                if a.schedule_id in moved:
+                    changes.append(change_for_row(a.schedule_id, moved[a.schedule_id], True,
+                                                  a.next_run_at))
+                else:
+                    # Someone changed the row after we read it; they write its entry. Ask
+                    # for a re-check in case their write never comes.
+                    changes.append(Change(a.schedule_id, a.revision, REQUEUE, batch.now_ms))
+                    counters.lost_races += 1
+            counters.fired = len(occurrences)
+            counters.duplicates = len(moved) - len(created)
+        self.index.apply(changes, release_token=token)
+        return occurrences, counters
+
+    def _insert_runs(self, runs: list[Run], token: str) -> list[Run]:
+        if not runs:
+            return []
+        manager = Run.objects.using(self.db)
+        if connections[self.db].features.can_return_rows_from_bulk_insert:
+            try:
+                with transaction.atomic(using=self.db):
+                    return manager.bulk_create(runs)
+            except IntegrityError:
+                pass  # an occurrence is already in the ledger: insert the others only
+        manager.bulk_create(runs, ignore_conflicts=True)
+        return list(manager.pending().filter(claim_token=token))
+
+    # -- pending runs whose dispatch never completed --------------------------------------
+
+    def take_over_expired(self, now_ms: int, limit: int) -> list[Occurrence]:
+        """Pending runs whose lease expired, now leased to this process, to dispatch again."""
+        now = timing.from_ms(now_ms)
+        runs = Run.objects.using(self.db)
+        candidates = list(
+            runs.lease_expired(now).order_by("lease_expires_at").values_list("pk", flat=True)[
+                :limit
+            ]
+        )
+        if not candidates:
+            return []
+        token = new_token()
+        # Conditional: of two processes taking over the same run, exactly one matches.
+        runs.filter(pk__in=candidates).lease_expired(now).update(
+            claim_token=token,
+            worker_id=self.worker_id,
+            lease_expires_at=now + self.lease,
+            attempts=F("attempts") + 1,
+        )
+        taken = runs.pending().filter(claim_token=token).values_list(*RUN_FIELDS)
+        occurrences = [
+            Occurrence(
+                key=occurrence_key(schedule_id, scheduled_for),
+                run_id=pk,
+                schedule_id=schedule_id,
+                schedule_name=name,
+                task=task,
+                scheduled_for=scheduled_for,
+                attempt=attempts,
+                args=args,
+                kwargs=kwargs,
+            )
+            for pk, schedule_id, name, task, args, kwargs, scheduled_for, attempts in taken
+        ]
+        if occurrences:
+            logger.warning(
+                "Dispatching %d pending run(s) again whose lease expired (same keys).",
+                len(occurrences),
+            )
+        return occurrences
+
+    def extend_leases(self, run_ids: Sequence[int]) -> None:
+        until = timing.from_ms(self.index.now_ms()) + self.lease
+        Run.objects.using(self.db).pending().filter(pk__in=run_ids).update(lease_expires_at=until)
+
+    # -- 3. record outcomes ---------------------------------------------------------------
+
+    def record(self, outcomes: Sequence[Outcome], dispatched_at: Any) -> None:
+        """Store what the dispatcher reported, in one transaction."""
+        finished_at = timezone.now()
+        by_status: dict[str, list[int]] = {}
+        failed: list[Run] = []
+        for o in outcomes:
+            if o.status == "failed":
+                failed.append(
+                    Run(
+                        pk=o.run_id,
+                        status=Run.Status.FAILED,
+                        error=o.error,
+                        dispatched_at=dispatched_at,
+                        finished_at=finished_at,
+                        lease_expires_at=None,
+                    )
+                )
+            else:
+                by_status.setdefault(o.status, []).append(o.run_id)
+        runs = Run.objects.using(self.db)
+        with transaction.atomic(using=self.db):
+            for status, ids in by_status.items():
+                runs.pending().filter(pk__in=ids).update(
+                    status=status,
+                    dispatched_at=dispatched_at,
+                    finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
+                    lease_expires_at=None,
+                )
+            if failed:
+                runs.bulk_update(
+                    failed, ["status", "error", "dispatched_at", "finished_at", "lease_expires_at"]
+                )
+
+
+def _occurrence(run: Run, schedule_name: str) -> Occurrence:
+    return Occurrence(
+        key=occurrence_key(run.schedule_id, run.scheduled_for),
+        run_id=run.pk,
+        schedule_id=run.schedule_id,
+        schedule_name=schedule_name,
+        task=run.task,
+        scheduled_for=run.scheduled_for,
+        attempt=run.attempts,
+        args=run.args,
+        kwargs=run.kwargs,
+    )

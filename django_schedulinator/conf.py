@@ -1,0 +1,141 @@
+"""Settings, read lazily from the one namespaced ``SCHEDULINATOR`` dict.
+
+Every value is read at access time (never at import), so ``override_settings`` works and a
+mistake is reported with the name of the setting that holds it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+SETTING_NAME = "SCHEDULINATOR"
+
+DEFAULTS: dict[str, Any] = {
+    # The django-redis cache alias whose connection holds the due index.
+    "CACHE_ALIAS": "default",
+    # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
+    "KEY_PREFIX": "schedulinator",
+    # Dotted path of the dispatcher class (a subclass of dispatch.base.BaseDispatcher).
+    "DISPATCHER": "django_schedulinator.dispatch.inline.InlineDispatcher",
+    # Threads of the inline dispatcher's bounded pool.
+    "INLINE_MAX_WORKERS": 8,
+    # Entries claimed per Lua call (and rows per SQL batch) by run_scheduler.
+    "BATCH_SIZE": 500,
+    # Seconds a claimed entry (Redis) or a pending run (SQL) stays leased to one process.
+    "LEASE_SECONDS": 30.0,
+    # Upper bound of the sleep between passes; the real sleep is jittered below it.
+    "MAX_SLEEP_SECONDS": 1.0,
+    # Rows per chunk when rebuilding or resyncing the index.
+    "REBUILD_CHUNK_SIZE": 2000,
+    # Module name looked up in every installed app for @task registrations.
+    "TASKS_MODULE": "scheduled_tasks",
+}
+
+# Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
+KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+MAX_BATCH_SIZE = 5000
+
+
+def _error(key: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"{SETTING_NAME}[{key!r}] {problem}")
+
+
+class Settings:
+    """Typed, lazy accessors; ``app_settings.BATCH_SIZE`` reads settings.SCHEDULINATOR now."""
+
+    @property
+    def _user(self) -> dict[str, Any]:
+        value = getattr(settings, SETTING_NAME, {})
+        if not isinstance(value, dict):
+            raise ImproperlyConfigured(f"{SETTING_NAME} must be a dict, got {type(value).__name__}")
+        return value
+
+    def _get(self, key: str) -> Any:
+        return self._user.get(key, DEFAULTS[key])
+
+    def unknown_keys(self) -> list[str]:
+        return sorted(set(self._user) - set(DEFAULTS))
+
+    def _positive_int(self, key: str, maximum: int | None = None) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _error(key, f"must be a positive integer, got {value!r}")
+        if maximum is not None and value > maximum:
+            raise _error(key, f"must be at most {maximum}, got {value!r}")
+        return value
+
+    def _positive_number(self, key: str) -> float:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise _error(key, f"must be a positive number of seconds, got {value!r}")
+        return float(value)
+
+    def _string(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str) or not value:
+            raise _error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    @property
+    def CACHE_ALIAS(self) -> str:
+        return self._string("CACHE_ALIAS")
+
+    @property
+    def KEY_PREFIX(self) -> str:
+        value = self._string("KEY_PREFIX")
+        if not KEY_PREFIX_RE.match(value):
+            raise _error(
+                "KEY_PREFIX",
+                f"must be 1-64 characters from A-Z a-z 0-9 _ . : - (no braces or spaces, "
+                f"which would break the Redis Cluster hash tag), got {value!r}",
+            )
+        return value
+
+    @property
+    def DISPATCHER(self) -> str:
+        return self._string("DISPATCHER")
+
+    @property
+    def INLINE_MAX_WORKERS(self) -> int:
+        return self._positive_int("INLINE_MAX_WORKERS", maximum=256)
+
+    @property
+    def BATCH_SIZE(self) -> int:
+        return self._positive_int("BATCH_SIZE", maximum=MAX_BATCH_SIZE)
+
+    @property
+    def LEASE_SECONDS(self) -> float:
+        return self._positive_number("LEASE_SECONDS")
+
+    @property
+    def MAX_SLEEP_SECONDS(self) -> float:
+        return self._positive_number("MAX_SLEEP_SECONDS")
+
+    @property
+    def REBUILD_CHUNK_SIZE(self) -> int:
+        return self._positive_int("REBUILD_CHUNK_SIZE", maximum=50_000)
+
+    @property
+    def TASKS_MODULE(self) -> str:
+        return self._string("TASKS_MODULE")
+
+    def validate(self) -> list[ImproperlyConfigured]:
+        """Every setting problem at once, for the system check."""
+        problems: list[ImproperlyConfigured] = []
+        try:
+            self._user  # noqa: B018 - the access validates the outer type
+        except ImproperlyConfigured as exc:
+            return [exc]
+        for key in DEFAULTS:
+            try:
+                getattr(self, key)
+            except ImproperlyConfigured as exc:
+                problems.append(exc)
+        return problems
+
+
+app_settings = Settings()

@@ -1,0 +1,170 @@
+"""The due index: a Redis mirror of every schedule's ``next_run_at``.
+
+It is derived data. It may be missing, stale or wrong at any moment; the claim loop re-checks
+every entry against its row, and ``rebuild_due_index`` can rebuild it from SQL at any time.
+All keys share the hash tag ``{<KEY_PREFIX>}`` so the scripts work on Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal, NamedTuple
+
+from .conf import app_settings
+from .connection import get_redis
+
+Op = Literal["S", "R", "F", "Q"]
+SET: Op = "S"  # put the entry at the row's next run (revision-guarded)
+REMOVE: Op = "R"  # the row exists but has nothing to run (revision-guarded)
+FORGET: Op = "F"  # the row is gone
+REQUEUE: Op = "Q"  # re-check this row at a score, unless an entry exists
+
+# Lua's unpack() and Redis argument lists both prefer bounded calls.
+APPLY_CHUNK = 1000
+
+
+class Change(NamedTuple):
+    schedule_id: int
+    revision: int
+    op: Op
+    score_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedBatch:
+    built: bool
+    now_ms: int
+    requeued: int
+    next_due_ms: int | None
+    entries: list[tuple[int, int]]  # (schedule id, score ms)
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    applied: int = 0
+    stale: int = 0
+
+    def __add__(self, other: ApplyResult) -> ApplyResult:
+        return ApplyResult(self.applied + other.applied, self.stale + other.stale)
+
+
+@functools.cache
+def _lua(name: str) -> str:
+    return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+
+
+class DueIndex:
+    def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
+        self.client = client if client is not None else get_redis()
+        self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
+        tag = f"{{{self.prefix}}}"
+        self.due_key = f"{tag}:due"
+        self.inflight_key = f"{tag}:inflight"
+        self.revisions_key = f"{tag}:rev"
+        self.marker_key = f"{tag}:built"
+        self.lock_key = f"{tag}:rebuild-lock"
+        self._claim = self.client.register_script(_lua("claim"))
+        self._apply = self.client.register_script(_lua("apply"))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (
+            self.due_key,
+            self.inflight_key,
+            self.revisions_key,
+            self.marker_key,
+            self.lock_key,
+        )
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def claim(self, limit: int, lease_ms: int, token: str) -> ClaimedBatch:
+        """Move up to ``limit`` entries with score <= Redis TIME into the in-flight set."""
+        reply = self._claim(
+            keys=[self.due_key, self.inflight_key, self.marker_key],
+            args=[limit, lease_ms, token, limit],
+        )
+        built, now_ms, requeued, head = (int(x) for x in reply[:4])
+        rest = reply[4:]
+        entries = [(int(rest[i]), int(float(rest[i + 1]))) for i in range(0, len(rest), 2)]
+        return ClaimedBatch(
+            built=bool(built),
+            now_ms=now_ms,
+            requeued=requeued,
+            next_due_ms=head if head >= 0 else None,
+            entries=entries,
+        )
+
+    def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
+        """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries."""
+        result = ApplyResult()
+        for start in range(0, len(changes), APPLY_CHUNK):
+            args: list[Any] = [release_token]
+            for c in changes[start : start + APPLY_CHUNK]:
+                args.extend((c.schedule_id, c.revision, c.op, c.score_ms))
+            applied, stale = self._apply(
+                keys=[self.due_key, self.revisions_key, self.inflight_key], args=args
+            )
+            result += ApplyResult(int(applied), int(stale))
+        return result
+
+    # -- reading --------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def scores(self, schedule_ids: Sequence[int]) -> dict[int, int | None]:
+        if not schedule_ids:
+            return {}
+        values = self.client.zmscore(self.due_key, list(schedule_ids))
+        return {
+            sid: None if v is None else int(v)
+            for sid, v in zip(schedule_ids, values, strict=True)
+        }
+
+    def iter_members(self, count: int = 1000) -> Iterator[list[int]]:
+        """Chunks of schedule ids in the due set (ZSCAN: safe while it changes)."""
+        chunk: list[int] = []
+        for member, _score in self.client.zscan_iter(self.due_key, count=count):
+            chunk.append(int(member))
+            if len(chunk) >= count:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def stats(self) -> dict[str, Any]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.due_key)
+        pipe.zcard(self.inflight_key)
+        pipe.zrange(self.due_key, 0, 0, withscores=True)
+        pipe.get(self.marker_key)
+        due, inflight, head, marker = pipe.execute()
+        return {
+            "entries": int(due),
+            "in_flight": int(inflight),
+            "earliest_ms": int(head[0][1]) if head else None,
+            "built": json.loads(marker) if marker else None,
+        }
+
+    # -- the build marker -----------------------------------------------------------------
+
+    def is_built(self) -> bool:
+        return bool(self.client.exists(self.marker_key))
+
+    def mark_built(self, info: dict[str, Any]) -> None:
+        self.client.set(self.marker_key, json.dumps(info, sort_keys=True))
+
+    def rebuild_lock(self, timeout: float) -> Any:
+        """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart."""
+        return self.client.lock(self.lock_key, timeout=timeout, blocking=False)
+
+    def drop(self, keep_lock: bool = False) -> None:
+        """Delete every key of this index (``rebuild_due_index --reset``, tests)."""
+        keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
+        self.client.delete(*keys)

@@ -1,0 +1,42 @@
+-- Claim up to ARGV[1] due entries of the index, atomically.
+--
+-- KEYS[1] due set      member = schedule id, score = next run (epoch ms)
+-- KEYS[2] in-flight    member = "<schedule id>@<claim token>", score = lease deadline (epoch ms)
+-- KEYS[3] marker       exists once the index has been built from SQL
+-- ARGV[1] batch limit, ARGV[2] lease (ms), ARGV[3] claim token, ARGV[4] requeue limit
+--
+-- "now" is Redis TIME, so every claimer on every host agrees on it; it is returned so the
+-- caller re-checks the rows against the very same instant. Every step is bounded by a LIMIT.
+-- Reply: {built (0/1), now, requeued, earliest remaining due score or -1, id, score, ...}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if redis.call('EXISTS', KEYS[3]) == 0 then
+  return {0, now, 0, -1}
+end
+
+-- A lease that expired belongs to a process that died or stalled: make its entry due again.
+-- NX keeps any score written meanwhile (by a sync, a rebuild or the finishing worker).
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[4]))
+for _, member in ipairs(expired) do
+  redis.call('ZREM', KEYS[2], member)
+  local sid = string.match(member, '^(%d+)@')
+  if sid then
+    redis.call('ZADD', KEYS[1], 'NX', now, sid)
+  end
+end
+
+local lease_until = now + tonumber(ARGV[2])
+local suffix = '@' .. ARGV[3]
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
+local reply = {1, now, #expired, -1}
+for i = 1, #due, 2 do
+  redis.call('ZREM', KEYS[1], due[i])
+  redis.call('ZADD', KEYS[2], lease_until, due[i] .. suffix)
+  reply[#reply + 1] = due[i]
+  reply[#reply + 1] = due[i + 1]
+end
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if head[2] then
+  reply[4] = tonumber(head[2])
+end
+return reply

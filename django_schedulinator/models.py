@@ -1,0 +1,256 @@
+"""Schedules (the canonical rows) and Runs (the ledger of occurrences)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from . import timing
+from .querysets import RunQuerySet, ScheduleQuerySet
+from .registry import OCCURRENCE_PARAMETER, registry
+
+
+def default_timezone() -> str:
+    return settings.TIME_ZONE or "UTC"
+
+
+def occurrence_key(schedule_id: int, scheduled_for: datetime) -> str:
+    """The idempotency key of one occurrence: ``"<schedule id>:<epoch ms of nominal time>"``.
+
+    Deterministic, so every (re-)dispatch of the same occurrence carries the same key and a
+    receiver can dedupe on it.
+    """
+    return f"{schedule_id}:{timing.to_ms(scheduled_for)}"
+
+
+def validate_registered_task(value: str) -> None:
+    if value not in registry:
+        known = ", ".join(registry.names()[:10]) or "none registered yet"
+        raise ValidationError(
+            "%(value)r is not a registered task (registered: %(known)s). Register it with "
+            "@django_schedulinator.task.",
+            code="unregistered_task",
+            params={"value": value, "known": known},
+        )
+
+
+def validate_json_list(value: Any) -> None:
+    if not isinstance(value, list):
+        raise ValidationError(
+            "Enter a JSON list of positional arguments, for example [1, \"a\"]; got %(type)s.",
+            code="not_a_list",
+            params={"type": type(value).__name__},
+        )
+
+
+def validate_json_object(value: Any) -> None:
+    if not isinstance(value, dict):
+        raise ValidationError(
+            'Enter a JSON object of keyword arguments, for example {"a": 1}; got %(type)s.',
+            code="not_an_object",
+            params={"type": type(value).__name__},
+        )
+    if OCCURRENCE_PARAMETER in value:
+        raise ValidationError(
+            "%(name)r is reserved: the scheduler passes the occurrence itself.",
+            code="reserved_kwarg",
+            params={"name": OCCURRENCE_PARAMETER},
+        )
+
+
+def validate_timezone(value: str) -> None:
+    try:
+        timing.get_zone(value)
+    except timing.TimingError as exc:
+        raise ValidationError(str(exc), code="unknown_timezone") from None
+
+
+class Schedule(models.Model):
+    class Kind(models.TextChoices):
+        CRON = timing.CRON, "Cron"
+        INTERVAL = timing.INTERVAL, "Interval"
+        ONCE = timing.ONCE, "One-off"
+
+    name = models.CharField(max_length=200, unique=True)
+    task = models.CharField(
+        max_length=200,
+        validators=[validate_registered_task],
+        help_text="A task registered with @django_schedulinator.task.",
+    )
+    args = models.JSONField(default=list, blank=True, validators=[validate_json_list])
+    kwargs = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CRON)
+    cron = models.CharField(
+        max_length=timing.MAX_CRON_LENGTH,
+        blank=True,
+        help_text="5 fields (minute hour day month weekday), an optional leading seconds "
+        "field, or @hourly, @daily, @weekly, @monthly, @yearly.",
+    )
+    interval = models.DurationField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True, help_text="When a one-off runs.")
+    timezone = models.CharField(
+        max_length=64,
+        default=default_timezone,
+        validators=[validate_timezone],
+        help_text="IANA zone in which the cron expression is evaluated.",
+    )
+    enabled = models.BooleanField(default=True)
+
+    # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
+    # earlier is saved again (see save()).
+    next_run_at = models.DateTimeField(null=True, blank=True, editable=False, db_index=True)
+    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
+    run_count = models.PositiveBigIntegerField(default=0, editable=False)
+    revision = models.PositiveBigIntegerField(default=1, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+
+    objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
+
+    TIMING_FIELDS = ("kind", "cron", "interval", "run_at", "timezone", "enabled")
+    MACHINE_FIELDS = ("next_run_at", "last_run_at", "run_count")
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Schedule:
+        instance = super().from_db(db, field_names, values)
+        instance._loaded = {
+            name: value
+            for name, value in zip(field_names, values, strict=True)
+            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS
+        }
+        return instance
+
+    @property
+    def timing_spec(self) -> timing.Timing:
+        return timing.Timing(
+            kind=self.kind,
+            cron=self.cron,
+            interval=self.interval,
+            run_at=self.run_at,
+            timezone=self.timezone,
+        )
+
+    def clean(self) -> None:
+        super().clean()
+        errors = self.timing_spec.validate()
+        if self.kind == self.Kind.ONCE and self.run_at and self._state.adding:
+            if self.run_at < timezone.now() - timedelta(minutes=1):
+                errors.setdefault("run_at", "A new one-off must run in the future.")
+        if errors:
+            raise ValidationError(errors)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """Validate, keep ``next_run_at`` right and bump the revision in SQL.
+
+        An instance loaded before the scheduler fired it must not write back the old
+        ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields are
+        only written when this instance changed them or the timing changed.
+        """
+        self.full_clean(validate_unique=False, validate_constraints=False)
+        update_fields = kwargs.get("update_fields")
+        if self._state.adding:
+            if self.next_run_at is None:
+                self.next_run_at = self._first_run_at()
+            else:
+                self.next_run_at = timing.truncate_ms(self.next_run_at)
+        else:
+            loaded = getattr(self, "_loaded", {})
+            checked = self.TIMING_FIELDS if update_fields is None else set(update_fields)
+            timing_changed = any(
+                getattr(self, f) != loaded.get(f) for f in self.TIMING_FIELDS if f in checked
+            )
+            recompute = timing_changed and self.next_run_at == loaded.get("next_run_at")
+            if recompute:
+                self.next_run_at = self._first_run_at()
+            if update_fields is None:
+                update_fields = [
+                    f.name
+                    for f in self._meta.concrete_fields
+                    if not f.primary_key
+                    and (
+                        f.name not in self.MACHINE_FIELDS
+                        or getattr(self, f.name) != loaded.get(f.name)
+                    )
+                ]
+            extra = {"revision", "updated_at"} | ({"next_run_at"} if recompute else set())
+            kwargs["update_fields"] = {*update_fields, *extra}
+            self.revision = F("revision") + 1  # type: ignore[assignment]
+        super().save(*args, **kwargs)
+        if not isinstance(self.revision, int):
+            self.refresh_from_db(fields=["revision"])
+        self._loaded = {f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS)}
+
+    def _first_run_at(self) -> datetime | None:
+        if not self.enabled:
+            return None
+        return timing.first_run_at(self.timing_spec, timezone.now())
+
+
+class Run(models.Model):
+    """One occurrence of a schedule: the ledger that makes firing exactly-once decidable."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DISPATCHED = "dispatched", "Dispatched"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        SKIPPED = "skipped", "Skipped"
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    scheduled_for = models.DateTimeField(help_text="The nominal time of the occurrence.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # What was dispatched, as it was at claim time: a re-dispatch sends exactly the same.
+    task = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    claimed_at = models.DateTimeField()
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.CharField(max_length=200)
+    # The claim batch that owns a pending run; a takeover writes a new one.
+    claim_token = models.CharField(max_length=40)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=1)
+    error = models.TextField(blank=True)
+
+    objects: ClassVar[RunQuerySet] = RunQuerySet.as_manager()  # type: ignore[assignment]
+
+    class Meta:
+        ordering = ("-scheduled_for",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "scheduled_for"], name="schedulinator_run_once"
+            )
+        ]
+        indexes = [
+            # Both only cover pending runs, so they stay as small as the work in flight.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="pending"),
+                name="schedulinator_run_lease",
+            ),
+            models.Index(
+                fields=["claim_token"],
+                condition=Q(status="pending"),
+                name="schedulinator_run_token",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}@{self.scheduled_for.isoformat()} ({self.status})"
+
+    @property
+    def idempotency_key(self) -> str:
+        return occurrence_key(self.schedule_id, self.scheduled_for)

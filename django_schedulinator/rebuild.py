@@ -1,0 +1,166 @@
+"""Build the due index from SQL: the explicit, idempotent step (and the upgrade path).
+
+Rows are read in primary-key chunks and written with the same revision-guarded script as the
+sync layer, so a rebuild never overwrites a newer write and never removes an entry first:
+no due entry goes missing while it runs. Entries whose rows are gone are removed last. A
+Redis lock keeps two rebuilds apart, and a marker records that the index was built; the
+scheduler checks the marker inside its claim script, so a lost index (Redis restarted
+empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import router
+from django.utils import timezone
+from redis.exceptions import LockError
+
+from .conf import app_settings
+from .index import FORGET, SET, ApplyResult, Change, DueIndex
+from .sync import INDEX_FIELDS, change_for_row
+
+logger = logging.getLogger("django_schedulinator.rebuild")
+
+# The lock outlives any single chunk by far; it is renewed after each chunk.
+LOCK_TIMEOUT_SECONDS = 60.0
+EXAMPLES_KEPT = 20
+
+
+class RebuildInProgress(RuntimeError):
+    pass
+
+
+@dataclass(slots=True)
+class RebuildReport:
+    dry_run: bool
+    rows: int = 0
+    added: int = 0  # rows that call for an entry the index lacks
+    fixed: int = 0  # entries whose score differs from the row
+    removed: int = 0  # entries of disabled or finished rows
+    orphans: int = 0  # entries of rows that no longer exist
+    unchanged: int = 0
+    stale: int = 0  # writes refused: the index held a newer revision than the row read
+    seconds: float = 0.0
+    examples: dict[str, list[int]] = field(default_factory=dict)
+
+    def note(self, kind: str, schedule_id: int) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        kept = self.examples.setdefault(kind, [])
+        if len(kept) < EXAMPLES_KEPT:
+            kept.append(schedule_id)
+
+
+def rebuild_index(
+    index: DueIndex | None = None,
+    *,
+    dry_run: bool = False,
+    reset: bool = False,
+    chunk_size: int | None = None,
+    built_by: str = "rebuild_due_index",
+    progress: Callable[[int], None] | None = None,
+) -> RebuildReport:
+    """Rebuild under the lock; raises RebuildInProgress if another rebuild holds it."""
+    index = index or DueIndex()
+    if dry_run:
+        return _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
+    lock = index.rebuild_lock(LOCK_TIMEOUT_SECONDS)
+    if not lock.acquire(blocking=False):
+        raise RebuildInProgress("Another rebuild of the due index is running; try again later.")
+    try:
+        if reset:
+            index.drop(keep_lock=True)
+        report = _rebuild(index, lock, dry_run=False, chunk_size=chunk_size, progress=progress)
+        index.mark_built(
+            {"built_at": timezone.now().isoformat(), "rows": report.rows, "by": built_by}
+        )
+        return report
+    finally:
+        try:
+            lock.release()
+        except LockError:
+            logger.warning("The rebuild lock expired before the rebuild ended.")
+
+
+def ensure_built(
+    index: DueIndex, *, built_by: str, should_stop: Callable[[], bool], poll: float = 0.25
+) -> bool:
+    """Make sure the index was built: one process rebuilds it, the others wait for it."""
+    waited = False
+    while not should_stop():
+        if index.is_built():
+            return True
+        try:
+            report = rebuild_index(index, built_by=built_by)
+        except RebuildInProgress:
+            if not waited:
+                logger.info("Waiting for another process to rebuild the due index.")
+                waited = True
+            time.sleep(poll)
+            continue
+        logger.warning(
+            "The due index was missing (Redis restarted empty or flushed?); rebuilt it from "
+            "%d schedules in %.1fs.",
+            report.rows,
+            report.seconds,
+        )
+        return True
+    return False
+
+
+def _rebuild(
+    index: DueIndex,
+    lock: Any,
+    *,
+    dry_run: bool,
+    chunk_size: int | None,
+    progress: Callable[[int], None] | None,
+) -> RebuildReport:
+    from .models import Schedule
+
+    started = time.monotonic()
+    size = chunk_size or app_settings.REBUILD_CHUNK_SIZE
+    db = router.db_for_write(Schedule)
+    report = RebuildReport(dry_run=dry_run)
+    written = ApplyResult()
+    rows_qs = Schedule.objects.using(db).order_by("pk").values_list(*INDEX_FIELDS)
+    last = 0
+    while True:
+        rows = list(rows_qs.filter(pk__gt=last)[:size])
+        if not rows:
+            break
+        last = rows[-1][0]
+        current = index.scores([row[0] for row in rows])
+        changes = []
+        for row in rows:
+            change = change_for_row(*row)
+            changes.append(change)
+            score = current[row[0]]
+            if change.op == SET:
+                kind = "added" if score is None else "fixed" if score != change.score_ms else None
+            else:
+                kind = "removed" if score is not None else None
+            report.note(kind or "unchanged", row[0])
+        report.rows += len(rows)
+        if not dry_run:
+            written += index.apply(changes)
+            lock.reacquire()
+        if progress:
+            progress(len(rows))
+
+    # Entries whose rows are gone. An entry seen here was written after its row committed,
+    # so a row missing now was deleted: removing it cannot lose a new schedule.
+    for ids in index.iter_members(size):
+        existing = set(Schedule.objects.using(db).filter(pk__in=ids).values_list("pk", flat=True))
+        orphans = [sid for sid in ids if sid not in existing]
+        for sid in orphans:
+            report.note("orphans", sid)
+        if orphans and not dry_run:
+            written += index.apply([Change(sid, 0, FORGET) for sid in orphans])
+    report.stale = written.stale
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,107 @@
+"""Mirror committed schedule rows into the due index.
+
+The signal handlers call this after each commit; bulk paths that bypass signals
+(``QuerySet.update``, ``bulk_create``, raw SQL, data migrations) call ``resync_schedules``.
+Rows are always re-read from the database, so what reaches Redis is what was committed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+from django.db import models, router
+
+from . import timing
+from .conf import app_settings
+from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex
+
+logger = logging.getLogger("django_schedulinator.sync")
+
+INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at")
+
+
+def change_for_row(pk: int, revision: int, enabled: bool, next_run_at: datetime | None) -> Change:
+    """The index entry a row calls for: its next run, or no entry."""
+    if enabled and next_run_at is not None:
+        return Change(pk, revision, SET, timing.to_ms(next_run_at))
+    return Change(pk, revision, REMOVE)
+
+
+def resync_schedules(
+    schedules: models.QuerySet[Any] | Iterable[Any] | None = None,
+    *,
+    using: str | None = None,
+    index: DueIndex | None = None,
+) -> ApplyResult:
+    """Bring the index entries of ``schedules`` in line with their committed rows.
+
+    ``schedules`` is a Schedule QuerySet, an iterable of Schedule instances or primary keys,
+    or None for every schedule. Ids whose rows no longer exist leave the index. Safe to call
+    at any time and from any process: writes are guarded by the row revision.
+    """
+    from .models import Schedule
+
+    index = index or DueIndex()
+    db = using or router.db_for_write(Schedule)
+    result = ApplyResult()
+    for ids in _id_chunks(schedules, db, app_settings.REBUILD_CHUNK_SIZE):
+        result += index.apply(changes_for_ids(ids, db))
+    return result
+
+
+def changes_for_ids(ids: list[int], db: str) -> list[Change]:
+    from .models import Schedule
+
+    rows = {
+        row[0]: row
+        for row in Schedule.objects.using(db).filter(pk__in=ids).values_list(*INDEX_FIELDS)
+    }
+    return [
+        change_for_row(*rows[pk]) if pk in rows else Change(pk, 0, FORGET) for pk in ids
+    ]
+
+
+def _id_chunks(
+    schedules: models.QuerySet[Any] | Iterable[Any] | None, db: str, size: int
+) -> Iterator[list[int]]:
+    from .models import Schedule
+
+    if schedules is None:
+        schedules = Schedule.objects.using(db).all()
+    if isinstance(schedules, models.QuerySet):
+        # Keyset pagination: bounded memory, no OFFSET scans on large tables.
+        queryset = schedules.order_by("pk").values_list("pk", flat=True)
+        last = None
+        while True:
+            page = queryset if last is None else queryset.filter(pk__gt=last)
+            ids = list(page[:size])
+            if not ids:
+                return
+            yield ids
+            last = ids[-1]
+    chunk: list[int] = []
+    for item in schedules:
+        chunk.append(int(getattr(item, "pk", item)))
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def resync_after_commit(pk: int, using: str) -> None:
+    """on_commit callback of the signal handlers: never raises into the user's request."""
+    try:
+        resync_schedules([pk], using=using)
+    except Exception:
+        # The row is committed and stays the truth; the scheduler's lease recovery,
+        # rebuild_due_index (and later a reconcile pass) bring the index back in line.
+        logger.warning(
+            "Could not update the due index for schedule %s after commit; "
+            "run `manage.py rebuild_due_index` if Redis stays unavailable.",
+            pk,
+            exc_info=True,
+        )

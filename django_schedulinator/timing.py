@@ -1,0 +1,187 @@
+"""When does a schedule fire next: every rule lives in this module.
+
+Instants are timezone-aware UTC datetimes truncated to whole milliseconds, the unit of the Redis
+index's scores, so the row and the index always compare equal. Cron expressions are evaluated in
+the schedule's IANA zone with cronsim (strict parsing, documented DST handling) and converted
+back to UTC.
+
+Policy today: a due occurrence fires once at its nominal time and the schedule advances to its
+first occurrence after *now*, so downtime never causes a burst of missed runs. Richer policies
+(DST choices, catch-up windows) grow here.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from cronsim import CronSim, CronSimError
+
+CRON = "cron"
+INTERVAL = "interval"
+ONCE = "once"
+
+CRON_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+MAX_CRON_LENGTH = 200
+MIN_INTERVAL = timedelta(seconds=1)
+
+
+class TimingError(ValueError):
+    """A schedule's timing cannot be evaluated (bad cron, zone or interval)."""
+
+
+def to_ms(dt: datetime) -> int:
+    """Epoch milliseconds of an aware datetime (exact in a Redis double until the year 2255)."""
+    delta = dt - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def from_ms(ms: int) -> datetime:
+    return EPOCH + timedelta(milliseconds=ms)
+
+
+def truncate_ms(dt: datetime) -> datetime:
+    return dt.replace(microsecond=dt.microsecond - dt.microsecond % 1000)
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def normalize_cron(expr: str) -> str:
+    """The expression cronsim will evaluate, or TimingError saying what is wrong with it."""
+    if not isinstance(expr, str):
+        raise TimingError("Enter a cron expression as text.")
+    text = " ".join(expr.split())
+    if not text:
+        raise TimingError("Enter a cron expression, for example '*/5 * * * *'.")
+    if len(text) > MAX_CRON_LENGTH:
+        raise TimingError(f"A cron expression has at most {MAX_CRON_LENGTH} characters.")
+    if text.startswith("@"):
+        try:
+            return CRON_ALIASES[text.lower()]
+        except KeyError:
+            raise TimingError(
+                f"Unknown cron alias {text!r}; use one of {', '.join(sorted(CRON_ALIASES))}."
+            ) from None
+    fields = text.split(" ")
+    if len(fields) not in (5, 6):
+        raise TimingError(
+            f"A cron expression has 5 fields (minute hour day month weekday) or 6 with a "
+            f"leading seconds field; {text!r} has {len(fields)}."
+        )
+    try:
+        CronSim(text, datetime(2000, 1, 1))
+    except CronSimError as exc:
+        raise TimingError(f"Invalid cron expression {text!r}: {exc}.") from None
+    return text
+
+
+def get_zone(name: str) -> ZoneInfo:
+    """The IANA zone called ``name``, or TimingError."""
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise TimingError(f"{name!r} is not an IANA time zone name such as 'Europe/Berlin'.")
+    return _zone(name)
+
+
+@functools.lru_cache(maxsize=512)
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise TimingError(
+            f"Unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'."
+        ) from None
+
+
+def timezone_choices() -> list[tuple[str, str]]:
+    return [(z, z) for z in sorted(available_timezones())]
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """The fields of a schedule that decide when it fires."""
+
+    kind: str
+    cron: str = ""
+    interval: timedelta | None = None
+    run_at: datetime | None = None
+    timezone: str = "UTC"
+
+    def validate(self) -> dict[str, str]:
+        """Field name -> message for every problem; empty when the timing can be evaluated."""
+        errors: dict[str, str] = {}
+        try:
+            get_zone(self.timezone)
+        except TimingError as exc:
+            errors["timezone"] = str(exc)
+        if self.kind == CRON:
+            try:
+                normalize_cron(self.cron)
+            except TimingError as exc:
+                errors["cron"] = str(exc)
+        elif self.kind == INTERVAL:
+            if self.interval is None:
+                errors["interval"] = "An interval schedule needs an interval."
+            elif self.interval < MIN_INTERVAL:
+                errors["interval"] = f"The interval must be at least {MIN_INTERVAL}."
+        elif self.kind == ONCE:
+            if self.run_at is None:
+                errors["run_at"] = "A one-off schedule needs a time to run at."
+        else:
+            errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
+        return errors
+
+
+def first_run_at(timing: Timing, now: datetime) -> datetime | None:
+    """The first occurrence of a new (or re-enabled, or re-timed) schedule, seen at ``now``."""
+    if timing.kind == ONCE:
+        return truncate_ms(timing.run_at) if timing.run_at else None
+    if timing.kind == INTERVAL:
+        return truncate_ms(now + _interval(timing))
+    return _cron_after(timing, now)
+
+
+def next_run_after(timing: Timing, nominal: datetime, now: datetime) -> datetime | None:
+    """Where a schedule goes after firing its occurrence ``nominal`` at ``now``.
+
+    The result is strictly later than both: missed occurrences between them are coalesced
+    into the one that fired. Intervals stay anchored on the nominal times (no drift).
+    """
+    if timing.kind == ONCE:
+        return None
+    if timing.kind == INTERVAL:
+        step = _interval(timing)
+        steps = max(1, (now - nominal) // step + 1)
+        return truncate_ms(nominal + step * steps)
+    return _cron_after(timing, max(nominal, now))
+
+
+def _interval(timing: Timing) -> timedelta:
+    if timing.interval is None or timing.interval < MIN_INTERVAL:
+        raise TimingError(f"Invalid interval {timing.interval!r}.")
+    return timing.interval
+
+
+def _cron_after(timing: Timing, after: datetime) -> datetime:
+    return _cron_next(normalize_cron(timing.cron), timing.timezone, after.astimezone(UTC))
+
+
+@functools.lru_cache(maxsize=8192)
+def _cron_next(expr: str, zone_name: str, after: datetime) -> datetime:
+    # Memoized: schedules sharing an expression and a due time (the common bulk case) cost
+    # one evaluation, which matters at thousands of occurrences per second.
+    local = after.astimezone(get_zone(zone_name))
+    # cronsim works on whole seconds; start from the second containing `after` so the
+    # result is strictly later than `after` itself.
+    start = local.replace(microsecond=0)
+    return truncate_ms(next(CronSim(expr, start)).astimezone(UTC))

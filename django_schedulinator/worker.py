@@ -1,0 +1,213 @@
+"""The scheduler loop behind ``manage.py run_scheduler``.
+
+Any number of workers may run on any number of hosts, with no leader: the claim script, the
+conditional SQL advance and the ledger's unique constraint keep every occurrence to one
+process. Between passes a worker sleeps until the earliest due entry, or a jittered maximum.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .claiming import Claimer, Counters
+from .conf import app_settings
+from .dispatch import BaseDispatcher, Occurrence, get_dispatcher
+from .index import DueIndex
+from .rebuild import ensure_built
+
+logger = logging.getLogger("django_schedulinator.worker")
+
+TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, DatabaseError)
+MAX_BACKOFF_SECONDS = 10.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(slots=True)
+class PassResult:
+    claimed: int
+    full: bool  # the batch was full: more may be due right now
+    now_ms: int
+    next_due_ms: int | None
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        batch_size: int | None = None,
+        lease_seconds: float | None = None,
+        once: bool = False,
+        max_runs: int | None = None,
+        max_seconds: float | None = None,
+        worker_id: str | None = None,
+        max_sleep: float | None = None,
+        dispatcher: BaseDispatcher | None = None,
+        index: DueIndex | None = None,
+    ) -> None:
+        self.batch_size = batch_size or app_settings.BATCH_SIZE
+        self.lease_seconds = lease_seconds or app_settings.LEASE_SECONDS
+        self.once = once
+        self.max_runs = max_runs
+        self.max_seconds = max_seconds
+        self.worker_id = worker_id or default_worker_id()
+        self.max_sleep = max_sleep or app_settings.MAX_SLEEP_SECONDS
+        self.index = index or DueIndex()
+        self.dispatcher = dispatcher or get_dispatcher()
+        self.claimer = Claimer(
+            worker_id=self.worker_id, lease_seconds=self.lease_seconds, index=self.index
+        )
+        self.counters = Counters()
+        self.stopping = False
+        # Pending runs whose lease expired are looked for a few times per lease.
+        self._takeover_every = max(self.lease_seconds / 4, 0.5)
+        self._next_takeover = 0.0
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        previous = self._install_signal_handlers()
+        started = time.monotonic()
+        failures = 0
+        logger.info(
+            "Scheduler %s started (batch %d, lease %.0fs).",
+            self.worker_id,
+            self.batch_size,
+            self.lease_seconds,
+        )
+        try:
+            while not self.stopping:
+                try:
+                    result = self.run_pass()
+                except TRANSIENT_ERRORS as exc:
+                    failures += 1
+                    self._recover(exc, failures)
+                    continue
+                if failures:
+                    logger.warning("Connections are back after %d failed pass(es).", failures)
+                    failures = 0
+                if self._limit_reached(started):
+                    break
+                if result.full:
+                    continue
+                if self.once:
+                    break
+                self._sleep(self._sleep_seconds(result))
+        finally:
+            self.dispatcher.close()
+            self._restore_signal_handlers(previous)
+            logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
+
+    def run_pass(self) -> PassResult:
+        """Claim one batch, fire what is due, then any pending runs whose lease expired."""
+        close_old_connections()
+        limit = self._claim_limit()
+        batch, token = self.claimer.claim(limit)
+        if not batch.built:
+            ensure_built(self.index, built_by=self.worker_id, should_stop=lambda: self.stopping)
+            return PassResult(0, True, batch.now_ms, None)
+        occurrences, counters = self.claimer.advance(batch, token)
+        self.counters.add(counters)
+        self._dispatch(occurrences)
+        if time.monotonic() >= self._next_takeover:
+            self._next_takeover = time.monotonic() + self._takeover_every
+            redispatch = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
+            self.counters.redispatched += len(redispatch)
+            self.counters.fired += len(redispatch)
+            self._dispatch(redispatch)
+        if counters.claimed:
+            logger.debug("Pass: %s", counters.as_dict())
+        return PassResult(
+            claimed=len(batch.entries),
+            full=len(batch.entries) >= limit,
+            now_ms=batch.now_ms,
+            next_due_ms=batch.next_due_ms,
+        )
+
+    def _dispatch(self, occurrences: list[Occurrence]) -> None:
+        if not occurrences:
+            return
+        run_ids = [o.run_id for o in occurrences]
+        dispatched_at = timezone.now()
+        outcomes = self.dispatcher.dispatch(
+            occurrences, keepalive=lambda: self.claimer.extend_leases(run_ids)
+        )
+        self.claimer.record(outcomes, dispatched_at)
+        for o in occurrences:
+            logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
+
+    # -- limits, sleeping, recovery -------------------------------------------------------
+
+    def _claim_limit(self) -> int:
+        if self.max_runs is None:
+            return self.batch_size
+        return max(1, min(self.batch_size, self.max_runs - self.counters.fired))
+
+    def _limit_reached(self, started: float) -> bool:
+        if self.max_runs is not None and self.counters.fired >= self.max_runs:
+            logger.info("Reached --max-runs %d.", self.max_runs)
+            return True
+        if self.max_seconds is not None and time.monotonic() - started >= self.max_seconds:
+            logger.info("Reached --max-seconds %s.", self.max_seconds)
+            return True
+        return False
+
+    def _sleep_seconds(self, result: PassResult) -> float:
+        # Jitter keeps many idle schedulers from polling Redis in lockstep.
+        ceiling = self.max_sleep * random.uniform(0.75, 1.0)
+        if result.next_due_ms is None:
+            return ceiling
+        return max(0.0, min(ceiling, (result.next_due_ms - result.now_ms) / 1000))
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.1))
+
+    def _recover(self, exc: BaseException, failures: int) -> None:
+        if failures == 1:
+            logger.warning("Scheduler pass failed, retrying: %s", exc, exc_info=True)
+        close_old_connections()
+        backoff = min(MAX_BACKOFF_SECONDS, 0.2 * 2 ** min(failures, 6))
+        self._sleep(backoff * random.uniform(0.5, 1.0))
+
+    # -- signals --------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        previous: dict[int, Any] = {}
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                previous[signum] = signal.signal(signum, self._on_signal)
+            except ValueError:  # not the main thread (embedded use): no handlers
+                return previous
+        return previous
+
+    def _restore_signal_handlers(self, previous: dict[int, Any]) -> None:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.stopping:
+            logger.warning("Second %s: exiting now; leases return unfinished work.", name)
+            os._exit(128 + signum)
+        logger.warning("%s received: finishing the current batch, then exiting.", name)
+        self.stopping = True

@@ -1,0 +1,12 @@
+from django.db import models
+
+
+class Delivery(models.Model):
+    """What a test task records each time it runs: the receiver's own view."""
+
+    key = models.CharField(max_length=100, db_index=True)
+    schedule_id = models.BigIntegerField()
+    scheduled_for = models.DateTimeField()
+    attempt = models.PositiveIntegerField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    payload = models.JSONField(default=dict)

@@ -1,0 +1,104 @@
+"""Settings for the test suite: SQLite by default, PostgreSQL with SCHEDULINATOR_TEST_DB=postgres.
+
+Subprocesses started by the tests (real run_scheduler processes) get the test database's name
+and the test's Redis key prefix through the environment, so they see what the test sees.
+"""
+
+import os
+import tempfile
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_schedulinator",
+    "tests",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DB_VENDOR = os.environ.get("SCHEDULINATOR_TEST_DB", "sqlite")
+# Set for subprocesses: the database the parent test run created.
+DB_NAME = os.environ.get("SCHEDULINATOR_TEST_DB_NAME")
+
+if DB_VENDOR == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": DB_NAME or os.environ.get("PGDATABASE", "test"),
+            "USER": os.environ.get("PGUSER", "postgres"),
+            "PASSWORD": os.environ.get("PGPASSWORD", ""),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+            "TEST": {"NAME": f"test_schedulinator_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"},
+        }
+    }
+elif DB_VENDOR == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DB_NAME or os.path.join(tempfile.gettempdir(), "schedulinator-dev.sqlite3"),
+            # A file, not :memory:, so that subprocesses share it; WAL and IMMEDIATE
+            # transactions let several scheduler processes write without deadlocks.
+            "TEST": {
+                "NAME": os.path.join(
+                    tempfile.gettempdir(), f"schedulinator-test-{os.getpid()}.sqlite3"
+                )
+            },
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+else:
+    raise RuntimeError(f"SCHEDULINATOR_TEST_DB must be sqlite or postgres, not {DB_VENDOR!r}")
+
+REDIS_URL = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+    }
+}
+
+SCHEDULINATOR = {
+    # Tests never assume they own the Redis database: every key lives under this prefix,
+    # which conftest.py replaces by a fresh one per test.
+    "KEY_PREFIX": os.environ.get("SCHEDULINATOR_TEST_PREFIX", "schedulinator-tests"),
+    "LEASE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LEASE", "30")),
+    "MAX_SLEEP_SECONDS": 0.2,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_schedulinator": {"handlers": ["console"], "level": "INFO"}},
+}

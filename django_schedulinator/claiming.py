@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
@@ -77,6 +77,17 @@ class Counters:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass(slots=True)
+class Plan:
+    """What a re-check decided for one claimed batch."""
+
+    batch: ClaimedBatch
+    counters: Counters
+    changes: list[Change] = field(default_factory=list)
+    due: list[tuple[tuple[Any, ...], Advance]] = field(default_factory=list)
+
+
+
 class Claimer:
     def __init__(
         self,
@@ -101,35 +112,42 @@ class Claimer:
     # -- 2. re-check and advance ----------------------------------------------------------
 
     def advance(self, batch: ClaimedBatch, token: str) -> tuple[list[Occurrence], Counters]:
-        counters = Counters(claimed=len(batch.entries), leases_expired=batch.requeued)
+        """Re-check the claimed rows, fire the due ones in SQL, and update the index."""
+        return self.commit(self.recheck(batch), token)
+
+    def recheck(self, batch: ClaimedBatch) -> Plan:
+        """Read the claimed rows in one query and decide what each entry calls for."""
+        plan = Plan(batch, Counters(claimed=len(batch.entries), leases_expired=batch.requeued))
         if not batch.entries:
-            return [], counters
+            return plan
         now = timing.from_ms(batch.now_ms)
         ids = [sid for sid, _score in batch.entries]
         rows = {
             row[0]: row
             for row in Schedule.objects.using(self.db).filter(pk__in=ids).values_list(*ROW_FIELDS)
         }
-        changes: list[Change] = []
-        plans: list[tuple[tuple[Any, ...], Advance]] = []
+        counters = plan.counters
         for sid in ids:
             row = rows.get(sid)
             if row is None:
-                changes.append(Change(sid, 0, FORGET))
+                plan.changes.append(Change(sid, 0, FORGET))
                 counters.dropped += 1
                 continue
             _pk, revision, enabled, next_run_at = row[:4]
             if not enabled or next_run_at is None:
-                changes.append(Change(sid, revision, REMOVE))
+                plan.changes.append(Change(sid, revision, REMOVE))
                 counters.dropped += 1
                 continue
             due_ms = timing.to_ms(next_run_at)
             if due_ms > batch.now_ms:
                 # The index said due, the row says later: trust the row, fix the index.
-                changes.append(Change(sid, revision, SET, due_ms))
+                plan.changes.append(Change(sid, revision, SET, due_ms))
                 counters.repaired += 1
-                logger.info("Repaired stale index entry of schedule %s (due %s).", sid,
-                            next_run_at.isoformat())
+                logger.info(
+                    "Repaired stale index entry of schedule %s (due %s).",
+                    sid,
+                    next_run_at.isoformat(),
+                )
                 continue
             spec = timing.Timing(*row[4:9])
             try:
@@ -137,15 +155,21 @@ class Claimer:
             except timing.TimingError as exc:
                 logger.error("Schedule %s (%r) cannot be evaluated: %s", sid, row[12], exc)
                 retry_ms = timing.to_ms(now + INVALID_RETRY)
-                changes.append(Change(sid, revision, REQUEUE, retry_ms))
+                plan.changes.append(Change(sid, revision, REQUEUE, retry_ms))
                 counters.invalid += 1
                 continue
-            plans.append((row, Advance(sid, revision, following)))
+            plan.due.append((row, Advance(sid, revision, following)))
+        return plan
 
+    def commit(self, plan: Plan, token: str) -> tuple[list[Occurrence], Counters]:
+        """One transaction: advance the due rows that still hold what was read, insert their
+        pending runs; then write the index and release this claim's in-flight entries."""
+        batch, counters, changes = plan.batch, plan.counters, plan.changes
         occurrences: list[Occurrence] = []
-        if plans:
+        if plan.due:
+            now = timing.from_ms(batch.now_ms)
             with transaction.atomic(using=self.db):
-                moved = Schedule.objects.using(self.db).advance([a for _r, a in plans], now)
+                moved = Schedule.objects.using(self.db).advance([a for _r, a in plan.due], now)
                 runs = [
                     Run(
                         schedule_id=row[0],
@@ -158,16 +182,16 @@ class Claimer:
                         claim_token=token,
                         lease_expires_at=now + self.lease,
                     )
-                    for row, a in plans
+                    for row, a in plan.due
                     if a.schedule_id in moved
                 ]
                 created = self._insert_runs(runs, token)
-            names = {row[0]: row[12] for row, _a in plans}
+            names = {row[0]: row[12] for row, _a in plan.due}
             occurrences = [_occurrence(run, names[run.schedule_id]) for run in created]
-            for row, a in plans:
+            for _row, a in plan.due:
                 if a.schedule_id in moved:
-                    changes.append(change_for_row(a.schedule_id, moved[a.schedule_id], True,
-                                                  a.next_run_at))
+                    new_revision = moved[a.schedule_id]
+                    changes.append(change_for_row(a.schedule_id, new_revision, True, a.next_run_at))
                 else:
                     # Someone changed the row after we read it; they write its entry. Ask
                     # for a re-check in case their write never comes.

@@ -25,3 +25,11 @@ def boom():
 @task(name="tests.noop")
 def noop(*args, **kwargs):
     return None
+
+
+@task(name="tests.slow")
+def slow(*, occurrence: Occurrence, seconds: float = 1.5):
+    import time
+
+    time.sleep(seconds)
+    record(occurrence=occurrence)

@@ -1,0 +1,128 @@
+"""Fixtures: a real Redis under a fresh key prefix per test, and real scheduler subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_schedulinator.connection import get_redis
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Schedule
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def key_prefix(settings: Any) -> Iterator[str]:
+    """Every test gets its own key prefix in the shared Redis, and its keys are removed after."""
+    prefix = f"schedtest-{uuid.uuid4().hex[:12]}"
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "KEY_PREFIX": prefix}
+    client = get_redis()  # taken now: a test may point the settings elsewhere
+    yield prefix
+    keys = list(client.scan_iter(match=f"{{{prefix}}}*", count=1000))
+    if keys:
+        client.delete(*keys)
+
+
+@pytest.fixture
+def index(key_prefix: str) -> DueIndex:
+    return DueIndex()
+
+
+@pytest.fixture
+def built_index(index: DueIndex) -> DueIndex:
+    """An index whose build marker is set, as after rebuild_due_index."""
+    index.mark_built({"by": "tests"})
+    return index
+
+
+def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
+    """A saved schedule (signals fire); due now unless next_run_at says otherwise."""
+    fields.setdefault("task", "tests.record")
+    fields.setdefault("kind", Schedule.Kind.INTERVAL)
+    if fields["kind"] == Schedule.Kind.INTERVAL:
+        fields.setdefault("interval", timedelta(hours=1))
+    if fields["kind"] == Schedule.Kind.CRON:
+        fields.setdefault("cron", "0 * * * *")
+    schedule = Schedule(name=name or f"s-{uuid.uuid4().hex[:10]}", **fields)
+    schedule.save()
+    return schedule
+
+
+def make_due(count: int, *, seconds_ago: int = 5, **fields: Any) -> list[int]:
+    """``count`` schedules due ``seconds_ago``, written in bulk like a data migration would."""
+    due = timezone.now() - timedelta(seconds=seconds_ago)
+    fields.setdefault("task", "tests.record")
+    fields.setdefault("kind", Schedule.Kind.INTERVAL)
+    fields.setdefault("interval", timedelta(hours=1))
+    rows = [
+        Schedule(name=f"bulk-{uuid.uuid4().hex[:12]}", next_run_at=due.replace(microsecond=0),
+                 **fields)
+        for _ in range(count)
+    ]
+    created = Schedule.objects.bulk_create(rows)
+    ids = [s.pk for s in created] if created[0].pk else list(
+        Schedule.objects.filter(name__in=[r.name for r in rows]).values_list("pk", flat=True)
+    )
+    return ids
+
+
+def subprocess_env(key_prefix: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        SCHEDULINATOR_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
+        SCHEDULINATOR_TEST_PREFIX=key_prefix,
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+        **extra,
+    )
+    return env
+
+
+class Schedulers:
+    """Starts real `manage.py run_scheduler` processes and makes sure none outlives a test."""
+
+    def __init__(self, key_prefix: str) -> None:
+        self.key_prefix = key_prefix
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return self.popen([sys.executable, "-m", "django", "run_scheduler", *args], env=env)
+
+    def popen(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env or subprocess_env(self.key_prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            if proc.stdout:
+                proc.stdout.close()
+
+
+@pytest.fixture
+def schedulers(key_prefix: str) -> Iterator[Schedulers]:
+    runner = Schedulers(key_prefix)
+    yield runner
+    runner.stop_all()

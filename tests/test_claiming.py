@@ -1,0 +1,198 @@
+"""Claim, re-check, conditional advance and the ledger, on a real Redis and database."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.claiming import Claimer
+from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.models import Run, Schedule, occurrence_key
+from django_schedulinator.querysets import Advance
+from django_schedulinator.timing import to_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_due, make_schedule
+from .models import Delivery
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run_once(**options) -> Worker:
+    worker = Worker(once=True, worker_id="test", **options)
+    worker.run()
+    return worker
+
+
+def test_only_entries_due_by_redis_time_are_claimed(built_index: DueIndex) -> None:
+    due = make_due(3)
+    later = make_schedule(kind="interval", interval=timedelta(hours=1))
+    resync_schedules(due)
+
+    worker = run_once()
+
+    assert worker.counters.fired == 3
+    assert set(Run.objects.values_list("schedule_id", flat=True)) == set(due)
+    assert not Run.objects.filter(schedule=later).exists()
+    assert built_index.scores([later.pk])[later.pk] == to_ms(later.next_run_at)
+
+
+def test_a_fired_occurrence_is_in_the_ledger_reaches_the_task_and_advances(
+    built_index: DueIndex,
+) -> None:
+    [sid] = make_due(1, seconds_ago=30, args=[1, "a"], kwargs={"k": "v"})
+    nominal = Schedule.objects.get(pk=sid).next_run_at
+    resync_schedules([sid])
+
+    run_once()
+
+    run = Run.objects.get(schedule_id=sid)
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.scheduled_for == nominal
+    assert run.idempotency_key == occurrence_key(sid, nominal) == f"{sid}:{to_ms(nominal)}"
+    delivery = Delivery.objects.get()
+    assert delivery.key == run.idempotency_key
+    assert delivery.payload == {"args": [1, "a"], "kwargs": {"k": "v"}}
+    schedule = Schedule.objects.get(pk=sid)
+    # Interval anchored on the nominal time: one hour after it, not after "now".
+    assert schedule.next_run_at == nominal + timedelta(hours=1)
+    assert schedule.run_count == 1 and schedule.revision == 2
+    assert built_index.scores([sid])[sid] == to_ms(schedule.next_run_at)
+    assert built_index.client.zcard(built_index.inflight_key) == 0
+
+
+def test_a_stale_early_entry_is_repaired_not_fired(built_index: DueIndex) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
+    true_ms = to_ms(schedule.next_run_at)
+    # Corrupt the index: claim it is due a minute ago (as a stale write could).
+    built_index.apply([Change(schedule.pk, schedule.revision, SET, true_ms - 3_660_000)])
+
+    worker = run_once()
+
+    assert worker.counters.repaired == 1
+    assert worker.counters.fired == 0
+    assert not Run.objects.exists()
+    assert built_index.scores([schedule.pk])[schedule.pk] == true_ms
+
+
+def test_entries_of_deleted_and_disabled_rows_leave_the_index(built_index: DueIndex) -> None:
+    gone, paused = make_due(2)
+    resync_schedules([gone, paused])
+    Schedule.objects.filter(pk=gone).delete()  # queryset delete still sends signals...
+    built_index.apply([Change(gone, 99, SET, 0)])  # ...so put a stale entry back by hand
+    Schedule.objects.filter(pk=paused).update(enabled=False)  # no signal, no resync
+
+    worker = run_once()
+
+    assert worker.counters.dropped == 2 and worker.counters.fired == 0
+    assert built_index.client.zcard(built_index.due_key) == 0
+
+
+def test_failing_task_is_recorded_and_the_batch_goes_on(built_index: DueIndex) -> None:
+    bad = make_due(1, task="tests.boom")
+    good = make_due(2)
+    resync_schedules(bad + good)
+
+    run_once()
+
+    failed = Run.objects.get(schedule_id=bad[0])
+    assert failed.status == Run.Status.FAILED
+    assert "RuntimeError: boom" in failed.error
+    assert Run.objects.filter(status=Run.Status.SUCCEEDED).count() == 2
+
+
+def test_conditional_advance_has_exactly_one_winner() -> None:
+    [sid] = make_due(1)
+    row = Schedule.objects.get(pk=sid)
+    later = row.next_run_at + timedelta(hours=1)
+    first = Schedule.objects.advance([Advance(sid, row.revision, later)], timezone.now())
+    second = Schedule.objects.advance([Advance(sid, row.revision, later)], timezone.now())
+    assert first == {sid: row.revision + 1}
+    assert second == {}
+
+
+def test_an_edit_between_read_and_advance_wins_and_the_entry_is_rechecked(
+    built_index: DueIndex,
+) -> None:
+    [sid] = make_due(1)
+    resync_schedules([sid])
+    claimer = Claimer(worker_id="a", lease_seconds=30)
+    batch, token = claimer.claim(10)
+    plan = claimer.recheck(batch)  # the row is read at revision 1...
+    edited = Schedule.objects.get(pk=sid)
+    edited.args = ["edited"]
+    edited.save()  # ...an edit commits (revision 2) before the conditional advance
+
+    occurrences, counters = claimer.commit(plan, token)
+
+    assert occurrences == [] and counters.lost_races == 1
+    assert not Run.objects.exists()
+    assert built_index.client.zcard(built_index.inflight_key) == 0
+    run_once()  # the next pass reads revision 2 and fires the occurrence once, as edited
+    assert Run.objects.get(schedule_id=sid).args == ["edited"]
+    assert Delivery.objects.count() == 1
+
+
+def test_an_occurrence_already_in_the_ledger_is_not_fired_again(built_index: DueIndex) -> None:
+    [sid] = make_due(1)
+    nominal = Schedule.objects.get(pk=sid).next_run_at
+    Run.objects.create(schedule_id=sid, scheduled_for=nominal, task="tests.record",
+                       claimed_at=timezone.now(), worker_id="earlier", claim_token="x",
+                       status=Run.Status.SUCCEEDED)
+    resync_schedules([sid])
+
+    worker = run_once()
+
+    assert worker.counters.duplicates == 1 and worker.counters.fired == 0
+    assert Run.objects.count() == 1 and not Delivery.objects.exists()
+    assert Schedule.objects.get(pk=sid).next_run_at > nominal
+
+
+def test_expired_in_flight_lease_returns_the_entry(built_index: DueIndex) -> None:
+    [sid] = make_due(1)
+    resync_schedules([sid])
+    doomed = Claimer(worker_id="doomed", lease_seconds=0.2)
+    batch, _token = doomed.claim(10)
+    assert [s for s, _ in batch.entries] == [sid]
+    assert built_index.client.zcard(built_index.inflight_key) == 1
+    time.sleep(0.3)
+
+    worker = run_once()
+
+    assert worker.counters.leases_expired == 1 and worker.counters.fired == 1
+    assert Delivery.objects.count() == 1
+    assert built_index.client.zcard(built_index.inflight_key) == 0
+
+
+def test_a_pending_run_whose_dispatch_never_completed_is_redispatched_with_its_key(
+    built_index: DueIndex,
+) -> None:
+    [sid] = make_due(1)
+    resync_schedules([sid])
+    doomed = Claimer(worker_id="doomed", lease_seconds=0.2)
+    batch, token = doomed.claim(10)
+    [occurrence], _ = doomed.advance(batch, token)  # committed, then "crashed": no dispatch
+    time.sleep(0.3)
+
+    worker = run_once()
+
+    assert worker.counters.redispatched == 1
+    run = Run.objects.get()
+    assert run.status == Run.Status.SUCCEEDED and run.attempts == 2
+    delivery = Delivery.objects.get()
+    assert delivery.key == occurrence.key and delivery.attempt == 2
+
+
+def test_missing_marker_triggers_one_rebuild_then_firing(index: DueIndex) -> None:
+    ids = make_due(10)  # rows exist, the index was never built (an upgrade)
+    assert not index.is_built()
+
+    worker = run_once()
+
+    assert index.is_built()
+    assert worker.counters.fired == 10
+    assert Delivery.objects.count() == 10

@@ -1,0 +1,124 @@
+"""The sync layer: index writes after commit, guarded by the row revision."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Schedule
+from django_schedulinator.sync import changes_for_ids
+from django_schedulinator.timing import to_ms
+
+from .conftest import make_due, make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def score(index: DueIndex, schedule: Schedule) -> int | None:
+    return index.scores([schedule.pk])[schedule.pk]
+
+
+def test_index_written_on_commit_never_on_rollback(index: DueIndex) -> None:
+    with transaction.atomic():
+        kept = make_schedule()
+        assert score(index, kept) is None, "written before commit"
+    assert score(index, kept) == to_ms(kept.next_run_at)
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        make_schedule(name="rolled-back")
+        raise RuntimeError("roll back")
+    assert index.client.zcard(index.due_key) == 1
+
+
+def test_disable_and_delete_remove_the_entry(index: DueIndex) -> None:
+    paused, deleted = make_schedule(), make_schedule()
+    assert score(index, paused) is not None and score(index, deleted) is not None
+
+    paused.enabled = False
+    paused.save()
+    deleted_pk = deleted.pk
+    deleted.delete()
+
+    assert score(index, paused) is None
+    assert index.scores([deleted_pk])[deleted_pk] is None
+    assert index.client.hget(index.revisions_key, deleted_pk) is None
+
+    paused.enabled = True
+    paused.save()
+    assert score(index, paused) == to_ms(paused.next_run_at)
+
+
+def test_reordered_writes_leave_the_index_at_the_newer_revision(index: DueIndex) -> None:
+    schedule = make_schedule(kind="cron", cron="0 9 * * *")
+    # Process A reads the row (revision 1) and stalls before writing the index...
+    stale_changes = changes_for_ids([schedule.pk], "default")
+    # ...meanwhile an edit commits (revision 2) and its sync write lands first.
+    schedule.cron = "30 18 * * *"
+    schedule.save()
+    assert schedule.revision == 2
+    newer = to_ms(schedule.next_run_at)
+    assert score(index, schedule) == newer
+    # A's late write of revision 1 arrives: it must not win.
+    result = index.apply(stale_changes)
+    assert result.stale == 1
+    assert score(index, schedule) == newer
+
+
+def test_saving_a_stale_instance_keeps_the_schedulers_next_run(index: DueIndex) -> None:
+    schedule = make_schedule()
+    stale_copy = Schedule.objects.get(pk=schedule.pk)
+    later = timezone.now() + timedelta(days=2)
+    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=later)  # as the scheduler would
+
+    stale_copy.args = ["edited"]
+    stale_copy.save()
+
+    schedule.refresh_from_db()
+    assert schedule.args == ["edited"]
+    assert schedule.next_run_at == later.replace(microsecond=later.microsecond // 1000 * 1000) or (
+        abs((schedule.next_run_at - later).total_seconds()) < 0.001
+    )
+    assert schedule.revision == 2
+
+
+def test_timing_change_recomputes_next_run(index: DueIndex) -> None:
+    schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
+    schedule.cron = "15 10 * * *"
+    schedule.save()
+    schedule.refresh_from_db()
+    assert (schedule.next_run_at.hour, schedule.next_run_at.minute) == (10, 15)
+    assert score(index, schedule) == to_ms(schedule.next_run_at)
+
+
+def test_bulk_paths_are_synced_by_resync_schedules(index: DueIndex) -> None:
+    ids = make_due(25)
+    assert index.client.zcard(index.due_key) == 0, "bulk_create sends no signals"
+    result = resync_schedules(Schedule.objects.filter(pk__in=ids))
+    assert result.applied == 25
+    assert index.client.zcard(index.due_key) == 25
+
+    Schedule.objects.filter(pk__in=ids[:5]).update(enabled=False)
+    resync_schedules(ids[:5])
+    assert index.client.zcard(index.due_key) == 20
+
+
+def test_failed_redis_write_is_logged_not_raised(
+    index: DueIndex, settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 0.2, "SOCKET_TIMEOUT": 0.2},
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}
+    schedule = make_schedule()  # must not raise into the caller
+    assert Schedule.objects.filter(pk=schedule.pk).exists()
+    assert "Could not update the due index" in caplog.text

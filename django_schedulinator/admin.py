@@ -29,12 +29,28 @@ class ScheduleForm(forms.ModelForm):
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     form = ScheduleForm
-    list_display = ("name", "task", "kind", "cron", "interval", "timezone", "enabled",
-                    "next_run_at", "last_run_at", "run_count")
+    list_display = (
+        "name",
+        "task",
+        "kind",
+        "cron",
+        "interval",
+        "timezone",
+        "enabled",
+        "next_run_at",
+        "last_run_at",
+        "run_count",
+    )
     list_filter = ("kind", "enabled")
     search_fields = ("name", "task")
-    readonly_fields = ("next_run_at", "last_run_at", "run_count", "revision", "created_at",
-                       "updated_at")
+    readonly_fields = (
+        "next_run_at",
+        "last_run_at",
+        "run_count",
+        "revision",
+        "created_at",
+        "updated_at",
+    )
     fieldsets = (
         (None, {"fields": ("name", "task", "args", "kwargs", "enabled")}),
         ("When", {"fields": ("kind", "cron", "interval", "run_at", "timezone")}),
@@ -44,8 +60,15 @@ class ScheduleAdmin(admin.ModelAdmin):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ("schedule", "scheduled_for", "status", "attempts", "worker_id",
-                    "claimed_at", "finished_at")
+    list_display = (
+        "schedule",
+        "scheduled_for",
+        "status",
+        "attempts",
+        "worker_id",
+        "claimed_at",
+        "finished_at",
+    )
     list_filter = ("status",)
     list_select_related = ("schedule",)
     search_fields = ("schedule__name", "task")

@@ -19,7 +19,5 @@ class SchedulinatorConfig(AppConfig):
         from .signals import schedule_changed
 
         post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
-        post_delete.connect(
-            schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete"
-        )
+        post_delete.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete")
         autodiscover_modules(app_settings.TASKS_MODULE)

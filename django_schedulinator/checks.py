@@ -81,8 +81,7 @@ def check_index(
         return [
             Warning(
                 "The due index has not been built in this Redis.",
-                hint="Run `manage.py rebuild_due_index` (run_scheduler also builds it on "
-                "start).",
+                hint="Run `manage.py rebuild_due_index` (run_scheduler also builds it on start).",
                 id="schedulinator.W011",
             )
         ]

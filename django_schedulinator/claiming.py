@@ -25,15 +25,15 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, router, transaction
+from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from . import timing
 from .dispatch.base import Occurrence, Outcome
-from .index import FORGET, REMOVE, REQUEUE, SET, ClaimedBatch, Change, DueIndex
+from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
 from .models import Run, Schedule, occurrence_key
-from .querysets import Advance
+from .querysets import Advance, PendingRun, json_ids
 from .sync import change_for_row
 
 logger = logging.getLogger("django_schedulinator.claiming")
@@ -87,7 +87,6 @@ class Plan:
     due: list[tuple[tuple[Any, ...], Advance]] = field(default_factory=list)
 
 
-
 class Claimer:
     def __init__(
         self,
@@ -124,7 +123,9 @@ class Claimer:
         ids = [sid for sid, _score in batch.entries]
         rows = {
             row[0]: row
-            for row in Schedule.objects.using(self.db).filter(pk__in=ids).values_list(*ROW_FIELDS)
+            for row in Schedule.objects.using(self.db)
+            .filter(pk__in=json_ids(ids, self.db))
+            .values_list(*ROW_FIELDS)
         }
         counters = plan.counters
         for sid in ids:
@@ -170,24 +171,32 @@ class Claimer:
             now = timing.from_ms(batch.now_ms)
             with transaction.atomic(using=self.db):
                 moved = Schedule.objects.using(self.db).advance([a for _r, a in plan.due], now)
-                runs = [
-                    Run(
-                        schedule_id=row[0],
-                        scheduled_for=row[3],
-                        task=row[9],
-                        args=row[10],
-                        kwargs=row[11],
-                        claimed_at=now,
-                        worker_id=self.worker_id,
-                        claim_token=token,
-                        lease_expires_at=now + self.lease,
-                    )
-                    for row, a in plan.due
-                    if a.schedule_id in moved
-                ]
-                created = self._insert_runs(runs, token)
-            names = {row[0]: row[12] for row, _a in plan.due}
-            occurrences = [_occurrence(run, names[run.schedule_id]) for run in created]
+                inserted = Run.objects.using(self.db).insert_pending(
+                    [
+                        PendingRun(row[0], row[3], row[9], row[10], row[11])
+                        for row, a in plan.due
+                        if a.schedule_id in moved
+                    ],
+                    claimed_at=now,
+                    worker_id=self.worker_id,
+                    claim_token=token,
+                    lease_expires_at=now + self.lease,
+                )
+            occurrences = [
+                Occurrence(
+                    key=occurrence_key(row[0], row[3]),
+                    run_id=inserted[row[0]],
+                    schedule_id=row[0],
+                    schedule_name=row[12],
+                    task=row[9],
+                    scheduled_for=row[3],
+                    attempt=1,
+                    args=row[10],
+                    kwargs=row[11],
+                )
+                for row, _a in plan.due
+                if row[0] in inserted
+            ]
             for _row, a in plan.due:
                 if a.schedule_id in moved:
                     new_revision = moved[a.schedule_id]
@@ -198,22 +207,9 @@ class Claimer:
                     changes.append(Change(a.schedule_id, a.revision, REQUEUE, batch.now_ms))
                     counters.lost_races += 1
             counters.fired = len(occurrences)
-            counters.duplicates = len(moved) - len(created)
+            counters.duplicates = len(moved) - len(inserted)
         self.index.apply(changes, release_token=token)
         return occurrences, counters
-
-    def _insert_runs(self, runs: list[Run], token: str) -> list[Run]:
-        if not runs:
-            return []
-        manager = Run.objects.using(self.db)
-        if connections[self.db].features.can_return_rows_from_bulk_insert:
-            try:
-                with transaction.atomic(using=self.db):
-                    return manager.bulk_create(runs)
-            except IntegrityError:
-                pass  # an occurrence is already in the ledger: insert the others only
-        manager.bulk_create(runs, ignore_conflicts=True)
-        return list(manager.pending().filter(claim_token=token))
 
     # -- pending runs whose dispatch never completed --------------------------------------
 
@@ -222,9 +218,9 @@ class Claimer:
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
         candidates = list(
-            runs.lease_expired(now).order_by("lease_expires_at").values_list("pk", flat=True)[
-                :limit
-            ]
+            runs.lease_expired(now)
+            .order_by("lease_expires_at")
+            .values_list("pk", flat=True)[:limit]
         )
         if not candidates:
             return []
@@ -236,7 +232,7 @@ class Claimer:
             lease_expires_at=now + self.lease,
             attempts=F("attempts") + 1,
         )
-        taken = runs.pending().filter(claim_token=token).values_list(*RUN_FIELDS)
+        taken = runs.pending().filter(pk__in=candidates, claim_token=token).values_list(*RUN_FIELDS)
         occurrences = [
             Occurrence(
                 key=occurrence_key(schedule_id, scheduled_for),
@@ -260,7 +256,8 @@ class Claimer:
 
     def extend_leases(self, run_ids: Sequence[int]) -> None:
         until = timing.from_ms(self.index.now_ms()) + self.lease
-        Run.objects.using(self.db).pending().filter(pk__in=run_ids).update(lease_expires_at=until)
+        runs = Run.objects.using(self.db).pending()
+        runs.filter(pk__in=json_ids(run_ids, self.db)).update(lease_expires_at=until)
 
     # -- 3. record outcomes ---------------------------------------------------------------
 
@@ -286,7 +283,7 @@ class Claimer:
         runs = Run.objects.using(self.db)
         with transaction.atomic(using=self.db):
             for status, ids in by_status.items():
-                runs.pending().filter(pk__in=ids).update(
+                runs.pending().filter(pk__in=json_ids(ids, self.db)).update(
                     status=status,
                     dispatched_at=dispatched_at,
                     finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
@@ -296,17 +293,3 @@ class Claimer:
                 runs.bulk_update(
                     failed, ["status", "error", "dispatched_at", "finished_at", "lease_expires_at"]
                 )
-
-
-def _occurrence(run: Run, schedule_name: str) -> Occurrence:
-    return Occurrence(
-        key=occurrence_key(run.schedule_id, run.scheduled_for),
-        run_id=run.pk,
-        schedule_id=run.schedule_id,
-        schedule_name=schedule_name,
-        task=run.task,
-        scheduled_for=run.scheduled_for,
-        attempt=run.attempts,
-        args=run.args,
-        kwargs=run.kwargs,
-    )

@@ -23,7 +23,7 @@ REMOVE: Op = "R"  # the row exists but has nothing to run (revision-guarded)
 FORGET: Op = "F"  # the row is gone
 REQUEUE: Op = "Q"  # re-check this row at a score, unless an entry exists
 
-# Lua's unpack() and Redis argument lists both prefer bounded calls.
+# Changes per script call: bounded work while Redis is blocked by the script.
 APPLY_CHUNK = 1000
 
 
@@ -103,11 +103,15 @@ class DueIndex:
         """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries."""
         result = ApplyResult()
         for start in range(0, len(changes), APPLY_CHUNK):
-            args: list[Any] = [release_token]
-            for c in changes[start : start + APPLY_CHUNK]:
-                args.extend((c.schedule_id, c.revision, c.op, c.score_ms))
+            payload = json.dumps(
+                [
+                    (str(c.schedule_id), c.revision, c.op, c.score_ms)
+                    for c in changes[start : start + APPLY_CHUNK]
+                ]
+            )
             applied, stale = self._apply(
-                keys=[self.due_key, self.revisions_key, self.inflight_key], args=args
+                keys=[self.due_key, self.revisions_key, self.inflight_key],
+                args=[release_token, payload],
             )
             result += ApplyResult(int(applied), int(stale))
         return result
@@ -123,8 +127,7 @@ class DueIndex:
             return {}
         values = self.client.zmscore(self.due_key, list(schedule_ids))
         return {
-            sid: None if v is None else int(v)
-            for sid, v in zip(schedule_ids, values, strict=True)
+            sid: None if v is None else int(v) for sid, v in zip(schedule_ids, values, strict=True)
         }
 
     def iter_members(self, count: int = 1000) -> Iterator[list[int]]:

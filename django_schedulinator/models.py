@@ -43,7 +43,7 @@ def validate_registered_task(value: str) -> None:
 def validate_json_list(value: Any) -> None:
     if not isinstance(value, list):
         raise ValidationError(
-            "Enter a JSON list of positional arguments, for example [1, \"a\"]; got %(type)s.",
+            'Enter a JSON list of positional arguments, for example [1, "a"]; got %(type)s.',
             code="not_a_list",
             params={"type": type(value).__name__},
         )
@@ -123,8 +123,9 @@ class Schedule(models.Model):
         return self.name
 
     @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any) -> Schedule:
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
+        # **kwargs: Django 6.1 passes fetch_mode, 5.2 does not.
+        instance = super().from_db(db, field_names, values, **kwargs)
         instance._loaded = {
             name: value
             for name, value in zip(field_names, values, strict=True)
@@ -208,7 +209,10 @@ class Run(models.Model):
         FAILED = "failed", "Failed"
         SKIPPED = "skipped", "Skipped"
 
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: the unique (schedule, scheduled_for) constraint serves lookups.
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     scheduled_for = models.DateTimeField(help_text="The nominal time of the occurrence.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     # What was dispatched, as it was at claim time: a re-dispatch sends exactly the same.
@@ -235,16 +239,11 @@ class Run(models.Model):
             )
         ]
         indexes = [
-            # Both only cover pending runs, so they stay as small as the work in flight.
+            # Only pending runs: it stays as small as the work in flight.
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(status="pending"),
                 name="schedulinator_run_lease",
-            ),
-            models.Index(
-                fields=["claim_token"],
-                condition=Q(status="pending"),
-                name="schedulinator_run_token",
             ),
         ]
 

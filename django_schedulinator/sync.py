@@ -59,9 +59,7 @@ def changes_for_ids(ids: list[int], db: str) -> list[Change]:
         row[0]: row
         for row in Schedule.objects.using(db).filter(pk__in=ids).values_list(*INDEX_FIELDS)
     }
-    return [
-        change_for_row(*rows[pk]) if pk in rows else Change(pk, 0, FORGET) for pk in ids
-    ]
+    return [change_for_row(*rows[pk]) if pk in rows else Change(pk, 0, FORGET) for pk in ids]
 
 
 def _id_chunks(

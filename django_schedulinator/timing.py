@@ -57,6 +57,7 @@ def truncate_ms(dt: datetime) -> datetime:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+@functools.lru_cache(maxsize=4096)
 def normalize_cron(expr: str) -> str:
     """The expression cronsim will evaluate, or TimingError saying what is wrong with it."""
     if not isinstance(expr, str):

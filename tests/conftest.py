@@ -67,13 +67,18 @@ def make_due(count: int, *, seconds_ago: int = 5, **fields: Any) -> list[int]:
     fields.setdefault("kind", Schedule.Kind.INTERVAL)
     fields.setdefault("interval", timedelta(hours=1))
     rows = [
-        Schedule(name=f"bulk-{uuid.uuid4().hex[:12]}", next_run_at=due.replace(microsecond=0),
-                 **fields)
+        Schedule(
+            name=f"bulk-{uuid.uuid4().hex[:12]}", next_run_at=due.replace(microsecond=0), **fields
+        )
         for _ in range(count)
     ]
     created = Schedule.objects.bulk_create(rows)
-    ids = [s.pk for s in created] if created[0].pk else list(
-        Schedule.objects.filter(name__in=[r.name for r in rows]).values_list("pk", flat=True)
+    ids = (
+        [s.pk for s in created]
+        if created[0].pk
+        else list(
+            Schedule.objects.filter(name__in=[r.name for r in rows]).values_list("pk", flat=True)
+        )
     )
     return ids
 

@@ -140,9 +140,15 @@ def test_an_edit_between_read_and_advance_wins_and_the_entry_is_rechecked(
 def test_an_occurrence_already_in_the_ledger_is_not_fired_again(built_index: DueIndex) -> None:
     [sid] = make_due(1)
     nominal = Schedule.objects.get(pk=sid).next_run_at
-    Run.objects.create(schedule_id=sid, scheduled_for=nominal, task="tests.record",
-                       claimed_at=timezone.now(), worker_id="earlier", claim_token="x",
-                       status=Run.Status.SUCCEEDED)
+    Run.objects.create(
+        schedule_id=sid,
+        scheduled_for=nominal,
+        task="tests.record",
+        claimed_at=timezone.now(),
+        worker_id="earlier",
+        claim_token="x",
+        status=Run.Status.SUCCEEDED,
+    )
     resync_schedules([sid])
 
     worker = run_once()

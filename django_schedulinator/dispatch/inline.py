@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from django.db import close_old_connections
 
@@ -25,24 +26,33 @@ class InlineDispatcher(BaseDispatcher):
         self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
     ) -> list[Outcome]:
         if len(occurrences) == 1 or self.max_workers == 1:
-            # No thread hand-off for the trivial case.
             return [_run(o) for o in occurrences]
-        futures: list[Future[Outcome]] = [self._pool.submit(_run_in_thread, o) for o in occurrences]
-        while True:
-            _done, pending = wait(futures, timeout=KEEPALIVE_EVERY_SECONDS,
-                                  return_when=FIRST_EXCEPTION)
-            if not pending:
-                break
+        # A few drainers pulling from one queue: balanced like one future per task, without
+        # the cost of hundreds of futures per batch.
+        queue = deque(enumerate(occurrences))
+        outcomes: list[Outcome | None] = [None] * len(occurrences)
+        drainers = [
+            self._pool.submit(_drain, queue, outcomes)
+            for _ in range(min(self.max_workers, len(occurrences)))
+        ]
+        while wait(drainers, timeout=KEEPALIVE_EVERY_SECONDS).not_done:
             keepalive()
-        return [f.result() for f in futures]
+        for drainer in drainers:
+            drainer.result()
+        return [o for o in outcomes if o is not None]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=False)
 
 
-def _run_in_thread(occurrence: Occurrence) -> Outcome:
+def _drain(queue: deque[tuple[int, Occurrence]], outcomes: list[Outcome | None]) -> None:
     try:
-        return _run(occurrence)
+        while True:
+            try:
+                position, occurrence = queue.popleft()  # thread-safe
+            except IndexError:
+                return
+            outcomes[position] = _run(occurrence)
     finally:
         # Tasks may use the ORM; each pool thread owns its connection.
         close_old_connections()
@@ -58,9 +68,7 @@ def _run(occurrence: Occurrence) -> Outcome:
         kwargs["occurrence"] = occurrence
     try:
         registered.func(*occurrence.args, **kwargs)
-    except BaseException as exc:  # a task must never take the scheduler down
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise
+    except Exception as exc:  # a task must never take the scheduler down
         text = "".join(traceback.format_exception(exc))
         return Outcome(occurrence.run_id, "failed", text[-MAX_ERROR_CHARS:])
     return Outcome(occurrence.run_id, "succeeded")

@@ -19,13 +19,23 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--dry-run", action="store_true",
-                            help="Report what would be added, removed and fixed; change nothing.")
-        parser.add_argument("--reset", action="store_true",
-                            help="Drop the index first (after restoring the database from a "
-                            "backup, when the index holds revisions newer than the rows).")
-        parser.add_argument("--chunk-size", type=positive_int, default=None,
-                            help="Rows per chunk (default: settings REBUILD_CHUNK_SIZE).")
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Report what would be added, removed and fixed; change nothing.",
+        )
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="Drop the index first (after restoring the database from a "
+            "backup, when the index holds revisions newer than the rows).",
+        )
+        parser.add_argument(
+            "--chunk-size",
+            type=positive_int,
+            default=None,
+            help="Rows per chunk (default: settings REBUILD_CHUNK_SIZE).",
+        )
         parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
 
     def handle(self, *args: Any, **options: Any) -> None:

@@ -56,18 +56,32 @@ class Command(BaseCommand):
     help = "Claim due schedules from the Redis index and fire them. Run as many as you like."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--batch-size", type=batch_size, default=None,
-                            help="Entries claimed per pass (default: settings BATCH_SIZE).")
-        parser.add_argument("--lease", type=positive_float, default=None, metavar="SECONDS",
-                            help="How long claimed work stays leased to this process.")
-        parser.add_argument("--once", action="store_true",
-                            help="Fire what is due now, then exit.")
-        parser.add_argument("--max-runs", type=positive_int, default=None,
-                            help="Exit after firing this many occurrences.")
-        parser.add_argument("--max-seconds", type=positive_float, default=None,
-                            help="Exit after running this long.")
-        parser.add_argument("--worker-id", default=None,
-                            help="Name recorded on runs (default: hostname:pid).")
+        parser.add_argument(
+            "--batch-size",
+            type=batch_size,
+            default=None,
+            help="Entries claimed per pass (default: settings BATCH_SIZE).",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive_float,
+            default=None,
+            metavar="SECONDS",
+            help="How long claimed work stays leased to this process.",
+        )
+        parser.add_argument("--once", action="store_true", help="Fire what is due now, then exit.")
+        parser.add_argument(
+            "--max-runs",
+            type=positive_int,
+            default=None,
+            help="Exit after firing this many occurrences.",
+        )
+        parser.add_argument(
+            "--max-seconds", type=positive_float, default=None, help="Exit after running this long."
+        )
+        parser.add_argument(
+            "--worker-id", default=None, help="Name recorded on runs (default: hostname:pid)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])

@@ -1,0 +1,139 @@
+"""Fire-rate and tick benchmark on PostgreSQL and a real Redis.
+
+    python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
+
+Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
+- fire: one in-process Worker (inline dispatcher, a no-op task) firing every due occurrence,
+  with the row re-check, the conditional advance and the ledger: occurrences per second;
+- tick: the cost of an idle pass (claim script + sleep computation) with nothing due.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from datetime import timedelta
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+
+
+def ensure_database() -> None:
+    name = os.environ.get("BENCH_PG_NAME", "schedulinator_bench")
+    exists = subprocess.run(
+        [
+            "psql",
+            "-h",
+            "127.0.0.1",
+            "-U",
+            "postgres",
+            "-tAc",
+            f"SELECT 1 FROM pg_database WHERE datname = '{name}'",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not exists:
+        subprocess.run(["createdb", "-h", "127.0.0.1", "-U", "postgres", name], check=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--total", type=int, default=100_000)
+    parser.add_argument("--due", type=int, default=10_000)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
+    parser.add_argument("--ticks", type=int, default=200)
+    options = parser.parse_args()
+
+    ensure_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.dispatch.inline import InlineDispatcher
+    from django_schedulinator.index import DueIndex
+    from django_schedulinator.models import Run, Schedule
+    from django_schedulinator.rebuild import rebuild_index
+    from django_schedulinator.worker import Worker
+
+    call_command("migrate", verbosity=0)
+    index = DueIndex()
+    index.drop()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+
+    now = timezone.now().replace(microsecond=0)
+    started = time.perf_counter()
+    chunk = 20_000
+    for offset in range(0, options.total, chunk):
+        rows = []
+        for i in range(offset, min(offset + chunk, options.total)):
+            due = i < options.due
+            rows.append(
+                Schedule(
+                    name=f"bench-{i}",
+                    task="bench.noop",
+                    kind="cron" if i % 2 else "interval",
+                    cron="*/5 * * * *",
+                    interval=timedelta(minutes=5),
+                    timezone="UTC",
+                    # Spread the not-due rows over the next days, as real schedules are.
+                    next_run_at=now - timedelta(seconds=5)
+                    if due
+                    else now + timedelta(seconds=600 + i % 200_000),
+                )
+            )
+        Schedule.objects.bulk_create(rows, batch_size=5000)
+    created = time.perf_counter() - started
+    started = time.perf_counter()
+    rebuild_index(index)
+    rebuilt = time.perf_counter() - started
+    print(
+        f"setup: {options.total} rows in {created:.1f}s, rebuild {rebuilt:.1f}s "
+        f"({options.total / rebuilt:,.0f} rows/s)"
+    )
+
+    worker = Worker(
+        batch_size=options.batch_size,
+        once=True,
+        worker_id="bench",
+        dispatcher=InlineDispatcher(max_workers=options.workers),
+    )
+    started = time.perf_counter()
+    worker.run()
+    elapsed = time.perf_counter() - started
+    fired = worker.counters.fired
+    assert fired == options.due, worker.counters.as_dict()
+    assert Run.objects.filter(status="succeeded").count() == options.due
+    print(
+        f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
+        f"(batch {options.batch_size}, {options.total} schedules)"
+    )
+
+    idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")
+    samples = []
+    for _ in range(options.ticks):
+        t = time.perf_counter()
+        idle.run_pass()
+        samples.append((time.perf_counter() - t) * 1000)
+    idle.dispatcher.close()
+    samples.sort()
+    print(
+        f"tick: idle pass median {statistics.median(samples):.3f} ms, "
+        f"p99 {samples[int(len(samples) * 0.99) - 1]:.3f} ms over {len(samples)} passes "
+        f"with {options.total} schedules indexed"
+    )
+    index.drop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""Settings for the benchmarks: PostgreSQL database `schedulinator_bench`, Redis DB 0 under
+its own key prefix. Override with BENCH_PG_* and BENCH_REDIS_URL."""
+
+import os
+
+SECRET_KEY = "bench"
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django_schedulinator", "benchmarks"]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("BENCH_PG_NAME", "schedulinator_bench"),
+        "USER": os.environ.get("BENCH_PG_USER", "postgres"),
+        "HOST": os.environ.get("BENCH_PG_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("BENCH_PG_PORT", "5432"),
+    }
+}
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    }
+}
+SCHEDULINATOR = {"KEY_PREFIX": "schedulinator-bench"}

@@ -1,0 +1,1 @@
+"""A small Django project that uses django-schedulinator as an application would."""

@@ -1,0 +1,119 @@
+"""Settings of the example project: what a user of django-schedulinator would write.
+
+Needs no services: SQLite under ``.demo/``, and an embedded Valkey server (started by
+manage.py) unless REDIS_URL points at a Redis or Valkey server. DEMO_DB=postgres switches the
+database to the local PostgreSQL (PGDATABASE, default "test").
+"""
+
+import os
+from pathlib import Path
+
+from example_project import embedded_redis
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DEMO_DIR = BASE_DIR / ".demo"
+DEMO_DIR.mkdir(exist_ok=True)
+
+# A demo, never deployed: a fixed key and DEBUG are fine here.
+SECRET_KEY = "django-insecure-schedulinator-demo-only"
+DEBUG = True
+ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    # The admin's CSS and JS under `runserver`.
+    "django.contrib.staticfiles",
+    "django_schedulinator",
+    "example_project.demo",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+ROOT_URLCONF = "example_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+
+if os.environ.get("DEMO_DB") == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": os.environ.get("PGDATABASE", "test"),
+            "USER": "postgres",
+            "PASSWORD": os.environ.get("PGPASSWORD", ""),
+            "HOST": "127.0.0.1",
+            "PORT": os.environ.get("PGPORT", "5432"),
+        }
+    }
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DEMO_DIR / "db.sqlite3",
+            # Several scheduler processes (and runserver) may share this file: WAL lets
+            # readers run beside the writer, and IMMEDIATE transactions take the write lock
+            # up front, so writers queue for up to `timeout` seconds instead of deadlocking.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+        }
+    }
+
+# The due index lives in the django-redis cache named by SCHEDULINATOR["CACHE_ALIAS"].
+REDIS_URL = embedded_redis.configured_url() or embedded_redis.url()
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+    }
+}
+
+SCHEDULINATOR = {
+    # Keeps the demo's keys apart from anything else in a shared Redis database.
+    "KEY_PREFIX": "schedulinator-demo",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "demo": {
+            "format": "{asctime} {levelname:<7} {name}: {message}",
+            "style": "{",
+            "datefmt": "%H:%M:%S",
+        }
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "demo"}},
+    "loggers": {
+        "django_schedulinator": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "demo": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}

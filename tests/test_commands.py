@@ -1,0 +1,161 @@
+"""The management commands and the system checks."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_schedulinator import checks, resync_schedules
+from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.models import Schedule
+from django_schedulinator.timing import to_ms
+
+from .conftest import make_due, make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def snapshot(index: DueIndex) -> tuple[list, list, bool]:
+    client = index.client
+    return (
+        client.zrange(index.due_key, 0, -1, withscores=True),
+        sorted(client.hgetall(index.revisions_key).items()),
+        index.is_built(),
+    )
+
+
+@pytest.fixture
+def drifted(index: DueIndex) -> dict[str, int]:
+    """An index with one of each kind of drift."""
+    ok = make_schedule()
+    wrong = make_schedule()
+    missing = make_due(1)[0]  # bulk-created: never synced
+    paused = make_schedule()
+    Schedule.objects.filter(pk=paused.pk).update(enabled=False)  # no signal: entry stays
+    index.apply([Change(wrong.pk, wrong.revision, SET, 1_000)])
+    index.apply([Change(987654321, 1, SET, 5_000)])  # a row that does not exist
+    return {
+        "ok": ok.pk,
+        "wrong": wrong.pk,
+        "missing": missing,
+        "paused": paused.pk,
+        "orphan": 987654321,
+    }
+
+
+def test_dry_run_reports_counts_and_changes_nothing(index: DueIndex, drifted) -> None:
+    before = snapshot(index)
+    out = io.StringIO()
+    call_command("rebuild_due_index", "--dry-run", "--no-progress", stdout=out)
+    text = out.getvalue()
+    assert "Would scan 4 schedules" in text
+    assert "add 1, fix 1, remove 1, remove orphans 1, unchanged 1" in text
+    assert f"orphans: schedule ids [{drifted['orphan']}]" in text
+    assert snapshot(index) == before
+
+
+def test_rebuild_fixes_every_kind_of_drift_and_is_idempotent(index: DueIndex, drifted) -> None:
+    call_command("rebuild_due_index", "--no-progress", stdout=io.StringIO())
+    expected = {
+        pk: to_ms(next_run_at)
+        for pk, next_run_at in Schedule.objects.filter(enabled=True).values_list(
+            "pk", "next_run_at"
+        )
+    }
+    due = {int(m): int(s) for m, s in index.client.zrange(index.due_key, 0, -1, withscores=True)}
+    assert due == expected
+    assert index.is_built()
+
+    out = io.StringIO()
+    call_command("rebuild_due_index", "--no-progress", stdout=out)
+    assert "add 0, fix 0, remove 0, remove orphans 0, unchanged 4" in out.getvalue()
+
+
+def test_reset_rebuilds_an_index_holding_newer_revisions(index: DueIndex) -> None:
+    schedule = make_schedule()
+    # As after restoring the database from a backup: Redis knows a later revision.
+    index.apply([Change(schedule.pk, 999, SET, 1_000)])
+    err = io.StringIO()
+    call_command("rebuild_due_index", "--no-progress", stdout=io.StringIO(), stderr=err)
+    assert "--reset" in err.getvalue()
+    call_command("rebuild_due_index", "--reset", "--no-progress", stdout=io.StringIO())
+    assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.next_run_at)
+
+
+def test_a_second_rebuild_is_refused_while_one_holds_the_lock(index: DueIndex) -> None:
+    lock = index.rebuild_lock(30)
+    assert lock.acquire(blocking=False)
+    try:
+        with pytest.raises(CommandError, match="Another rebuild"):
+            call_command("rebuild_due_index", "--no-progress", stdout=io.StringIO())
+    finally:
+        lock.release()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--batch-size", "0"], "must be at least 1"),
+        (["--batch-size", "100000"], "at most 5000"),
+        (["--batch-size", "ten"], "not a whole number"),
+        (["--lease", "-3"], "positive number"),
+        (["--lease", "nan"], "positive number"),
+        (["--max-seconds", "0"], "positive number"),
+        (["--max-runs", "-1"], "must be at least 1"),
+        (["--worker-id", ""], "--worker-id"),
+    ],
+)
+def test_run_scheduler_rejects_bad_options(argv: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("run_scheduler", *argv)
+
+
+def test_rebuild_rejects_dry_run_with_reset() -> None:
+    with pytest.raises(CommandError, match="cannot be combined"):
+        call_command("rebuild_due_index", "--dry-run", "--reset")
+
+
+def test_run_scheduler_once_fires_what_is_due(index: DueIndex) -> None:
+    ids = make_due(5)
+    resync_schedules(ids)
+    call_command("run_scheduler", "--once", verbosity=0)
+    assert Schedule.objects.filter(run_count=1).count() == 5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "check_id"),
+    [
+        ({"BATCH_SIZE": 0}, "schedulinator.E001"),
+        ({"KEY_PREFIX": "bad{prefix}"}, "schedulinator.E001"),
+        ({"LEASE_SECONDS": "soon"}, "schedulinator.E001"),
+        ({"BATCH_SIZ": 10}, "schedulinator.W001"),
+        ({"CACHE_ALIAS": "nope"}, "schedulinator.E002"),
+        ({"CACHE_ALIAS": "locmem"}, "schedulinator.E003"),
+        ({"DISPATCHER": "os.system"}, "schedulinator.E004"),
+        ({"DISPATCHER": "no.such.Dispatcher"}, "schedulinator.E004"),
+    ],
+)
+def test_settings_checks(settings, overrides: dict, check_id: str) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
+    ids = [m.id for m in checks.check_settings()]
+    assert check_id in ids
+
+
+def test_settings_checks_pass_on_a_good_configuration() -> None:
+    assert checks.check_settings() == []
+
+
+def test_index_check_runs_only_with_databases_and_reports_an_unbuilt_index(
+    index: DueIndex,
+) -> None:
+    assert checks.check_index(databases=None) == []
+    assert [m.id for m in checks.check_index(databases=["default"])] == ["schedulinator.W011"]
+    index.mark_built({})
+    assert checks.check_index(databases=["default"]) == []

@@ -1,0 +1,156 @@
+"""Real run_scheduler subprocesses: concurrency, crashes, signals, a lost index, rebuilds."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db.models import Count
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+
+from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .models import Delivery
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
+
+
+def wait_for(condition, timeout: float = 60.0, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {condition.__doc__}")
+        time.sleep(interval)
+
+
+def output(proc: subprocess.Popen[str]) -> str:
+    return proc.stdout.read() if proc.stdout else ""
+
+
+def assert_exactly_once(expected: int) -> None:
+    """The ledger and the receiver both saw each occurrence exactly once."""
+    assert Run.objects.count() == expected
+    assert Run.objects.values("schedule_id", "scheduled_for").distinct().count() == expected
+    assert Delivery.objects.count() == expected
+    duplicates = Delivery.objects.values("key").annotate(n=Count("id")).filter(n__gt=1)
+    assert list(duplicates) == []
+
+
+def test_two_schedulers_fire_1000_occurrences_exactly_once(
+    built_index: DueIndex, schedulers: Schedulers
+) -> None:
+    ids = make_due(1000)
+    resync_schedules(ids)
+
+    procs = [
+        schedulers.start(
+            "--once", "--batch-size", "50", "--worker-id", f"w{i}", "--max-seconds", "120"
+        )
+        for i in range(2)
+    ]
+    for proc in procs:
+        assert proc.wait(timeout=180) == 0, output(proc)
+
+    assert_exactly_once(1000)
+    workers = set(Run.objects.values_list("worker_id", flat=True))
+    assert workers <= {"w0", "w1"}
+    assert built_index.client.zcard(built_index.inflight_key) == 0
+    assert built_index.client.zcard(built_index.due_key) == 1000  # each at its next hour
+
+
+@pytest.mark.parametrize("stage", ["claim", "advance"])
+def test_a_scheduler_killed_mid_way_loses_nothing_and_fires_once(
+    stage: str, built_index: DueIndex, schedulers: Schedulers
+) -> None:
+    ids = make_due(20)
+    resync_schedules(ids)
+    doomed = schedulers.popen([sys.executable, "-m", "tests.hang_after", stage, "20"])
+    line = doomed.stdout.readline() if doomed.stdout else ""
+    assert line.strip() in {"claimed 20", "advanced 20"}, line + output(doomed)
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
+    assert built_index.client.zcard(built_index.inflight_key) == (20 if stage == "claim" else 0)
+
+    time.sleep(2.2)  # the doomed process's 2 s leases expire
+    survivor = schedulers.start("--once", "--max-seconds", "60")
+    assert survivor.wait(timeout=90) == 0
+
+    assert_exactly_once(20)
+    if stage == "advance":
+        # Crashed after the commit: the pending runs were dispatched again, same keys.
+        assert set(Run.objects.values_list("attempts", flat=True)) == {2}
+        assert set(Delivery.objects.values_list("attempt", flat=True)) == {2}
+
+
+def test_sigterm_finishes_the_current_batch_and_exits_0(
+    built_index: DueIndex, schedulers: Schedulers
+) -> None:
+    ids = make_due(3, task="tests.slow")
+    resync_schedules(ids)
+    proc = schedulers.start("--max-seconds", "60")
+
+    def claimed() -> bool:
+        """a run to be pending"""
+        return Run.objects.filter(status=Run.Status.PENDING).exists()
+
+    wait_for(claimed)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0, output(proc)
+    # The batch in hand was finished, not abandoned.
+    assert Run.objects.count() == 3
+    assert set(Run.objects.values_list("status", flat=True)) == {Run.Status.SUCCEEDED}
+    assert Delivery.objects.count() == 3
+
+
+def test_a_flushed_index_is_rebuilt_by_exactly_one_scheduler(
+    built_index: DueIndex, schedulers: Schedulers
+) -> None:
+    ids = make_due(300)
+    resync_schedules(ids)
+    built_index.drop()  # what FLUSHALL or an empty restart does to our keys
+    assert not built_index.is_built()
+
+    procs = [schedulers.start("--once", "--max-seconds", "90", "-v", "1") for _ in range(3)]
+    logs = []
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0
+        logs.append(output(proc))
+
+    assert sum("rebuilt it from 300 schedules" in log for log in logs) == 1, logs
+    assert built_index.is_built()
+    assert_exactly_once(300)
+
+
+def test_rebuilding_while_a_scheduler_runs_loses_no_occurrence(
+    built_index: DueIndex, schedulers: Schedulers
+) -> None:
+    start = timezone.now() + timedelta(seconds=2)
+    expected = 150
+    for i in range(expected):
+        make_schedule(kind="once", run_at=start + timedelta(milliseconds=40 * i))
+    proc = schedulers.start("--max-seconds", "120")
+
+    rebuilds = 0
+    while Delivery.objects.count() < expected and rebuilds < 200:
+        call_command("rebuild_due_index", "--no-progress", stdout=io.StringIO())
+        rebuilds += 1
+
+    def all_fired() -> bool:
+        """every one-off to fire"""
+        return Delivery.objects.count() >= expected
+
+    wait_for(all_fired, timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert rebuilds >= 3
+    assert_exactly_once(expected)
+    assert Schedule.objects.filter(next_run_at__isnull=True).count() == expected

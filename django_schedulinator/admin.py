@@ -14,7 +14,18 @@ from .registry import registry
 class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
-        fields = "__all__"
+        fields = (
+            "name",
+            "task",
+            "args",
+            "kwargs",
+            "enabled",
+            "kind",
+            "cron",
+            "interval",
+            "run_at",
+            "timezone",
+        )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

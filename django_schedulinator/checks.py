@@ -46,6 +46,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="schedulinator.E003",
             )
         )
+    if not settings.USE_TZ:
+        messages.append(
+            Error(
+                "django-schedulinator stores and compares UTC instants and needs USE_TZ = True.",
+                id="schedulinator.E005",
+            )
+        )
     try:
         from .dispatch import get_dispatcher
 

@@ -265,19 +265,10 @@ class Claimer:
         """Store what the dispatcher reported, in one transaction."""
         finished_at = timezone.now()
         by_status: dict[str, list[int]] = {}
-        failed: list[Run] = []
+        failed: list[Outcome] = []
         for o in outcomes:
             if o.status == "failed":
-                failed.append(
-                    Run(
-                        pk=o.run_id,
-                        status=Run.Status.FAILED,
-                        error=o.error,
-                        dispatched_at=dispatched_at,
-                        finished_at=finished_at,
-                        lease_expires_at=None,
-                    )
-                )
+                failed.append(o)
             else:
                 by_status.setdefault(o.status, []).append(o.run_id)
         runs = Run.objects.using(self.db)
@@ -289,7 +280,11 @@ class Claimer:
                     finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
                     lease_expires_at=None,
                 )
-            if failed:
-                runs.bulk_update(
-                    failed, ["status", "error", "dispatched_at", "finished_at", "lease_expires_at"]
+            for o in failed:  # one statement each: failures carry their own error text
+                runs.pending().filter(pk=o.run_id).update(
+                    status=Run.Status.FAILED,
+                    error=o.error,
+                    dispatched_at=dispatched_at,
+                    finished_at=finished_at,
+                    lease_expires_at=None,
                 )

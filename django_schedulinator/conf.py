@@ -6,6 +6,7 @@ mistake is reported with the name of the setting that holds it.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -38,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
 # Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 MAX_BATCH_SIZE = 5000
+MAX_CHUNK_SIZE = 50_000
 
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:
@@ -70,8 +72,13 @@ class Settings:
 
     def _positive_number(self, key: str) -> float:
         value = self._get(key)
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise _error(key, f"must be a positive number of seconds, got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            raise _error(key, f"must be a positive, finite number of seconds, got {value!r}")
         return float(value)
 
     def _string(self, key: str) -> str:
@@ -117,7 +124,7 @@ class Settings:
 
     @property
     def REBUILD_CHUNK_SIZE(self) -> int:
-        return self._positive_int("REBUILD_CHUNK_SIZE", maximum=50_000)
+        return self._positive_int("REBUILD_CHUNK_SIZE", maximum=MAX_CHUNK_SIZE)
 
     @property
     def TASKS_MODULE(self) -> str:

@@ -90,7 +90,7 @@ class Schedule(models.Model):
         max_length=timing.MAX_CRON_LENGTH,
         blank=True,
         help_text="5 fields (minute hour day month weekday), an optional leading seconds "
-        "field, or @hourly, @daily, @weekly, @monthly, @yearly.",
+        "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually.",
     )
     interval = models.DurationField(null=True, blank=True)
     run_at = models.DateTimeField(null=True, blank=True, help_text="When a one-off runs.")
@@ -121,36 +121,6 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
-    @classmethod
-    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
-        # **kwargs: Django 6.1 passes fetch_mode, 5.2 does not.
-        instance = super().from_db(db, field_names, values, **kwargs)
-        instance._loaded = {
-            name: value
-            for name, value in zip(field_names, values, strict=True)
-            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS
-        }
-        return instance
-
-    @property
-    def timing_spec(self) -> timing.Timing:
-        return timing.Timing(
-            kind=self.kind,
-            cron=self.cron,
-            interval=self.interval,
-            run_at=self.run_at,
-            timezone=self.timezone,
-        )
-
-    def clean(self) -> None:
-        super().clean()
-        errors = self.timing_spec.validate()
-        if self.kind == self.Kind.ONCE and self.run_at and self._state.adding:
-            if self.run_at < timezone.now() - timedelta(minutes=1):
-                errors.setdefault("run_at", "A new one-off must run in the future.")
-        if errors:
-            raise ValidationError(errors)
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Validate, keep ``next_run_at`` right and bump the revision in SQL.
@@ -192,6 +162,36 @@ class Schedule(models.Model):
         if not isinstance(self.revision, int):
             self.refresh_from_db(fields=["revision"])
         self._loaded = {f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS)}
+
+    @classmethod
+    def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
+        # **kwargs: Django 6.1 passes fetch_mode, 5.2 does not.
+        instance = super().from_db(db, field_names, values, **kwargs)
+        instance._loaded = {
+            name: value
+            for name, value in zip(field_names, values, strict=True)
+            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS
+        }
+        return instance
+
+    @property
+    def timing_spec(self) -> timing.Timing:
+        return timing.Timing(
+            kind=self.kind,
+            cron=self.cron,
+            interval=self.interval,
+            run_at=self.run_at,
+            timezone=self.timezone,
+        )
+
+    def clean(self) -> None:
+        super().clean()
+        errors = self.timing_spec.validate()
+        new_one_off = self.kind == self.Kind.ONCE and self.run_at and self._state.adding
+        if new_one_off and self.run_at < timezone.now() - timedelta(minutes=1):
+            errors.setdefault("run_at", "A new one-off must run in the future.")
+        if errors:
+            raise ValidationError(errors)
 
     def _first_run_at(self) -> datetime | None:
         if not self.enabled:

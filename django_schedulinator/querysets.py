@@ -37,6 +37,14 @@ class PendingRun(NamedTuple):
 JSON_BATCH_VENDORS = ("postgresql", "sqlite")
 
 
+def batches_as_json(connection: Any) -> bool:
+    # RETURNING arrived in SQLite 3.35; Django's flag tracks it for both backends.
+    return (
+        connection.vendor in JSON_BATCH_VENDORS
+        and connection.features.can_return_columns_from_insert
+    )
+
+
 def json_ids(ids: Sequence[int], using: str) -> RawSQL:
     """A subquery yielding ``ids``, for ``filter(pk__in=json_ids(...))`` on large batches."""
     connection = connections[using]
@@ -94,7 +102,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         if not advances:
             return {}
         connection = connections[self.db]
-        if connection.vendor not in JSON_BATCH_VENDORS:
+        if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
         rows = json.dumps(
@@ -154,7 +162,7 @@ class RunQuerySet(models.QuerySet[Any]):
         if not runs:
             return {}
         connection = connections[self.db]
-        if connection.vendor not in JSON_BATCH_VENDORS:
+        if not batches_as_json(connection):
             return self._insert_pending_portable(
                 runs, claimed_at, worker_id, claim_token, lease_expires_at
             )

@@ -103,8 +103,8 @@ def ensure_built(
             time.sleep(poll)
             continue
         logger.warning(
-            "The due index was missing (Redis restarted empty or flushed?); rebuilt it from "
-            "%d schedules in %.1fs.",
+            "The due index was not built in this Redis (first start, or Redis lost its data); "
+            "rebuilt it from %d schedules in %.1fs.",
             report.rows,
             report.seconds,
         )
@@ -159,8 +159,10 @@ def _rebuild(
         orphans = [sid for sid in ids if sid not in existing]
         for sid in orphans:
             report.note("orphans", sid)
-        if orphans and not dry_run:
-            written += index.apply([Change(sid, 0, FORGET) for sid in orphans])
+        if not dry_run:
+            if orphans:
+                written += index.apply([Change(sid, 0, FORGET) for sid in orphans])
+            lock.reacquire()
     report.stale = written.stale
     report.seconds = time.monotonic() - started
     return report

@@ -95,11 +95,11 @@ def resync_after_commit(pk: int, using: str) -> None:
     try:
         resync_schedules([pk], using=using)
     except Exception:
-        # The row is committed and stays the truth; the scheduler's lease recovery,
-        # rebuild_due_index (and later a reconcile pass) bring the index back in line.
+        # The row is committed and stays the truth; only the index lags behind it.
         logger.warning(
-            "Could not update the due index for schedule %s after commit; "
-            "run `manage.py rebuild_due_index` if Redis stays unavailable.",
+            "Could not update the due index for schedule %s after commit; the row is saved. "
+            "Run `manage.py rebuild_due_index` once Redis is reachable to bring the index "
+            "back in line.",
             pk,
             exc_info=True,
         )

@@ -57,11 +57,15 @@ def truncate_ms(dt: datetime) -> datetime:
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-@functools.lru_cache(maxsize=4096)
 def normalize_cron(expr: str) -> str:
     """The expression cronsim will evaluate, or TimingError saying what is wrong with it."""
     if not isinstance(expr, str):
         raise TimingError("Enter a cron expression as text.")
+    return _normalize_cron(expr)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalize_cron(expr: str) -> str:
     text = " ".join(expr.split())
     if not text:
         raise TimingError("Enter a cron expression, for example '*/5 * * * *'.")
@@ -81,9 +85,11 @@ def normalize_cron(expr: str) -> str:
             f"leading seconds field; {text!r} has {len(fields)}."
         )
     try:
-        CronSim(text, datetime(2000, 1, 1))
+        next(CronSim(text, datetime(2000, 1, 1)))
     except CronSimError as exc:
         raise TimingError(f"Invalid cron expression {text!r}: {exc}.") from None
+    except StopIteration:
+        raise TimingError(f"The cron expression {text!r} never matches a date.") from None
     return text
 
 
@@ -185,4 +191,9 @@ def _cron_next(expr: str, zone_name: str, after: datetime) -> datetime:
     # cronsim works on whole seconds; start from the second containing `after` so the
     # result is strictly later than `after` itself.
     start = local.replace(microsecond=0)
-    return truncate_ms(next(CronSim(expr, start)).astimezone(UTC))
+    try:
+        return truncate_ms(next(CronSim(expr, start)).astimezone(UTC))
+    except StopIteration:  # cronsim looks ahead a bounded number of years
+        raise TimingError(
+            f"The cron expression {expr!r} has no occurrence after {after}."
+        ) from None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -30,7 +30,8 @@ from .rebuild import ensure_built
 
 logger = logging.getLogger("django_schedulinator.worker")
 
-TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, DatabaseError)
+# Connections that drop come back; a missing table or bad SQL does not, and must surface.
+TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, OperationalError, InterfaceError)
 MAX_BACKOFF_SECONDS = 10.0
 
 

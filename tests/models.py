@@ -10,3 +10,6 @@ class Delivery(models.Model):
     attempt = models.PositiveIntegerField()
     received_at = models.DateTimeField(auto_now_add=True)
     payload = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return self.key

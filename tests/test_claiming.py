@@ -60,7 +60,8 @@ def test_a_fired_occurrence_is_in_the_ledger_reaches_the_task_and_advances(
     schedule = Schedule.objects.get(pk=sid)
     # Interval anchored on the nominal time: one hour after it, not after "now".
     assert schedule.next_run_at == nominal + timedelta(hours=1)
-    assert schedule.run_count == 1 and schedule.revision == 2
+    assert schedule.run_count == 1
+    assert schedule.revision == 2
     assert built_index.scores([sid])[sid] == to_ms(schedule.next_run_at)
     assert built_index.client.zcard(built_index.inflight_key) == 0
 
@@ -88,7 +89,8 @@ def test_entries_of_deleted_and_disabled_rows_leave_the_index(built_index: DueIn
 
     worker = run_once()
 
-    assert worker.counters.dropped == 2 and worker.counters.fired == 0
+    assert worker.counters.dropped == 2
+    assert worker.counters.fired == 0
     assert built_index.client.zcard(built_index.due_key) == 0
 
 
@@ -129,7 +131,8 @@ def test_an_edit_between_read_and_advance_wins_and_the_entry_is_rechecked(
 
     occurrences, counters = claimer.commit(plan, token)
 
-    assert occurrences == [] and counters.lost_races == 1
+    assert occurrences == []
+    assert counters.lost_races == 1
     assert not Run.objects.exists()
     assert built_index.client.zcard(built_index.inflight_key) == 0
     run_once()  # the next pass reads revision 2 and fires the occurrence once, as edited
@@ -153,8 +156,10 @@ def test_an_occurrence_already_in_the_ledger_is_not_fired_again(built_index: Due
 
     worker = run_once()
 
-    assert worker.counters.duplicates == 1 and worker.counters.fired == 0
-    assert Run.objects.count() == 1 and not Delivery.objects.exists()
+    assert worker.counters.duplicates == 1
+    assert worker.counters.fired == 0
+    assert Run.objects.count() == 1
+    assert not Delivery.objects.exists()
     assert Schedule.objects.get(pk=sid).next_run_at > nominal
 
 
@@ -169,7 +174,8 @@ def test_expired_in_flight_lease_returns_the_entry(built_index: DueIndex) -> Non
 
     worker = run_once()
 
-    assert worker.counters.leases_expired == 1 and worker.counters.fired == 1
+    assert worker.counters.leases_expired == 1
+    assert worker.counters.fired == 1
     assert Delivery.objects.count() == 1
     assert built_index.client.zcard(built_index.inflight_key) == 0
 
@@ -188,13 +194,15 @@ def test_a_pending_run_whose_dispatch_never_completed_is_redispatched_with_its_k
 
     assert worker.counters.redispatched == 1
     run = Run.objects.get()
-    assert run.status == Run.Status.SUCCEEDED and run.attempts == 2
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.attempts == 2
     delivery = Delivery.objects.get()
-    assert delivery.key == occurrence.key and delivery.attempt == 2
+    assert delivery.key == occurrence.key
+    assert delivery.attempt == 2
 
 
 def test_missing_marker_triggers_one_rebuild_then_firing(index: DueIndex) -> None:
-    ids = make_due(10)  # rows exist, the index was never built (an upgrade)
+    make_due(10)  # rows exist, the index was never built (an upgrade)
     assert not index.is_built()
 
     worker = run_once()

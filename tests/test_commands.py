@@ -159,3 +159,14 @@ def test_index_check_runs_only_with_databases_and_reports_an_unbuilt_index(
     assert [m.id for m in checks.check_index(databases=["default"])] == ["schedulinator.W011"]
     index.mark_built({})
     assert checks.check_index(databases=["default"]) == []
+
+
+def test_use_tz_is_required(settings) -> None:
+    settings.USE_TZ = False
+    assert "schedulinator.E005" in [m.id for m in checks.check_settings()]
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1, True])
+def test_lease_must_be_finite_and_positive(settings, value) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LEASE_SECONDS": value}
+    assert "schedulinator.E001" in [m.id for m in checks.check_settings()]

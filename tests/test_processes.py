@@ -18,7 +18,7 @@ from django_schedulinator import resync_schedules
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
-from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .conftest import Schedulers, make_due, make_schedule
 from .models import Delivery
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]

@@ -29,7 +29,7 @@ def test_index_written_on_commit_never_on_rollback(index: DueIndex) -> None:
         assert score(index, kept) is None, "written before commit"
     assert score(index, kept) == to_ms(kept.next_run_at)
 
-    with pytest.raises(RuntimeError), transaction.atomic():
+    with pytest.raises(RuntimeError), transaction.atomic():  # noqa: PT012
         make_schedule(name="rolled-back")
         raise RuntimeError("roll back")
     assert index.client.zcard(index.due_key) == 1
@@ -37,7 +37,8 @@ def test_index_written_on_commit_never_on_rollback(index: DueIndex) -> None:
 
 def test_disable_and_delete_remove_the_entry(index: DueIndex) -> None:
     paused, deleted = make_schedule(), make_schedule()
-    assert score(index, paused) is not None and score(index, deleted) is not None
+    assert score(index, paused) is not None
+    assert score(index, deleted) is not None
 
     paused.enabled = False
     paused.save()

@@ -52,5 +52,5 @@ class BaseDispatcher(ABC):
         self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
     ) -> list[Outcome]: ...
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release resources (threads, connections) when the scheduler stops."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import traceback
-from collections.abc import Callable, Sequence
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 from django.db import close_old_connections
@@ -25,8 +25,8 @@ class InlineDispatcher(BaseDispatcher):
     def dispatch(
         self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
     ) -> list[Outcome]:
-        if len(occurrences) == 1 or self.max_workers == 1:
-            return [_run(o) for o in occurrences]
+        # Always in the pool, even for one occurrence: the calling thread stays free to
+        # keep the leases alive while tasks run.
         # A few drainers pulling from one queue: balanced like one future per task, without
         # the cost of hundreds of futures per batch.
         queue = deque(enumerate(occurrences))

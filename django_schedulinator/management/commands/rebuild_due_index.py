@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
+from ...conf import MAX_CHUNK_SIZE
 from ...models import Schedule
 from ...rebuild import RebuildInProgress, rebuild_index
 from .run_scheduler import positive_int
+
+
+def chunk_size(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_CHUNK_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_CHUNK_SIZE}, got {number}")
+    return number
 
 
 class Command(BaseCommand):
@@ -32,7 +41,7 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--chunk-size",
-            type=positive_int,
+            type=chunk_size,
             default=None,
             help="Rows per chunk (default: settings REBUILD_CHUNK_SIZE).",
         )

@@ -45,11 +45,10 @@ def configure_logging(verbosity: int) -> None:
     """Map --verbosity onto the package logger, unless the project's LOGGING handles it."""
     logger = logging.getLogger("django_schedulinator")
     logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
-    if not logger.handlers:
+    if not logger.hasHandlers():  # neither it nor an ancestor (root) has a handler
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
-        logger.propagate = False
 
 
 class Command(BaseCommand):

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import random
 import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .claiming import Claimer, Counters
-from .conf import app_settings
+from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, Occurrence, get_dispatcher
 from .index import DueIndex
 from .rebuild import ensure_built
@@ -33,6 +35,9 @@ logger = logging.getLogger("django_schedulinator.worker")
 # Connections that drop come back; a missing table or bad SQL does not, and must surface.
 TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, OperationalError, InterfaceError)
 MAX_BACKOFF_SECONDS = 10.0
+# Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
+# finishes quickly and a crash leaves few pending runs to take over.
+DISPATCH_QUEUE_BATCHES = 2
 
 
 def default_worker_id() -> str:
@@ -61,8 +66,16 @@ class Worker:
         dispatcher: BaseDispatcher | None = None,
         index: DueIndex | None = None,
     ) -> None:
-        self.batch_size = batch_size or app_settings.BATCH_SIZE
-        self.lease_seconds = lease_seconds or app_settings.LEASE_SECONDS
+        self.batch_size = app_settings.BATCH_SIZE if batch_size is None else batch_size
+        self.lease_seconds = app_settings.LEASE_SECONDS if lease_seconds is None else lease_seconds
+        # The command validates its options too, but call_command() and embedding skip argparse.
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ValueError(f"batch_size must be 1-{MAX_BATCH_SIZE}, got {self.batch_size!r}")
+        if not 0 < self.lease_seconds < float("inf"):
+            raise ValueError(f"lease_seconds must be positive, got {self.lease_seconds!r}")
+        for name, value in (("max_runs", max_runs), ("max_seconds", max_seconds)):
+            if value is not None and not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be positive, got {value!r}")
         self.once = once
         self.max_runs = max_runs
         self.max_seconds = max_seconds
@@ -78,6 +91,10 @@ class Worker:
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
+        # While run() runs, a second thread dispatches and records batch N while this one
+        # claims and advances batch N+1 (the database and Python then overlap).
+        self._outbox: queue.Queue[list[Occurrence] | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
+        self._dispatch_thread: threading.Thread | None = None
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -91,6 +108,10 @@ class Worker:
             self.batch_size,
             self.lease_seconds,
         )
+        self._dispatch_thread = threading.Thread(
+            target=self._dispatch_loop, name="schedulinator-dispatch", daemon=True
+        )
+        self._dispatch_thread.start()
         try:
             while not self.stopping:
                 try:
@@ -110,6 +131,10 @@ class Worker:
                     break
                 self._sleep(self._sleep_seconds(result))
         finally:
+            # What was claimed is dispatched and recorded before the process exits.
+            self._outbox.put(None)
+            self._dispatch_thread.join()
+            self._dispatch_thread = None
             self.dispatcher.close()
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
@@ -125,7 +150,7 @@ class Worker:
         occurrences, counters = self.claimer.advance(batch, token)
         self.counters.add(counters)
         self._dispatch(occurrences)
-        if time.monotonic() >= self._next_takeover:
+        if time.monotonic() >= self._next_takeover and not self._runs_exhausted():
             self._next_takeover = time.monotonic() + self._takeover_every
             redispatch = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
             self.counters.redispatched += len(redispatch)
@@ -143,6 +168,25 @@ class Worker:
     def _dispatch(self, occurrences: list[Occurrence]) -> None:
         if not occurrences:
             return
+        if self._dispatch_thread is not None:
+            self._outbox.put(occurrences)  # blocks when the dispatch thread is behind
+        else:
+            self._dispatch_now(occurrences)
+
+    def _dispatch_loop(self) -> None:
+        try:
+            while (occurrences := self._outbox.get()) is not None:
+                close_old_connections()
+                try:
+                    self._dispatch_now(occurrences)
+                except Exception:
+                    # The runs stay pending; once their lease expires they are taken over and
+                    # dispatched again with the same keys.
+                    logger.exception("Dispatching or recording %d run(s) failed.", len(occurrences))
+        finally:
+            connections.close_all()  # this thread's connections
+
+    def _dispatch_now(self, occurrences: list[Occurrence]) -> None:
         run_ids = [o.run_id for o in occurrences]
         dispatched_at = timezone.now()
         outcomes = self.dispatcher.dispatch(
@@ -154,13 +198,16 @@ class Worker:
 
     # -- limits, sleeping, recovery -------------------------------------------------------
 
+    def _runs_exhausted(self) -> bool:
+        return self.max_runs is not None and self.counters.fired >= self.max_runs
+
     def _claim_limit(self) -> int:
         if self.max_runs is None:
             return self.batch_size
         return max(1, min(self.batch_size, self.max_runs - self.counters.fired))
 
     def _limit_reached(self, started: float) -> bool:
-        if self.max_runs is not None and self.counters.fired >= self.max_runs:
+        if self._runs_exhausted():
             logger.info("Reached --max-runs %d.", self.max_runs)
             return True
         if self.max_seconds is not None and time.monotonic() - started >= self.max_seconds:

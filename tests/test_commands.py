@@ -170,3 +170,16 @@ def test_use_tz_is_required(settings) -> None:
 def test_lease_must_be_finite_and_positive(settings, value) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LEASE_SECONDS": value}
     assert "schedulinator.E001" in [m.id for m in checks.check_settings()]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"lease": -1.0}, "lease_seconds"),
+        ({"max_runs": 0}, "max_runs"),
+    ],
+)
+def test_run_scheduler_validates_options_given_through_call_command(options, message) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("run_scheduler", **options)

@@ -87,11 +87,15 @@ class Command(BaseCommand):
         worker_id = options["worker_id"]
         if worker_id is not None and not (0 < len(worker_id) <= 200 and worker_id.isprintable()):
             raise CommandError("--worker-id must be 1-200 printable characters.")
-        Worker(
-            batch_size=options["batch_size"],
-            lease_seconds=options["lease"],
-            once=options["once"],
-            max_runs=options["max_runs"],
-            max_seconds=options["max_seconds"],
-            worker_id=worker_id,
-        ).run()
+        try:
+            worker = Worker(
+                batch_size=options["batch_size"],
+                lease_seconds=options["lease"],
+                once=options["once"],
+                max_runs=options["max_runs"],
+                max_seconds=options["max_seconds"],
+                worker_id=worker_id,
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        worker.run()

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, connections
+from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -141,7 +141,6 @@ class Worker:
 
     def run_pass(self) -> PassResult:
         """Claim one batch, fire what is due, then any pending runs whose lease expired."""
-        close_old_connections()
         limit = self._claim_limit()
         batch, token = self.claimer.claim(limit)
         if not batch.built:
@@ -176,13 +175,13 @@ class Worker:
     def _dispatch_loop(self) -> None:
         try:
             while (occurrences := self._outbox.get()) is not None:
-                close_old_connections()
                 try:
                     self._dispatch_now(occurrences)
                 except Exception:
                     # The runs stay pending; once their lease expires they are taken over and
                     # dispatched again with the same keys.
                     logger.exception("Dispatching or recording %d run(s) failed.", len(occurrences))
+                    connections.close_all()  # reconnect on the next batch
         finally:
             connections.close_all()  # this thread's connections
 
@@ -233,7 +232,9 @@ class Worker:
     def _recover(self, exc: BaseException, failures: int) -> None:
         if failures == 1:
             logger.warning("Scheduler pass failed, retrying: %s", exc, exc_info=True)
-        close_old_connections()
+        # Reconnect on the next pass. (The scheduler keeps its connections open between
+        # passes: with CONN_MAX_AGE = 0, close_old_connections() would reconnect every pass.)
+        connections.close_all()
         backoff = min(MAX_BACKOFF_SECONDS, 0.2 * 2 ** min(failures, 6))
         self._sleep(backoff * random.uniform(0.5, 1.0))
 

@@ -157,7 +157,7 @@ class Schedule(models.Model):
                 ]
             extra = {"revision", "updated_at"} | ({"next_run_at"} if recompute else set())
             kwargs["update_fields"] = {*update_fields, *extra}
-            self.revision = F("revision") + 1  # type: ignore[assignment]
+            self.revision = F("revision") + 1
         super().save(*args, **kwargs)
         if not isinstance(self.revision, int):
             self.refresh_from_db(fields=["revision"])
@@ -187,8 +187,8 @@ class Schedule(models.Model):
     def clean(self) -> None:
         super().clean()
         errors = self.timing_spec.validate()
-        new_one_off = self.kind == self.Kind.ONCE and self.run_at and self._state.adding
-        if new_one_off and self.run_at < timezone.now() - timedelta(minutes=1):
+        new_one_off = self.kind == self.Kind.ONCE and self._state.adding
+        if new_one_off and self.run_at and self.run_at < timezone.now() - timedelta(minutes=1):
             errors.setdefault("run_at", "A new one-off must run in the future.")
         if errors:
             raise ValidationError(errors)

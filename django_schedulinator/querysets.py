@@ -11,7 +11,7 @@ from django.db import connections, models
 from django.db.models.expressions import RawSQL
 
 if TYPE_CHECKING:
-    pass
+    from .models import Schedule  # noqa: F401 - named in a string below
 
 
 class Advance(NamedTuple):

@@ -141,20 +141,6 @@ class DueIndex:
         if chunk:
             yield chunk
 
-    def stats(self) -> dict[str, Any]:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.due_key)
-        pipe.zcard(self.inflight_key)
-        pipe.zrange(self.due_key, 0, 0, withscores=True)
-        pipe.get(self.marker_key)
-        due, inflight, head, marker = pipe.execute()
-        return {
-            "entries": int(due),
-            "in_flight": int(inflight),
-            "earliest_ms": int(head[0][1]) if head else None,
-            "built": json.loads(marker) if marker else None,
-        }
-
     # -- the build marker -----------------------------------------------------------------
 
     def is_built(self) -> bool:

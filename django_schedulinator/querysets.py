@@ -86,12 +86,6 @@ def _names(model: Any, connection: Any) -> tuple[str, dict[str, str]]:
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
-    def enabled(self) -> ScheduleQuerySet:
-        return self.filter(enabled=True)
-
-    def due(self, now: datetime) -> ScheduleQuerySet:
-        return self.enabled().filter(next_run_at__lte=now)
-
     def advance(self, advances: Sequence[Advance], fired_at: datetime) -> dict[int, int]:
         """Conditionally advance many schedules in one statement.
 

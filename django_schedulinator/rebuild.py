@@ -22,7 +22,7 @@ from redis.exceptions import LockError
 
 from .conf import app_settings
 from .index import FORGET, SET, ApplyResult, Change, DueIndex
-from .sync import INDEX_FIELDS, change_for_row
+from .sync import INDEX_FIELDS, change_for_row, keyset_pages
 
 logger = logging.getLogger("django_schedulinator.rebuild")
 
@@ -127,13 +127,7 @@ def _rebuild(
     db = router.db_for_write(Schedule)
     report = RebuildReport(dry_run=dry_run)
     written = ApplyResult()
-    rows_qs = Schedule.objects.using(db).order_by("pk").values_list(*INDEX_FIELDS)
-    last = 0
-    while True:
-        rows = list(rows_qs.filter(pk__gt=last)[:size])
-        if not rows:
-            break
-        last = rows[-1][0]
+    for rows in keyset_pages(Schedule.objects.using(db), INDEX_FIELDS, size):
         current = index.scores([row[0] for row in rows])
         changes = []
         for row in rows:

@@ -70,9 +70,6 @@ class TaskRegistry:
 
         return decorator(func) if func is not None else decorator
 
-    def unregister(self, name: str) -> None:
-        self._tasks.pop(name, None)
-
     def get(self, name: str) -> RegisteredTask:
         try:
             return self._tasks[name]

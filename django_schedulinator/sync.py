@@ -46,13 +46,22 @@ def resync_schedules(
 
     index = index or DueIndex()
     db = using or router.db_for_write(Schedule)
+    size = app_settings.REBUILD_CHUNK_SIZE
     result = ApplyResult()
-    for ids in _id_chunks(schedules, db, app_settings.REBUILD_CHUNK_SIZE):
+    if schedules is None or isinstance(schedules, models.QuerySet):
+        queryset = Schedule.objects.all() if schedules is None else schedules
+        if schedules is None or using:
+            queryset = queryset.using(db)
+        for rows in keyset_pages(queryset, INDEX_FIELDS, size):
+            result += index.apply([change_for_row(*row) for row in rows])
+        return result
+    for ids in _chunks((int(getattr(item, "pk", item)) for item in schedules), size):
         result += index.apply(changes_for_ids(ids, db))
     return result
 
 
 def changes_for_ids(ids: list[int], db: str) -> list[Change]:
+    """Changes for explicit ids: an id whose row is gone leaves the index."""
     from .models import Schedule
 
     rows = {
@@ -62,27 +71,28 @@ def changes_for_ids(ids: list[int], db: str) -> list[Change]:
     return [change_for_row(*rows[pk]) if pk in rows else Change(pk, 0, FORGET) for pk in ids]
 
 
-def _id_chunks(
-    schedules: models.QuerySet[Any] | Iterable[Any] | None, db: str, size: int
-) -> Iterator[list[int]]:
-    from .models import Schedule
+def keyset_pages(
+    queryset: models.QuerySet[Any], fields: tuple[str, ...], size: int
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``queryset`` (``fields[0]`` must be "pk") in pk order, ``size`` at a time.
 
-    if schedules is None:
-        schedules = Schedule.objects.using(db).all()
-    if isinstance(schedules, models.QuerySet):
-        # Keyset pagination: bounded memory, no OFFSET scans on large tables.
-        queryset = schedules.order_by("pk").values_list("pk", flat=True)
-        last = None
-        while True:
-            page = queryset if last is None else queryset.filter(pk__gt=last)
-            ids = list(page[:size])
-            if not ids:
-                return
-            yield ids
-            last = ids[-1]
+    Keyset pagination: bounded memory and no OFFSET scans, however large the table.
+    """
+    rows_qs = queryset.order_by("pk").values_list(*fields)
+    last = None
+    while True:
+        page = rows_qs if last is None else rows_qs.filter(pk__gt=last)
+        rows = list(page[:size])
+        if not rows:
+            return
+        yield rows
+        last = rows[-1][0]
+
+
+def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
     chunk: list[int] = []
-    for item in schedules:
-        chunk.append(int(getattr(item, "pk", item)))
+    for sid in ids:
+        chunk.append(sid)
         if len(chunk) >= size:
             yield chunk
             chunk = []

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
@@ -108,10 +108,6 @@ def _zone(name: str) -> ZoneInfo:
         raise TimingError(
             f"Unknown time zone {name!r}; use an IANA name such as 'Europe/Berlin' or 'UTC'."
         ) from None
-
-
-def timezone_choices() -> list[tuple[str, str]]:
-    return [(z, z) for z in sorted(available_timezones())]
 
 
 @dataclass(frozen=True, slots=True)

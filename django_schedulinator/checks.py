@@ -54,9 +54,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     try:
-        from .dispatch import get_dispatcher
+        from .dispatch import dispatcher_class
 
-        get_dispatcher().close()
+        dispatcher_class()
     except ImproperlyConfigured as exc:
         messages.append(Error(str(exc), id="schedulinator.E004"))
     return messages

@@ -183,3 +183,9 @@ def test_lease_must_be_finite_and_positive(settings, value) -> None:
 def test_run_scheduler_validates_options_given_through_call_command(options, message) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("run_scheduler", **options)
+
+
+@pytest.mark.parametrize(("value", "message"), [("0", "at least 1"), ("50001", "at most 50000")])
+def test_rebuild_rejects_bad_chunk_sizes(value: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("rebuild_due_index", "--chunk-size", value)

@@ -8,11 +8,16 @@ from django.utils.module_loading import import_string
 from ..conf import app_settings
 from .base import BaseDispatcher, Occurrence, Outcome
 
-__all__ = ["BaseDispatcher", "Occurrence", "Outcome", "get_dispatcher"]
+__all__ = ["BaseDispatcher", "Occurrence", "Outcome", "dispatcher_class", "get_dispatcher"]
 
 
 def get_dispatcher() -> BaseDispatcher:
-    """A new instance of the configured dispatcher (the path comes from settings, not data)."""
+    """A new instance of the configured dispatcher."""
+    return dispatcher_class()()
+
+
+def dispatcher_class() -> type[BaseDispatcher]:
+    """The class named by SCHEDULINATOR['DISPATCHER'] (a path from settings, never from data)."""
     path = app_settings.DISPATCHER
     try:
         cls = import_string(path)
@@ -24,4 +29,4 @@ def get_dispatcher() -> BaseDispatcher:
         raise ImproperlyConfigured(
             f"SCHEDULINATOR['DISPATCHER'] is {path!r}, which is not a BaseDispatcher subclass."
         )
-    return cls()
+    return cls

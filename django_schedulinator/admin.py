@@ -25,6 +25,8 @@ class ScheduleForm(forms.ModelForm):
             "interval",
             "run_at",
             "timezone",
+            "start_at",
+            "end_at",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -64,7 +66,10 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     fieldsets = (
         (None, {"fields": ("name", "task", "args", "kwargs", "enabled")}),
-        ("When", {"fields": ("kind", "cron", "interval", "run_at", "timezone")}),
+        (
+            "When",
+            {"fields": ("kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at")},
+        ),
         ("State", {"fields": readonly_fields}),
     )
 

@@ -40,7 +40,7 @@ logger = logging.getLogger("django_schedulinator.claiming")
 
 ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "kind", "cron", "interval", "run_at",
-    "timezone", "task", "args", "kwargs", "name",
+    "timezone", "task", "args", "kwargs", "name", "start_at", "end_at",
 )  # fmt: skip
 RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "scheduled_for",
@@ -68,6 +68,7 @@ class Counters:
     invalid: int = 0  # rows whose timing cannot be evaluated
     leases_expired: int = 0  # in-flight entries returned to the due set
     redispatched: int = 0  # pending runs taken over after their lease expired
+    reconciled: int = 0  # entries healed by reconcile passes (lost sync writes)
 
     def add(self, other: Counters) -> None:
         for f in fields(self):
@@ -150,7 +151,8 @@ class Claimer:
                     next_run_at.isoformat(),
                 )
                 continue
-            spec = timing.Timing(*row[4:9])
+            kind, cron, interval, run_at, zone = row[4:9]
+            spec = timing.Timing(kind, cron, interval, run_at, zone, row[13], row[14])
             try:
                 following = timing.next_run_after(spec, next_run_at, now)
             except timing.TimingError as exc:

@@ -34,12 +34,33 @@ DEFAULTS: dict[str, Any] = {
     "REBUILD_CHUNK_SIZE": 2000,
     # Module name looked up in every installed app for @task registrations.
     "TASKS_MODULE": "scheduled_tasks",
+    # Largest args + kwargs of one schedule, in bytes of JSON: every occurrence copies them
+    # into the ledger, so a runaway payload would multiply.
+    "MAX_PAYLOAD_BYTES": 65_536,
+    # An inline task running longer than this is cut off: its run is recorded as failed and
+    # its thread is abandoned (a task may set its own with @task(timeout=...)).
+    "TASK_TIMEOUT_SECONDS": 300.0,
+    # How often one of the schedulers re-indexes rows changed since the last reconcile
+    # (heals sync writes that never reached Redis), and how many rows one pass reads.
+    "RECONCILE_SECONDS": 10.0,
+    "RECONCILE_BATCH_SIZE": 1000,
+    # Each reconcile looks this far behind its watermark again: a row saved by a transaction
+    # that committed late carries an earlier updated_at.
+    "RECONCILE_LOOKBACK_SECONDS": 300.0,
+    # How often one of the schedulers compares the index with the rows and logs the result,
+    # and how many entries and rows it samples.
+    "DRIFT_CHECK_SECONDS": 300.0,
+    "DRIFT_SAMPLE_SIZE": 200,
+    # How often each scheduler logs its counters (claimed, fired, repaired, ...) at INFO.
+    "LOG_STATS_SECONDS": 60.0,
 }
 
 # Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 MAX_BATCH_SIZE = 5000
 MAX_CHUNK_SIZE = 50_000
+MAX_RECONCILE_BATCH_SIZE = 50_000
+MAX_DRIFT_SAMPLE_SIZE = 10_000
 
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:
@@ -129,6 +150,38 @@ class Settings:
     @property
     def TASKS_MODULE(self) -> str:
         return self._string("TASKS_MODULE")
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:
+        return self._positive_int("MAX_PAYLOAD_BYTES", maximum=16 * 1024 * 1024)
+
+    @property
+    def TASK_TIMEOUT_SECONDS(self) -> float:
+        return self._positive_number("TASK_TIMEOUT_SECONDS")
+
+    @property
+    def RECONCILE_SECONDS(self) -> float:
+        return self._positive_number("RECONCILE_SECONDS")
+
+    @property
+    def RECONCILE_BATCH_SIZE(self) -> int:
+        return self._positive_int("RECONCILE_BATCH_SIZE", maximum=MAX_RECONCILE_BATCH_SIZE)
+
+    @property
+    def RECONCILE_LOOKBACK_SECONDS(self) -> float:
+        return self._positive_number("RECONCILE_LOOKBACK_SECONDS")
+
+    @property
+    def DRIFT_CHECK_SECONDS(self) -> float:
+        return self._positive_number("DRIFT_CHECK_SECONDS")
+
+    @property
+    def LOG_STATS_SECONDS(self) -> float:
+        return self._positive_number("LOG_STATS_SECONDS")
+
+    @property
+    def DRIFT_SAMPLE_SIZE(self) -> int:
+        return self._positive_int("DRIFT_SAMPLE_SIZE", maximum=MAX_DRIFT_SAMPLE_SIZE)
 
     def validate(self) -> list[ImproperlyConfigured]:
         """Every setting problem at once, for the system check."""

@@ -23,6 +23,9 @@ REMOVE: Op = "R"  # the row exists but has nothing to run (revision-guarded)
 FORGET: Op = "F"  # the row is gone
 REQUEUE: Op = "Q"  # re-check this row at a score, unless an entry exists
 
+# Periodic chores that one process of the fleet does per period (see take_turn).
+TURNS = ("reconcile", "drift")
+
 # Changes per script call: bounded work while Redis is blocked by the script.
 APPLY_CHUNK = 1000
 
@@ -46,10 +49,13 @@ class ClaimedBatch:
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     applied: int = 0
-    stale: int = 0
+    stale: int = 0  # refused: the index held a newer revision
+    changed: int = 0  # writes that altered the due set (an entry added, moved or removed)
 
     def __add__(self, other: ApplyResult) -> ApplyResult:
-        return ApplyResult(self.applied + other.applied, self.stale + other.stale)
+        return ApplyResult(
+            self.applied + other.applied, self.stale + other.stale, self.changed + other.changed
+        )
 
 
 @functools.cache
@@ -67,6 +73,8 @@ class DueIndex:
         self.revisions_key = f"{tag}:rev"
         self.marker_key = f"{tag}:built"
         self.lock_key = f"{tag}:rebuild-lock"
+        self.reconcile_key = f"{tag}:reconcile"
+        self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
 
@@ -78,6 +86,8 @@ class DueIndex:
             self.revisions_key,
             self.marker_key,
             self.lock_key,
+            self.reconcile_key,
+            *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
 
     # -- claiming -------------------------------------------------------------------------
@@ -109,11 +119,11 @@ class DueIndex:
                     for c in changes[start : start + APPLY_CHUNK]
                 ]
             )
-            applied, stale = self._apply(
+            applied, stale, changed = self._apply(
                 keys=[self.due_key, self.revisions_key, self.inflight_key],
                 args=[release_token, payload],
             )
-            result += ApplyResult(int(applied), int(stale))
+            result += ApplyResult(int(applied), int(stale), int(changed))
         return result
 
     # -- reading --------------------------------------------------------------------------
@@ -129,6 +139,26 @@ class DueIndex:
         return {
             sid: None if v is None else int(v) for sid, v in zip(schedule_ids, values, strict=True)
         }
+
+    def counts(self) -> tuple[int, int]:
+        """(entries in the due set, entries in flight)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.due_key)
+            pipe.zcard(self.inflight_key)
+            due, inflight = pipe.execute()
+        return int(due), int(inflight)
+
+    def random_entries(self, count: int) -> dict[int, int]:
+        """Up to ``count`` distinct entries of the due set, picked at random: id -> score."""
+        reply = self.client.zrandmember(self.due_key, count, withscores=True) or []
+        if reply and isinstance(reply[0], list | tuple):  # RESP3: [[member, score], ...]
+            reply = [item for pair in reply for item in pair]
+        return {int(m): int(float(s)) for m, s in zip(reply[::2], reply[1::2], strict=True)}
+
+    def inflight_ids(self, limit: int = 10_000) -> set[int]:
+        """Schedule ids with an entry in flight (at most ``limit`` looked at)."""
+        members = self.client.zrange(self.inflight_key, 0, limit - 1)
+        return {int(m.split(b"@", 1)[0]) for m in members}
 
     def iter_members(self, count: int = 1000) -> Iterator[list[int]]:
         """Chunks of schedule ids in the due set (ZSCAN: safe while it changes)."""
@@ -148,6 +178,21 @@ class DueIndex:
 
     def mark_built(self, info: dict[str, Any]) -> None:
         self.client.set(self.marker_key, json.dumps(info, sort_keys=True))
+
+    # -- periodic chores ------------------------------------------------------------------
+
+    def take_turn(self, chore: str, seconds: float, owner: str) -> bool:
+        """True for the one process that claims ``chore`` for the next ``seconds``."""
+        assert chore in TURNS, chore
+        key = f"{self._turn_prefix}{chore}"
+        return bool(self.client.set(key, owner, nx=True, px=max(1, int(seconds * 1000))))
+
+    def reconcile_cursor(self) -> dict[str, Any] | None:
+        raw = self.client.get(self.reconcile_key)
+        return json.loads(raw) if raw else None
+
+    def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
+        self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
 
     def rebuild_lock(self, timeout: float) -> Any:
         """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import unicodedata
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
@@ -12,6 +14,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import timing
+from .conf import app_settings
 from .querysets import RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
@@ -64,6 +67,41 @@ def validate_json_object(value: Any) -> None:
         )
 
 
+def validate_name(value: str) -> None:
+    if not value.strip():
+        raise ValidationError("Enter a name that is not only spaces.", code="blank_name")
+    bad = sorted({c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")})
+    if bad:
+        raise ValidationError(
+            "A name cannot hold control characters or line breaks (found %(chars)s).",
+            code="control_characters",
+            params={"chars": ", ".join(f"U+{ord(c):04X}" for c in bad)},
+        )
+
+
+def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
+    """A size error for the larger of args and kwargs when together they exceed the limit.
+
+    Every occurrence copies both into the ledger, so the limit bounds what each run costs.
+    """
+    try:
+        sizes = {
+            "args": len(json.dumps(args).encode()),
+            "kwargs": len(json.dumps(kwargs).encode()),
+        }
+    except (TypeError, ValueError):
+        return {}  # not JSON: the field's own validation says so
+    limit = app_settings.MAX_PAYLOAD_BYTES
+    total = sum(sizes.values())
+    if total <= limit:
+        return {}
+    field = max(sizes, key=lambda name: sizes[name])
+    return {
+        field: f"args and kwargs take {total:,} bytes of JSON together; the limit is "
+        f"{limit:,} (SCHEDULINATOR['MAX_PAYLOAD_BYTES'])."
+    }
+
+
 def validate_timezone(value: str) -> None:
     try:
         timing.get_zone(value)
@@ -77,7 +115,7 @@ class Schedule(models.Model):
         INTERVAL = timing.INTERVAL, "Interval"
         ONCE = timing.ONCE, "One-off"
 
-    name = models.CharField(max_length=200, unique=True)
+    name = models.CharField(max_length=200, unique=True, validators=[validate_name])
     task = models.CharField(
         max_length=200,
         validators=[validate_registered_task],
@@ -100,6 +138,14 @@ class Schedule(models.Model):
         validators=[validate_timezone],
         help_text="IANA zone in which the cron expression is evaluated.",
     )
+    start_at = models.DateTimeField(
+        null=True, blank=True, help_text="No occurrence before this time (cron and interval)."
+    )
+    end_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="No occurrence after this time; the schedule then leaves the index.",
+    )
     enabled = models.BooleanField(default=True)
 
     # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
@@ -109,15 +155,22 @@ class Schedule(models.Model):
     run_count = models.PositiveBigIntegerField(default=0, editable=False)
     revision = models.PositiveBigIntegerField(default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True, db_index=True)
+    # Set on every save (not by the scheduler's advance): the reconcile watermark.
+    updated_at = models.DateTimeField(auto_now=True)
 
     objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
-    TIMING_FIELDS = ("kind", "cron", "interval", "run_at", "timezone", "enabled")
+    TIMING_FIELDS = (
+        "kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at", "enabled",
+    )  # fmt: skip
     MACHINE_FIELDS = ("next_run_at", "last_run_at", "run_count")
 
     class Meta:
         ordering = ("name",)
+        indexes = [
+            # The reconcile pass pages through rows changed since its watermark.
+            models.Index(fields=["updated_at", "id"], name="schedulinator_changed"),
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -182,11 +235,14 @@ class Schedule(models.Model):
             interval=self.interval,
             run_at=self.run_at,
             timezone=self.timezone,
+            start_at=self.start_at,
+            end_at=self.end_at,
         )
 
     def clean(self) -> None:
         super().clean()
         errors = self.timing_spec.validate()
+        errors.update(payload_errors(self.args, self.kwargs))
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
         if new_one_off and self.run_at and self.run_at < timezone.now() - timedelta(minutes=1):
             errors.setdefault("run_at", "A new one-off must run in the future.")

@@ -7,6 +7,7 @@ worker ever imports a dotted path that came from data.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class RegisteredTask:
     # True when the function declares an ``occurrence`` parameter; it then receives the
     # Occurrence (idempotency key, nominal time) of the run.
     takes_occurrence: bool
+    # Seconds after which the inline dispatcher cuts the task off; None: the setting's value.
+    timeout: float | None = None
 
 
 class TaskRegistry:
@@ -42,12 +45,28 @@ class TaskRegistry:
         self._tasks: dict[str, RegisteredTask] = {}
 
     @overload
-    def register(self, func: F, *, name: str | None = None) -> F: ...
+    def register(self, func: F, *, name: str | None = None, timeout: float | None = None) -> F: ...
     @overload
-    def register(self, func: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+    def register(
+        self, func: None = None, *, name: str | None = None, timeout: float | None = None
+    ) -> Callable[[F], F]: ...
 
-    def register(self, func: F | None = None, *, name: str | None = None) -> Any:
-        """Register ``func`` as a schedulable task; usable as ``@task`` or ``@task(name=...)``."""
+    def register(
+        self, func: F | None = None, *, name: str | None = None, timeout: float | None = None
+    ) -> Any:
+        """Register ``func`` as a schedulable task: ``@task``, ``@task(name=..., timeout=...)``.
+
+        ``timeout`` (seconds) overrides SCHEDULINATOR['TASK_TIMEOUT_SECONDS'] for this task.
+        """
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or timeout <= 0
+        ):
+            raise ImproperlyConfigured(
+                f"@task(timeout=...) must be a positive number of seconds, got {timeout!r}"
+            )
 
         def decorator(f: F) -> F:
             task_name = name or f"{f.__module__}.{f.__qualname__}"
@@ -64,7 +83,7 @@ class TaskRegistry:
                 )
             params = inspect.signature(f).parameters
             self._tasks[task_name] = RegisteredTask(
-                task_name, f, takes_occurrence=OCCURRENCE_PARAMETER in params
+                task_name, f, takes_occurrence=OCCURRENCE_PARAMETER in params, timeout=timeout
             )
             return f
 

@@ -119,6 +119,8 @@ class Timing:
     interval: timedelta | None = None
     run_at: datetime | None = None
     timezone: str = "UTC"
+    start_at: datetime | None = None  # no occurrence before it
+    end_at: datetime | None = None  # no occurrence after it
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""
@@ -142,16 +144,27 @@ class Timing:
                 errors["run_at"] = "A one-off schedule needs a time to run at."
         else:
             errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            errors["end_at"] = "The end must be later than the start."
         return errors
 
 
 def first_run_at(timing: Timing, now: datetime) -> datetime | None:
-    """The first occurrence of a new (or re-enabled, or re-timed) schedule, seen at ``now``."""
+    """The first occurrence of a new (or re-enabled, or re-timed) schedule, seen at ``now``.
+
+    A start in the future is the first occurrence of an interval, and the earliest a cron
+    expression is matched from.
+    """
     if timing.kind == ONCE:
         return truncate_ms(timing.run_at) if timing.run_at else None
+    start = timing.start_at if timing.start_at is not None and timing.start_at > now else None
     if timing.kind == INTERVAL:
-        return truncate_ms(now + _interval(timing))
-    return _cron_after(timing, now)
+        first = start if start is not None else now + _interval(timing)
+        return _within_end(timing, truncate_ms(first))
+    if start is not None:
+        # Matched from the millisecond before the start, so a match at the start counts.
+        return _within_end(timing, _cron_after(timing, start - timedelta(milliseconds=1)))
+    return _within_end(timing, _cron_after(timing, now))
 
 
 def next_run_after(timing: Timing, nominal: datetime, now: datetime) -> datetime | None:
@@ -165,8 +178,15 @@ def next_run_after(timing: Timing, nominal: datetime, now: datetime) -> datetime
     if timing.kind == INTERVAL:
         step = _interval(timing)
         steps = max(1, (now - nominal) // step + 1)
-        return truncate_ms(nominal + step * steps)
-    return _cron_after(timing, max(nominal, now))
+        return _within_end(timing, truncate_ms(nominal + step * steps))
+    return _within_end(timing, _cron_after(timing, max(nominal, now)))
+
+
+def _within_end(timing: Timing, candidate: datetime) -> datetime | None:
+    """The candidate, or None once it passes the end: the schedule is finished."""
+    if timing.end_at is not None and candidate > timing.end_at:
+        return None
+    return candidate
 
 
 def _interval(timing: Timing) -> timedelta:

@@ -7,6 +7,7 @@ process. Between passes a worker sleeps until the earliest due entry, or a jitte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -15,25 +16,38 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis import exceptions as redis_errors
 
 from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
-from .dispatch import BaseDispatcher, Occurrence, get_dispatcher
+from .dispatch import BaseDispatcher, Occurrence, Outcome, get_dispatcher
+from .health import check_drift, eviction_risk
 from .index import DueIndex
 from .rebuild import ensure_built
+from .reconcile import reconcile
 
 logger = logging.getLogger("django_schedulinator.worker")
 
-# Connections that drop come back; a missing table or bad SQL does not, and must surface.
-TRANSIENT_ERRORS = (RedisConnectionError, RedisTimeoutError, OperationalError, InterfaceError)
+# Connections that drop come back, a Redis that is loading its data or failing over becomes
+# writable again; a missing table or bad SQL does not, and must surface.
+TRANSIENT_ERRORS = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError (Redis restarting)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica during failover
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+    redis_errors.OutOfMemoryError,
+    OperationalError,
+    InterfaceError,
+)
 MAX_BACKOFF_SECONDS = 10.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
@@ -91,6 +105,14 @@ class Worker:
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
+        # Periodic chores: each process keeps its own clock, and Redis decides which one
+        # does the chore in a period (DueIndex.take_turn).
+        self._reconcile_every = app_settings.RECONCILE_SECONDS
+        self._drift_every = app_settings.DRIFT_CHECK_SECONDS
+        self._stats_every = app_settings.LOG_STATS_SECONDS
+        self._next_reconcile = 0.0
+        self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
+        self._next_stats = time.monotonic() + self._stats_every
         # While run() runs, a second thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
         self._outbox: queue.Queue[list[Occurrence] | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
@@ -112,6 +134,7 @@ class Worker:
             target=self._dispatch_loop, name="schedulinator-dispatch", daemon=True
         )
         self._dispatch_thread.start()
+        self._warn_about_eviction()
         try:
             while not self.stopping:
                 try:
@@ -155,6 +178,7 @@ class Worker:
             self.counters.redispatched += len(redispatch)
             self.counters.fired += len(redispatch)
             self._dispatch(redispatch)
+        self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
         return PassResult(
@@ -188,12 +212,96 @@ class Worker:
     def _dispatch_now(self, occurrences: list[Occurrence]) -> None:
         run_ids = [o.run_id for o in occurrences]
         dispatched_at = timezone.now()
-        outcomes = self.dispatcher.dispatch(
-            occurrences, keepalive=lambda: self.claimer.extend_leases(run_ids)
-        )
-        self.claimer.record(outcomes, dispatched_at)
+        outcomes = self.dispatcher.dispatch(occurrences, keepalive=lambda: self._keepalive(run_ids))
+        self._record(outcomes, dispatched_at)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
+
+    def _keepalive(self, run_ids: list[int]) -> None:
+        try:
+            self.claimer.extend_leases(run_ids)
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            logger.warning(
+                "Could not extend the leases of %d running task(s) (%s); if they outlast their "
+                "lease, another scheduler dispatches them again with the same keys.",
+                len(run_ids),
+                exc,
+            )
+
+    def _record(self, outcomes: list[Outcome], dispatched_at: datetime) -> None:
+        """Record outcomes, retrying through a database blip: every outcome recorded before
+        the lease ends is a second delivery avoided."""
+        deadline = time.monotonic() + self.lease_seconds
+        attempt = 0
+        while True:
+            try:
+                self.claimer.record(outcomes, dispatched_at)
+                return
+            except TRANSIENT_ERRORS as exc:
+                connections.close_all()
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise
+                if attempt == 1:
+                    logger.warning(
+                        "Recording %d outcome(s) failed (%s); retrying while their lease lasts.",
+                        len(outcomes),
+                        exc,
+                    )
+                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+
+    # -- periodic chores -----------------------------------------------------------------
+
+    def _chores(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_reconcile:
+            self._next_reconcile = now + self._reconcile_every * random.uniform(0.8, 1.0)
+            self._chore("reconcile", self._reconcile_every, self._reconcile)
+        if now >= self._next_drift:
+            self._next_drift = now + self._drift_every * random.uniform(0.8, 1.0)
+            self._chore("drift", self._drift_every, self._check_drift)
+        if now >= self._next_stats:
+            self._next_stats = now + self._stats_every
+            logger.info("Scheduler %s counters: %s", self.worker_id, self.counters.as_dict())
+
+    def _chore(self, name: str, every: float, work: Callable[[], None]) -> None:
+        """Do ``work`` if this process wins the period's turn; a failure waits for the next."""
+        try:
+            if self.index.take_turn(name, every * 0.8, self.worker_id):
+                work()
+        except TRANSIENT_ERRORS:
+            raise  # the loop backs off and reconnects
+        except Exception:
+            logger.exception("The %s chore failed; the next period tries again.", name)
+
+    def _reconcile(self) -> None:
+        report = reconcile(self.index)
+        self.counters.reconciled += report.healed
+        if report.healed:
+            logger.warning(
+                "Reconcile healed %d index entries that sync writes had missed.", report.healed
+            )
+
+    def _check_drift(self) -> None:
+        drift = check_drift(self.index)
+        if drift.ok:
+            logger.info("Index drift check: %s.", drift.summary())
+        else:
+            logger.warning(
+                "Index drift check: %s (e.g. schedules %s); reconcile heals rows changed "
+                "recently, `manage.py rebuild_due_index` heals the rest.",
+                drift.summary(),
+                drift.late_or_missing[:10],
+            )
+
+    def _warn_about_eviction(self) -> None:
+        try:
+            risk = eviction_risk(self.index.client)
+        except TRANSIENT_ERRORS:
+            return  # Redis is down: the loop reports that
+        if risk:
+            logger.warning(risk)
 
     # -- limits, sleeping, recovery -------------------------------------------------------
 
@@ -230,11 +338,18 @@ class Worker:
             time.sleep(min(left, 0.1))
 
     def _recover(self, exc: BaseException, failures: int) -> None:
-        if failures == 1:
-            logger.warning("Scheduler pass failed, retrying: %s", exc, exc_info=True)
+        if failures == 1:  # once per outage; "Connections are back" closes it
+            logger.warning(
+                "Scheduler pass failed (%s: %s); backing off and reconnecting until it works.",
+                type(exc).__name__,
+                exc,
+            )
         # Reconnect on the next pass. (The scheduler keeps its connections open between
         # passes: with CONN_MAX_AGE = 0, close_old_connections() would reconnect every pass.)
         connections.close_all()
+        # Fresh Redis connections too; closing a broken socket must not stop the recovery.
+        with contextlib.suppress(Exception):
+            self.index.client.connection_pool.disconnect()
         backoff = min(MAX_BACKOFF_SECONDS, 0.2 * 2 ** min(failures, 6))
         self._sleep(backoff * random.uniform(0.5, 1.0))
 

@@ -1,11 +1,21 @@
-"""Run registered tasks inside the scheduler process, in a bounded thread pool."""
+"""Run registered tasks inside the scheduler process, in a bounded pool of threads.
+
+A task that runs past its timeout is cut off: its run is recorded as failed and the batch
+goes on. Python cannot kill a thread, so the hung thread is abandoned (a daemon: it never
+holds up the exit) and a fresh thread takes its place in the pool; whatever the abandoned
+task does later is not recorded. Tasks that must be killed for real belong in a dispatcher
+that hands them to another process.
+"""
 
 from __future__ import annotations
 
+import logging
+import queue
+import threading
+import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 
 from django.db import close_old_connections
 
@@ -13,49 +23,140 @@ from ..conf import app_settings
 from ..registry import UnknownTask, registry
 from .base import BaseDispatcher, Occurrence, Outcome
 
+logger = logging.getLogger("django_schedulinator.dispatch")
+
 MAX_ERROR_CHARS = 4000
 KEEPALIVE_EVERY_SECONDS = 5.0
+# How often running tasks are compared with their deadlines: a timeout is enforced to
+# within this much.
+TIMEOUT_CHECK_SECONDS = 0.5
+
+
+@dataclass(eq=False, slots=True)
+class _Job:
+    occurrence: Occurrence
+    position: int
+    batch: _Batch
+    timeout: float
+    started: float | None = None
+    thread: threading.Thread | None = None
+    abandoned: bool = False
+
+
+@dataclass(eq=False, slots=True)
+class _Batch:
+    outcomes: list[Outcome | None]
+    remaining: int
+    done: threading.Condition = field(default_factory=threading.Condition)
+    running: set[_Job] = field(default_factory=set)
 
 
 class InlineDispatcher(BaseDispatcher):
-    def __init__(self, max_workers: int | None = None) -> None:
+    def __init__(self, max_workers: int | None = None, timeout: float | None = None) -> None:
         self.max_workers = max_workers or app_settings.INLINE_MAX_WORKERS
-        self._pool = ThreadPoolExecutor(self.max_workers, thread_name_prefix="schedulinator")
+        self.default_timeout = timeout or app_settings.TASK_TIMEOUT_SECONDS
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._abandoned: list[threading.Thread] = []
+        for _ in range(self.max_workers):
+            self._spawn()
 
     def dispatch(
         self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
     ) -> list[Outcome]:
-        # Always in the pool, even for one occurrence: the calling thread stays free to
-        # keep the leases alive while tasks run.
-        # A few drainers pulling from one queue: balanced like one future per task, without
-        # the cost of hundreds of futures per batch.
-        queue = deque(enumerate(occurrences))
-        outcomes: list[Outcome | None] = [None] * len(occurrences)
-        drainers = [
-            self._pool.submit(_drain, queue, outcomes)
-            for _ in range(min(self.max_workers, len(occurrences)))
-        ]
-        while wait(drainers, timeout=KEEPALIVE_EVERY_SECONDS).not_done:
-            keepalive()
-        for drainer in drainers:
-            drainer.result()
-        return [o for o in outcomes if o is not None]
+        # Tasks always run on pool threads: the calling thread stays free to keep the
+        # leases alive and to enforce timeouts.
+        batch = _Batch(outcomes=[None] * len(occurrences), remaining=len(occurrences))
+        for position, occurrence in enumerate(occurrences):
+            self._jobs.put(_Job(occurrence, position, batch, self._timeout_of(occurrence)))
+        next_keepalive = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+        while True:
+            with batch.done:
+                if batch.remaining:
+                    batch.done.wait(TIMEOUT_CHECK_SECONDS)
+                if not batch.remaining:
+                    break
+                self._cut_off_overdue(batch)
+            if time.monotonic() >= next_keepalive:
+                keepalive()  # outside the lock: tasks finishing meanwhile must not wait
+                next_keepalive = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+        return [o for o in batch.outcomes if o is not None]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=False)
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
+        self._threads.clear()
 
+    # -- the pool -------------------------------------------------------------------------
 
-def _drain(queue: deque[tuple[int, Occurrence]], outcomes: list[Outcome | None]) -> None:
-    try:
+    def _timeout_of(self, occurrence: Occurrence) -> float:
+        try:
+            own = registry.get(occurrence.task).timeout
+        except UnknownTask:
+            own = None
+        return own or self.default_timeout
+
+    def _spawn(self) -> None:
+        thread = threading.Thread(target=self._work, name="schedulinator-task", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
         while True:
             try:
-                position, occurrence = queue.popleft()  # thread-safe
-            except IndexError:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                # Idle: tasks may have used the ORM, and this thread owns its connection.
+                close_old_connections()
+                job = self._jobs.get()
+            if job is None:
                 return
-            outcomes[position] = _run(occurrence)
-    finally:
-        # Tasks may use the ORM; each pool thread owns its connection.
-        close_old_connections()
+            batch = job.batch
+            with batch.done:
+                job.started = time.monotonic()
+                job.thread = threading.current_thread()
+                batch.running.add(job)
+            outcome = _run(job.occurrence)
+            with batch.done:
+                if job.abandoned:
+                    # Cut off while it ran; a replacement thread already took this one's place.
+                    close_old_connections()
+                    return
+                batch.running.discard(job)
+                batch.outcomes[job.position] = outcome
+                batch.remaining -= 1
+                if not batch.remaining:
+                    batch.done.notify()
+
+    def _cut_off_overdue(self, batch: _Batch) -> None:
+        """Fail the running jobs past their deadline and replace their threads (lock held)."""
+        now = time.monotonic()
+        for job in [j for j in batch.running if now - (j.started or now) >= j.timeout]:
+            job.abandoned = True
+            batch.running.discard(job)
+            batch.outcomes[job.position] = Outcome(
+                job.occurrence.run_id,
+                "failed",
+                f"Timed out after {job.timeout:g}s and was cut off: the run is recorded as "
+                f"failed, and anything the task does from now on is not recorded.",
+            )
+            batch.remaining -= 1
+            if job.thread in self._threads:
+                self._threads.remove(job.thread)
+                self._abandoned.append(job.thread)
+            self._abandoned = [t for t in self._abandoned if t.is_alive()]
+            self._spawn()
+            logger.error(
+                "Task %s of schedule %r (key %s) ran longer than %gs: recorded as failed; its "
+                "thread is abandoned (%d abandoned thread(s) still running).",
+                job.occurrence.task,
+                job.occurrence.schedule_name,
+                job.occurrence.key,
+                job.timeout,
+                len(self._abandoned),
+            )
 
 
 def _run(occurrence: Occurrence) -> Outcome:

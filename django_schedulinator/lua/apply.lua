@@ -9,10 +9,10 @@
 --   R  remove the entry              (same guard; the revision is kept to block late writes)
 --   F  forget: the row is gone       (entry and revision removed)
 --   Q  requeue at score unless an entry exists (ZADD NX): "re-check this row later"
--- Reply: {applied, stale}
+-- Reply: {applied, stale, changed}: changed counts writes that altered the due set.
 local token = ARGV[1]
 local changes = cjson.decode(ARGV[2])
-local applied, stale = 0, 0
+local applied, stale, changed = 0, 0, 0
 for _, change in ipairs(changes) do
   -- ids travel as strings: a Lua number would print large ids in exponent form
   local sid, rev, op, score = change[1], change[2], change[3], change[4]
@@ -23,18 +23,18 @@ for _, change in ipairs(changes) do
     else
       redis.call('HSET', KEYS[2], sid, rev)
       if op == 'S' then
-        redis.call('ZADD', KEYS[1], score, sid)
+        changed = changed + redis.call('ZADD', KEYS[1], 'CH', score, sid)
       else
-        redis.call('ZREM', KEYS[1], sid)
+        changed = changed + redis.call('ZREM', KEYS[1], sid)
       end
       applied = applied + 1
     end
   elseif op == 'F' then
-    redis.call('ZREM', KEYS[1], sid)
+    changed = changed + redis.call('ZREM', KEYS[1], sid)
     redis.call('HDEL', KEYS[2], sid)
     applied = applied + 1
   elseif op == 'Q' then
-    redis.call('ZADD', KEYS[1], 'NX', score, sid)
+    changed = changed + redis.call('ZADD', KEYS[1], 'NX', score, sid)
     applied = applied + 1
   else
     return redis.error_reply('unknown index op ' .. tostring(op))
@@ -43,4 +43,4 @@ for _, change in ipairs(changes) do
     redis.call('ZREM', KEYS[3], sid .. '@' .. token)
   end
 end
-return {applied, stale}
+return {applied, stale, changed}

@@ -1,0 +1,129 @@
+"""How far the due index is from the rows, and whether Redis may throw it away.
+
+The drift check is cheap enough to run every few minutes on a million schedules: two counts
+and a random sample compared in both directions (entries against their rows, rows against
+their entries). What it flags is re-read once before it is reported, so a row that merely
+fired between the two reads is not called drift.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import router
+from django.db.models import Max, Min
+
+from . import timing
+from .conf import app_settings
+from .index import DueIndex
+
+# Redis policies that may evict keys without a TTL, such as every key of the index.
+EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
+
+
+@dataclass(slots=True)
+class DriftReport:
+    rows_indexable: int = 0  # enabled rows with a next run: each calls for one entry
+    entries_due: int = 0
+    entries_in_flight: int = 0
+    sampled: int = 0  # entries and rows compared
+    # Dangerous: the row is due no later than its entry says, or has no entry at all; it
+    # would fire late or never until reconcile or a rebuild fixes it.
+    late_or_missing: list[int] = field(default_factory=list)
+    # Harmless: an entry earlier than its row, or of a row with nothing to run; a claim
+    # re-checks the row and repairs or drops it.
+    early_or_orphaned: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.late_or_missing
+
+    def summary(self) -> str:
+        return (
+            f"{self.rows_indexable} schedules to index, {self.entries_due} entries due and "
+            f"{self.entries_in_flight} in flight; of {self.sampled} sampled, "
+            f"{len(self.late_or_missing)} late or missing, "
+            f"{len(self.early_or_orphaned)} early or orphaned"
+        )
+
+
+def check_drift(
+    index: DueIndex | None = None, *, sample: int | None = None, using: str | None = None
+) -> DriftReport:
+    """Compare the index with the rows: counts, and a random sample in both directions."""
+    from .models import Schedule
+
+    index = index or DueIndex()
+    size = sample or app_settings.DRIFT_SAMPLE_SIZE
+    db = using or router.db_for_write(Schedule)
+    indexable = Schedule.objects.using(db).filter(enabled=True, next_run_at__isnull=False)
+    report = DriftReport(rows_indexable=indexable.count())
+    report.entries_due, report.entries_in_flight = index.counts()
+
+    # Entries picked at random, and rows from a random point of the primary key range (an
+    # index range scan, not ORDER BY random()).
+    ids = set(index.random_entries(size))
+    bounds = indexable.aggregate(low=Min("pk"), high=Max("pk"))
+    if bounds["low"] is not None:
+        start = random.randint(bounds["low"], bounds["high"])
+        rows = indexable.filter(pk__gte=start).order_by("pk").values_list("pk", flat=True)
+        ids.update(rows[:size])
+    report.sampled = len(ids)
+    suspects = _compare(index, db, ids)
+    if suspects:  # re-read: a schedule that fired between the two reads is not drift
+        late, early = _compare(index, db, set(suspects[0]) | set(suspects[1]))
+        report.late_or_missing, report.early_or_orphaned = sorted(late), sorted(early)
+    return report
+
+
+def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[int]]:
+    from .models import Schedule
+
+    if not ids:
+        return [], []
+    ordered = sorted(ids)
+    rows = dict(
+        Schedule.objects.using(db)
+        .filter(pk__in=ordered, enabled=True, next_run_at__isnull=False)
+        .values_list("pk", "next_run_at")
+    )
+    scores = index.scores(ordered)
+    in_flight = index.inflight_ids()
+    late: list[int] = []
+    early: list[int] = []
+    for sid in ordered:
+        row, score = rows.get(sid), scores[sid]
+        if row is None:
+            if score is not None:
+                early.append(sid)
+        elif score is None:
+            if sid not in in_flight:
+                late.append(sid)
+        else:
+            due_ms = timing.to_ms(row)
+            if score > due_ms:
+                late.append(sid)
+            elif score < due_ms:
+                early.append(sid)
+    return late, early
+
+
+def eviction_risk(client: Any) -> str | None:
+    """A warning when Redis's maxmemory-policy may evict the index's keys, else None.
+
+    Read from INFO (allowed on managed Redis services where CONFIG GET is not).
+    """
+    info = client.info("memory")
+    policy = str(info.get("maxmemory_policy", ""))
+    if policy not in EVICTING_POLICIES:
+        return None
+    limit = int(info.get("maxmemory", 0) or 0)
+    limit_text = f"maxmemory is {limit} bytes" if limit else "maxmemory is not set yet"
+    return (
+        f"Redis maxmemory-policy is {policy!r} ({limit_text}): under memory pressure Redis "
+        "may evict keys of the due index, and schedules then fire late until reconcile or a "
+        "rebuild restores them. Use 'noeviction' or a volatile-* policy, or give the index a "
+        "Redis of its own."
+    )

@@ -66,6 +66,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_index(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
+    from .health import eviction_risk
     from .index import DueIndex
 
     if not databases:  # only under `check --database`: it talks to Redis
@@ -84,12 +85,23 @@ def check_index(
                 id="schedulinator.W010",
             )
         ]
+    messages: list[CheckMessage] = []
     if not built:
-        return [
+        messages.append(
             Warning(
                 "The due index has not been built in this Redis.",
                 hint="Run `manage.py rebuild_due_index` (run_scheduler also builds it on start).",
                 id="schedulinator.W011",
             )
-        ]
-    return []
+        )
+    risk = eviction_risk(index.client)
+    if risk:
+        messages.append(
+            Warning(
+                risk,
+                hint="CONFIG SET maxmemory-policy noeviction (or volatile-lru), or set it in "
+                "your managed Redis's parameter group.",
+                id="schedulinator.W012",
+            )
+        )
+    return messages

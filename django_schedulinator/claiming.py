@@ -28,6 +28,8 @@ from typing import Any
 from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import timing
 from .dispatch.base import Occurrence, Outcome
@@ -145,11 +147,7 @@ class Claimer:
                 # The index said due, the row says later: trust the row, fix the index.
                 plan.changes.append(Change(sid, revision, SET, due_ms))
                 counters.repaired += 1
-                logger.info(
-                    "Repaired stale index entry of schedule %s (due %s).",
-                    sid,
-                    next_run_at.isoformat(),
-                )
+                logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, next_run_at)
                 continue
             kind, cron, interval, run_at, zone = row[4:9]
             spec = timing.Timing(kind, cron, interval, run_at, zone, row[13], row[14])
@@ -162,6 +160,12 @@ class Claimer:
                 counters.invalid += 1
                 continue
             plan.due.append((row, Advance(sid, revision, following)))
+        if counters.repaired:
+            logger.info(
+                "Repaired %d stale index entr%s: not due yet, re-indexed at the row's time.",
+                counters.repaired,
+                "y" if counters.repaired == 1 else "ies",
+            )
         return plan
 
     def commit(self, plan: Plan, token: str) -> tuple[list[Occurrence], Counters]:
@@ -215,8 +219,9 @@ class Claimer:
 
     # -- pending runs whose dispatch never completed --------------------------------------
 
-    def take_over_expired(self, now_ms: int, limit: int) -> list[Occurrence]:
-        """Pending runs whose lease expired, now leased to this process, to dispatch again."""
+    def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str]:
+        """Pending runs whose lease expired, now leased to this process under a new claim
+        token (returned), to dispatch again."""
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
         candidates = list(
@@ -224,9 +229,9 @@ class Claimer:
             .order_by("lease_expires_at")
             .values_list("pk", flat=True)[:limit]
         )
-        if not candidates:
-            return []
         token = new_token()
+        if not candidates:
+            return [], token
         # Conditional: of two processes taking over the same run, exactly one matches.
         runs.filter(pk__in=candidates).lease_expired(now).update(
             claim_token=token,
@@ -254,12 +259,28 @@ class Claimer:
                 "Dispatching %d pending run(s) again whose lease expired (same keys).",
                 len(occurrences),
             )
-        return occurrences
+        return occurrences, token
 
-    def extend_leases(self, run_ids: Sequence[int]) -> None:
-        until = timing.from_ms(self.index.now_ms()) + self.lease
-        runs = Run.objects.using(self.db).pending()
-        runs.filter(pk__in=json_ids(run_ids, self.db)).update(lease_expires_at=until)
+    def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
+        """Extend the leases of the runs that ``token`` still holds; their ids.
+
+        Conditional on the token: a run whose lease expired and that another process took
+        over (with a token of its own) is not renewed, and the caller must not dispatch it.
+        Leases are on Redis TIME like the claims; while Redis is unreachable this host's
+        clock stands in, so work already committed is still dispatched.
+        """
+        try:
+            now = timing.from_ms(self.index.now_ms())
+        except (RedisConnectionError, RedisTimeoutError):
+            now = timezone.now()
+        until = now + self.lease
+        held = (
+            Run.objects.using(self.db)
+            .pending()
+            .filter(pk__in=json_ids(run_ids, self.db), claim_token=token)
+        )
+        held.update(lease_expires_at=until)
+        return set(held.values_list("pk", flat=True))
 
     # -- 3. record outcomes ---------------------------------------------------------------
 

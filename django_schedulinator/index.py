@@ -17,11 +17,15 @@ from typing import Any, Literal, NamedTuple
 from .conf import app_settings
 from .connection import get_redis
 
-Op = Literal["S", "R", "F", "Q"]
+Op = Literal["S", "R", "F", "Q", "s", "r"]
 SET: Op = "S"  # put the entry at the row's next run (revision-guarded)
 REMOVE: Op = "R"  # the row exists but has nothing to run (revision-guarded)
 FORGET: Op = "F"  # the row is gone
 REQUEUE: Op = "Q"  # re-check this row at a score, unless an entry exists
+# SET and REMOVE only for a revision newer than the recorded one (reconcile: a write that
+# landed, whose entry may be in flight right now, is left alone).
+HEAL_SET: Op = "s"
+HEAL_REMOVE: Op = "r"
 
 # Periodic chores that one process of the fleet does per period (see take_turn).
 TURNS = ("reconcile", "drift")

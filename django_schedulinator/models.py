@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.core import validators
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
@@ -50,6 +51,19 @@ def validate_json_list(value: Any) -> None:
             code="not_a_list",
             params={"type": type(value).__name__},
         )
+    _validate_strict_json(value)
+
+
+def _validate_strict_json(value: Any) -> None:
+    # json.dumps writes NaN and Infinity by default; they are not JSON (PostgreSQL refuses them).
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        raise ValidationError(
+            "NaN and Infinity are not valid JSON numbers.", code="not_json"
+        ) from None
+    except TypeError:
+        pass  # not JSON at all: the field's own validation says so
 
 
 def validate_json_object(value: Any) -> None:
@@ -65,6 +79,7 @@ def validate_json_object(value: Any) -> None:
             code="reserved_kwarg",
             params={"name": OCCURRENCE_PARAMETER},
         )
+    _validate_strict_json(value)
 
 
 def validate_name(value: str) -> None:
@@ -103,6 +118,7 @@ def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
 
 
 def validate_timezone(value: str) -> None:
+    # Kept for migration 0001; clean() reports zone errors (once) through Timing.validate().
     try:
         timing.get_zone(value)
     except timing.TimingError as exc:
@@ -135,7 +151,6 @@ class Schedule(models.Model):
     timezone = models.CharField(
         max_length=64,
         default=default_timezone,
-        validators=[validate_timezone],
         help_text="IANA zone in which the cron expression is evaluated.",
     )
     start_at = models.DateTimeField(
@@ -239,12 +254,54 @@ class Schedule(models.Model):
             end_at=self.end_at,
         )
 
+    def clean_fields(self, exclude: Any = None) -> None:
+        # Django's DurationField and DateTimeField raise TypeError, not ValidationError, for
+        # values of other types (interval=3600): report those as errors of their fields.
+        exclude = set(exclude or ())
+        errors: dict[str, Any] = {}
+        for name, types, expected in (
+            ("interval", (timedelta, str), "a duration (datetime.timedelta)"),
+            ("run_at", (date, str), "a date and time (datetime.datetime)"),
+            ("start_at", (date, str), "a date and time (datetime.datetime)"),
+            ("end_at", (date, str), "a date and time (datetime.datetime)"),
+        ):
+            value = getattr(self, name)
+            if name not in exclude and value is not None and not isinstance(value, types):
+                errors[name] = [
+                    ValidationError(
+                        "Enter %(expected)s, not %(type)s.",
+                        code="invalid_type",
+                        params={"expected": expected, "type": type(value).__name__},
+                    )
+                ]
+                exclude.add(name)
+        try:
+            super().clean_fields(exclude=exclude)
+        except ValidationError as exc:
+            errors = exc.update_error_dict(errors)
+        if errors:
+            raise ValidationError(errors)
+
     def clean(self) -> None:
         super().clean()
         errors = self.timing_spec.validate()
         errors.update(payload_errors(self.args, self.kwargs))
+        # clean_fields() skips the validators of blank values: None would break NOT NULL and
+        # an empty list or string as kwargs would reach the task.
+        for field, validate in (("args", validate_json_list), ("kwargs", validate_json_object)):
+            value = getattr(self, field)
+            if value in validators.EMPTY_VALUES:
+                try:
+                    validate(value)
+                except ValidationError as exc:
+                    errors.setdefault(field, exc.messages[0])
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
-        if new_one_off and self.run_at and self.run_at < timezone.now() - timedelta(minutes=1):
+        if (
+            new_one_off
+            and "run_at" not in errors
+            and self.run_at
+            and self.run_at < timezone.now() - timedelta(minutes=1)
+        ):
             errors.setdefault("run_at", "A new one-off must run in the future.")
         if errors:
             raise ValidationError(errors)

@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .conf import app_settings
-from .index import DueIndex
+from .index import HEAL_REMOVE, HEAL_SET, SET, DueIndex
 from .sync import INDEX_FIELDS, change_for_row
 
 
@@ -28,7 +28,7 @@ from .sync import INDEX_FIELDS, change_for_row
 class ReconcileReport:
     rows: int  # rows read (changed since the watermark)
     healed: int  # entries added, moved or removed: sync writes that had not landed
-    stale: int  # writes refused: the index already held a newer revision
+    stale: int  # rows whose revision the index already recorded: nothing to heal
     caught_up: bool  # False: more changed rows wait for the next pass
 
 
@@ -66,7 +66,11 @@ def reconcile(
         .order_by("updated_at", "pk")
         .values_list(*INDEX_FIELDS, "updated_at")[:size]
     )
-    written = index.apply([change_for_row(*row[:4]) for row in rows])
+    changes = [change_for_row(*row[:4]) for row in rows]
+    # Only revisions the index has not recorded: those are the writes that never landed.
+    written = index.apply(
+        [c._replace(op=HEAL_SET if c.op == SET else HEAL_REMOVE) for c in changes]
+    )
     if rows:
         newest = max(newest, rows[-1][4]) if newest else rows[-1][4]
     caught_up = len(rows) < size

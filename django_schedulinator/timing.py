@@ -129,6 +129,13 @@ class Timing:
             get_zone(self.timezone)
         except TimingError as exc:
             errors["timezone"] = str(exc)
+        for name in ("run_at", "start_at", "end_at"):
+            value = getattr(self, name)
+            # A naive (or unparsed) value cannot be compared with the UTC instants used here.
+            if value is not None and not (
+                isinstance(value, datetime) and value.utcoffset() is not None
+            ):
+                errors[name] = "Enter a date and time with a time zone."
         if self.kind == CRON:
             try:
                 normalize_cron(self.cron)
@@ -137,6 +144,8 @@ class Timing:
         elif self.kind == INTERVAL:
             if self.interval is None:
                 errors["interval"] = "An interval schedule needs an interval."
+            elif not isinstance(self.interval, timedelta):
+                errors["interval"] = "Enter the interval as a duration, for example 01:00:00."
             elif self.interval < MIN_INTERVAL:
                 errors["interval"] = f"The interval must be at least {MIN_INTERVAL}."
         elif self.kind == ONCE:
@@ -144,8 +153,23 @@ class Timing:
                 errors["run_at"] = "A one-off schedule needs a time to run at."
         else:
             errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
-        if self.start_at and self.end_at and self.end_at <= self.start_at:
+        window_ok = not {"start_at", "end_at"} & errors.keys()
+        if window_ok and self.start_at and self.end_at and self.end_at <= self.start_at:
             errors["end_at"] = "The end must be later than the start."
+        if not errors:
+            now = datetime.now(UTC)
+            try:
+                first_run_at(self, now)
+            except (OverflowError, TimingError):
+                # Past datetime.max (the year 9999): nothing could ever be stored or indexed.
+                if self.kind == INTERVAL:
+                    errors["interval"] = (
+                        "The interval is too long: its first run would fall after the year 9999."
+                    )
+                elif self.start_at is not None and self.start_at > now:
+                    errors["start_at"] = "The start is too late: no occurrence can follow it."
+                else:
+                    errors["cron"] = "The cron expression has no occurrence that can be computed."
         return errors
 
 
@@ -175,11 +199,14 @@ def next_run_after(timing: Timing, nominal: datetime, now: datetime) -> datetime
     """
     if timing.kind == ONCE:
         return None
-    if timing.kind == INTERVAL:
-        step = _interval(timing)
-        steps = max(1, (now - nominal) // step + 1)
-        return _within_end(timing, truncate_ms(nominal + step * steps))
-    return _within_end(timing, _cron_after(timing, max(nominal, now)))
+    try:
+        if timing.kind == INTERVAL:
+            step = _interval(timing)
+            steps = max(1, (now - nominal) // step + 1)
+            return _within_end(timing, truncate_ms(nominal + step * steps))
+        return _within_end(timing, _cron_after(timing, max(nominal, now)))
+    except OverflowError:  # past the year 9999: nothing can follow, the schedule is finished
+        return None
 
 
 def _within_end(timing: Timing, candidate: datetime) -> datetime | None:

@@ -48,7 +48,7 @@ TRANSIENT_ERRORS = (
     OperationalError,
     InterfaceError,
 )
-MAX_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 5.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
 DISPATCH_QUEUE_BATCHES = 2
@@ -115,7 +115,9 @@ class Worker:
         self._next_stats = time.monotonic() + self._stats_every
         # While run() runs, a second thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
-        self._outbox: queue.Queue[list[Occurrence] | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
+        self._outbox: queue.Queue[tuple[list[Occurrence], str] | None] = queue.Queue(
+            DISPATCH_QUEUE_BATCHES
+        )
         self._dispatch_thread: threading.Thread | None = None
 
     # -- the loop -------------------------------------------------------------------------
@@ -171,13 +173,13 @@ class Worker:
             return PassResult(0, True, batch.now_ms, None)
         occurrences, counters = self.claimer.advance(batch, token)
         self.counters.add(counters)
-        self._dispatch(occurrences)
+        self._dispatch(occurrences, token)
         if time.monotonic() >= self._next_takeover and not self._runs_exhausted():
             self._next_takeover = time.monotonic() + self._takeover_every
-            redispatch = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
+            redispatch, takeover = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
             self.counters.redispatched += len(redispatch)
             self.counters.fired += len(redispatch)
-            self._dispatch(redispatch)
+            self._dispatch(redispatch, takeover)
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
@@ -188,38 +190,67 @@ class Worker:
             next_due_ms=batch.next_due_ms,
         )
 
-    def _dispatch(self, occurrences: list[Occurrence]) -> None:
+    def _dispatch(self, occurrences: list[Occurrence], token: str) -> None:
         if not occurrences:
             return
         if self._dispatch_thread is not None:
-            self._outbox.put(occurrences)  # blocks when the dispatch thread is behind
+            self._outbox.put((occurrences, token))  # blocks when the dispatch thread is behind
         else:
-            self._dispatch_now(occurrences)
+            self._dispatch_now(occurrences, token)
 
     def _dispatch_loop(self) -> None:
         try:
-            while (occurrences := self._outbox.get()) is not None:
+            while (item := self._outbox.get()) is not None:
                 try:
-                    self._dispatch_now(occurrences)
+                    self._dispatch_now(*item)
+                except TRANSIENT_ERRORS as exc:
+                    logger.warning(
+                        "Could not dispatch or record %d run(s) (%s); they stay pending and "
+                        "are dispatched again, with the same keys, once their lease expires.",
+                        len(item[0]),
+                        exc,
+                    )
+                    connections.close_all()
                 except Exception:
                     # The runs stay pending; once their lease expires they are taken over and
                     # dispatched again with the same keys.
-                    logger.exception("Dispatching or recording %d run(s) failed.", len(occurrences))
+                    logger.exception("Dispatching or recording %d run(s) failed.", len(item[0]))
                     connections.close_all()  # reconnect on the next batch
         finally:
             connections.close_all()  # this thread's connections
 
-    def _dispatch_now(self, occurrences: list[Occurrence]) -> None:
+    def _dispatch_now(self, occurrences: list[Occurrence], token: str) -> None:
+        # The batch may have waited behind others: renew its leases first, and leave out runs
+        # whose lease expired meanwhile and that another scheduler took over (it dispatches
+        # them; doing it here too would deliver them twice).
+        held = self.claimer.renew_leases([o.run_id for o in occurrences], token)
+        if len(held) < len(occurrences):
+            logger.warning(
+                "%d run(s) were taken over by another scheduler while queued here; not "
+                "dispatching them twice.",
+                len(occurrences) - len(held),
+            )
+            occurrences = [o for o in occurrences if o.run_id in held]
+            if not occurrences:
+                return
         run_ids = [o.run_id for o in occurrences]
+        renewed = time.monotonic()
+
+        def keepalive() -> None:
+            nonlocal renewed
+            if time.monotonic() - renewed >= self.lease_seconds / 3:
+                renewed = time.monotonic()
+                self._keepalive(run_ids, token)
+
         dispatched_at = timezone.now()
-        outcomes = self.dispatcher.dispatch(occurrences, keepalive=lambda: self._keepalive(run_ids))
+        outcomes = self.dispatcher.dispatch(occurrences, keepalive=keepalive)
         self._record(outcomes, dispatched_at)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 
-    def _keepalive(self, run_ids: list[int]) -> None:
+    def _keepalive(self, run_ids: list[int], token: str) -> None:
         try:
-            self.claimer.extend_leases(run_ids)
+            self.claimer.renew_leases(run_ids, token)
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             logger.warning(

@@ -20,6 +20,8 @@ from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 
+from .redis_server import RedisServer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -124,6 +126,21 @@ class Schedulers:
             proc.wait(timeout=30)
             if proc.stdout:
                 proc.stdout.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may stop, flush or reconfigure; the app
+    (in this process) uses it through the cache alias "private"."""
+    server = RedisServer(tmp_path)
+    server.start()
+    settings.CACHES = {
+        **settings.CACHES,
+        "private": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url},
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "private"}
+    yield server
+    server.kill()
 
 
 @pytest.fixture

@@ -1,9 +1,14 @@
 """Tasks registered for the tests (autodiscovered like a user's scheduled_tasks.py)."""
 
+import time
+
+from django.db import IntegrityError, InterfaceError, OperationalError, connection
+from django.utils import timezone
+
 from django_schedulinator import task
 from django_schedulinator.dispatch import Occurrence
 
-from .models import Delivery
+from .models import Delivery, Receipt, Redelivery
 
 
 @task(name="tests.record")
@@ -29,7 +34,38 @@ def noop(*args, **kwargs):
 
 @task(name="tests.slow")
 def slow(*, occurrence: Occurrence, seconds: float = 1.5):
-    import time
-
     time.sleep(seconds)
     record(occurrence=occurrence)
+
+
+@task(name="tests.hang", timeout=0.5)
+def hang(seconds: float = 3600):
+    time.sleep(seconds)
+
+
+@task(name="tests.receipt")
+def receipt(*, occurrence: Occurrence):
+    """A receiver that dedupes on the key: the first delivery is the effect, later ones are
+    only counted. Like any real receiver it retries its own write through a dropped
+    database connection."""
+    received_at = timezone.now()  # this host's clock, the one Redis TIME reads here too
+    for attempt in range(5):
+        try:
+            try:
+                Receipt.objects.create(
+                    key=occurrence.key,
+                    schedule_id=occurrence.schedule_id,
+                    scheduled_for=occurrence.scheduled_for,
+                    received_at=received_at,
+                    attempt=occurrence.attempt,
+                )
+            except IntegrityError:
+                Redelivery.objects.create(
+                    key=occurrence.key, received_at=received_at, attempt=occurrence.attempt
+                )
+            return
+        except (OperationalError, InterfaceError):
+            if attempt == 4:
+                raise
+            connection.close()
+            time.sleep(0.2 * (attempt + 1))

@@ -56,6 +56,8 @@ if DB_VENDOR == "postgres":
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
             "TEST": {"NAME": f"test_schedulinator_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"},
+            # Lets a test find (and terminate) the backends of the schedulers it started.
+            "OPTIONS": {"application_name": os.environ.get("SCHEDULINATOR_TEST_APP_NAME", "tests")},
         }
     }
 elif DB_VENDOR == "sqlite":
@@ -94,6 +96,8 @@ SCHEDULINATOR = {
     "KEY_PREFIX": os.environ.get("SCHEDULINATOR_TEST_PREFIX", "schedulinator-tests"),
     "LEASE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LEASE", "30")),
     "MAX_SLEEP_SECONDS": 0.2,
+    "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
+    "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
 }
 
 LOGGING = {

@@ -43,8 +43,9 @@ class BaseDispatcher(ABC):
     ``dispatch`` receives a batch and returns one Outcome per occurrence: ``dispatched`` when
     it was handed off to another system, ``succeeded``/``failed`` when the dispatcher ran it.
     A run whose outcome is never recorded (the process died) is dispatched again with the
-    same key after its lease expires. Dispatchers that block longer than a few seconds call
-    ``keepalive()`` regularly, which extends the leases of the batch.
+    same key after its lease expires. Dispatchers that block longer than a second call
+    ``keepalive()`` about once a second; it is cheap (the worker renews the leases of the
+    batch only every third of a lease).
     """
 
     @abstractmethod

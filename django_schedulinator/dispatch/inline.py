@@ -26,7 +26,8 @@ from .base import BaseDispatcher, Occurrence, Outcome
 logger = logging.getLogger("django_schedulinator.dispatch")
 
 MAX_ERROR_CHARS = 4000
-KEEPALIVE_EVERY_SECONDS = 5.0
+# The worker decides how often leases are really renewed; calling it often is cheap.
+KEEPALIVE_EVERY_SECONDS = 1.0
 # How often running tasks are compared with their deadlines: a timeout is enforced to
 # within this much.
 TIMEOUT_CHECK_SECONDS = 0.5

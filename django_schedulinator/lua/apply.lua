@@ -9,6 +9,8 @@
 --   R  remove the entry              (same guard; the revision is kept to block late writes)
 --   F  forget: the row is gone       (entry and revision removed)
 --   Q  requeue at score unless an entry exists (ZADD NX): "re-check this row later"
+--   s, r  as S and R, but only for a revision newer than the one recorded: reconcile heals
+--         writes that never landed without re-adding entries that are in flight
 -- Reply: {applied, stale, changed}: changed counts writes that altered the due set.
 local token = ARGV[1]
 local changes = cjson.decode(ARGV[2])
@@ -16,13 +18,14 @@ local applied, stale, changed = 0, 0, 0
 for _, change in ipairs(changes) do
   -- ids travel as strings: a Lua number would print large ids in exponent form
   local sid, rev, op, score = change[1], change[2], change[3], change[4]
-  if op == 'S' or op == 'R' then
+  if op == 'S' or op == 'R' or op == 's' or op == 'r' then
     local current = tonumber(redis.call('HGET', KEYS[2], sid))
-    if current and current > rev then
+    local strict = op == 's' or op == 'r'
+    if current and (current > rev or (strict and current == rev)) then
       stale = stale + 1
     else
       redis.call('HSET', KEYS[2], sid, rev)
-      if op == 'S' then
+      if op == 'S' or op == 's' then
         changed = changed + redis.call('ZADD', KEYS[1], 'CH', score, sid)
       else
         changed = changed + redis.call('ZREM', KEYS[1], sid)

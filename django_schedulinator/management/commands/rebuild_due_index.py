@@ -50,6 +50,14 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if options["dry_run"] and options["reset"]:
             raise CommandError("--dry-run and --reset cannot be combined.")
+        size = options["chunk_size"]
+        # call_command(chunk_size=...) skips argparse; 0 would silently mean the default.
+        if size is not None and (
+            isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_CHUNK_SIZE
+        ):
+            raise CommandError(
+                f"--chunk-size must be a whole number from 1 to {MAX_CHUNK_SIZE}, got {size!r}."
+            )
         total = Schedule.objects.count()
         # tqdm hides itself when stderr is not a terminal (disable=None).
         bar = tqdm(total=total, unit="rows", disable=True if options["no_progress"] else None)

@@ -41,6 +41,15 @@ def batch_size(value: str) -> int:
     return number
 
 
+# Options whose values call_command() passes through unconverted: the types they must have.
+NUMBER_OPTIONS: dict[str, type | tuple[type, ...]] = {
+    "batch_size": int,
+    "lease": (int, float),
+    "max_runs": int,
+    "max_seconds": (int, float),
+}
+
+
 def configure_logging(verbosity: int) -> None:
     """Map --verbosity onto the package logger, unless the project's LOGGING handles it."""
     logger = logging.getLogger("django_schedulinator")
@@ -83,9 +92,18 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # call_command(..., batch_size="10") skips argparse and its type conversion.
+        for option, kind in NUMBER_OPTIONS.items():
+            value = options[option]
+            if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+                flag = "--" + option.replace("_", "-")
+                what = "a whole number" if kind is int else "a number"
+                raise CommandError(f"{flag} ({option}) must be {what}, got {value!r}.")
         configure_logging(options["verbosity"])
         worker_id = options["worker_id"]
-        if worker_id is not None and not (0 < len(worker_id) <= 200 and worker_id.isprintable()):
+        if worker_id is not None and not (
+            isinstance(worker_id, str) and 0 < len(worker_id) <= 200 and worker_id.isprintable()
+        ):
             raise CommandError("--worker-id must be 1-200 printable characters.")
         try:
             worker = Worker(

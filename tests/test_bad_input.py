@@ -1,0 +1,602 @@
+"""The bad-input matrix: every way in (model, admin, commands, settings) rejects bad values.
+
+Each rejected case proves three things: the error names the field, option or setting key and
+says what is wrong; nothing reached SQL or Redis; and no traceback reached the user. The last
+tests are positive controls: odd but valid names are stored and indexed by id only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.checks import ERROR, run_checks
+from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_schedulinator.connection import get_redis
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import to_ms
+
+from .conftest import ROOT, subprocess_env
+
+ADD_URL = "admin:django_schedulinator_schedule_add"
+PAYLOAD_LIMIT = 1024  # SCHEDULINATOR['MAX_PAYLOAD_BYTES'] while the matrix runs
+HUGE = "x" * 2000  # more than PAYLOAD_LIMIT bytes of JSON
+PAST = timezone.now() - timedelta(days=1)
+START = datetime(2100, 1, 1, tzinfo=UTC)
+LAST_HOUR = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings: Any) -> None:
+    """The admin_client fixture creates a superuser: hash its password cheaply."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def redis_client(key_prefix: str) -> Any:
+    """The Redis client, taken before a test points the settings somewhere unusable."""
+    return get_redis()
+
+
+@pytest.fixture
+def small_payload_limit(settings: Any, key_prefix: str) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_PAYLOAD_BYTES": PAYLOAD_LIMIT}
+
+
+def assert_nothing_written(client: Any, key_prefix: str, schedules: int = 0) -> None:
+    assert Schedule.objects.count() == schedules
+    assert Run.objects.count() == 0
+    assert client.keys(f"{{{key_prefix}}}*") == []
+
+
+def assert_field_error(errors: dict[str, list[str]], field: str, fragment: str) -> None:
+    assert field in errors, errors
+    assert any(fragment in str(message) for message in errors[field]), errors[field]
+
+
+def bad(case_id: str, field: str, fragment: str, **overrides: Any) -> Any:
+    """One row of a field-level table: overrides that must fail on ``field`` with ``fragment``."""
+    return pytest.param(overrides, field, fragment, id=case_id)
+
+
+# -- 1. the model: save() and full_clean() -------------------------------------------------
+
+
+def model_fields(**overrides: Any) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "name": "nightly",
+        "task": "tests.record",
+        "kind": "cron",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+    }
+    fields.update(overrides)
+    return fields
+
+
+def interval(value: Any) -> dict[str, Any]:
+    return {"kind": "interval", "interval": value}
+
+
+def once(value: Any) -> dict[str, Any]:
+    return {"kind": "once", "run_at": value}
+
+
+MODEL_CASES = [
+    # cron
+    bad("cron-minute-60", "cron", "Bad minute", cron="60 * * * *"),
+    bad("cron-hour-24", "cron", "Bad hour", cron="0 24 * * *"),
+    bad("cron-day-32", "cron", "Bad day-of-month", cron="0 0 32 * *"),
+    bad("cron-month-13", "cron", "Bad month", cron="0 0 1 13 *"),
+    bad("cron-weekday-8", "cron", "Bad day-of-week", cron="0 0 * * 8"),
+    bad("cron-second-60", "cron", "Bad second", cron="60 0 0 * * *"),
+    bad("cron-4-fields", "cron", "has 4", cron="* * * *"),
+    bad("cron-7-fields", "cron", "has 7", cron="* * * * * * *"),
+    bad("cron-empty", "cron", "Enter a cron expression", cron=""),
+    bad("cron-whitespace", "cron", "Enter a cron expression", cron=" \t  "),
+    bad("cron-none", "cron", "as text", cron=None),
+    bad("cron-too-long", "cron", "at most 200", cron="* " * 150),
+    bad("cron-garbage", "cron", "Bad minute", cron="a b c d e"),
+    bad("cron-alias-every5m", "cron", "Unknown cron alias", cron="@every5m"),
+    bad("cron-alias-reboot", "cron", "Unknown cron alias", cron="@reboot"),
+    bad("cron-step-0", "cron", "Bad minute", cron="*/0 * * * *"),
+    bad("cron-feb-31", "cron", "Bad day-of-month", cron="0 0 31 2 *"),
+    bad("cron-never-matches", "cron", "never matches", cron="* * */20 * 1L"),
+    # timezone
+    bad("tz-mars", "timezone", "Unknown time zone", timezone="Mars/Olympus"),
+    bad("tz-empty", "timezone", "not an IANA time zone", timezone=""),
+    bad("tz-none", "timezone", "not an IANA time zone", timezone=None),
+    bad("tz-trailing-space", "timezone", "Unknown time zone", timezone="Europe/Berlin "),
+    bad("tz-path-traversal", "timezone", "Unknown time zone", timezone="../../etc/passwd"),
+    bad("tz-absolute-path", "timezone", "Unknown time zone", timezone="/etc/localtime"),
+    bad("tz-100-chars", "timezone", "at most 64", timezone="A" * 100),
+    # task
+    bad("task-unknown", "task", "not a registered task", task="nope.task"),
+    bad("task-os-system", "task", "not a registered task", task="os.system"),
+    bad("task-subprocess-call", "task", "not a registered task", task="subprocess.call"),
+    bad("task-builtins-eval", "task", "not a registered task", task="builtins.eval"),
+    bad(
+        "task-model-path",
+        "task",
+        "not a registered task",
+        task="django_schedulinator.models.Schedule",
+    ),
+    bad("task-wrong-case", "task", "not a registered task", task="Tests.Record"),
+    bad("task-padded", "task", "not a registered task", task=" tests.record"),
+    bad("task-empty", "task", "cannot be blank", task=""),
+    # args
+    bad("args-dict", "args", "JSON list", args={"a": 1}),
+    bad("args-empty-dict", "args", "JSON list", args={}),
+    bad("args-json-text", "args", "JSON list", args="[1, 2]"),
+    bad("args-number", "args", "JSON list", args=5),
+    bad("args-none", "args", "JSON list", args=None),
+    bad("args-python-set", "args", "valid JSON", args={1, 2}),
+    bad("args-python-object", "args", "valid JSON", args=[object()]),
+    bad("args-nan", "args", "NaN and Infinity", args=[float("nan")]),
+    bad("args-too-big", "args", "MAX_PAYLOAD_BYTES", args=[HUGE]),
+    # kwargs
+    bad("kwargs-list", "kwargs", "JSON object", kwargs=[1]),
+    bad("kwargs-empty-list", "kwargs", "JSON object", kwargs=[]),
+    bad("kwargs-json-text", "kwargs", "JSON object", kwargs='{"a": 1}'),
+    bad("kwargs-number", "kwargs", "JSON object", kwargs=5),
+    bad("kwargs-none", "kwargs", "JSON object", kwargs=None),
+    bad("kwargs-reserved-occurrence", "kwargs", "reserved", kwargs={"occurrence": 1}),
+    bad("kwargs-python-set", "kwargs", "valid JSON", kwargs={"a": {1}}),
+    bad("kwargs-infinity", "kwargs", "NaN and Infinity", kwargs={"a": float("inf")}),
+    bad("kwargs-too-big", "kwargs", "MAX_PAYLOAD_BYTES", kwargs={"a": HUGE}),
+    # interval
+    bad("interval-zero", "interval", "at least", **interval(timedelta(0))),
+    bad("interval-negative", "interval", "at least", **interval(timedelta(seconds=-5))),
+    bad("interval-half-second", "interval", "at least", **interval(timedelta(seconds=0.5))),
+    bad("interval-missing", "interval", "needs an interval", **interval(None)),
+    bad("interval-int", "interval", "Enter a duration", **interval(3600)),
+    bad("interval-garbage", "interval", "invalid format", **interval("soon")),
+    bad("interval-overflow", "interval", "too long", **interval(timedelta(days=999_999_999))),
+    # one-offs
+    bad("once-missing-run-at", "run_at", "needs a time", **once(None)),
+    bad("once-in-the-past", "run_at", "future", **once(PAST)),
+    bad("once-naive", "run_at", "with a time zone", **once(datetime(2100, 1, 1))),
+    bad("once-garbage", "run_at", "invalid format", **once("tomorrow")),
+    bad("once-int", "run_at", "Enter a date and time", **once(1234)),
+    # kind
+    bad("kind-weekly", "kind", "not a valid choice", kind="weekly"),
+    bad("kind-empty", "kind", "cannot be blank", kind=""),
+    # window
+    bad("end-before-start", "end_at", "later than", start_at=START, end_at=START - timedelta(1)),
+    bad("end-equals-start", "end_at", "later than", start_at=START, end_at=START),
+    bad("start-naive", "start_at", "with a time zone", start_at=datetime(2100, 1, 1)),
+    bad("start-too-late", "start_at", "too late", start_at=LAST_HOUR),
+    # name
+    bad("name-empty", "name", "cannot be blank", name=""),
+    bad("name-only-spaces", "name", "only spaces", name="   "),
+    bad("name-only-line-separator", "name", "only spaces", name="\u2028"),
+    bad("name-nul", "name", "control characters", name="a\x00b"),
+    bad("name-newline", "name", "control characters", name="a\nb"),
+    bad("name-tab", "name", "control characters", name="tab\there"),
+    bad("name-del", "name", "control characters", name="a\x7fb"),
+    bad("name-line-separator", "name", "U+2028", name="a\u2028b"),
+    bad("name-201-chars", "name", "at most 200", name="x" * 201),
+    # enabled
+    bad("enabled-maybe", "enabled", "either True or False", enabled="maybe"),
+]
+
+
+def save(schedule: Schedule) -> None:
+    schedule.save()
+
+
+def full_clean(schedule: Schedule) -> None:
+    schedule.full_clean()
+
+
+@pytest.mark.usefixtures("small_payload_limit")
+@pytest.mark.parametrize(
+    "path",
+    [
+        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
+        pytest.param(save, id="save", marks=pytest.mark.django_db(transaction=True)),
+        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
+        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
+    ],
+)
+@pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)
+def test_model_rejects_bad_input(
+    path: Any,
+    overrides: dict[str, Any],
+    field: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        path(Schedule(**model_fields(**overrides)))
+    assert_field_error(caught.value.message_dict, field, fragment)
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
+    # Created in bulk: no signal, so the index stays empty and any key would be new.
+    Schedule.objects.bulk_create([Schedule(**model_fields())])
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**model_fields(cron="0 4 * * *")).full_clean()
+    assert_field_error(caught.value.message_dict, "name", "already exists")
+    assert_nothing_written(redis_client, key_prefix, schedules=1)
+
+
+# -- 2. the admin add form -------------------------------------------------------------------
+
+
+def form_data(**overrides: str) -> dict[str, str]:
+    data = {
+        "name": "nightly",
+        "task": "tests.record",
+        "args": "[]",
+        "kwargs": "{}",
+        "enabled": "on",
+        "kind": "cron",
+        "cron": "0 3 * * *",
+        "interval": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "timezone": "Europe/Berlin",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+    }
+    data.update(overrides)
+    return data
+
+
+def at(field: str, date: str, time: str = "00:00:00") -> dict[str, str]:
+    """The two inputs of the admin's split date/time widget."""
+    return {f"{field}_0": date, f"{field}_1": time}
+
+
+ADMIN_CASES = [
+    bad("name-empty", "name", "required", name=""),
+    bad("name-only-spaces", "name", "required", name="   "),
+    bad("name-nul", "name", "Null characters", name="a\x00b"),
+    bad("name-newline", "name", "control characters", name="a\nb"),
+    bad("name-201-chars", "name", "at most 200", name="x" * 201),
+    bad("task-os-system", "task", "Select a valid choice", task="os.system"),
+    bad("task-builtins-eval", "task", "Select a valid choice", task="builtins.eval"),
+    bad("task-subprocess-call", "task", "Select a valid choice", task="subprocess.call"),
+    bad("task-unknown", "task", "Select a valid choice", task="nope.task"),
+    bad("task-empty", "task", "required", task=""),
+    bad("args-object", "args", "JSON list", args='{"a": 1}'),
+    bad("args-json-text", "args", "JSON list", args='"[1, 2]"'),
+    bad("args-broken-json", "args", "valid JSON", args="[1, 2"),
+    bad("args-empty", "args", "JSON list", args=""),
+    bad("args-null", "args", "JSON list", args="null"),
+    bad("args-nan", "args", "NaN and Infinity", args="[NaN]"),
+    bad("args-too-big", "args", "MAX_PAYLOAD_BYTES", args=json.dumps([HUGE])),
+    bad("kwargs-list", "kwargs", "JSON object", kwargs="[1]"),
+    bad("kwargs-empty-list", "kwargs", "JSON object", kwargs="[]"),
+    bad("kwargs-empty", "kwargs", "JSON object", kwargs=""),
+    bad("kwargs-reserved-occurrence", "kwargs", "reserved", kwargs='{"occurrence": 1}'),
+    bad("kwargs-infinity", "kwargs", "NaN and Infinity", kwargs='{"a": Infinity}'),
+    bad("kwargs-too-big", "kwargs", "MAX_PAYLOAD_BYTES", kwargs=json.dumps({"a": HUGE})),
+    bad("cron-minute-61", "cron", "Bad minute", cron="61 * * * *"),
+    bad("cron-3-fields", "cron", "has 3", cron="* * *"),
+    bad("cron-empty", "cron", "Enter a cron expression", cron=""),
+    bad("cron-alias-reboot", "cron", "Unknown cron alias", cron="@reboot"),
+    bad("tz-mars", "timezone", "Unknown time zone", timezone="Mars/Olympus"),
+    bad("tz-empty", "timezone", "required", timezone=""),
+    bad("tz-path-traversal", "timezone", "Unknown time zone", timezone="../../etc/passwd"),
+    bad("tz-100-chars", "timezone", "at most 64", timezone="A" * 100),
+    bad("kind-weekly", "kind", "Select a valid choice", kind="weekly"),
+    bad("interval-zero", "interval", "at least", kind="interval", interval="0"),
+    bad("interval-negative", "interval", "at least", kind="interval", interval="-5"),
+    bad("interval-half-second", "interval", "at least", kind="interval", interval="0.5"),
+    bad("interval-garbage", "interval", "valid duration", kind="interval", interval="soon"),
+    bad("interval-missing", "interval", "needs an interval", kind="interval", interval=""),
+    bad("interval-overflow", "interval", "too long", kind="interval", interval="999999999 0:0"),
+    bad(
+        "interval-days-out-of-range", "interval", "days", kind="interval", interval="1000000000 0:0"
+    ),
+    bad("once-missing-run-at", "run_at", "needs a time", kind="once"),
+    bad("once-in-the-past", "run_at", "future", kind="once", **at("run_at", "2020-01-01")),
+    bad("once-bad-date", "run_at", "valid date", kind="once", **at("run_at", "2030-13-45")),
+    bad(
+        "once-bad-time", "run_at", "valid time", kind="once", **at("run_at", "2030-01-01", "25:61")
+    ),
+    bad(
+        "end-before-start",
+        "end_at",
+        "later than",
+        **at("start_at", "2100-01-02"),
+        **at("end_at", "2100-01-01"),
+    ),
+    bad(
+        "end-equals-start",
+        "end_at",
+        "later than",
+        **at("start_at", "2100-01-01"),
+        **at("end_at", "2100-01-01"),
+    ),
+    bad("start-too-late", "start_at", "too late", **at("start_at", "9999-12-31", "23:00")),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("small_payload_limit")
+@pytest.mark.parametrize(("overrides", "field", "fragment"), ADMIN_CASES)
+def test_admin_form_rejects_bad_input(
+    admin_client: Client,
+    overrides: dict[str, str],
+    field: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    page = admin_client.post(reverse(ADD_URL), form_data(**overrides))
+    assert page.status_code == 200  # the form again: not a redirect, not a 500
+    assert_field_error(page.context["adminform"].form.errors, field, fragment)
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_form_rejects_a_duplicate_name(
+    admin_client: Client, key_prefix: str, redis_client: Any
+) -> None:
+    Schedule.objects.bulk_create([Schedule(**model_fields())])  # no signal: nothing indexed
+    page = admin_client.post(reverse(ADD_URL), form_data(cron="0 4 * * *"))
+    assert page.status_code == 200
+    assert_field_error(page.context["adminform"].form.errors, "name", "already exists")
+    assert_nothing_written(redis_client, key_prefix, schedules=1)
+
+
+# -- 3. management command options ---------------------------------------------------------
+
+
+def option(case_id: str, command: str, named: str, fragment: str, *argv: str, **kw: Any) -> Any:
+    """One command case: argv (parsed like a shell's) and/or options given as call_command()
+    keywords (which skip argparse), and what the CommandError must say."""
+    return pytest.param(command, argv, kw, named, fragment, id=case_id)
+
+
+RUN = "run_scheduler"
+REBUILD = "rebuild_due_index"
+
+COMMAND_CASES = [
+    option("batch-size-0", RUN, "--batch-size", "at least 1", "--batch-size", "0"),
+    option("batch-size-negative", RUN, "--batch-size", "at least 1", "--batch-size", "-5"),
+    option("batch-size-too-big", RUN, "--batch-size", "at most 5000", "--batch-size", "5001"),
+    option("batch-size-nan", RUN, "--batch-size", "not a whole number", "--batch-size", "nan"),
+    option("batch-size-fraction", RUN, "--batch-size", "not a whole number", "--batch-size=1.5"),
+    option("lease-0", RUN, "--lease", "positive number", "--lease", "0"),
+    option("lease-negative", RUN, "--lease", "positive number", "--lease", "-1"),
+    option("lease-nan", RUN, "--lease", "positive number", "--lease", "nan"),
+    option("lease-inf", RUN, "--lease", "positive number", "--lease", "inf"),
+    option("lease-text", RUN, "--lease", "not a number", "--lease", "soon"),
+    option("max-runs-0", RUN, "--max-runs", "at least 1", "--max-runs", "0"),
+    option("max-runs-negative", RUN, "--max-runs", "at least 1", "--max-runs", "-1"),
+    option("max-runs-fraction", RUN, "--max-runs", "not a whole number", "--max-runs", "2.5"),
+    option("max-seconds-0", RUN, "--max-seconds", "positive number", "--max-seconds", "0"),
+    option("max-seconds-nan", RUN, "--max-seconds", "positive number", "--max-seconds", "nan"),
+    option("max-seconds-minus-inf", RUN, "--max-seconds", "positive number", "--max-seconds=-inf"),
+    option("max-seconds-missing-value", RUN, "--max-seconds", "expected one", "--max-seconds"),
+    option("worker-id-empty", RUN, "--worker-id", "1-200 printable", "--worker-id", ""),
+    option("worker-id-newline", RUN, "--worker-id", "1-200 printable", "--worker-id", "a\nb"),
+    option("worker-id-201-chars", RUN, "--worker-id", "1-200 printable", "--worker-id", "w" * 201),
+    option("unknown-option", RUN, "--bogus", "unrecognized arguments", "--bogus"),
+    option("kw-batch-size-0", RUN, "batch_size", "1-5000", batch_size=0),
+    option("kw-batch-size-too-big", RUN, "batch_size", "1-5000", batch_size=10_000),
+    option("kw-batch-size-text", RUN, "--batch-size", "whole number", batch_size="10"),
+    option("kw-batch-size-bool", RUN, "--batch-size", "whole number", batch_size=True),
+    option("kw-lease-nan", RUN, "lease", "must be positive", lease=float("nan")),
+    option("kw-lease-negative", RUN, "lease", "must be positive", lease=-1.0),
+    option("kw-lease-text", RUN, "--lease", "must be a number", lease="soon"),
+    option("kw-max-runs-0", RUN, "max_runs", "must be positive", max_runs=0),
+    option("kw-max-seconds-inf", RUN, "max_seconds", "must be positive", max_seconds=float("inf")),
+    option("kw-worker-id-number", RUN, "--worker-id", "1-200 printable", worker_id=7),
+    option("chunk-size-0", REBUILD, "--chunk-size", "at least 1", "--chunk-size", "0"),
+    option("chunk-size-negative", REBUILD, "--chunk-size", "at least 1", "--chunk-size", "-3"),
+    option("chunk-size-too-big", REBUILD, "--chunk-size", "at most 50000", "--chunk-size", "50001"),
+    option(
+        "chunk-size-text", REBUILD, "--chunk-size", "not a whole number", "--chunk-size", "lots"
+    ),
+    option("kw-chunk-size-0", REBUILD, "--chunk-size", "1 to 50000", chunk_size=0),
+    option("kw-chunk-size-negative", REBUILD, "--chunk-size", "1 to 50000", chunk_size=-5),
+    option("kw-chunk-size-text", REBUILD, "--chunk-size", "whole number", chunk_size="100"),
+    option(
+        "dry-run-with-reset", REBUILD, "--dry-run and --reset", "cannot", "--dry-run", "--reset"
+    ),
+]
+
+
+@pytest.mark.django_db  # the commands write to Redis directly, not on commit
+@pytest.mark.parametrize(("command", "argv", "kw", "named", "fragment"), COMMAND_CASES)
+def test_command_rejects_bad_options(
+    command: str,
+    argv: tuple[str, ...],
+    kw: dict[str, Any],
+    named: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command(command, *argv, **kw)
+    message = str(caught.value)
+    assert named in message, message
+    assert fragment in message, message
+    assert_nothing_written(redis_client, key_prefix)
+
+
+def run_manage(key_prefix: str, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", *argv],
+        cwd=ROOT,
+        env=subprocess_env(key_prefix, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+SUBPROCESS_CASES = [
+    pytest.param(
+        [RUN, "--batch-size", "0"], {}, ["--batch-size", "at least 1"], id="run-batch-size-0"
+    ),
+    pytest.param([RUN, "--lease", "nan"], {}, ["--lease", "positive number"], id="run-lease-nan"),
+    pytest.param(
+        [RUN, "--max-runs", "-1"], {}, ["--max-runs", "at least 1"], id="run-max-runs-negative"
+    ),
+    pytest.param(
+        [RUN, "--once", "--worker-id", ""], {}, ["--worker-id", "printable"], id="run-worker-id"
+    ),
+    pytest.param(
+        [REBUILD, "--chunk-size", "0"], {}, ["--chunk-size", "at least 1"], id="rebuild-chunk-0"
+    ),
+    pytest.param(
+        [REBUILD, "--dry-run", "--reset"], {}, ["--dry-run and --reset"], id="rebuild-dry-reset"
+    ),
+    pytest.param(
+        [RUN, "--once"],
+        {"SCHEDULINATOR_TEST_LEASE": "nan"},
+        ["schedulinator.E001", "SCHEDULINATOR['LEASE_SECONDS']", "finite"],
+        id="run-setting-lease-nan",
+    ),
+]
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the subprocess sees the test database
+@pytest.mark.parametrize(("argv", "env", "expected"), SUBPROCESS_CASES)
+def test_command_line_rejects_bad_options_without_a_traceback(
+    argv: list[str],
+    env: dict[str, str],
+    expected: list[str],
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    done = run_manage(key_prefix, *argv, **env)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    for fragment in expected:
+        assert fragment in done.stderr, output
+    assert "Traceback" not in output
+    assert_nothing_written(redis_client, key_prefix)
+
+
+# -- 4. settings, through the system checks ---------------------------------------------------
+
+NOT_A_DICT = object()  # marks the cases that replace SCHEDULINATOR itself
+
+
+def setting(case_id: str, key: str, value: Any, fragment: str, check_id: str = "E001") -> Any:
+    return pytest.param(key, value, fragment, f"schedulinator.{check_id}", id=case_id)
+
+
+SETTINGS_CASES = [
+    setting("batch-size-0", "BATCH_SIZE", 0, "positive integer"),
+    setting("batch-size-too-big", "BATCH_SIZE", 5001, "at most 5000"),
+    setting("batch-size-bool", "BATCH_SIZE", True, "positive integer"),
+    setting("batch-size-text", "BATCH_SIZE", "500", "positive integer"),
+    setting("batch-size-float", "BATCH_SIZE", 1.5, "positive integer"),
+    setting("lease-negative", "LEASE_SECONDS", -1, "positive, finite"),
+    setting("lease-nan", "LEASE_SECONDS", float("nan"), "positive, finite"),
+    setting("lease-inf", "LEASE_SECONDS", float("inf"), "positive, finite"),
+    setting("lease-text", "LEASE_SECONDS", "soon", "positive, finite"),
+    setting("key-prefix-open-brace", "KEY_PREFIX", "a{b", "no braces"),
+    setting("key-prefix-close-brace", "KEY_PREFIX", "a}b", "no braces"),
+    setting("key-prefix-space", "KEY_PREFIX", "a b", "no braces or spaces"),
+    setting("key-prefix-newline", "KEY_PREFIX", "a\nb", "1-64 characters"),
+    setting("key-prefix-star", "KEY_PREFIX", "a*", "1-64 characters"),
+    setting("key-prefix-question-mark", "KEY_PREFIX", "a?b", "1-64 characters"),
+    setting("key-prefix-non-ascii", "KEY_PREFIX", "zürich", "1-64 characters"),
+    setting("key-prefix-empty", "KEY_PREFIX", "", "non-empty string"),
+    setting("key-prefix-number", "KEY_PREFIX", 7, "non-empty string"),
+    setting("key-prefix-65-chars", "KEY_PREFIX", "k" * 65, "1-64 characters"),
+    setting("max-payload-0", "MAX_PAYLOAD_BYTES", 0, "positive integer"),
+    setting("max-payload-too-big", "MAX_PAYLOAD_BYTES", 17 * 1024 * 1024, "at most"),
+    setting("task-timeout-0", "TASK_TIMEOUT_SECONDS", 0, "positive, finite"),
+    setting("reconcile-batch-0", "RECONCILE_BATCH_SIZE", 0, "positive integer"),
+    setting("reconcile-batch-too-big", "RECONCILE_BATCH_SIZE", 50_001, "at most 50000"),
+    setting("reconcile-seconds-nan", "RECONCILE_SECONDS", float("nan"), "positive, finite"),
+    setting("lookback-negative", "RECONCILE_LOOKBACK_SECONDS", -1, "positive, finite"),
+    setting("drift-check-0", "DRIFT_CHECK_SECONDS", 0, "positive, finite"),
+    setting("drift-sample-0", "DRIFT_SAMPLE_SIZE", 0, "positive integer"),
+    setting("log-stats-inf", "LOG_STATS_SECONDS", float("inf"), "positive, finite"),
+    setting("max-sleep-0", "MAX_SLEEP_SECONDS", 0, "positive, finite"),
+    setting("rebuild-chunk-0", "REBUILD_CHUNK_SIZE", 0, "positive integer"),
+    setting("inline-workers-too-many", "INLINE_MAX_WORKERS", 257, "at most 256"),
+    setting("tasks-module-empty", "TASKS_MODULE", "", "non-empty string"),
+    setting("cache-alias-empty", "CACHE_ALIAS", "", "non-empty string"),
+    setting("cache-alias-unknown", "CACHE_ALIAS", "nope", "not in CACHES", "E002"),
+    setting("dispatcher-os-system", "DISPATCHER", "os.system", "not a BaseDispatcher", "E004"),
+    setting("dispatcher-missing", "DISPATCHER", "no.such.Dispatcher", "cannot be imported", "E004"),
+    setting("dispatcher-empty", "DISPATCHER", "", "non-empty string"),
+    setting("dispatcher-none", "DISPATCHER", None, "non-empty string"),
+    setting("not-a-dict-list", NOT_A_DICT, ["BATCH_SIZE", 10], "must be a dict, got list"),
+    setting("not-a-dict-none", NOT_A_DICT, None, "must be a dict, got NoneType"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("key", "value", "fragment", "check_id"), SETTINGS_CASES)
+def test_system_checks_reject_bad_settings(
+    settings: Any,
+    key: Any,
+    value: Any,
+    fragment: str,
+    check_id: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    if key is NOT_A_DICT:
+        settings.SCHEDULINATOR = value
+        named = "SCHEDULINATOR"
+    else:
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, key: value}
+        named = f"SCHEDULINATOR[{key!r}]"
+    errors = [m for m in run_checks() if m.id == check_id and m.level >= ERROR]
+    assert errors, f"no {check_id}"
+    assert any(named in e.msg and fragment in e.msg for e in errors), [e.msg for e in errors]
+    assert_nothing_written(redis_client, key_prefix)
+
+
+# -- positive controls: odd names are data, never part of a Redis key or script --------------
+
+ODD_NAMES = [
+    pytest.param("Bericht über Zürich 📅", id="unicode"),
+    pytest.param("{tag}", id="hash-tag-braces"),
+    pytest.param("a*b?", id="glob-characters"),
+    pytest.param("--[[x]]", id="lua-comment"),
+    pytest.param("'; DROP TABLE schedulinator_schedule; --", id="sql-quote"),
+    pytest.param("%s %d %(name)s", id="format-specifiers"),
+]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
+    schedule = Schedule(**model_fields(name=name))
+    schedule.save()
+    assert Schedule.objects.get(pk=schedule.pk).name == name
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
+    members = index.client.zrange(index.due_key, 0, -1)
+    assert members == [str(schedule.pk).encode()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_odd_name_added_in_the_admin_is_indexed(admin_client: Client, index: DueIndex) -> None:
+    name = "{tag} über *?"
+    page = admin_client.post(reverse(ADD_URL), form_data(name=name))
+    assert page.status_code == 302
+    schedule = Schedule.objects.get(name=name)
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}

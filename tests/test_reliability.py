@@ -1,0 +1,282 @@
+"""Faults the core must survive: lost sync writes, drift, an evicting Redis, hung and
+poisoned tasks, Redis and the database going away under a running scheduler."""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules, timing
+from django_schedulinator.checks import check_index
+from django_schedulinator.claiming import Claimer
+from django_schedulinator.health import check_drift
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.reconcile import reconcile
+from django_schedulinator.worker import Worker
+
+from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .models import Delivery, Receipt, Redelivery
+from .redis_server import RedisServer
+from .test_processes import output, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def entry(index: DueIndex, schedule: Schedule) -> int | None:
+    return index.scores([schedule.pk])[schedule.pk]
+
+
+# -- lost sync writes and drift ------------------------------------------------------------
+
+
+def test_reconcile_heals_entries_whose_sync_writes_were_lost(built_index: DueIndex) -> None:
+    missing = make_schedule()
+    late = make_schedule()
+    untouched = make_schedule()
+    reconcile(built_index)  # the watermark now covers the three saves
+    # What a lost write leaves behind: no entry at all, or the entry of an older version.
+    built_index.client.zrem(built_index.due_key, missing.pk)
+    built_index.client.hdel(built_index.revisions_key, missing.pk)
+    built_index.client.zadd(built_index.due_key, {str(late.pk): 9_999_999_999_999})
+    built_index.client.hset(built_index.revisions_key, late.pk, late.revision - 1)
+
+    report = reconcile(built_index)
+
+    assert report.healed == 2
+    for schedule in (missing, late, untouched):
+        assert entry(built_index, schedule) == timing.to_ms(schedule.next_run_at)
+    assert reconcile(built_index).healed == 0
+    # An entry whose revision landed is left alone, even if it is away (in flight) right now.
+    built_index.client.zrem(built_index.due_key, untouched.pk)
+    assert reconcile(built_index).healed == 0
+    assert entry(built_index, untouched) is None
+
+
+def test_reconcile_reads_bounded_batches_and_looks_back_for_late_commits(
+    built_index: DueIndex,
+) -> None:
+    ids = make_due(5)  # bulk_create: no signals, no index entries, updated_at = now
+    reports = [reconcile(built_index, batch_size=2) for _ in range(3)]
+    assert [(r.rows, r.caught_up) for r in reports] == [(2, False), (2, False), (1, True)]
+    assert all(v is not None for v in built_index.scores(ids).values())
+
+    # A transaction that committed late carries an updated_at older than rows already read:
+    # within the lookback it is still picked up; beyond it, only a rebuild finds it.
+    now = timezone.now()
+    recent, ancient = make_due(2)
+    Schedule.objects.filter(pk=recent).update(updated_at=now - timedelta(minutes=2))
+    Schedule.objects.filter(pk=ancient).update(updated_at=now - timedelta(hours=2))
+    reconcile(built_index, lookback=timedelta(minutes=5))
+    scores = built_index.scores([recent, ancient])
+    assert scores[recent] is not None
+    assert scores[ancient] is None
+
+
+def test_drift_check_reports_late_missing_and_orphaned_entries(built_index: DueIndex) -> None:
+    healthy = [make_schedule() for _ in range(3)]
+    assert check_drift(built_index).ok
+    missing, late, paused = make_schedule(), make_schedule(), make_schedule()
+    built_index.client.zrem(built_index.due_key, missing.pk)
+    built_index.client.zadd(built_index.due_key, {str(late.pk): 9_999_999_999_999})
+    Schedule.objects.filter(pk=paused.pk).update(enabled=False)  # its entry is orphaned
+
+    report = check_drift(built_index, sample=100)
+
+    assert not report.ok
+    assert report.rows_indexable == len(healthy) + 2
+    assert report.entries_due == len(healthy) + 2
+    assert report.late_or_missing == sorted([missing.pk, late.pk])
+    assert report.early_or_orphaned == [paused.pk]
+    assert "2 late or missing" in report.summary()
+
+
+# -- Redis that may evict the index --------------------------------------------------------
+
+
+def test_an_evicting_maxmemory_policy_is_warned_about(
+    private_redis: RedisServer, key_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = private_redis.client()
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    ids = [m.id for m in check_index(databases=["default"])]
+    assert "schedulinator.W012" in ids
+    Worker(once=True).run()  # also said when a scheduler starts
+    assert "maxmemory-policy is 'allkeys-lru'" in caplog.text
+
+    client.config_set("maxmemory-policy", "volatile-lru")  # only keys with a TTL: fine
+    assert "schedulinator.W012" not in [m.id for m in check_index(databases=["default"])]
+
+
+# -- poisoned schedules ----------------------------------------------------------------------
+
+
+def test_a_hanging_task_is_cut_off_and_the_others_run(built_index: DueIndex) -> None:
+    hung = make_schedule(task="tests.hang", next_run_at=timezone.now())
+    fine = [make_schedule(next_run_at=timezone.now()) for _ in range(3)]
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=hung)
+    assert run.status == Run.Status.FAILED
+    assert "Timed out after 0.5s" in run.error
+    assert set(Run.objects.filter(schedule__in=fine).values_list("status", flat=True)) == {
+        Run.Status.SUCCEEDED
+    }
+    assert Delivery.objects.count() == 3
+
+
+def test_args_that_no_longer_fit_fail_their_own_run_only(built_index: DueIndex) -> None:
+    poisoned = make_schedule(task="tests.boom", next_run_at=timezone.now())
+    # The task's signature changed after the schedule was saved: it now takes no args.
+    Schedule.objects.filter(pk=poisoned.pk).update(args=[1, 2], kwargs={"x": 1})
+    fine = make_schedule(next_run_at=timezone.now())
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=poisoned)
+    assert run.status == Run.Status.FAILED
+    assert "TypeError" in run.error
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+
+
+def test_a_task_no_longer_registered_fails_its_run(built_index: DueIndex) -> None:
+    schedule = make_schedule(next_run_at=timezone.now())
+    # Renamed in code after the schedule was saved: nothing is imported from the stored name.
+    Schedule.objects.filter(pk=schedule.pk).update(task="os.system")
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=schedule)
+    assert run.status == Run.Status.FAILED
+    assert "'os.system' is not a registered task" in run.error
+
+
+def test_a_row_with_broken_timing_is_set_aside(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = make_schedule(kind=Schedule.Kind.CRON, next_run_at=timezone.now())
+    Schedule.objects.filter(pk=broken.pk).update(cron="61 * * * *")  # around validation
+    fine = make_schedule(next_run_at=timezone.now())
+
+    worker = Worker(once=True)
+    worker.run()
+
+    assert worker.counters.invalid == 1
+    assert "cannot be evaluated" in caplog.text
+    assert not Run.objects.filter(schedule=broken).exists()
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+    later = entry(built_index, broken)
+    assert later is not None
+    assert later > timing.to_ms(timezone.now()) + 30_000
+
+
+def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: DueIndex) -> None:
+    make_due(3)
+    resync_schedules()
+    slow = Claimer(worker_id="slow", lease_seconds=0.2, index=built_index)
+    batch, token = slow.claim(10)
+    occurrences, _ = slow.advance(batch, token)
+    assert len(occurrences) == 3
+    time.sleep(0.3)  # the batch waited in "slow"'s queue past its lease
+    fast = Claimer(worker_id="fast", lease_seconds=30, index=built_index)
+    taken, fast_token = fast.take_over_expired(built_index.now_ms(), 10)
+    assert len(taken) == 3
+
+    assert slow.renew_leases([o.run_id for o in occurrences], token) == set()
+    assert fast.renew_leases([o.run_id for o in taken], fast_token) == {o.run_id for o in taken}
+
+
+# -- services going away under a running scheduler ------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_a_redis_outage_is_logged_once_survived_and_healed(
+    private_redis: RedisServer, key_prefix: str, schedulers: Schedulers
+) -> None:
+    env = subprocess_env(
+        key_prefix, SCHEDULINATOR_TEST_REDIS_URL=private_redis.url, SCHEDULINATOR_TEST_RECONCILE="1"
+    )
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    before = [make_schedule(task="tests.receipt", next_run_at=timezone.now()) for _ in range(5)]
+    wait_for(lambda: Receipt.objects.count() == 5, timeout=30)
+
+    private_redis.stop()
+    # Saved while Redis is down: the rows commit, their sync writes are lost.
+    during = [make_schedule(task="tests.receipt", next_run_at=timezone.now()) for _ in range(5)]
+    time.sleep(3)
+    private_redis.start()  # the same data (append-only file), minus the lost writes
+
+    wait_for(lambda: Receipt.objects.count() == 10, timeout=60)
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    log = output(proc)
+    assert log.count("Scheduler pass failed") == 1, log
+    assert "Connections are back" in log
+    assert "Reconcile healed 5 index entries" in log
+    assert {r.schedule_id for r in Receipt.objects.all()} == {s.pk for s in before + during}
+    assert Redelivery.objects.count() == 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+def test_terminated_database_connections_are_reopened(
+    built_index: DueIndex, key_prefix: str, schedulers: Schedulers
+) -> None:
+    app_name = f"sched-{key_prefix}"
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_APP_NAME=app_name)
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    for _ in range(3):
+        make_schedule(
+            task="tests.receipt", kind=Schedule.Kind.INTERVAL, interval=timedelta(seconds=1)
+        )
+    wait_for(lambda: Receipt.objects.count() >= 6, timeout=30)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            [app_name],
+        )
+        (terminated,) = cursor.fetchone()
+    assert terminated >= 1
+    seen = Receipt.objects.count()
+    wait_for(lambda: Receipt.objects.count() >= seen + 6, timeout=30)
+
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert not Receipt.objects.values("key").annotate(n=Count("id")).filter(n__gt=1).exists()
+
+
+@pytest.mark.subprocess
+def test_a_read_only_redis_is_waited_out(
+    private_redis: RedisServer, key_prefix: str, schedulers: Schedulers
+) -> None:
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_REDIS_URL=private_redis.url)
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    make_schedule(task="tests.receipt", next_run_at=timezone.now())
+    wait_for(lambda: Receipt.objects.count() == 1, timeout=30)
+
+    # Indexed now, due while the server is read-only: claiming it needs a write.
+    make_schedule(task="tests.receipt", next_run_at=timezone.now() + timedelta(seconds=1))
+    # What a failover looks like to a client: the server it talks to became a replica.
+    client = private_redis.client()
+    client.replicaof("127.0.0.1", "1")
+    time.sleep(3)
+    client.replicaof("NO", "ONE")  # promoted again
+
+    wait_for(lambda: Receipt.objects.count() == 2, timeout=60)
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    log = output(proc)
+    assert "ReadOnlyError" in log
+    assert "Connections are back" in log

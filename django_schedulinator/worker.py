@@ -59,6 +59,15 @@ def default_worker_id() -> str:
 
 
 @dataclass(slots=True)
+class Leased:
+    """Occurrences committed under one claim token, waiting to be dispatched."""
+
+    occurrences: list[Occurrence]
+    token: str
+    leased_at: float  # time.monotonic() when the lease began (taken just before it began)
+
+
+@dataclass(slots=True)
 class PassResult:
     claimed: int
     full: bool  # the batch was full: more may be due right now
@@ -115,9 +124,7 @@ class Worker:
         self._next_stats = time.monotonic() + self._stats_every
         # While run() runs, a second thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
-        self._outbox: queue.Queue[tuple[list[Occurrence], str] | None] = queue.Queue(
-            DISPATCH_QUEUE_BATCHES
-        )
+        self._outbox: queue.Queue[Leased | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
         self._dispatch_thread: threading.Thread | None = None
 
     # -- the loop -------------------------------------------------------------------------
@@ -167,19 +174,21 @@ class Worker:
     def run_pass(self) -> PassResult:
         """Claim one batch, fire what is due, then any pending runs whose lease expired."""
         limit = self._claim_limit()
+        leased_at = time.monotonic()
         batch, token = self.claimer.claim(limit)
         if not batch.built:
             ensure_built(self.index, built_by=self.worker_id, should_stop=lambda: self.stopping)
             return PassResult(0, True, batch.now_ms, None)
         occurrences, counters = self.claimer.advance(batch, token)
         self.counters.add(counters)
-        self._dispatch(occurrences, token)
+        self._dispatch(Leased(occurrences, token, leased_at))
         if time.monotonic() >= self._next_takeover and not self._runs_exhausted():
             self._next_takeover = time.monotonic() + self._takeover_every
+            # Its leases start at the claim's Redis TIME (batch.now_ms), like the batch's.
             redispatch, takeover = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
             self.counters.redispatched += len(redispatch)
             self.counters.fired += len(redispatch)
-            self._dispatch(redispatch, takeover)
+            self._dispatch(Leased(redispatch, takeover, leased_at))
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
@@ -190,55 +199,62 @@ class Worker:
             next_due_ms=batch.next_due_ms,
         )
 
-    def _dispatch(self, occurrences: list[Occurrence], token: str) -> None:
-        if not occurrences:
+    def _dispatch(self, leased: Leased) -> None:
+        if not leased.occurrences:
             return
         if self._dispatch_thread is not None:
-            self._outbox.put((occurrences, token))  # blocks when the dispatch thread is behind
+            self._outbox.put(leased)  # blocks when the dispatch thread is behind
         else:
-            self._dispatch_now(occurrences, token)
+            self._dispatch_now(leased)
 
     def _dispatch_loop(self) -> None:
         try:
-            while (item := self._outbox.get()) is not None:
+            while (leased := self._outbox.get()) is not None:
                 try:
-                    self._dispatch_now(*item)
+                    self._dispatch_now(leased)
                 except TRANSIENT_ERRORS as exc:
                     logger.warning(
                         "Could not dispatch or record %d run(s) (%s); they stay pending and "
                         "are dispatched again, with the same keys, once their lease expires.",
-                        len(item[0]),
+                        len(leased.occurrences),
                         exc,
                     )
                     connections.close_all()
                 except Exception:
                     # The runs stay pending; once their lease expires they are taken over and
                     # dispatched again with the same keys.
-                    logger.exception("Dispatching or recording %d run(s) failed.", len(item[0]))
+                    logger.exception(
+                        "Dispatching or recording %d run(s) failed.", len(leased.occurrences)
+                    )
                     connections.close_all()  # reconnect on the next batch
         finally:
             connections.close_all()  # this thread's connections
 
-    def _dispatch_now(self, occurrences: list[Occurrence], token: str) -> None:
-        # The batch may have waited behind others: renew its leases first, and leave out runs
-        # whose lease expired meanwhile and that another scheduler took over (it dispatches
-        # them; doing it here too would deliver them twice).
-        held = self.claimer.renew_leases([o.run_id for o in occurrences], token)
-        if len(held) < len(occurrences):
-            logger.warning(
-                "%d run(s) were taken over by another scheduler while queued here; not "
-                "dispatching them twice.",
-                len(occurrences) - len(held),
-            )
-            occurrences = [o for o in occurrences if o.run_id in held]
-            if not occurrences:
-                return
+    def _dispatch_now(self, leased: Leased) -> None:
+        occurrences, token = leased.occurrences, leased.token
+        renew_every = self.lease_seconds / 3
+        renewed = leased.leased_at
+        if time.monotonic() - renewed >= renew_every:
+            # The batch waited behind others: renew its leases first, and leave out runs whose
+            # lease expired meanwhile and that another scheduler took over (it dispatches them;
+            # doing it here too would deliver them twice). A fresh batch skips this: no lease
+            # of it can have expired yet.
+            held = self.claimer.renew_leases([o.run_id for o in occurrences], token)
+            renewed = time.monotonic()
+            if len(held) < len(occurrences):
+                logger.warning(
+                    "%d run(s) were taken over by another scheduler while queued here; not "
+                    "dispatching them twice.",
+                    len(occurrences) - len(held),
+                )
+                occurrences = [o for o in occurrences if o.run_id in held]
+                if not occurrences:
+                    return
         run_ids = [o.run_id for o in occurrences]
-        renewed = time.monotonic()
 
         def keepalive() -> None:
             nonlocal renewed
-            if time.monotonic() - renewed >= self.lease_seconds / 3:
+            if time.monotonic() - renewed >= renew_every:
                 renewed = time.monotonic()
                 self._keepalive(run_ids, token)
 

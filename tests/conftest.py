@@ -85,6 +85,42 @@ def make_due(count: int, *, seconds_ago: int = 5, **fields: Any) -> list[int]:
     return ids
 
 
+def model_fields(**overrides: Any) -> dict[str, Any]:
+    """The fields of a valid cron schedule, with ``overrides``."""
+    fields: dict[str, Any] = {
+        "name": "nightly",
+        "task": "tests.record",
+        "kind": "cron",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+    }
+    fields.update(overrides)
+    return fields
+
+
+def form_data(**overrides: str) -> dict[str, str]:
+    """The POST data of a valid admin add form, with ``overrides``."""
+    data = {
+        "name": "nightly",
+        "task": "tests.record",
+        "args": "[]",
+        "kwargs": "{}",
+        "enabled": "on",
+        "kind": "cron",
+        "cron": "0 3 * * *",
+        "interval": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "timezone": "Europe/Berlin",
+        "start_at_0": "",
+        "start_at_1": "",
+        "end_at_0": "",
+        "end_at_1": "",
+    }
+    data.update(overrides)
+    return data
+
+
 def subprocess_env(key_prefix: str, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(

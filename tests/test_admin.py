@@ -11,6 +11,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 
+from .conftest import form_data
+
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
@@ -20,24 +22,6 @@ def admin_client() -> Client:
     client = Client()
     client.force_login(user)
     return client
-
-
-def form_data(**overrides: str) -> dict[str, str]:
-    data = {
-        "name": "nightly",
-        "task": "tests.record",
-        "args": "[]",
-        "kwargs": "{}",
-        "enabled": "on",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "interval": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "timezone": "Europe/Berlin",
-    }
-    data.update(overrides)
-    return data
 
 
 def test_the_task_field_lists_registered_tasks_only(admin_client: Client) -> None:

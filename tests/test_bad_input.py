@@ -27,7 +27,7 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms
 
-from .conftest import ROOT, subprocess_env
+from .conftest import ROOT, form_data, model_fields, subprocess_env
 
 ADD_URL = "admin:django_schedulinator_schedule_add"
 PAYLOAD_LIMIT = 1024  # SCHEDULINATOR['MAX_PAYLOAD_BYTES'] while the matrix runs
@@ -71,18 +71,6 @@ def bad(case_id: str, field: str, fragment: str, **overrides: Any) -> Any:
 
 
 # -- 1. the model: save() and full_clean() -------------------------------------------------
-
-
-def model_fields(**overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "name": "nightly",
-        "task": "tests.record",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "timezone": "Europe/Berlin",
-    }
-    fields.update(overrides)
-    return fields
 
 
 def interval(value: Any) -> dict[str, Any]:
@@ -236,28 +224,6 @@ def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client
 
 
 # -- 2. the admin add form -------------------------------------------------------------------
-
-
-def form_data(**overrides: str) -> dict[str, str]:
-    data = {
-        "name": "nightly",
-        "task": "tests.record",
-        "args": "[]",
-        "kwargs": "{}",
-        "enabled": "on",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "interval": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "timezone": "Europe/Berlin",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-    }
-    data.update(overrides)
-    return data
 
 
 def at(field: str, date: str, time: str = "00:00:00") -> dict[str, str]:

@@ -12,19 +12,9 @@ from django.utils import timezone
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 
+from .conftest import model_fields
+
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def valid(**overrides: Any) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "name": "nightly",
-        "task": "tests.record",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "timezone": "Europe/Berlin",
-    }
-    fields.update(overrides)
-    return fields
 
 
 @pytest.mark.parametrize(
@@ -57,7 +47,7 @@ def test_bad_input_names_the_field_and_writes_nothing(
     overrides: dict[str, Any], field: str, fragment: str, index: DueIndex
 ) -> None:
     with pytest.raises(ValidationError) as caught:
-        Schedule(**valid(**overrides)).save()
+        Schedule(**model_fields(**overrides)).save()
     errors = caught.value.message_dict
     assert field in errors, errors
     assert any(fragment in message for message in errors[field]), errors
@@ -66,7 +56,7 @@ def test_bad_input_names_the_field_and_writes_nothing(
 
 
 def test_valid_schedule_is_saved_with_its_next_run() -> None:
-    schedule = Schedule(**valid())
+    schedule = Schedule(**model_fields())
     schedule.save()
     schedule.refresh_from_db()
     assert schedule.next_run_at is not None

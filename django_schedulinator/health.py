@@ -68,8 +68,11 @@ def check_drift(
     bounds = indexable.aggregate(low=Min("pk"), high=Max("pk"))
     if bounds["low"] is not None:
         start = random.randint(bounds["low"], bounds["high"])
-        rows = indexable.filter(pk__gte=start).order_by("pk").values_list("pk", flat=True)
-        ids.update(rows[:size])
+        ordered = indexable.order_by("pk").values_list("pk", flat=True)
+        picked = list(ordered.filter(pk__gte=start)[:size])
+        if len(picked) < size:  # wrap around: a small table is sampled whole
+            picked += ordered.filter(pk__lt=start)[: size - len(picked)]
+        ids.update(picked)
     report.sampled = len(ids)
     suspects = _compare(index, db, ids)
     if suspects:  # re-read: a schedule that fired between the two reads is not drift

@@ -83,8 +83,11 @@ def validate_json_object(value: Any) -> None:
 
 
 def validate_name(value: str) -> None:
-    if not value.strip():
-        raise ValidationError("Enter a name that is not only spaces.", code="blank_name")
+    # Spaces and invisible format characters (zero-width space, ...) alone make no name.
+    if not any(c.isprintable() and not c.isspace() for c in value):
+        raise ValidationError(
+            "Enter a name that is not only spaces or invisible characters.", code="blank_name"
+        )
     bad = sorted({c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")})
     if bad:
         raise ValidationError(

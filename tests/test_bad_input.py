@@ -169,6 +169,7 @@ MODEL_CASES = [
     bad("name-empty", "name", "cannot be blank", name=""),
     bad("name-only-spaces", "name", "only spaces", name="   "),
     bad("name-only-line-separator", "name", "only spaces", name="\u2028"),
+    bad("name-only-zero-width-space", "name", "invisible characters", name="\u200b\u200b"),
     bad("name-nul", "name", "control characters", name="a\x00b"),
     bad("name-newline", "name", "control characters", name="a\nb"),
     bad("name-tab", "name", "control characters", name="tab\there"),

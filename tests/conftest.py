@@ -156,11 +156,14 @@ class Schedulers:
         return proc
 
     def stop_all(self) -> None:
-        for proc in self.procs:
+        for n, proc in enumerate(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=30)
             if proc.stdout:
+                # Shown by pytest when the test failed: what each scheduler logged.
+                if not proc.stdout.closed:
+                    print(f"--- scheduler {n} (exit {proc.returncode})", proc.stdout.read())
                 proc.stdout.close()
 
 

@@ -148,7 +148,19 @@ def test_rebuilding_while_a_scheduler_runs_loses_no_occurrence(
         """every one-off to fire"""
         return Delivery.objects.count() >= expected
 
-    wait_for(all_fired, timeout=60)
+    try:
+        wait_for(all_fired, timeout=60)
+    except AssertionError:
+        statuses = dict(Run.objects.values_list("status").annotate(n=Count("id")))
+        failed = Run.objects.filter(status="failed").values_list("error", flat=True).first()
+        due = Schedule.objects.filter(next_run_at__isnull=False).values_list("pk", "next_run_at")
+        scores = built_index.scores([pk for pk, _ in due])
+        raise AssertionError(
+            f"runs by status {statuses}, a failure: {failed}; not fired yet (row, index "
+            f"score): {[(pk, at, scores[pk]) for pk, at in due][:10]}; in flight "
+            f"{built_index.client.zrange(built_index.inflight_key, 0, 10, withscores=True)}; "
+            f"scheduler alive: {proc.poll() is None}"
+        ) from None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
     assert rebuilds >= 3

@@ -38,6 +38,11 @@ def slow(*, occurrence: Occurrence, seconds: float = 1.5):
     record(occurrence=occurrence)
 
 
+@task(name="tests.exit")
+def exit_now():
+    raise SystemExit(3)
+
+
 @task(name="tests.hang", timeout=0.5)
 def hang(seconds: float = 3600):
     time.sleep(seconds)

@@ -146,6 +146,18 @@ def test_args_that_no_longer_fit_fail_their_own_run_only(built_index: DueIndex) 
     assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
 
 
+def test_a_task_that_calls_exit_fails_its_own_run_only(built_index: DueIndex) -> None:
+    exits = [make_schedule(task="tests.exit", next_run_at=timezone.now()) for _ in range(10)]
+    fine = make_schedule(next_run_at=timezone.now())
+
+    Worker(once=True).run()  # returns: neither the pool nor the loop died
+
+    failed = Run.objects.filter(schedule__in=exits, status=Run.Status.FAILED)
+    assert failed.count() == 10
+    assert "SystemExit: 3" in failed[0].error
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+
+
 def test_a_task_no_longer_registered_fails_its_run(built_index: DueIndex) -> None:
     schedule = make_schedule(next_run_at=timezone.now())
     # Renamed in code after the schedule was saved: nothing is imported from the stored name.

@@ -110,7 +110,10 @@ class InlineDispatcher(BaseDispatcher):
                 job = self._jobs.get_nowait()
             except queue.Empty:
                 # Idle: tasks may have used the ORM, and this thread owns its connection.
-                close_old_connections()
+                try:
+                    close_old_connections()
+                except Exception:  # a pool thread must outlive anything but close()
+                    logger.exception("Closing a task thread's database connections failed.")
                 job = self._jobs.get()
             if job is None:
                 return
@@ -170,7 +173,7 @@ def _run(occurrence: Occurrence) -> Outcome:
         kwargs["occurrence"] = occurrence
     try:
         registered.func(*occurrence.args, **kwargs)
-    except Exception as exc:  # a task must never take the scheduler down
+    except BaseException as exc:  # a task must never take the scheduler down, not even exit()
         text = "".join(traceback.format_exception(exc))
         return Outcome(occurrence.run_id, "failed", text[-MAX_ERROR_CHARS:])
     return Outcome(occurrence.run_id, "succeeded")

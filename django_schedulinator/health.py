@@ -74,9 +74,9 @@ def check_drift(
             picked += ordered.filter(pk__lt=start)[: size - len(picked)]
         ids.update(picked)
     report.sampled = len(ids)
-    suspects = _compare(index, db, ids)
-    if suspects:  # re-read: a schedule that fired between the two reads is not drift
-        late, early = _compare(index, db, set(suspects[0]) | set(suspects[1]))
+    late, early = _compare(index, db, ids)
+    if late or early:  # re-read: a schedule that fired between the two reads is not drift
+        late, early = _compare(index, db, {*late, *early})
         report.late_or_missing, report.early_or_orphaned = sorted(late), sorted(early)
     return report
 

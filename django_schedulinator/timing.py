@@ -1,20 +1,46 @@
-"""When does a schedule fire next: every rule lives in this module.
+"""When does a schedule fire: every rule lives in this module, and nothing here touches the
+database or Redis, so each rule can be read and tested on its own.
 
-Instants are timezone-aware UTC datetimes truncated to whole milliseconds, the unit of the Redis
-index's scores, so the row and the index always compare equal. Cron expressions are evaluated in
-the schedule's IANA zone with cronsim (strict parsing, documented DST handling) and converted
-back to UTC.
+Instants are timezone-aware UTC datetimes truncated to whole milliseconds, the unit of the
+Redis index's scores, so the row and the index always compare equal.
 
-Policy today: a due occurrence fires once at its nominal time and the schedule advances to its
-first occurrence after *now*, so downtime never causes a burst of missed runs. Richer policies
-(DST choices, catch-up windows) grow here.
+The rules, in the order a reader meets them:
+
+- **Cron** expressions (5 fields, an optional leading seconds field, or an ``@`` alias) are
+  matched against the *local wall clock* of the schedule's IANA zone with cronsim, and each
+  matching wall time is turned into a UTC instant by the schedule's DST policy:
+
+  - a wall time that does not exist (clocks spring forward) is **shifted** forward by the
+    length of the gap (02:30 becomes 03:30 when 02:00 jumps to 03:00), or **skipped**;
+  - a wall time that occurs twice (clocks fall back) fires at the **first** instant, the
+    **second**, or **both**.
+
+  The defaults, shift and first, are what PEP 495's ``fold=0`` gives (and what Temporal
+  calls "compatible"). Two wall times that land on one instant fire once.
+- **Intervals** are exact durations on a grid: ``anchor + k * interval``. The anchor is
+  ``anchor_at``, else ``start_at``, else the schedule's own previous nominal time, so a late
+  run never makes the grid drift.
+- **One-offs** have one occurrence, ``run_at``.
+- **The window**: no occurrence before ``start_at`` or after ``end_at`` (cron and interval).
+- **Jitter** delays an occurrence by a fraction of ``jitter`` derived from its idempotency
+  key (so every re-dispatch sees the same delay), always less than the gap to the next
+  occurrence. The delayed instant is the occurrence's *due time*; its *nominal time* (its
+  identity, its key) does not move.
+- **Catch-up** (``plan_due``) decides which due occurrences fire when a scheduler comes to
+  a schedule late: the latest one (default), none that are more than the grace late
+  (``skip``), or all within a window, capped (``all``). Each occurrence that does not fire
+  is returned as a ``Skip`` with its reason, for the ledger.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from itertools import chain, islice
+from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -22,6 +48,33 @@ from cronsim import CronSim, CronSimError
 CRON = "cron"
 INTERVAL = "interval"
 ONCE = "once"
+
+# What to do with a local time that does not exist (the clocks spring forward over it).
+GAP_SHIFT = "shift"
+GAP_SKIP = "skip"
+# What to do with a local time that occurs twice (the clocks fall back over it).
+FOLD_FIRST = "first"
+FOLD_SECOND = "second"
+FOLD_BOTH = "both"
+
+# Catch-up: which of several due occurrences fire when a schedule is claimed late.
+CATCH_UP_SKIP = "skip"
+CATCH_UP_LATEST = "latest"
+CATCH_UP_ALL = "all"
+
+# Why an occurrence did not fire (stored on its skipped Run).
+MISSED = "missed"  # the catch-up policy passed it over
+EXPIRED = "expired"  # a one-off that was too late for the catch-up policy
+DST_SKIPPED = "dst"  # its local time does not exist and the DST policy skips it
+OVERLAP = "overlap"  # the previous run was still running
+PAUSED = "paused"  # the schedule was paused at the time
+REPLACED = "replaced"  # a "run now" took its place
+
+# How a daylight-saving change touched an occurrence (Moment.dst).
+DST_SHIFT = "shifted"  # the local time did not exist; moved forward by the gap
+DST_SKIP = "skipped"  # the local time did not exist; not an occurrence (a marker)
+DST_FIRST = "first"  # the first of two instants with this local time
+DST_SECOND = "second"  # the second of two instants with this local time
 
 CRON_ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -34,10 +87,23 @@ CRON_ALIASES = {
 }
 MAX_CRON_LENGTH = 200
 MIN_INTERVAL = timedelta(seconds=1)
+MAX_JITTER = timedelta(days=1)
+ONE_MS = timedelta(milliseconds=1)
+# Offsets are sampled this far around an instant to bound the local times that can map
+# near it: further apart than any two transitions of a real zone.
+OFFSET_SPAN = timedelta(hours=26)
+# Wall times looked at for one occurrence before giving up: a day of seconds, which covers
+# the longest gap in tzdata (Pacific/Apia skipped 30 December 2011) for a per-second cron.
+MAX_WALL_STEPS = 100_000
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class TimingError(ValueError):
     """A schedule's timing cannot be evaluated (bad cron, zone or interval)."""
+
+
+# -- instants ------------------------------------------------------------------------------
 
 
 def to_ms(dt: datetime) -> int:
@@ -54,7 +120,7 @@ def truncate_ms(dt: datetime) -> datetime:
     return dt.replace(microsecond=dt.microsecond - dt.microsecond % 1000)
 
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# -- parsing -------------------------------------------------------------------------------
 
 
 def normalize_cron(expr: str) -> str:
@@ -110,6 +176,9 @@ def _zone(name: str) -> ZoneInfo:
         ) from None
 
 
+# -- the timing of a schedule --------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """The fields of a schedule that decide when it fires."""
@@ -121,6 +190,10 @@ class Timing:
     timezone: str = "UTC"
     start_at: datetime | None = None  # no occurrence before it
     end_at: datetime | None = None  # no occurrence after it
+    anchor_at: datetime | None = None  # intervals: the grid is anchor_at + k * interval
+    dst_gap: str = GAP_SHIFT
+    dst_fold: str = FOLD_FIRST
+    jitter: timedelta | None = None  # the largest delay added to an occurrence
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""
@@ -129,13 +202,22 @@ class Timing:
             get_zone(self.timezone)
         except TimingError as exc:
             errors["timezone"] = str(exc)
-        for name in ("run_at", "start_at", "end_at"):
+        for name in ("run_at", "start_at", "end_at", "anchor_at"):
             value = getattr(self, name)
             # A naive (or unparsed) value cannot be compared with the UTC instants used here.
             if value is not None and not (
                 isinstance(value, datetime) and value.utcoffset() is not None
             ):
                 errors[name] = "Enter a date and time with a time zone."
+        if self.dst_gap not in (GAP_SHIFT, GAP_SKIP):
+            errors["dst_gap"] = f"Unknown policy {self.dst_gap!r}; use shift or skip."
+        if self.dst_fold not in (FOLD_FIRST, FOLD_SECOND, FOLD_BOTH):
+            errors["dst_fold"] = f"Unknown policy {self.dst_fold!r}; use first, second or both."
+        if self.jitter is not None:
+            if not isinstance(self.jitter, timedelta):
+                errors["jitter"] = "Enter the jitter as a duration, for example 00:05:00."
+            elif not timedelta(0) <= self.jitter <= MAX_JITTER:
+                errors["jitter"] = f"The jitter must be between 0 and {MAX_JITTER}."
         if self.kind == CRON:
             try:
                 normalize_cron(self.cron)
@@ -153,6 +235,8 @@ class Timing:
                 errors["run_at"] = "A one-off schedule needs a time to run at."
         else:
             errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
+        if self.anchor_at is not None and self.kind != INTERVAL and "anchor_at" not in errors:
+            errors["anchor_at"] = "An anchor applies to interval schedules only."
         window_ok = not {"start_at", "end_at"} & errors.keys()
         if window_ok and self.start_at and self.end_at and self.end_at <= self.start_at:
             errors["end_at"] = "The end must be later than the start."
@@ -173,40 +257,133 @@ class Timing:
         return errors
 
 
-def first_run_at(timing: Timing, now: datetime) -> datetime | None:
-    """The first occurrence of a new (or re-enabled, or re-timed) schedule, seen at ``now``.
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """One point of a schedule's timeline.
 
-    A start in the future is the first occurrence of an interval, and the earliest a cron
-    expression is matched from.
+    ``at`` is the nominal UTC instant. A ``skipped`` moment is not an occurrence: it marks a
+    local time the DST policy skips, at the instant a shift would have given it, so that the
+    skip can be recorded when the schedule passes it.
+    """
+
+    at: datetime
+    dst: str = ""  # DST_SHIFT, DST_SKIP, DST_FIRST, DST_SECOND, or "" when untouched
+    wall: datetime | None = None  # the local wall time a cron matched (naive)
+
+    @property
+    def skipped(self) -> bool:
+        return self.dst == DST_SKIP
+
+
+# -- occurrences ---------------------------------------------------------------------------
+
+
+def occurrences(
+    timing: Timing,
+    after: datetime,
+    *,
+    anchor: datetime | None = None,
+    include_skipped: bool = False,
+) -> Iterator[Moment]:
+    """The schedule's moments strictly after ``after``, in increasing order.
+
+    Finite for a one-off and for a schedule with an end; ``anchor`` is the interval grid's
+    anchor when the timing names none (the schedule's current nominal time). Skipped local
+    times are included as markers with ``include_skipped``.
+    """
+    if timing.kind == ONCE:
+        if timing.run_at is not None and truncate_ms(timing.run_at) > after:
+            yield Moment(truncate_ms(timing.run_at))
+        return
+    if timing.start_at is not None and after < timing.start_at:
+        after = timing.start_at - ONE_MS
+    end = timing.end_at
+    try:
+        if timing.kind == INTERVAL:
+            step = _interval(timing)
+            base = _anchor(timing, anchor if anchor is not None else after)
+            at = base + step * ((after - base) // step + 1)
+            while end is None or at <= end:
+                yield Moment(truncate_ms(at))
+                at += step
+            return
+        expr = normalize_cron(timing.cron)
+        while True:
+            moment = _cron_next(expr, timing.timezone, timing.dst_gap, timing.dst_fold, after)
+            if end is not None and moment.at > end:
+                return
+            if include_skipped or not moment.skipped:
+                yield moment
+            after = moment.at
+    except OverflowError:  # past the year 9999: nothing can follow
+        return
+
+
+def occurrences_before(
+    timing: Timing,
+    before: datetime,
+    *,
+    anchor: datetime | None = None,
+    include_skipped: bool = False,
+) -> Iterator[Moment]:
+    """The schedule's moments strictly before ``before``, latest first, back to its start."""
+    if timing.kind == ONCE:
+        if timing.run_at is not None and truncate_ms(timing.run_at) < before:
+            yield Moment(truncate_ms(timing.run_at))
+        return
+    if timing.end_at is not None and before > timing.end_at:
+        before = timing.end_at + ONE_MS
+    start = timing.start_at
+    try:
+        if timing.kind == INTERVAL:
+            step = _interval(timing)
+            base = _anchor(timing, anchor if anchor is not None else before)
+            at = base + step * -((base - before) // step + 1)
+            while start is None or at >= start:
+                yield Moment(truncate_ms(at))
+                at -= step
+            return
+        expr = normalize_cron(timing.cron)
+        while True:
+            moment = _cron_prev(expr, timing.timezone, timing.dst_gap, timing.dst_fold, before)
+            if start is not None and moment.at < start:
+                return
+            if include_skipped or not moment.skipped:
+                yield moment
+            before = moment.at
+    except OverflowError:
+        return
+
+
+def first_run_at(timing: Timing, now: datetime) -> datetime | None:
+    """The first moment of a new (or re-enabled, or re-timed) schedule, seen at ``now``.
+
+    A one-off's is its ``run_at``. An interval without an anchor starts one interval after
+    ``now`` (or at a future ``start_at``); with one, at the first grid point from then on. A
+    cron starts at its first match after ``now`` (or from a future ``start_at`` on). The
+    moment may be a skipped local time: the scheduler records the skip when it gets there.
     """
     if timing.kind == ONCE:
         return truncate_ms(timing.run_at) if timing.run_at else None
     start = timing.start_at if timing.start_at is not None and timing.start_at > now else None
-    if timing.kind == INTERVAL:
-        first = start if start is not None else now + _interval(timing)
-        return _within_end(timing, truncate_ms(first))
-    if start is not None:
-        # Matched from the millisecond before the start, so a match at the start counts.
-        return _within_end(timing, _cron_after(timing, start - timedelta(milliseconds=1)))
-    return _within_end(timing, _cron_after(timing, now))
+    if timing.kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+        return _within_end(timing, truncate_ms(now + _interval(timing)))
+    if timing.kind == INTERVAL and start is None:
+        # Anchored: the first grid point at or after now.
+        after = now - ONE_MS
+    else:
+        after = now if start is None else start - ONE_MS
+    moment = next(occurrences(timing, after, include_skipped=True), None)
+    return moment.at if moment else None
 
 
-def next_run_after(timing: Timing, nominal: datetime, now: datetime) -> datetime | None:
-    """Where a schedule goes after firing its occurrence ``nominal`` at ``now``.
-
-    The result is strictly later than both: missed occurrences between them are coalesced
-    into the one that fired. Intervals stay anchored on the nominal times (no drift).
-    """
-    if timing.kind == ONCE:
-        return None
-    try:
-        if timing.kind == INTERVAL:
-            step = _interval(timing)
-            steps = max(1, (now - nominal) // step + 1)
-            return _within_end(timing, truncate_ms(nominal + step * steps))
-        return _within_end(timing, _cron_after(timing, max(nominal, now)))
-    except OverflowError:  # past the year 9999: nothing can follow, the schedule is finished
-        return None
+def moment_at(timing: Timing, at: datetime) -> Moment:
+    """What the schedule has at ``at``: a skipped-local-time marker, or a plain moment."""
+    if timing.kind == CRON and timing.dst_gap == GAP_SKIP:
+        found = next(occurrences(timing, at - ONE_MS, include_skipped=True), None)
+        if found is not None and found.at == at:
+            return found
+    return Moment(at)
 
 
 def _within_end(timing: Timing, candidate: datetime) -> datetime | None:
@@ -222,21 +399,423 @@ def _interval(timing: Timing) -> timedelta:
     return timing.interval
 
 
-def _cron_after(timing: Timing, after: datetime) -> datetime:
-    return _cron_next(normalize_cron(timing.cron), timing.timezone, after.astimezone(UTC))
+def _anchor(timing: Timing, fallback: datetime) -> datetime:
+    return timing.anchor_at or timing.start_at or fallback
+
+
+# -- cron on the local wall clock ----------------------------------------------------------
+
+
+def _offsets_near(zone: tzinfo, at: datetime) -> tuple[timedelta, timedelta]:
+    """The smallest and largest UTC offsets of ``zone`` within a day or so of ``at``."""
+    offsets = []
+    for delta in (-OFFSET_SPAN, timedelta(0), OFFSET_SPAN):
+        try:
+            offset = (at + delta).astimezone(zone).utcoffset()
+        except OverflowError:
+            continue
+        if offset is not None:
+            offsets.append(offset)
+    return min(offsets), max(offsets)
+
+
+def _moments_of_wall(wall: datetime, zone: tzinfo, gap: str, fold: str) -> tuple[Moment, ...]:
+    """The instants the local wall time ``wall`` stands for under the DST policy."""
+    first = wall.replace(tzinfo=zone)
+    second = wall.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() == second.utcoffset():
+        return (Moment(first.astimezone(UTC), "", wall),)
+    a, b = sorted((first.astimezone(UTC), second.astimezone(UTC)))
+    if a.astimezone(zone).replace(tzinfo=None) == wall:
+        # Both instants show this wall time: the clocks fell back over it.
+        if fold == FOLD_FIRST:
+            return (Moment(a, DST_FIRST, wall),)
+        if fold == FOLD_SECOND:
+            return (Moment(b, DST_SECOND, wall),)
+        return (Moment(a, DST_FIRST, wall), Moment(b, DST_SECOND, wall))
+    # Neither does: the clocks sprang forward over it. ``b`` is the wall time read with the
+    # offset from before the change, which is the wall time moved forward by the gap.
+    return (Moment(b, DST_SHIFT if gap == GAP_SHIFT else DST_SKIP, wall),)
+
+
+def _earlier(a: Moment, b: Moment) -> bool:
+    # Two wall times on one instant fire once, as the one a DST change touched least: an
+    # untouched time wins over a shifted one, and any occurrence over a skipped-time marker.
+    return (a.at, a.skipped, bool(a.dst)) < (b.at, b.skipped, bool(b.dst))
 
 
 @functools.lru_cache(maxsize=8192)
-def _cron_next(expr: str, zone_name: str, after: datetime) -> datetime:
-    # Memoized: schedules sharing an expression and a due time (the common bulk case) cost
-    # one evaluation, which matters at thousands of occurrences per second.
-    local = after.astimezone(get_zone(zone_name))
-    # cronsim works on whole seconds; start from the second containing `after` so the
-    # result is strictly later than `after` itself.
-    start = local.replace(microsecond=0)
+def _cron_next(expr: str, zone_name: str, gap: str, fold: str, after: datetime) -> Moment:
+    """The first moment strictly after ``after``.
+
+    Memoized: schedules sharing an expression, zone and due time (the common bulk case)
+    cost one evaluation. Local wall times are walked in order; each maps to at most two
+    instants, and the walk stops once no later wall time can map before the best instant
+    found (a wall time maps no earlier than itself minus the largest nearby offset).
+    """
+    zone = get_zone(zone_name)
+    lowest, _ = _offsets_near(zone, after)
+    walls = CronSim(expr, (after + lowest).replace(tzinfo=None))
+    best: Moment | None = None
     try:
-        return truncate_ms(next(CronSim(expr, start)).astimezone(UTC))
+        for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
+            for moment in _moments_of_wall(wall, zone, gap, fold):
+                if moment.at > after and (best is None or _earlier(moment, best)):
+                    best = moment
+            if best is not None:
+                _, highest = _offsets_near(zone, best.at)
+                if (best.at + highest).replace(tzinfo=None) <= wall:
+                    return _truncated(best)
     except StopIteration:  # cronsim looks ahead a bounded number of years
-        raise TimingError(
-            f"The cron expression {expr!r} has no occurrence after {after}."
-        ) from None
+        pass
+    raise TimingError(f"The cron expression {expr!r} has no occurrence after {after}.")
+
+
+@functools.lru_cache(maxsize=8192)
+def _cron_prev(expr: str, zone_name: str, gap: str, fold: str, before: datetime) -> Moment:
+    """The last moment strictly before ``before`` (the mirror image of ``_cron_next``)."""
+    zone = get_zone(zone_name)
+    _, highest = _offsets_near(zone, before)
+    walls = CronSim(expr, (before + highest).replace(tzinfo=None), reverse=True)
+    best: Moment | None = None
+    try:
+        for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
+            for moment in _moments_of_wall(wall, zone, gap, fold):
+                if moment.at < before and (best is None or _earlier(best, moment)):
+                    best = moment
+            if best is not None:
+                lowest, _ = _offsets_near(zone, best.at)
+                if (best.at + lowest).replace(tzinfo=None) >= wall:
+                    return _truncated(best)
+    except StopIteration:
+        pass
+    raise TimingError(f"The cron expression {expr!r} has no occurrence before {before}.")
+
+
+def _truncated(moment: Moment) -> Moment:
+    return Moment(truncate_ms(moment.at), moment.dst, moment.wall)
+
+
+# -- jitter --------------------------------------------------------------------------------
+
+
+def jitter_delay(
+    schedule_id: int, nominal: datetime, jitter: timedelta | None, gap: timedelta | None
+) -> timedelta:
+    """The delay of one occurrence: a fraction of ``jitter`` derived from its key.
+
+    Deterministic, so a re-dispatch or a recomputation sees the same delay, and always less
+    than ``gap`` (the time to the next occurrence), so an occurrence never fires at or after
+    its successor's nominal time.
+    """
+    if not jitter or jitter <= timedelta(0):
+        return timedelta(0)
+    limit_ms = int(jitter / ONE_MS)
+    if gap is not None:
+        limit_ms = min(limit_ms, int(gap / ONE_MS) - 1)
+    if limit_ms <= 0:
+        return timedelta(0)
+    digest = hashlib.blake2b(f"{schedule_id}:{to_ms(nominal)}".encode(), digest_size=8).digest()
+    return timedelta(milliseconds=int.from_bytes(digest, "big") % (limit_ms + 1))
+
+
+def due_time(
+    timing: Timing, schedule_id: int, nominal: datetime, *, anchor: datetime | None = None
+) -> datetime:
+    """When the occurrence at ``nominal`` fires: its nominal time plus its jitter."""
+    if not timing.jitter:
+        return nominal
+    following = next(occurrences(timing, nominal, anchor=anchor or nominal), None)
+    gap = following.at - nominal if following else None
+    return nominal + jitter_delay(schedule_id, nominal, timing.jitter, gap)
+
+
+def _with_due_times(
+    timing: Timing, schedule_id: int, moments: Iterator[Moment], first_due: datetime | None
+) -> Iterator[tuple[Moment, datetime]]:
+    """Each moment with its due time (the next moment bounds the jitter); the first may
+    bring its own (the row's ``due_at``)."""
+    previous = next(moments, None)
+    if previous is None:
+        return
+    due = first_due
+    for moment in chain(moments, [None]):
+        if due is None:
+            due = previous.at
+            if timing.jitter and not previous.skipped:
+                gap = moment.at - previous.at if moment is not None else None
+                due += jitter_delay(schedule_id, previous.at, timing.jitter, gap)
+        yield previous, due
+        if moment is None:
+            return
+        previous, due = moment, None
+
+
+# -- catch-up: what fires when a schedule is claimed ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CatchUp:
+    """The catch-up policy in force for one schedule (its own, or the settings')."""
+
+    mode: str = CATCH_UP_LATEST
+    window: timedelta = timedelta(hours=1)  # "all": missed occurrences older than this don't fire
+    max_runs: int = 100  # "all" (and "skip"): at most this many fire in one go
+    grace: timedelta = timedelta(minutes=1)  # later than this counts as missed
+
+
+class Skip(NamedTuple):
+    """An occurrence that did not fire, for the ledger."""
+
+    at: datetime
+    reason: str
+    note: str
+
+
+@dataclass(slots=True)
+class DuePlan:
+    """What a claim does with one due schedule."""
+
+    fire: list[datetime] = field(default_factory=list)  # nominal times, ascending
+    skips: list[Skip] = field(default_factory=list)  # ascending, at most the record limit
+    next_run_at: datetime | None = None  # None: the schedule is finished
+    due_at: datetime | None = None
+
+
+def plan_due(
+    timing: Timing,
+    catch_up: CatchUp,
+    *,
+    schedule_id: int,
+    nominal: datetime,
+    due_at: datetime | None,
+    now: datetime,
+    runs_left: int | None = None,
+    skips_recorded: int = 100,
+) -> DuePlan:
+    """Decide what fires for a schedule whose occurrence at ``nominal`` is due at ``now``.
+
+    Every occurrence due by ``now`` (at or after its due time) is looked at: the catch-up
+    policy picks the ones that fire, and the others become skips ("missed", or "expired"
+    for a one-off). Skipped local times passed on the way are skips too ("dst"). The
+    schedule then moves to its first moment not yet due. ``runs_left`` (a maximum number
+    of runs) caps what fires and finishes the schedule when it reaches zero.
+
+    The work is bounded whatever the backlog: past ``catch_up.max_runs + skips_recorded``
+    due moments, only the most recent ones are looked at, and the skip notes say so.
+    """
+    limit = catch_up.max_runs + skips_recorded + 1
+    first = moment_at(timing, nominal)
+    due, following = _due_moments(timing, schedule_id, first, due_at, now, limit)
+    truncated = None
+    if len(due) > limit:
+        # A long outage: jump to the most recent moments instead of walking them all.
+        recent = list(
+            islice(
+                occurrences_before(timing, now + ONE_MS, anchor=nominal, include_skipped=True),
+                limit,
+            )
+        )
+        truncated = nominal
+        due, following = _due_moments(timing, schedule_id, recent[-1], None, now, None)
+
+    occurred = [(m, d) for m, d in due if not m.skipped]
+    fire = _pick(catch_up, occurred, now)
+    if runs_left is not None:
+        fire = fire[-runs_left:] if runs_left > 0 else []
+    fired = {m.at for m, _d in fire}
+    skips = [_skip(timing, catch_up, m, now - d) for m, d in due if m.at not in fired]
+    if len(skips) > skips_recorded or truncated is not None:
+        earliest = truncated or skips[0].at
+        skips = skips[-skips_recorded:] if skips_recorded else []
+        if skips:
+            first_kept = skips[0]
+            skips[0] = first_kept._replace(
+                note=f"{first_kept.note} Earlier occurrences back to {earliest:%Y-%m-%d %H:%M:%S} "
+                f"UTC were passed over too; only the most recent {skips_recorded} are recorded "
+                f"(SCHEDULINATOR['MAX_SKIPS_RECORDED'])."
+            )
+    plan = DuePlan(fire=[m.at for m, _d in fire], skips=skips)
+    finished = runs_left is not None and runs_left - len(fire) <= 0
+    if following is not None and not finished:
+        plan.next_run_at, plan.due_at = following[0].at, following[1]
+    return plan
+
+
+def _due_moments(
+    timing: Timing,
+    schedule_id: int,
+    first: Moment,
+    first_due: datetime | None,
+    now: datetime,
+    limit: int | None,
+) -> tuple[list[tuple[Moment, datetime]], tuple[Moment, datetime] | None]:
+    """The moments from ``first`` on that are due by ``now`` (more than ``limit`` means
+    "too many"), and the first one that is not."""
+    moments = chain([first], occurrences(timing, first.at, anchor=first.at, include_skipped=True))
+    due: list[tuple[Moment, datetime]] = []
+    for moment, due_at in _with_due_times(timing, schedule_id, moments, first_due):
+        if due_at > now:
+            return due, (moment, due_at)
+        due.append((moment, due_at))
+        if limit is not None and len(due) > limit:
+            break
+    return due, None
+
+
+def _pick(
+    catch_up: CatchUp, occurred: list[tuple[Moment, datetime]], now: datetime
+) -> list[tuple[Moment, datetime]]:
+    """The due occurrences that fire under the catch-up policy (ascending)."""
+    if not occurred:
+        return []
+    if catch_up.mode == CATCH_UP_SKIP:
+        fire = [(m, d) for m, d in occurred if now - d <= catch_up.grace]
+    elif catch_up.mode == CATCH_UP_ALL:
+        fire = [(m, d) for m, d in occurred if now - d <= catch_up.window]
+    else:  # latest
+        return occurred[-1:]
+    return fire[-catch_up.max_runs :]
+
+
+def _skip(timing: Timing, catch_up: CatchUp, moment: Moment, late: timedelta) -> Skip:
+    if moment.skipped:
+        return Skip(moment.at, DST_SKIPPED, dst_note(timing, moment))
+    late_text = _duration(late)
+    if timing.kind == ONCE:
+        return Skip(
+            moment.at,
+            EXPIRED,
+            f"The one-off was {late_text} late, more than catch-up {catch_up.mode!r} allows.",
+        )
+    if catch_up.mode == CATCH_UP_LATEST:
+        why = "catch-up 'latest' fired only the most recent due occurrence"
+    elif catch_up.mode == CATCH_UP_SKIP:
+        why = f"catch-up 'skip' fires nothing later than {_duration(catch_up.grace)}"
+    else:
+        why = (
+            f"catch-up 'all' fires the last {catch_up.max_runs} within {_duration(catch_up.window)}"
+        )
+    return Skip(moment.at, MISSED, f"Claimed {late_text} late; {why}.")
+
+
+def _duration(delta: timedelta) -> str:
+    seconds = delta.total_seconds()
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+# -- what people read: previews, notes, descriptions ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewItem:
+    at: datetime  # nominal, UTC
+    local: datetime  # the same instant in the schedule's zone
+    due_at: datetime  # when it fires (nominal plus jitter)
+    dst: str  # how a DST change touched it ("" when it did not)
+    skipped: bool  # a local time the DST policy skips: nothing fires
+    note: str  # a sentence about the DST change, or ""
+
+
+def preview(
+    timing: Timing,
+    *,
+    start: datetime,
+    count: int,
+    schedule_id: int = 0,
+) -> list[PreviewItem]:
+    """The next ``count`` moments from ``start`` on (inclusive), DST changes flagged.
+
+    Besides shifted, skipped and repeated local times, an occurrence whose UTC offset
+    differs from the one before is flagged, because its local time or its UTC time moved.
+    """
+    zone = get_zone(timing.timezone)
+    moments = occurrences(timing, start - ONE_MS, anchor=start, include_skipped=True)
+    items: list[PreviewItem] = []
+    previous_offset = None
+    timed = _with_due_times(timing, schedule_id, moments, None)
+    for moment, due in islice(timed, count):
+        local = moment.at.astimezone(zone)
+        note = dst_note(timing, moment)
+        dst = moment.dst
+        offset = local.utcoffset()
+        if not dst and previous_offset is not None and offset != previous_offset:
+            dst = "offset"
+            note = f"The UTC offset is now {_offset_text(offset)} ({local:%Z})."
+        previous_offset = offset
+        items.append(PreviewItem(moment.at, local, due, dst, moment.skipped, note))
+    return items
+
+
+def dst_note(timing: Timing, moment: Moment) -> str:
+    """A sentence on how a DST change touched ``moment``, or ""."""
+    if not moment.dst or moment.wall is None:
+        return ""
+    zone = get_zone(timing.timezone)
+    wall = f"{moment.wall:%H:%M}" + (f":{moment.wall:%S}" if moment.wall.second else "")
+    day = f"{moment.wall:%Y-%m-%d}"
+    local = moment.at.astimezone(zone)
+    if moment.dst in (DST_SHIFT, DST_SKIP):
+        where = f"{wall} does not exist in {timing.timezone} on {day} (the clocks jump forward)"
+        if moment.dst == DST_SHIFT:
+            return f"{where}; it runs at {local:%H:%M} {local:%Z} instead."
+        return f"{where}; skipped by the DST policy."
+    which = "first" if moment.dst == DST_FIRST else "second"
+    return (
+        f"{wall} occurs twice in {timing.timezone} on {day} (the clocks go back); this is the "
+        f"{which}, at {_offset_text(local.utcoffset())} ({local:%Z})."
+    )
+
+
+def _offset_text(offset: timedelta | None) -> str:
+    minutes = int((offset or timedelta(0)).total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def describe(timing: Timing) -> str:
+    """A sentence a person can read, e.g. "At 06:00, Monday through Friday (Europe/Berlin)".
+
+    Cron expressions are described by cron-descriptor; an expression it cannot describe
+    is shown as it is.
+    """
+    if timing.kind == CRON:
+        return f"{_describe_cron(timing.cron)} ({timing.timezone})"
+    if timing.kind == INTERVAL and isinstance(timing.interval, timedelta):
+        text = f"Every {_interval_text(timing.interval)}"
+        anchor = timing.anchor_at or timing.start_at
+        if anchor is not None:
+            text += f", counted from {anchor.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return text
+    if timing.kind == ONCE and isinstance(timing.run_at, datetime):
+        local = timing.run_at.astimezone(get_zone(timing.timezone))
+        return f"Once, at {local:%Y-%m-%d %H:%M:%S %Z} ({timing.timezone})"
+    return ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _describe_cron(expr: str) -> str:
+    from cron_descriptor import ExpressionDescriptor, Options
+
+    try:
+        text = normalize_cron(expr)
+        options = Options()
+        options.use_24hour_time_format = True
+        return str(ExpressionDescriptor(text, options).get_description())
+    except Exception:  # a description is a nicety: never an error
+        return expr
+
+
+def _interval_text(interval: timedelta) -> str:
+    seconds = int(interval.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0 and seconds >= size:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}" if n != 1 else unit
+    return f"{interval.total_seconds():g} seconds"

@@ -25,8 +25,18 @@ class ScheduleForm(forms.ModelForm):
             "interval",
             "run_at",
             "timezone",
+            "dst_gap",
+            "dst_fold",
+            "anchor_at",
             "start_at",
             "end_at",
+            "max_runs",
+            "jitter",
+            "catch_up",
+            "catch_up_window",
+            "overlap",
+            "pause_note",
+            "pause_after_failures",
         )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -58,17 +68,23 @@ class ScheduleAdmin(admin.ModelAdmin):
     search_fields = ("name", "task")
     readonly_fields = (
         "next_run_at",
+        "due_at",
         "last_run_at",
         "run_count",
+        "failure_streak",
+        "paused_at",
         "revision",
         "created_at",
         "updated_at",
     )
     fieldsets = (
-        (None, {"fields": ("name", "task", "args", "kwargs", "enabled")}),
+        (None, {"fields": ("name", "task", "args", "kwargs", "enabled", "pause_note")}),
+        ("When", {"fields": ("kind", "cron", "interval", "run_at", "timezone", "anchor_at")}),
+        ("Daylight saving time (cron)", {"fields": ("dst_gap", "dst_fold")}),
+        ("Window and limits", {"fields": ("start_at", "end_at", "max_runs", "jitter")}),
         (
-            "When",
-            {"fields": ("kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at")},
+            "Missed runs, overlap and failures",
+            {"fields": ("catch_up", "catch_up_window", "overlap", "pause_after_failures")},
         ),
         ("State", {"fields": readonly_fields}),
     )
@@ -80,12 +96,14 @@ class RunAdmin(admin.ModelAdmin):
         "schedule",
         "scheduled_for",
         "status",
+        "trigger",
+        "skip_reason",
         "attempts",
         "worker_id",
         "claimed_at",
         "finished_at",
     )
-    list_filter = ("status",)
+    list_filter = ("status", "trigger", "skip_reason")
     list_select_related = ("schedule",)
     search_fields = ("schedule__name", "task")
     date_hierarchy = "scheduled_for"

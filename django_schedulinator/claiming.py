@@ -1,28 +1,31 @@
 """Claim due entries, re-check their rows, and decide in SQL which occurrences fire.
 
 One pass over a batch costs one claim script, one read query, one transaction (conditional
-advance plus the pending runs) and one index script, whatever the batch size:
+advance plus the new runs) and one index script, whatever the batch size:
 
 1. ``claim``: Redis moves up to N entries with score <= Redis TIME into the in-flight set,
    each leased to this process. The same "now" is used for every decision below.
-2. ``advance``: the rows are read in one query. A deleted, disabled or finished row leaves
+2. ``recheck``: the rows are read in one query. A deleted, disabled or finished row leaves
    the index; a row not due yet is re-indexed at its true time (a repair: the entry was
-   stale, it never fires early). Due rows advance with a conditional UPDATE that only
-   matches the revision that was read, and their pending Runs are inserted in the same
+   stale, it never fires early). For each due row, ``timing.plan_due`` decides what fires
+   (catch-up), what is skipped and where the schedule goes next; schedules with an overlap
+   policy are then checked against their runs in progress (one more query, only for them).
+3. ``commit``: due rows advance with a conditional UPDATE that only matches the revision
+   that was read, and their runs (pending, buffered and skipped) are inserted in the same
    transaction. Then the index gets the new next runs and the in-flight entries are
    released. A crash before the commit leaves the in-flight entries, whose leases expire
    and return them to the due set; a crash after it leaves pending Runs, which
    ``take_over_expired`` dispatches again with the same idempotency key.
-3. The caller dispatches the occurrences and ``record``s the outcomes.
+4. The caller dispatches the occurrences and ``record``s the outcomes.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import router, transaction
@@ -32,17 +35,20 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import timing
+from .conf import app_settings
 from .dispatch.base import Occurrence, Outcome
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
-from .models import Run, Schedule, occurrence_key
-from .querysets import Advance, PendingRun, json_ids
-from .sync import change_for_row
+from .models import Run, Schedule, catch_up_policy, occurrence_key
+from .querysets import Advance, NewRun, json_ids
+from .sync import change_for_row, resync_schedules
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
 ROW_FIELDS = (
-    "pk", "revision", "enabled", "next_run_at", "kind", "cron", "interval", "run_at",
-    "timezone", "task", "args", "kwargs", "name", "start_at", "end_at",
+    "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
+    "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
+    "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
+    "kwargs", "name",
 )  # fmt: skip
 RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "scheduled_for",
@@ -51,6 +57,7 @@ RUN_FIELDS = (
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
+AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
 
 
 def new_token() -> str:
@@ -63,6 +70,9 @@ class Counters:
 
     claimed: int = 0
     fired: int = 0
+    skipped: int = 0  # occurrences recorded as skipped (catch-up, overlap, DST)
+    buffered: int = 0  # occurrences waiting for their schedule's previous run (overlap)
+    queued: int = 0  # runs queued in SQL (run now, backfill, buffered) and dispatched
     repaired: int = 0  # stale entries re-indexed at the row's true time
     dropped: int = 0  # entries of deleted, disabled or finished rows
     lost_races: int = 0  # another process (or an edit) changed the row first
@@ -71,6 +81,7 @@ class Counters:
     leases_expired: int = 0  # in-flight entries returned to the due set
     redispatched: int = 0  # pending runs taken over after their lease expired
     reconciled: int = 0  # entries healed by reconcile passes (lost sync writes)
+    auto_paused: int = 0  # schedules paused after too many failures in a row
 
     def add(self, other: Counters) -> None:
         for f in fields(self):
@@ -81,13 +92,67 @@ class Counters:
 
 
 @dataclass(slots=True)
+class Due:
+    """One due row and what its claim does: the runs it fires, buffers and skips."""
+
+    row: Any  # a named row of ROW_FIELDS
+    plan: timing.DuePlan
+    buffer: list[datetime] = field(default_factory=list)
+
+    @property
+    def advance(self) -> Advance:
+        row, plan = self.row, self.plan
+        fired = len(plan.fire) + len(self.buffer)
+        return Advance(row.pk, row.revision, plan.next_run_at, plan.due_at, fired)
+
+
+@dataclass(slots=True)
 class Plan:
     """What a re-check decided for one claimed batch."""
 
     batch: ClaimedBatch
     counters: Counters
     changes: list[Change] = field(default_factory=list)
-    due: list[tuple[tuple[Any, ...], Advance]] = field(default_factory=list)
+    due: list[Due] = field(default_factory=list)
+    # Schedules whose overlap policy buffers: their buffered run is released once the
+    # runs fired here are recorded.
+    buffering: set[int] = field(default_factory=set)
+
+
+def timing_of(row: Any) -> timing.Timing:
+    return timing.Timing(
+        kind=row.kind,
+        cron=row.cron,
+        interval=row.interval,
+        run_at=row.run_at,
+        timezone=row.timezone,
+        start_at=row.start_at,
+        end_at=row.end_at,
+        anchor_at=row.anchor_at,
+        dst_gap=row.dst_gap,
+        dst_fold=row.dst_fold,
+        jitter=row.jitter,
+    )
+
+
+def _runs_of(due: Due, lease_until: datetime) -> list[NewRun]:
+    """The ledger rows of one due schedule: fired (pending, leased to this claim),
+    buffered (waiting for the previous run; queued later with attempts from 0), skipped."""
+    row = due.row
+    snapshot = (row.pk, row.task, row.args, row.kwargs)
+
+    def new(at: datetime, **fields: Any) -> NewRun:
+        sid, task, args, kwargs = snapshot
+        return NewRun(sid, at, task, args, kwargs, **fields)
+
+    return [
+        *(new(at, lease_expires_at=lease_until) for at in due.plan.fire),
+        *(new(at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
+        *(
+            new(skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason, note=skip.note)
+            for skip in due.plan.skips
+        ),
+    ]
 
 
 class Claimer:
@@ -98,20 +163,27 @@ class Claimer:
         lease_seconds: float,
         index: DueIndex | None = None,
         using: str | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
+        """``clock`` (epoch ms) replaces Redis TIME for tests that control time."""
         self.worker_id = worker_id
         self.lease = timedelta(seconds=lease_seconds)
         self.index = index or DueIndex()
         self.db = using or router.db_for_write(Schedule)
+        self.clock = clock
 
     # -- 1. claim -------------------------------------------------------------------------
 
     def claim(self, limit: int) -> tuple[ClaimedBatch, str]:
         token = new_token()
         lease_ms = int(self.lease.total_seconds() * 1000)
-        return self.index.claim(limit, lease_ms, token), token
+        now_ms = self.clock() if self.clock else None
+        return self.index.claim(limit, lease_ms, token, now_ms), token
 
-    # -- 2. re-check and advance ----------------------------------------------------------
+    def now_ms(self) -> int:
+        return self.clock() if self.clock else self.index.now_ms()
+
+    # -- 2. re-check ----------------------------------------------------------------------
 
     def advance(self, batch: ClaimedBatch, token: str) -> tuple[list[Occurrence], Counters]:
         """Re-check the claimed rows, fire the due ones in SQL, and update the index."""
@@ -125,41 +197,59 @@ class Claimer:
         now = timing.from_ms(batch.now_ms)
         ids = [sid for sid, _score in batch.entries]
         rows = {
-            row[0]: row
+            row.pk: row
             for row in Schedule.objects.using(self.db)
             .filter(pk__in=json_ids(ids, self.db))
-            .values_list(*ROW_FIELDS)
+            .values_list(*ROW_FIELDS, named=True)
         }
         counters = plan.counters
+        defaults = catch_up_policy("", None)
+        skips_recorded = app_settings.MAX_SKIPS_RECORDED
         for sid in ids:
             row = rows.get(sid)
             if row is None:
                 plan.changes.append(Change(sid, 0, FORGET))
                 counters.dropped += 1
                 continue
-            _pk, revision, enabled, next_run_at = row[:4]
-            if not enabled or next_run_at is None:
-                plan.changes.append(Change(sid, revision, REMOVE))
+            if not row.enabled or row.next_run_at is None:
+                plan.changes.append(Change(sid, row.revision, REMOVE))
                 counters.dropped += 1
                 continue
-            due_ms = timing.to_ms(next_run_at)
+            due_at = row.due_at or row.next_run_at
+            due_ms = timing.to_ms(due_at)
             if due_ms > batch.now_ms:
                 # The index said due, the row says later: trust the row, fix the index.
-                plan.changes.append(Change(sid, revision, SET, due_ms))
+                plan.changes.append(Change(sid, row.revision, SET, due_ms))
                 counters.repaired += 1
-                logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, next_run_at)
+                logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
-            kind, cron, interval, run_at, zone = row[4:9]
-            spec = timing.Timing(kind, cron, interval, run_at, zone, row[13], row[14])
+            policy = defaults
+            if row.catch_up or row.catch_up_window:
+                policy = replace(
+                    defaults,
+                    mode=row.catch_up or defaults.mode,
+                    window=row.catch_up_window or defaults.window,
+                )
+            runs_left = None if row.max_runs is None else row.max_runs - row.run_count
             try:
-                following = timing.next_run_after(spec, next_run_at, now)
-            except timing.TimingError as exc:
-                logger.error("Schedule %s (%r) cannot be evaluated: %s", sid, row[12], exc)
+                due_plan = timing.plan_due(
+                    timing_of(row),
+                    policy,
+                    schedule_id=sid,
+                    nominal=row.next_run_at,
+                    due_at=due_at,
+                    now=now,
+                    runs_left=runs_left,
+                    skips_recorded=skips_recorded,
+                )
+            except (timing.TimingError, OverflowError) as exc:
+                logger.error("Schedule %s (%r) cannot be evaluated: %s", sid, row.name, exc)
                 retry_ms = timing.to_ms(now + INVALID_RETRY)
-                plan.changes.append(Change(sid, revision, REQUEUE, retry_ms))
+                plan.changes.append(Change(sid, row.revision, REQUEUE, retry_ms))
                 counters.invalid += 1
                 continue
-            plan.due.append((row, Advance(sid, revision, following)))
+            plan.due.append(Due(row, due_plan))
+        self._apply_overlap(plan)
         if counters.repaired:
             logger.info(
                 "Repaired %d stale index entr%s: not due yet, re-indexed at the row's time.",
@@ -168,60 +258,100 @@ class Claimer:
             )
         return plan
 
+    def _apply_overlap(self, plan: Plan) -> None:
+        """Hold back what the overlap policies forbid: runs of schedules whose previous run
+        is still in progress are skipped, or buffered (one)."""
+        guarded = [d for d in plan.due if d.row.overlap != "allow" and d.plan.fire]
+        if not guarded:
+            return
+        busy: set[int] = set()
+        waiting: set[int] = set()
+        for sid, status in (
+            Run.objects.using(self.db)
+            .filter(
+                schedule_id__in=json_ids([d.row.pk for d in guarded], self.db),
+                status__in=(*Run.UNFINISHED, Run.Status.BUFFERED),
+            )
+            .values_list("schedule_id", "status")
+        ):
+            (waiting if status == Run.Status.BUFFERED else busy).add(sid)
+        for due in guarded:
+            sid, fire = due.row.pk, list(due.plan.fire)
+            run, held = ([], fire) if sid in busy else (fire[:1], fire[1:])
+            if due.row.overlap == "buffer":
+                plan.buffering.add(sid)
+                if sid not in waiting and held:
+                    due.buffer = held[:1]
+                    held = held[1:]
+            due.plan.fire = run
+            if held:
+                note = (
+                    "The schedule's previous run was still in progress (overlap "
+                    f"{due.row.overlap!r})."
+                )
+                skips = [timing.Skip(at, timing.OVERLAP, note) for at in held]
+                due.plan.skips = sorted(due.plan.skips + skips)
+
+    # -- 3. commit ------------------------------------------------------------------------
+
     def commit(self, plan: Plan, token: str) -> tuple[list[Occurrence], Counters]:
         """One transaction: advance the due rows that still hold what was read, insert their
-        pending runs; then write the index and release this claim's in-flight entries."""
+        runs; then write the index and release this claim's in-flight entries."""
         batch, counters, changes = plan.batch, plan.counters, plan.changes
         occurrences: list[Occurrence] = []
         if plan.due:
             now = timing.from_ms(batch.now_ms)
+            lease_until = now + self.lease
             with transaction.atomic(using=self.db):
-                moved = Schedule.objects.using(self.db).advance([a for _r, a in plan.due], now)
-                inserted = Run.objects.using(self.db).insert_pending(
-                    [
-                        PendingRun(row[0], row[3], row[9], row[10], row[11])
-                        for row, a in plan.due
-                        if a.schedule_id in moved
-                    ],
-                    claimed_at=now,
-                    worker_id=self.worker_id,
-                    claim_token=token,
-                    lease_expires_at=now + self.lease,
+                moved = Schedule.objects.using(self.db).advance([d.advance for d in plan.due], now)
+                new_runs = [
+                    run for d in plan.due if d.row.pk in moved for run in _runs_of(d, lease_until)
+                ]
+                inserted = Run.objects.using(self.db).insert_runs(
+                    new_runs, claimed_at=now, worker_id=self.worker_id, claim_token=token
                 )
-            occurrences = [
-                Occurrence(
-                    key=occurrence_key(row[0], row[3]),
-                    run_id=inserted[row[0]],
-                    schedule_id=row[0],
-                    schedule_name=row[12],
-                    task=row[9],
-                    scheduled_for=row[3],
-                    attempt=1,
-                    args=row[10],
-                    kwargs=row[11],
-                )
-                for row, _a in plan.due
-                if row[0] in inserted
-            ]
-            for _row, a in plan.due:
-                if a.schedule_id in moved:
-                    new_revision = moved[a.schedule_id]
-                    changes.append(change_for_row(a.schedule_id, new_revision, True, a.next_run_at))
-                else:
+            for d in plan.due:
+                row = d.row
+                if row.pk not in moved:
                     # Someone changed the row after we read it; they write its entry. Ask
                     # for a re-check in case their write never comes.
-                    changes.append(Change(a.schedule_id, a.revision, REQUEUE, batch.now_ms))
+                    changes.append(Change(row.pk, row.revision, REQUEUE, batch.now_ms))
                     counters.lost_races += 1
+                    continue
+                changes.append(
+                    change_for_row(row.pk, moved[row.pk], True, d.plan.next_run_at, d.plan.due_at)
+                )
+                for at in d.plan.fire:
+                    run_id = inserted.get((row.pk, timing.to_ms(at)))
+                    if run_id is None:
+                        counters.duplicates += 1
+                        continue
+                    occurrences.append(
+                        Occurrence(
+                            key=occurrence_key(row.pk, at),
+                            run_id=run_id,
+                            schedule_id=row.pk,
+                            schedule_name=row.name,
+                            task=row.task,
+                            scheduled_for=at,
+                            attempt=1,
+                            args=row.args,
+                            kwargs=row.kwargs,
+                        )
+                    )
+                counters.skipped += len(d.plan.skips)
+                counters.buffered += len(d.buffer)
             counters.fired = len(occurrences)
-            counters.duplicates = len(moved) - len(inserted)
         self.index.apply(changes, release_token=token)
         return occurrences, counters
 
-    # -- pending runs whose dispatch never completed --------------------------------------
+    # -- runs waiting in SQL: expired leases, and runs queued for any scheduler ----------
 
     def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str]:
-        """Pending runs whose lease expired, now leased to this process under a new claim
-        token (returned), to dispatch again."""
+        """Unfinished runs whose lease expired, now leased to this process under a new claim
+        token (returned), to dispatch. These are runs whose process died or stalled, and
+        runs queued with an expired lease on purpose (run now, backfill, a released buffer:
+        their ``attempts`` was 0, so their first dispatch has ``attempt == 1``)."""
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
         candidates = list(
@@ -234,6 +364,7 @@ class Claimer:
             return [], token
         # Conditional: of two processes taking over the same run, exactly one matches.
         runs.filter(pk__in=candidates).lease_expired(now).update(
+            status=Run.Status.PENDING,
             claim_token=token,
             worker_id=self.worker_id,
             lease_expires_at=now + self.lease,
@@ -254,10 +385,11 @@ class Claimer:
             )
             for pk, schedule_id, name, task, args, kwargs, scheduled_for, attempts in taken
         ]
-        if occurrences:
+        again = sum(1 for o in occurrences if o.attempt > 1)
+        if again:
             logger.warning(
-                "Dispatching %d pending run(s) again whose lease expired (same keys).",
-                len(occurrences),
+                "Dispatching %d run(s) again whose lease expired (same keys).",
+                again,
             )
         return occurrences, token
 
@@ -270,22 +402,35 @@ class Claimer:
         clock stands in, so work already committed is still dispatched.
         """
         try:
-            now = timing.from_ms(self.index.now_ms())
+            now = timing.from_ms(self.now_ms())
         except (RedisConnectionError, RedisTimeoutError):
             now = timezone.now()
         until = now + self.lease
         held = (
             Run.objects.using(self.db)
-            .pending()
+            .unfinished()
             .filter(pk__in=json_ids(run_ids, self.db), claim_token=token)
         )
         held.update(lease_expires_at=until)
         return set(held.values_list("pk", flat=True))
 
-    # -- 3. record outcomes ---------------------------------------------------------------
+    def mark_running(self, run_ids: Collection[int], token: str) -> None:
+        """Record that the dispatcher started these runs (those ``token`` still holds)."""
+        Run.objects.using(self.db).pending().filter(
+            pk__in=json_ids(list(run_ids), self.db), claim_token=token
+        ).update(status=Run.Status.RUNNING)
 
-    def record(self, outcomes: Sequence[Outcome], dispatched_at: Any) -> None:
-        """Store what the dispatcher reported, in one transaction."""
+    # -- 4. record outcomes ---------------------------------------------------------------
+
+    def record(
+        self, outcomes: Sequence[Outcome], schedule_of: Mapping[int, int], dispatched_at: Any
+    ) -> None:
+        """Store what the dispatcher reported, in one transaction.
+
+        Each schedule's count of failures in a row follows: a success resets it, a failure
+        adds one, and a schedule with ``pause_after_failures`` that reaches it is paused
+        (and leaves the index).
+        """
         finished_at = timezone.now()
         by_status: dict[str, list[int]] = {}
         failed: list[Outcome] = []
@@ -295,19 +440,77 @@ class Claimer:
             else:
                 by_status.setdefault(o.status, []).append(o.run_id)
         runs = Run.objects.using(self.db)
+        schedules = Schedule.objects.using(self.db)
+        paused: list[int] = []
         with transaction.atomic(using=self.db):
             for status, ids in by_status.items():
-                runs.pending().filter(pk__in=json_ids(ids, self.db)).update(
+                runs.unfinished().filter(pk__in=json_ids(ids, self.db)).update(
                     status=status,
                     dispatched_at=dispatched_at,
                     finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
                     lease_expires_at=None,
                 )
             for o in failed:  # one statement each: failures carry their own error text
-                runs.pending().filter(pk=o.run_id).update(
+                runs.unfinished().filter(pk=o.run_id).update(
                     status=Run.Status.FAILED,
                     error=o.error,
                     dispatched_at=dispatched_at,
                     finished_at=finished_at,
                     lease_expires_at=None,
                 )
+            succeeded = [schedule_of[i] for i in by_status.get(Run.Status.SUCCEEDED, ())]
+            if succeeded:
+                schedules.filter(
+                    pk__in=json_ids(sorted(set(succeeded)), self.db), failure_streak__gt=0
+                ).update(failure_streak=0)
+            if failed:
+                paused = self._count_failures({schedule_of[o.run_id] for o in failed})
+        if paused:
+            logger.warning(
+                "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",
+                len(paused),
+                paused[:20],
+            )
+            resync_schedules(paused, using=self.db, index=self.index)
+
+    def _count_failures(self, schedule_ids: set[int]) -> list[int]:
+        """Add one failure in a row to each schedule; pause those that reach their limit."""
+        schedules = Schedule.objects.using(self.db).filter(pk__in=sorted(schedule_ids))
+        schedules.update(failure_streak=F("failure_streak") + 1)
+        reached = schedules.filter(
+            enabled=True,
+            pause_after_failures__isnull=False,
+            failure_streak__gte=F("pause_after_failures"),
+        )
+        paused = list(reached.values_list("pk", flat=True))
+        if paused:
+            now = timezone.now()
+            Schedule.objects.using(self.db).filter(pk__in=paused).update(
+                enabled=False,
+                paused_at=now,
+                pause_note=AUTO_PAUSE_NOTE,
+                revision=F("revision") + 1,
+                updated_at=now,
+            )
+        return paused
+
+    # -- overlap "buffer" -----------------------------------------------------------------
+
+    def release_buffered(self, schedule_ids: Collection[int] | None = None) -> int:
+        """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
+        or of all); the next claim dispatches them. Returns how many were released."""
+        runs = Run.objects.using(self.db)
+        waiting = runs.filter(status=Run.Status.BUFFERED)
+        if schedule_ids is not None:
+            if not schedule_ids:
+                return 0
+            waiting = waiting.filter(schedule_id__in=json_ids(sorted(schedule_ids), self.db))
+        busy = runs.unfinished().values("schedule_id")
+        released = waiting.exclude(schedule_id__in=busy).update(
+            status=Run.Status.PENDING,
+            attempts=0,
+            lease_expires_at=F("scheduled_for"),  # already expired: any scheduler takes it
+        )
+        if released:
+            self.index.wake()
+        return released

@@ -53,7 +53,22 @@ DEFAULTS: dict[str, Any] = {
     "DRIFT_SAMPLE_SIZE": 200,
     # How often each scheduler logs its counters (claimed, fired, repaired, ...) at INFO.
     "LOG_STATS_SECONDS": 60.0,
+    # Catch-up for schedules that leave theirs blank: which of several due occurrences fire
+    # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
+    # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
+    # late (a schedule may set its own window), at most CATCH_UP_MAX_RUNS at once.
+    "CATCH_UP": "latest",
+    "CATCH_UP_WINDOW_SECONDS": 3600.0,
+    "CATCH_UP_MAX_RUNS": 100,
+    "MISFIRE_GRACE_SECONDS": 60.0,
+    # Occurrences that do not fire are recorded as skipped runs; one catch-up, pause or
+    # backfill records at most this many (the most recent), so an outage costs bounded rows.
+    "MAX_SKIPS_RECORDED": 100,
+    # The largest backfill one request may queue.
+    "MAX_BACKFILL_RUNS": 10_000,
 }
+
+CATCH_UP_MODES = ("skip", "latest", "all")
 
 # Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
@@ -89,6 +104,12 @@ class Settings:
             raise _error(key, f"must be a positive integer, got {value!r}")
         if maximum is not None and value > maximum:
             raise _error(key, f"must be at most {maximum}, got {value!r}")
+        return value
+
+    def _non_negative_int(self, key: str, maximum: int) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+            raise _error(key, f"must be a whole number from 0 to {maximum}, got {value!r}")
         return value
 
     def _positive_number(self, key: str) -> float:
@@ -182,6 +203,33 @@ class Settings:
     @property
     def DRIFT_SAMPLE_SIZE(self) -> int:
         return self._positive_int("DRIFT_SAMPLE_SIZE", maximum=MAX_DRIFT_SAMPLE_SIZE)
+
+    @property
+    def CATCH_UP(self) -> str:
+        value = self._get("CATCH_UP")
+        if value not in CATCH_UP_MODES:
+            raise _error("CATCH_UP", f"must be one of {', '.join(CATCH_UP_MODES)}, got {value!r}")
+        return str(value)
+
+    @property
+    def CATCH_UP_WINDOW_SECONDS(self) -> float:
+        return self._positive_number("CATCH_UP_WINDOW_SECONDS")
+
+    @property
+    def CATCH_UP_MAX_RUNS(self) -> int:
+        return self._positive_int("CATCH_UP_MAX_RUNS", maximum=MAX_BATCH_SIZE)
+
+    @property
+    def MISFIRE_GRACE_SECONDS(self) -> float:
+        return self._positive_number("MISFIRE_GRACE_SECONDS")
+
+    @property
+    def MAX_SKIPS_RECORDED(self) -> int:
+        return self._non_negative_int("MAX_SKIPS_RECORDED", maximum=MAX_BATCH_SIZE)
+
+    @property
+    def MAX_BACKFILL_RUNS(self) -> int:
+        return self._positive_int("MAX_BACKFILL_RUNS", maximum=1_000_000)
 
     def validate(self) -> list[ImproperlyConfigured]:
         """Every setting problem at once, for the system check."""

@@ -87,11 +87,12 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
     if not ids:
         return [], []
     ordered = sorted(ids)
-    rows = dict(
-        Schedule.objects.using(db)
+    rows = {
+        pk: due_at or next_run_at
+        for pk, next_run_at, due_at in Schedule.objects.using(db)
         .filter(pk__in=ordered, enabled=True, next_run_at__isnull=False)
-        .values_list("pk", "next_run_at")
-    )
+        .values_list("pk", "next_run_at", "due_at")
+    }
     scores = index.scores(ordered)
     in_flight = index.inflight_ids()
     late: list[int] = []

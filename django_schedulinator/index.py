@@ -48,6 +48,7 @@ class ClaimedBatch:
     requeued: int
     next_due_ms: int | None
     entries: list[tuple[int, int]]  # (schedule id, score ms)
+    woken: bool = False  # runs were queued in SQL since the last claim (run now, backfill)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +79,7 @@ class DueIndex:
         self.marker_key = f"{tag}:built"
         self.lock_key = f"{tag}:rebuild-lock"
         self.reconcile_key = f"{tag}:reconcile"
+        self.wake_key = f"{tag}:wake"
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
@@ -91,27 +93,38 @@ class DueIndex:
             self.marker_key,
             self.lock_key,
             self.reconcile_key,
+            self.wake_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
 
     # -- claiming -------------------------------------------------------------------------
 
-    def claim(self, limit: int, lease_ms: int, token: str) -> ClaimedBatch:
-        """Move up to ``limit`` entries with score <= Redis TIME into the in-flight set."""
+    def claim(
+        self, limit: int, lease_ms: int, token: str, now_ms: int | None = None
+    ) -> ClaimedBatch:
+        """Move up to ``limit`` entries with score <= now into the in-flight set.
+
+        "now" is Redis TIME; ``now_ms`` replaces it for a test's controlled clock only.
+        """
         reply = self._claim(
-            keys=[self.due_key, self.inflight_key, self.marker_key],
-            args=[limit, lease_ms, token, limit],
+            keys=[self.due_key, self.inflight_key, self.marker_key, self.wake_key],
+            args=[limit, lease_ms, token, limit, "" if now_ms is None else now_ms],
         )
-        built, now_ms, requeued, head = (int(x) for x in reply[:4])
-        rest = reply[4:]
+        built, now, requeued, head, woken = (int(x) for x in reply[:5])
+        rest = reply[5:]
         entries = [(int(rest[i]), int(float(rest[i + 1]))) for i in range(0, len(rest), 2)]
         return ClaimedBatch(
             built=bool(built),
-            now_ms=now_ms,
+            now_ms=now,
             requeued=requeued,
             next_due_ms=head if head >= 0 else None,
             entries=entries,
+            woken=bool(woken),
         )
+
+    def wake(self) -> None:
+        """Tell the schedulers that runs were queued in SQL: the next claim takes them."""
+        self.client.set(self.wake_key, 1)
 
     def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
         """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries."""

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import unicodedata
+from contextlib import nullcontext
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core import validators
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from . import timing
 from .conf import app_settings
-from .querysets import RunQuerySet, ScheduleQuerySet
+from .querysets import NewRun, RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
 
@@ -134,6 +135,25 @@ class Schedule(models.Model):
         INTERVAL = timing.INTERVAL, "Interval"
         ONCE = timing.ONCE, "One-off"
 
+    class DstGap(models.TextChoices):
+        SHIFT = timing.GAP_SHIFT, "Shift it forward by the gap (02:30 runs at 03:30)"
+        SKIP = timing.GAP_SKIP, "Skip it"
+
+    class DstFold(models.TextChoices):
+        FIRST = timing.FOLD_FIRST, "Run at the first"
+        SECOND = timing.FOLD_SECOND, "Run at the second"
+        BOTH = timing.FOLD_BOTH, "Run at both"
+
+    class CatchUp(models.TextChoices):
+        LATEST = timing.CATCH_UP_LATEST, "Fire the latest missed occurrence once"
+        SKIP = timing.CATCH_UP_SKIP, "Skip missed occurrences"
+        ALL = timing.CATCH_UP_ALL, "Fire all missed within the catch-up window"
+
+    class Overlap(models.TextChoices):
+        ALLOW = "allow", "Allow: runs may overlap"
+        SKIP = "skip", "Skip while the previous run is still running"
+        BUFFER = "buffer", "Buffer one: run it when the previous run ends"
+
     name = models.CharField(max_length=200, unique=True, validators=[validate_name])
     task = models.CharField(
         max_length=200,
@@ -156,6 +176,26 @@ class Schedule(models.Model):
         default=default_timezone,
         help_text="IANA zone in which the cron expression is evaluated.",
     )
+    dst_gap = models.CharField(
+        "when a local time does not exist",
+        max_length=8,
+        choices=DstGap.choices,
+        default=DstGap.SHIFT,
+        help_text="Cron: the clocks spring forward over it (02:30 when 02:00 jumps to 03:00).",
+    )
+    dst_fold = models.CharField(
+        "when a local time occurs twice",
+        max_length=8,
+        choices=DstFold.choices,
+        default=DstFold.FIRST,
+        help_text="Cron: the clocks fall back over it (01:30 when 02:00 goes back to 01:00).",
+    )
+    anchor_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Interval: fire at this time plus whole intervals (default: the start, "
+        "else when the timing was set).",
+    )
     start_at = models.DateTimeField(
         null=True, blank=True, help_text="No occurrence before this time (cron and interval)."
     )
@@ -164,13 +204,63 @@ class Schedule(models.Model):
         blank=True,
         help_text="No occurrence after this time; the schedule then leaves the index.",
     )
-    enabled = models.BooleanField(default=True)
+    max_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[validators.MinValueValidator(1)],
+        help_text="Finish after this many runs.",
+    )
+    jitter = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="Delay each occurrence by up to this much (the same delay on every "
+        "re-dispatch, never past the next occurrence) to spread load.",
+    )
+    catch_up = models.CharField(
+        max_length=8,
+        choices=CatchUp.choices,
+        blank=True,
+        help_text="What fires after downtime; blank: SCHEDULINATOR['CATCH_UP'] (latest).",
+    )
+    catch_up_window = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="Catch-up 'all': missed occurrences older than this do not fire "
+        "(blank: SCHEDULINATOR['CATCH_UP_WINDOW_SECONDS']).",
+    )
+    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.ALLOW)
+    enabled = models.BooleanField(
+        default=True, help_text="Clear it to pause the schedule; its missed runs are skipped."
+    )
+    pause_note = models.CharField(
+        max_length=500, blank=True, help_text="Why the schedule is paused."
+    )
+    pause_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[validators.MinValueValidator(1)],
+        help_text="Pause the schedule after this many failed runs in a row.",
+    )
 
     # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
     # earlier is saved again (see save()).
-    next_run_at = models.DateTimeField(null=True, blank=True, editable=False, db_index=True)
+    next_run_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        db_index=True,
+        help_text="The nominal time of the next occurrence (kept while paused).",
+    )
+    due_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the next occurrence fires: next_run_at plus its jitter.",
+    )
     last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
     run_count = models.PositiveBigIntegerField(default=0, editable=False)
+    failure_streak = models.PositiveIntegerField(default=0, editable=False)
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
     revision = models.PositiveBigIntegerField(default=1, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     # Set on every save (not by the scheduler's advance): the reconcile watermark.
@@ -179,9 +269,10 @@ class Schedule(models.Model):
     objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
     TIMING_FIELDS = (
-        "kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at", "enabled",
+        "kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at", "anchor_at",
+        "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
     )  # fmt: skip
-    MACHINE_FIELDS = ("next_run_at", "last_run_at", "run_count")
+    MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
 
     class Meta:
         ordering = ("name",)
@@ -194,28 +285,51 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Validate, keep ``next_run_at`` right and bump the revision in SQL.
+        """Validate, keep ``next_run_at`` and ``due_at`` right and bump the revision in SQL.
 
         An instance loaded before the scheduler fired it must not write back the old
         ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields are
         only written when this instance changed them or the timing changed.
+
+        Pausing (``enabled`` cleared) keeps ``next_run_at``: the schedule leaves the index
+        but remembers where it stood. Resuming moves it to its first occurrence after now
+        and records the occurrences of the paused period as skipped, unless ``resume(
+        catch_up=True)`` asked for them to be caught up under the catch-up policy.
         """
         self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
+        now = timezone.now()
+        paused_over: list[timing.Moment] = []
+        pause_note = ""
         if self._state.adding:
             if self.next_run_at is None:
-                self.next_run_at = self._first_run_at()
+                self.next_run_at = self._first_run_at(now)
             else:
                 self.next_run_at = timing.truncate_ms(self.next_run_at)
+            self.due_at = self.next_run_at  # jitter needs the primary key: set after insert
+            if not self.enabled:
+                self.paused_at = self.paused_at or now
         else:
             loaded = getattr(self, "_loaded", {})
             checked = self.TIMING_FIELDS if update_fields is None else set(update_fields)
-            timing_changed = any(
-                getattr(self, f) != loaded.get(f) for f in self.TIMING_FIELDS if f in checked
-            )
-            recompute = timing_changed and self.next_run_at == loaded.get("next_run_at")
-            if recompute:
-                self.next_run_at = self._first_run_at()
+            changed = {
+                f for f in self.TIMING_FIELDS if f in checked and getattr(self, f) != loaded.get(f)
+            }
+            caller_moved = self.next_run_at != loaded.get("next_run_at")
+            resuming = "enabled" in changed and self.enabled
+            if "enabled" in changed and not self.enabled:
+                self.paused_at = now
+            if resuming:
+                self.paused_at = None
+                pause_note, self.pause_note = self.pause_note, ""
+                catch_up = getattr(self, "_catch_up_on_resume", False)
+                if not caller_moved and not catch_up and changed == {"enabled"}:
+                    paused_over, self.next_run_at = self._resume_from(self.next_run_at, now)
+                    caller_moved = True
+            if changed - {"enabled"} and not caller_moved:
+                self.next_run_at = self._first_run_at(now)
+            if changed or caller_moved:
+                self.due_at = self._due_at_of(self.next_run_at)
             if update_fields is None:
                 update_fields = [
                     f.name
@@ -226,13 +340,24 @@ class Schedule(models.Model):
                         or getattr(self, f.name) != loaded.get(f.name)
                     )
                 ]
-            extra = {"revision", "updated_at"} | ({"next_run_at"} if recompute else set())
+            extra = {"revision", "updated_at"}
+            if changed or caller_moved:
+                extra |= {"next_run_at", "due_at", "paused_at", "pause_note"}
             kwargs["update_fields"] = {*update_fields, *extra}
             self.revision = F("revision") + 1
-        super().save(*args, **kwargs)
+        jittered = self._state.adding and self.jitter and self.next_run_at is not None
+        db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=db) if (jittered or paused_over) else nullcontext():
+            super().save(*args, **kwargs)
+            if jittered:
+                self.due_at = self._due_at_of(self.next_run_at)
+                type(self).objects.using(db).filter(pk=self.pk).update(due_at=self.due_at)
+            if paused_over:
+                self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
             self.refresh_from_db(fields=["revision"])
         self._loaded = {f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS)}
+        self._catch_up_on_resume = False
 
     @classmethod
     def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
@@ -255,7 +380,62 @@ class Schedule(models.Model):
             timezone=self.timezone,
             start_at=self.start_at,
             end_at=self.end_at,
+            anchor_at=self.anchor_at,
+            dst_gap=self.dst_gap,
+            dst_fold=self.dst_fold,
+            jitter=self.jitter,
         )
+
+    @property
+    def catch_up_policy(self) -> timing.CatchUp:
+        """The catch-up policy in force: this schedule's, else the settings'."""
+        return catch_up_policy(self.catch_up, self.catch_up_window)
+
+    @property
+    def description(self) -> str:
+        """The timing in words, e.g. "At 06:00, Monday through Friday (Europe/Berlin)"."""
+        return timing.describe(self.timing_spec)
+
+    # -- operations (see actions.py) ------------------------------------------------------
+
+    def pause(self, note: str = "") -> None:
+        """Stop firing until resumed; the note says why (shown with the skipped runs)."""
+        from . import actions
+
+        actions.pause(self, note)
+
+    def resume(self, *, catch_up: bool = False) -> None:
+        """Fire again from now on. The paused period's occurrences are recorded as skipped,
+        or, with ``catch_up``, handled by the schedule's catch-up policy."""
+        from . import actions
+
+        actions.resume(self, catch_up=catch_up)
+
+    def run_now(self, *, advance: bool = False) -> Run:
+        """Queue a run outside the timing, through the same dispatch path and ledger, with a
+        key of its own. ``advance`` makes it take the place of the next regular run."""
+        from . import actions
+
+        return actions.run_now(self, advance=advance)
+
+    def backfill(self, start: datetime, end: datetime, *, dry_run: bool = False) -> Any:
+        """Fire every occurrence in [start, end] (in the past) that has not fired; running
+        the same backfill again fires nothing new. Returns an ``actions.BackfillReport``."""
+        from . import actions
+
+        return actions.backfill(self, start, end, dry_run=dry_run)
+
+    def preview(self, count: int = 10) -> list[timing.PreviewItem]:
+        """The next ``count`` occurrences, in local time and UTC, DST changes flagged."""
+        start = self.next_run_at
+        now = timezone.now()
+        if start is None or not self.enabled or start < now - timedelta(days=1):
+            start = self._first_run_at(now)
+        if start is None:
+            return []
+        return timing.preview(self.timing_spec, start=start, count=count, schedule_id=self.pk or 0)
+
+    # -- validation -----------------------------------------------------------------------
 
     def clean_fields(self, exclude: Any = None) -> None:
         # Django's DurationField and DateTimeField raise TypeError, not ValidationError, for
@@ -264,9 +444,12 @@ class Schedule(models.Model):
         errors: dict[str, Any] = {}
         for name, types, expected in (
             ("interval", (timedelta, str), "a duration (datetime.timedelta)"),
+            ("jitter", (timedelta, str), "a duration (datetime.timedelta)"),
+            ("catch_up_window", (timedelta, str), "a duration (datetime.timedelta)"),
             ("run_at", (date, str), "a date and time (datetime.datetime)"),
             ("start_at", (date, str), "a date and time (datetime.datetime)"),
             ("end_at", (date, str), "a date and time (datetime.datetime)"),
+            ("anchor_at", (date, str), "a date and time (datetime.datetime)"),
         ):
             value = getattr(self, name)
             if name not in exclude and value is not None and not isinstance(value, types):
@@ -298,6 +481,9 @@ class Schedule(models.Model):
                     validate(value)
                 except ValidationError as exc:
                     errors.setdefault(field, exc.messages[0])
+        window = self.catch_up_window
+        if isinstance(window, timedelta) and window < timedelta(seconds=1):
+            errors.setdefault("catch_up_window", "The catch-up window must be at least 1 second.")
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
         if (
             new_one_off
@@ -309,21 +495,104 @@ class Schedule(models.Model):
         if errors:
             raise ValidationError(errors)
 
-    def _first_run_at(self) -> datetime | None:
-        if not self.enabled:
-            return None
-        return timing.first_run_at(self.timing_spec, timezone.now())
+    # -- timing helpers -------------------------------------------------------------------
+
+    def _first_run_at(self, now: datetime) -> datetime | None:
+        if self.max_runs is not None and self.run_count >= self.max_runs:
+            return None  # finished
+        return timing.first_run_at(self.timing_spec, now)
+
+    def _due_at_of(self, nominal: datetime | None) -> datetime | None:
+        if nominal is None or not self.jitter or self.pk is None:
+            return nominal
+        return timing.due_time(self.timing_spec, self.pk, nominal)
+
+    def _resume_from(
+        self, stopped_at: datetime | None, now: datetime
+    ) -> tuple[list[timing.Moment], datetime | None]:
+        """The occurrences passed over while paused (the most recent, capped) and the next
+        run after ``now``, on the grid the schedule had (intervals keep their anchor)."""
+        if stopped_at is None or stopped_at > now:
+            return [], stopped_at if stopped_at is not None else self._first_run_at(now)
+        if self.max_runs is not None and self.run_count >= self.max_runs:
+            return [], None
+        spec = self.timing_spec
+        limit = app_settings.MAX_SKIPS_RECORDED
+        passed = []
+        for moment in timing.occurrences_before(
+            spec, now + timing.ONE_MS, anchor=stopped_at, include_skipped=True
+        ):
+            if moment.at < stopped_at or len(passed) >= limit:
+                break
+            passed.append(moment)
+        following = next(
+            timing.occurrences(spec, now, anchor=stopped_at, include_skipped=True), None
+        )
+        return passed[::-1], following.at if following else None
+
+    def _record_paused(
+        self, passed: list[timing.Moment], now: datetime, db: str, pause_note: str
+    ) -> None:
+        note = f"Paused: {pause_note}" if pause_note else "Paused."
+        Run.objects.using(db).insert_runs(
+            [
+                NewRun(
+                    self.pk,
+                    moment.at,
+                    self.task,
+                    self.args,
+                    self.kwargs,
+                    status=Run.Status.SKIPPED,
+                    skip_reason=timing.DST_SKIPPED if moment.skipped else timing.PAUSED,
+                    note=timing.dst_note(self.timing_spec, moment) if moment.skipped else note,
+                )
+                for moment in passed
+            ],
+            claimed_at=now,
+            worker_id="resume",
+        )
+
+
+def catch_up_policy(mode: str, window: timedelta | None) -> timing.CatchUp:
+    """A schedule's catch-up policy: its own fields, the settings where they are blank."""
+    return timing.CatchUp(
+        mode=mode or app_settings.CATCH_UP,
+        window=window or timedelta(seconds=app_settings.CATCH_UP_WINDOW_SECONDS),
+        max_runs=app_settings.CATCH_UP_MAX_RUNS,
+        grace=timedelta(seconds=app_settings.MISFIRE_GRACE_SECONDS),
+    )
 
 
 class Run(models.Model):
-    """One occurrence of a schedule: the ledger that makes firing exactly-once decidable."""
+    """One occurrence of a schedule: the ledger that makes firing exactly-once decidable.
+
+    Occurrences that did not fire are in it too, as ``skipped`` with a reason.
+    """
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"
-        DISPATCHED = "dispatched", "Dispatched"
+        PENDING = "pending", "Pending"  # committed, waiting for (or in) dispatch
+        RUNNING = "running", "Running"  # the dispatcher reported it started
+        BUFFERED = "buffered", "Buffered"  # overlap "buffer": waits for the previous run
+        DISPATCHED = "dispatched", "Dispatched"  # handed off to another system
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
         SKIPPED = "skipped", "Skipped"
+
+    class Trigger(models.TextChoices):
+        SCHEDULE = "schedule", "Schedule"
+        RUN_NOW = "run_now", "Run now"
+        BACKFILL = "backfill", "Backfill"
+
+    class SkipReason(models.TextChoices):
+        MISSED = timing.MISSED, "Missed (catch-up policy)"
+        EXPIRED = timing.EXPIRED, "Expired (a one-off too late)"
+        DST = timing.DST_SKIPPED, "Local time does not exist (DST policy)"
+        OVERLAP = timing.OVERLAP, "Previous run still running (overlap policy)"
+        PAUSED = timing.PAUSED, "Schedule paused"
+        REPLACED = timing.REPLACED, "Replaced by a run now"
+
+    # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
+    UNFINISHED = (Status.PENDING, Status.RUNNING)
 
     # No index of its own: the unique (schedule, scheduled_for) constraint serves lookups.
     schedule = models.ForeignKey(
@@ -331,6 +600,8 @@ class Run(models.Model):
     )
     scheduled_for = models.DateTimeField(help_text="The nominal time of the occurrence.")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE)
+    skip_reason = models.CharField(max_length=16, choices=SkipReason.choices, blank=True)
     # What was dispatched, as it was at claim time: a re-dispatch sends exactly the same.
     task = models.CharField(max_length=200)
     args = models.JSONField(default=list)
@@ -339,11 +610,12 @@ class Run(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     worker_id = models.CharField(max_length=200)
-    # The claim batch that owns a pending run; a takeover writes a new one.
+    # The claim batch that owns an unfinished run; a takeover writes a new one.
     claim_token = models.CharField(max_length=40)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=1)
     error = models.TextField(blank=True)
+    note = models.TextField(blank=True, help_text="Why it was skipped, or how it was queued.")
 
     objects: ClassVar[RunQuerySet] = RunQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -355,11 +627,17 @@ class Run(models.Model):
             )
         ]
         indexes = [
-            # Only pending runs: it stays as small as the work in flight.
+            # Only unfinished runs: it stays as small as the work in flight.
             models.Index(
                 fields=["lease_expires_at"],
-                condition=Q(status="pending"),
+                condition=Q(status__in=["pending", "running"]),
                 name="schedulinator_run_lease",
+            ),
+            # The overlap policies ask whether a schedule has a run in progress or waiting.
+            models.Index(
+                fields=["schedule"],
+                condition=Q(status__in=["pending", "running", "buffered"]),
+                name="schedulinator_run_active",
             ),
         ]
 

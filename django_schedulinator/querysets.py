@@ -2,34 +2,46 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connections, models
 from django.db.models.expressions import RawSQL
+from django.utils.dateparse import parse_datetime
 
 if TYPE_CHECKING:
     from .models import Schedule  # noqa: F401 - named in a string below
 
 
 class Advance(NamedTuple):
-    """Move one schedule past a fired occurrence, if its row still holds ``revision``."""
+    """Move one schedule past its due occurrences, if its row still holds ``revision``."""
 
     schedule_id: int
     revision: int
     next_run_at: datetime | None
+    due_at: datetime | None
+    fired: int  # occurrences that fire (or wait, buffered): added to run_count
 
 
-class PendingRun(NamedTuple):
-    """One occurrence to enter the ledger, with what will be dispatched for it."""
+class NewRun(NamedTuple):
+    """One occurrence to enter the ledger, with what will be (or would have been) run."""
 
     schedule_id: int
     scheduled_for: datetime
     task: str
     args: Any
     kwargs: Any
+    status: str = "pending"
+    trigger: str = "schedule"
+    skip_reason: str = ""
+    note: str = ""
+    attempts: int = 1
+    # Pending runs only: the lease of the process that dispatches them. A run queued for
+    # any scheduler to take (run now, backfill) carries one that has already expired.
+    lease_expires_at: datetime | None = None
 
 
 # Backends whose batches travel as one JSON parameter: the SQL text stays short and constant
@@ -85,6 +97,13 @@ def _names(model: Any, connection: Any) -> tuple[str, dict[str, str]]:
     return qn(meta.db_table), {f.name: qn(f.column) for f in meta.concrete_fields}
 
 
+# The JSON row types of NewRun, in field order.
+INSERT_TYPES = (
+    "bigint", "timestamp", "text", "json", "json", "text", "text", "text", "text", "bigint",
+    "timestamp",
+)  # fmt: skip
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def advance(self, advances: Sequence[Advance], fired_at: datetime) -> dict[int, int]:
         """Conditionally advance many schedules in one statement.
@@ -99,15 +118,18 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
+        t = functools.partial(_json_time, connection)
         rows = json.dumps(
-            [[a.schedule_id, a.revision, _json_time(connection, a.next_run_at)] for a in advances]
+            [[a.schedule_id, a.revision, t(a.next_run_at), t(a.due_at), a.fired] for a in advances]
         )
+        values = _json_rows(connection, "bigint", "bigint", "timestamp", "timestamp", "bigint")
         sql = (
-            f"WITH v(sid, rev, nxt) AS ({_json_rows(connection, 'bigint', 'bigint', 'timestamp')}) "
-            f"UPDATE {table} SET {col['next_run_at']} = v.nxt, "
+            f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
+            f"UPDATE {table} SET {col['next_run_at']} = v.nxt, {col['due_at']} = v.due, "
             f"{col['revision']} = {table}.{col['revision']} + 1, "
-            f"{col['run_count']} = {table}.{col['run_count']} + 1, "
-            f"{col['last_run_at']} = %s "
+            f"{col['run_count']} = {table}.{col['run_count']} + v.fired, "
+            f"{col['last_run_at']} = CASE WHEN v.fired > 0 THEN %s "
+            f"ELSE {table}.{col['last_run_at']} END "
             f"FROM v WHERE {table}.{col['id']} = v.sid AND {table}.{col['revision']} = v.rev "
             f"RETURNING {table}.{col['id']}, {table}.{col['revision']}"
         )
@@ -121,13 +143,15 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         # Portable fallback for other backends: same guarantee, one statement per row.
         moved: dict[int, int] = {}
         for a in advances:
-            updated = self.filter(pk=a.schedule_id, revision=a.revision).update(
-                next_run_at=a.next_run_at,
-                revision=models.F("revision") + 1,
-                run_count=models.F("run_count") + 1,
-                last_run_at=fired_at,
-            )
-            if updated:
+            changes: dict[str, Any] = {
+                "next_run_at": a.next_run_at,
+                "due_at": a.due_at,
+                "revision": models.F("revision") + 1,
+                "run_count": models.F("run_count") + a.fired,
+            }
+            if a.fired:
+                changes["last_run_at"] = fired_at
+            if self.filter(pk=a.schedule_id, revision=a.revision).update(**changes):
                 moved[a.schedule_id] = a.revision + 1
         return moved
 
@@ -136,82 +160,76 @@ class RunQuerySet(models.QuerySet[Any]):
     def pending(self) -> RunQuerySet:
         return self.filter(status="pending")
 
-    def lease_expired(self, now: datetime) -> RunQuerySet:
-        return self.pending().filter(lease_expires_at__lt=now)
+    def unfinished(self) -> RunQuerySet:
+        """Pending or running: a process holds each under a lease."""
+        return self.filter(status__in=("pending", "running"))
 
-    def insert_pending(
+    def lease_expired(self, now: datetime) -> RunQuerySet:
+        """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
+        return self.unfinished().filter(lease_expires_at__lte=now)
+
+    def insert_runs(
         self,
-        runs: Sequence[PendingRun],
+        runs: Sequence[NewRun],
         *,
         claimed_at: datetime,
         worker_id: str,
-        claim_token: str,
-        lease_expires_at: datetime,
-    ) -> dict[int, int]:
-        """Insert pending runs, skipping occurrences already in the ledger.
+        claim_token: str = "",
+    ) -> dict[tuple[int, int], int]:
+        """Insert runs, skipping occurrences already in the ledger.
 
-        Returns ``{schedule_id: run_id}`` for the runs inserted. The unique constraint on
-        (schedule, scheduled_for) is what makes an occurrence impossible to record twice.
+        Returns ``{(schedule_id, epoch ms of scheduled_for): run_id}`` for the runs inserted.
+        The unique constraint on (schedule, scheduled_for) is what makes an occurrence
+        impossible to record twice.
         """
         if not runs:
             return {}
         connection = connections[self.db]
         if not batches_as_json(connection):
-            return self._insert_pending_portable(
-                runs, claimed_at, worker_id, claim_token, lease_expires_at
-            )
+            return self._insert_runs_portable(runs, claimed_at, worker_id, claim_token)
         table, col = _names(self.model, connection)
         names = (
-            "schedule",
-            "scheduled_for",
-            "task",
-            "args",
-            "kwargs",
-            "status",
-            "claimed_at",
-            "worker_id",
-            "claim_token",
-            "lease_expires_at",
-            "attempts",
-            "error",
-        )
+            "schedule", "scheduled_for", "task", "args", "kwargs", "status", "trigger",
+            "skip_reason", "note", "attempts", "lease_expires_at", "claimed_at", "worker_id",
+            "claim_token", "error",
+        )  # fmt: skip
+        t = functools.partial(_json_time, connection)
+        # NewRun's fields are in the order of the columns of INSERT_TYPES.
         rows = json.dumps(
-            [
-                [r.schedule_id, _json_time(connection, r.scheduled_for), r.task, r.args, r.kwargs]
-                for r in runs
-            ]
+            [[r.schedule_id, t(r.scheduled_for), *r[2:10], t(r.lease_expires_at)] for r in runs]
         )
-        values = _json_rows(connection, "bigint", "timestamp", "text", "json", "json")
+        values = _json_rows(connection, *INSERT_TYPES)
         sql = (
-            f"WITH v(sid, sf, task, args, kwargs) AS ({values}) "
+            f"WITH v(sid, sf, task, args, kwargs, status, trig, reason, note, attempts, lease) "
+            f"AS ({values}) "
             f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
-            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, %s, %s, %s, %s, %s, 1, '' "
+            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, v.status, v.trig, v.reason, v.note, "
+            f"v.attempts, v.lease, %s, %s, %s, '' "
             # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
             f"FROM v WHERE true "
             f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
-            f"RETURNING {col['id']}, {col['schedule']}"
+            f"RETURNING {col['id']}, {col['schedule']}, {col['scheduled_for']}"
         )
-        adapt = connection.ops.adapt_datetimefield_value
         params = [
             rows,
-            "pending",
-            adapt(claimed_at),
+            connection.ops.adapt_datetimefield_value(claimed_at),
             worker_id,
             claim_token,
-            adapt(lease_expires_at),
         ]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return {int(sid): int(rid) for rid, sid in cursor.fetchall()}
+            return {
+                (int(sid), _returned_ms(connection, sf)): int(rid)
+                for rid, sid, sf in cursor.fetchall()
+            }
 
-    def _insert_pending_portable(
-        self,
-        runs: Sequence[PendingRun],
-        claimed_at: datetime,
-        worker_id: str,
-        claim_token: str,
-        lease_expires_at: datetime,
-    ) -> dict[int, int]:
+    def _insert_runs_portable(
+        self, runs: Sequence[NewRun], claimed_at: datetime, worker_id: str, claim_token: str
+    ) -> dict[tuple[int, int], int]:
+        from .timing import to_ms
+
+        wanted = {(r.schedule_id, to_ms(r.scheduled_for)) for r in runs}
+        before = set(self._ids_of(wanted))
         self.bulk_create(
             [
                 self.model(
@@ -220,13 +238,39 @@ class RunQuerySet(models.QuerySet[Any]):
                     task=r.task,
                     args=r.args,
                     kwargs=r.kwargs,
+                    status=r.status,
+                    trigger=r.trigger,
+                    skip_reason=r.skip_reason,
+                    note=r.note,
+                    attempts=r.attempts,
+                    lease_expires_at=r.lease_expires_at,
                     claimed_at=claimed_at,
                     worker_id=worker_id,
                     claim_token=claim_token,
-                    lease_expires_at=lease_expires_at,
                 )
                 for r in runs
             ],
             ignore_conflicts=True,
         )
-        return dict(self.pending().filter(claim_token=claim_token).values_list("schedule_id", "pk"))
+        return {k: v for k, v in self._ids_of(wanted).items() if v not in before}
+
+    def _ids_of(self, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
+        from .timing import to_ms
+
+        found = self.filter(schedule_id__in={sid for sid, _ms in wanted}).values_list(
+            "schedule_id", "scheduled_for", "pk"
+        )
+        return {(sid, to_ms(at)): pk for sid, at, pk in found if (sid, to_ms(at)) in wanted}
+
+
+def _returned_ms(connection: Any, value: Any) -> int:
+    """Epoch ms of a timestamp read back by a raw RETURNING."""
+    from .timing import to_ms
+
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            raise ValueError(f"Unreadable timestamp {value!r}")
+        value = parsed
+    # SQLite stores UTC without an offset (USE_TZ), and its converters return it naive.
+    return to_ms(value if value.tzinfo else value.replace(tzinfo=UTC))

@@ -20,13 +20,23 @@ from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex
 
 logger = logging.getLogger("django_schedulinator.sync")
 
-INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at")
+INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at", "due_at")
 
 
-def change_for_row(pk: int, revision: int, enabled: bool, next_run_at: datetime | None) -> Change:
-    """The index entry a row calls for: its next run, or no entry."""
+def change_for_row(
+    pk: int,
+    revision: int,
+    enabled: bool,
+    next_run_at: datetime | None,
+    due_at: datetime | None,
+) -> Change:
+    """The index entry a row calls for: when its next run is due, or no entry.
+
+    The score is ``due_at`` (the nominal time plus jitter); a row written by a bulk path
+    that set only ``next_run_at`` is due at its nominal time.
+    """
     if enabled and next_run_at is not None:
-        return Change(pk, revision, SET, timing.to_ms(next_run_at))
+        return Change(pk, revision, SET, timing.to_ms(due_at or next_run_at))
     return Change(pk, revision, REMOVE)
 
 

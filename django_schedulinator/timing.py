@@ -243,7 +243,10 @@ class Timing:
         if not errors:
             now = datetime.now(UTC)
             try:
-                first_run_at(self, now)
+                # Without an end, a cron or interval always has a next run, unless it would
+                # fall past datetime.max (the year 9999), where nothing can be stored.
+                if first_run_at(self, now) is None and self.end_at is None and self.kind != ONCE:
+                    raise OverflowError
             except (OverflowError, TimingError):
                 # Past datetime.max (the year 9999): nothing could ever be stored or indexed.
                 if self.kind == INTERVAL:
@@ -438,10 +441,20 @@ def _moments_of_wall(wall: datetime, zone: tzinfo, gap: str, fold: str) -> tuple
     return (Moment(b, DST_SHIFT if gap == GAP_SHIFT else DST_SKIP, wall),)
 
 
-def _earlier(a: Moment, b: Moment) -> bool:
+def _touched(moment: Moment) -> tuple[bool, bool]:
     # Two wall times on one instant fire once, as the one a DST change touched least: an
     # untouched time wins over a shifted one, and any occurrence over a skipped-time marker.
-    return (a.at, a.skipped, bool(a.dst)) < (b.at, b.skipped, bool(b.dst))
+    return moment.skipped, bool(moment.dst)
+
+
+def _earlier(a: Moment, b: Moment) -> bool:
+    """``a`` comes first going forward (on one instant: the less touched one)."""
+    return (a.at, _touched(a)) < (b.at, _touched(b))
+
+
+def _later(a: Moment, b: Moment) -> bool:
+    """``a`` comes first going backward (on one instant: still the less touched one)."""
+    return a.at > b.at or (a.at == b.at and _touched(a) < _touched(b))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -481,7 +494,7 @@ def _cron_prev(expr: str, zone_name: str, gap: str, fold: str, before: datetime)
     try:
         for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
             for moment in _moments_of_wall(wall, zone, gap, fold):
-                if moment.at < before and (best is None or _earlier(best, moment)):
+                if moment.at < before and (best is None or _later(moment, best)):
                     best = moment
             if best is not None:
                 lowest, _ = _offsets_near(zone, best.at)

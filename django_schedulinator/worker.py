@@ -16,8 +16,8 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
 from typing import Any
@@ -28,7 +28,7 @@ from redis import exceptions as redis_errors
 
 from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
-from .dispatch import BaseDispatcher, Occurrence, Outcome, get_dispatcher
+from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
 from .health import check_drift, eviction_risk
 from .index import DueIndex
 from .rebuild import ensure_built
@@ -65,6 +65,8 @@ class Leased:
     occurrences: list[Occurrence]
     token: str
     leased_at: float  # time.monotonic() when the lease began (taken just before it began)
+    # Schedules (overlap "buffer") whose buffered run is released once these are recorded.
+    release: set[int] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -73,6 +75,70 @@ class PassResult:
     full: bool  # the batch was full: more may be due right now
     now_ms: int
     next_due_ms: int | None
+
+
+class BatchProgress(Progress):
+    """The scheduler's side of one dispatched batch: renews its leases, records runs that
+    started as running, and records outcomes as the dispatcher reports them."""
+
+    def __init__(
+        self, worker: Worker, occurrences: list[Occurrence], token: str, renewed: float
+    ) -> None:
+        self.worker = worker
+        self.token = token
+        self.run_ids = [o.run_id for o in occurrences]
+        self.schedule_of = {o.run_id: o.schedule_id for o in occurrences}
+        self.renewed = renewed  # time.monotonic() of the last lease renewal
+        self.dispatched_at = timezone.now()
+        self.recorded: set[int] = set()
+        self.marked_running: set[int] = set()
+
+    def keepalive(self) -> None:
+        worker = self.worker
+        if time.monotonic() - self.renewed < worker.lease_seconds / 3:
+            return
+        self.renewed = time.monotonic()
+        try:
+            worker.claimer.renew_leases(self.run_ids, self.token)
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            logger.warning(
+                "Could not extend the leases of %d running task(s) (%s); if they outlast their "
+                "lease, another scheduler dispatches them again with the same keys.",
+                len(self.run_ids),
+                exc,
+            )
+
+    def running(self, run_ids: Collection[int]) -> None:
+        new = set(run_ids) - self.marked_running - self.recorded
+        if not new:
+            return
+        try:
+            self.worker.claimer.mark_running(new, self.token)
+            self.marked_running |= new
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            logger.warning("Could not record %d run(s) as running (%s).", len(new), exc)
+
+    def finished(self, outcomes: Sequence[Outcome]) -> None:
+        try:
+            self.record(outcomes, retry=False)
+        except TRANSIENT_ERRORS as exc:
+            # They are recorded with the rest of the batch when dispatch returns.
+            connections.close_all()
+            logger.warning("Could not record %d outcome(s) yet (%s).", len(outcomes), exc)
+
+    def record(self, outcomes: Sequence[Outcome], *, retry: bool) -> None:
+        new = [
+            o for o in outcomes if o.run_id not in self.recorded and o.run_id in self.schedule_of
+        ]
+        if not new:
+            return
+        if retry:
+            self.worker._record(new, self.schedule_of, self.dispatched_at)
+        else:
+            self.worker.claimer.record(new, self.schedule_of, self.dispatched_at)
+        self.recorded.update(o.run_id for o in new)
 
 
 class Worker:
@@ -88,7 +154,9 @@ class Worker:
         max_sleep: float | None = None,
         dispatcher: BaseDispatcher | None = None,
         index: DueIndex | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
+        """``clock`` returns "now" in epoch ms in place of Redis TIME: for tests only."""
         self.batch_size = app_settings.BATCH_SIZE if batch_size is None else batch_size
         self.lease_seconds = app_settings.LEASE_SECONDS if lease_seconds is None else lease_seconds
         # The command validates its options too, but call_command() and embedding skip argparse.
@@ -107,13 +175,17 @@ class Worker:
         self.index = index or DueIndex()
         self.dispatcher = dispatcher or get_dispatcher()
         self.claimer = Claimer(
-            worker_id=self.worker_id, lease_seconds=self.lease_seconds, index=self.index
+            worker_id=self.worker_id,
+            lease_seconds=self.lease_seconds,
+            index=self.index,
+            clock=clock,
         )
         self.counters = Counters()
         self.stopping = False
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
+        self._takeover_more = False  # the last take-over was a full batch: more may wait
         # Periodic chores: each process keeps its own clock, and Redis decides which one
         # does the chore in a period (DueIndex.take_turn).
         self._reconcile_every = app_settings.RECONCILE_SECONDS
@@ -172,29 +244,40 @@ class Worker:
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 
     def run_pass(self) -> PassResult:
-        """Claim one batch, fire what is due, then any pending runs whose lease expired."""
+        """Claim one batch, fire what is due, then take the runs waiting in SQL: those whose
+        lease expired, and those queued by run now, backfill or a released buffer."""
         limit = self._claim_limit()
         leased_at = time.monotonic()
         batch, token = self.claimer.claim(limit)
         if not batch.built:
             ensure_built(self.index, built_by=self.worker_id, should_stop=lambda: self.stopping)
             return PassResult(0, True, batch.now_ms, None)
-        occurrences, counters = self.claimer.advance(batch, token)
+        plan = self.claimer.recheck(batch)
+        occurrences, counters = self.claimer.commit(plan, token)
         self.counters.add(counters)
-        self._dispatch(Leased(occurrences, token, leased_at))
-        if time.monotonic() >= self._next_takeover and not self._runs_exhausted():
-            self._next_takeover = time.monotonic() + self._takeover_every
-            # Its leases start at the claim's Redis TIME (batch.now_ms), like the batch's.
-            redispatch, takeover = self.claimer.take_over_expired(batch.now_ms, self._claim_limit())
-            self.counters.redispatched += len(redispatch)
-            self.counters.fired += len(redispatch)
-            self._dispatch(Leased(redispatch, takeover, leased_at))
+        self._dispatch(Leased(occurrences, token, leased_at, plan.buffering))
+        periodic = time.monotonic() >= self._next_takeover
+        more = False
+        if (periodic or batch.woken or self._takeover_more) and not self._runs_exhausted():
+            if periodic:
+                self._next_takeover = time.monotonic() + self._takeover_every
+                # Buffered runs whose release was missed (their predecessor's process died).
+                self.claimer.release_buffered()
+            # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
+            limit = self._claim_limit()
+            taken, takeover = self.claimer.take_over_expired(batch.now_ms, limit)
+            more = self._takeover_more = len(taken) >= limit
+            queued = sum(1 for o in taken if o.attempt == 1)
+            self.counters.queued += queued
+            self.counters.redispatched += len(taken) - queued
+            self.counters.fired += len(taken)
+            self._dispatch(Leased(taken, takeover, leased_at))
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
         return PassResult(
             claimed=len(batch.entries),
-            full=len(batch.entries) >= limit,
+            full=len(batch.entries) >= limit or more,
             now_ms=batch.now_ms,
             next_due_ms=batch.next_due_ms,
         )
@@ -250,40 +333,24 @@ class Worker:
                 occurrences = [o for o in occurrences if o.run_id in held]
                 if not occurrences:
                     return
-        run_ids = [o.run_id for o in occurrences]
-
-        def keepalive() -> None:
-            nonlocal renewed
-            if time.monotonic() - renewed >= renew_every:
-                renewed = time.monotonic()
-                self._keepalive(run_ids, token)
-
-        dispatched_at = timezone.now()
-        outcomes = self.dispatcher.dispatch(occurrences, keepalive=keepalive)
-        self._record(outcomes, dispatched_at)
+        progress = BatchProgress(self, occurrences, token, renewed)
+        outcomes = self.dispatcher.dispatch(occurrences, progress)
+        progress.record(outcomes, retry=True)
+        if leased.release:
+            self.claimer.release_buffered(leased.release)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 
-    def _keepalive(self, run_ids: list[int], token: str) -> None:
-        try:
-            self.claimer.renew_leases(run_ids, token)
-        except TRANSIENT_ERRORS as exc:
-            connections.close_all()
-            logger.warning(
-                "Could not extend the leases of %d running task(s) (%s); if they outlast their "
-                "lease, another scheduler dispatches them again with the same keys.",
-                len(run_ids),
-                exc,
-            )
-
-    def _record(self, outcomes: list[Outcome], dispatched_at: datetime) -> None:
+    def _record(
+        self, outcomes: list[Outcome], schedule_of: dict[int, int], dispatched_at: datetime
+    ) -> None:
         """Record outcomes, retrying through a database blip: every outcome recorded before
         the lease ends is a second delivery avoided."""
         deadline = time.monotonic() + self.lease_seconds
         attempt = 0
         while True:
             try:
-                self.claimer.record(outcomes, dispatched_at)
+                self.claimer.record(outcomes, schedule_of, dispatched_at)
                 return
             except TRANSIENT_ERRORS as exc:
                 connections.close_all()

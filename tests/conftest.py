@@ -112,10 +112,21 @@ def form_data(**overrides: str) -> dict[str, str]:
         "run_at_0": "",
         "run_at_1": "",
         "timezone": "Europe/Berlin",
+        "dst_gap": "shift",
+        "dst_fold": "first",
+        "anchor_at_0": "",
+        "anchor_at_1": "",
         "start_at_0": "",
         "start_at_1": "",
         "end_at_0": "",
         "end_at_1": "",
+        "max_runs": "",
+        "jitter": "",
+        "catch_up": "",
+        "catch_up_window": "",
+        "overlap": "allow",
+        "pause_note": "",
+        "pause_after_failures": "",
     }
     data.update(overrides)
     return data

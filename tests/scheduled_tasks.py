@@ -74,3 +74,19 @@ def receipt(*, occurrence: Occurrence):
                 raise
             connection.close()
             time.sleep(0.2 * (attempt + 1))
+
+
+@task(name="tests.report_status")
+def report_status(*, occurrence: Occurrence):
+    """Runs past the dispatcher's one-second report, then reads its own run's status."""
+    from django_schedulinator.models import Run
+
+    time.sleep(1.6)
+    status = Run.objects.get(pk=occurrence.run_id).status
+    Delivery.objects.create(
+        key=occurrence.key,
+        schedule_id=occurrence.schedule_id,
+        scheduled_for=occurrence.scheduled_for,
+        attempt=occurrence.attempt,
+        payload={"status_while_running": status},
+    )

@@ -178,6 +178,40 @@ MODEL_CASES = [
     bad("name-201-chars", "name", "at most 200", name="x" * 201),
     # enabled
     bad("enabled-maybe", "enabled", "either True or False", enabled="maybe"),
+    # DST policies
+    bad("dst-gap-sometimes", "dst_gap", "not a valid choice", dst_gap="sometimes"),
+    bad("dst-gap-empty", "dst_gap", "cannot be blank", dst_gap=""),
+    bad("dst-fold-third", "dst_fold", "not a valid choice", dst_fold="third"),
+    bad("dst-fold-none", "dst_fold", "cannot be null", dst_fold=None),
+    # interval anchor
+    bad("anchor-on-cron", "anchor_at", "interval schedules only", anchor_at=START),
+    bad(
+        "anchor-naive",
+        "anchor_at",
+        "with a time zone",
+        **interval(timedelta(hours=1)),
+        anchor_at=datetime(2100, 1, 1),
+    ),
+    bad("anchor-int", "anchor_at", "Enter a date and time", anchor_at=5),
+    # limits
+    bad("max-runs-0", "max_runs", "greater than or equal to 1", max_runs=0),
+    bad("max-runs-negative", "max_runs", "greater than or equal to", max_runs=-3),
+    bad("max-runs-text", "max_runs", "must be an integer", max_runs="many"),
+    bad("jitter-negative", "jitter", "between 0 and", jitter=timedelta(seconds=-1)),
+    bad("jitter-two-days", "jitter", "between 0 and 1 day", jitter=timedelta(days=2)),
+    bad("jitter-int", "jitter", "Enter a duration", jitter=30),
+    # catch-up and overlap
+    bad("catch-up-sometimes", "catch_up", "not a valid choice", catch_up="sometimes"),
+    bad("catch-up-window-0", "catch_up_window", "at least 1 second", catch_up_window=timedelta(0)),
+    bad("catch-up-window-int", "catch_up_window", "Enter a duration", catch_up_window=60),
+    bad("overlap-queue", "overlap", "not a valid choice", overlap="queue"),
+    bad(
+        "pause-after-0",
+        "pause_after_failures",
+        "greater than or equal to 1",
+        pause_after_failures=0,
+    ),
+    bad("pause-note-501", "pause_note", "at most 500", pause_note="n" * 501),
 ]
 
 
@@ -295,6 +329,22 @@ ADMIN_CASES = [
         **at("end_at", "2100-01-01"),
     ),
     bad("start-too-late", "start_at", "too late", **at("start_at", "9999-12-31", "23:00")),
+    bad("dst-gap-sometimes", "dst_gap", "Select a valid choice", dst_gap="sometimes"),
+    bad("dst-fold-empty", "dst_fold", "required", dst_fold=""),
+    bad("anchor-on-cron", "anchor_at", "interval schedules only", **at("anchor_at", "2026-01-01")),
+    bad("max-runs-0", "max_runs", "greater than or equal to 1", max_runs="0"),
+    bad("max-runs-text", "max_runs", "whole number", max_runs="many"),
+    bad("jitter-two-days", "jitter", "between 0 and 1 day", jitter="2 00:00:00"),
+    bad("jitter-garbage", "jitter", "valid duration", jitter="a while"),
+    bad("catch-up-sometimes", "catch_up", "Select a valid choice", catch_up="sometimes"),
+    bad("catch-up-window-0", "catch_up_window", "at least 1 second", catch_up_window="0"),
+    bad("overlap-queue", "overlap", "Select a valid choice", overlap="queue"),
+    bad(
+        "pause-after-0",
+        "pause_after_failures",
+        "greater than or equal to 1",
+        pause_after_failures="0",
+    ),
 ]
 
 
@@ -509,6 +559,15 @@ SETTINGS_CASES = [
     setting("dispatcher-missing", "DISPATCHER", "no.such.Dispatcher", "cannot be imported", "E004"),
     setting("dispatcher-empty", "DISPATCHER", "", "non-empty string"),
     setting("dispatcher-none", "DISPATCHER", None, "non-empty string"),
+    setting("catch-up-sometimes", "CATCH_UP", "sometimes", "one of skip, latest, all"),
+    setting("catch-up-none", "CATCH_UP", None, "one of skip, latest, all"),
+    setting("catch-up-window-0", "CATCH_UP_WINDOW_SECONDS", 0, "positive, finite"),
+    setting("catch-up-max-runs-0", "CATCH_UP_MAX_RUNS", 0, "positive integer"),
+    setting("catch-up-max-runs-too-big", "CATCH_UP_MAX_RUNS", 5001, "at most 5000"),
+    setting("misfire-grace-nan", "MISFIRE_GRACE_SECONDS", float("nan"), "positive, finite"),
+    setting("max-skips-negative", "MAX_SKIPS_RECORDED", -1, "from 0 to 5000"),
+    setting("max-skips-float", "MAX_SKIPS_RECORDED", 1.5, "from 0 to 5000"),
+    setting("max-backfill-0", "MAX_BACKFILL_RUNS", 0, "positive integer"),
     setting("not-a-dict-list", NOT_A_DICT, ["BATCH_SIZE", 10], "must be a dict, got list"),
     setting("not-a-dict-none", NOT_A_DICT, None, "must be a dict, got NoneType"),
 ]

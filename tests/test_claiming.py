@@ -111,8 +111,9 @@ def test_conditional_advance_has_exactly_one_winner() -> None:
     [sid] = make_due(1)
     row = Schedule.objects.get(pk=sid)
     later = row.next_run_at + timedelta(hours=1)
-    first = Schedule.objects.advance([Advance(sid, row.revision, later)], timezone.now())
-    second = Schedule.objects.advance([Advance(sid, row.revision, later)], timezone.now())
+    move = Advance(sid, row.revision, later, later, 1)
+    first = Schedule.objects.advance([move], timezone.now())
+    second = Schedule.objects.advance([move], timezone.now())
     assert first == {sid: row.revision + 1}
     assert second == {}
 

@@ -1,4 +1,5 @@
-"""The next-run rules (the full DST and catch-up policies come with their own issue)."""
+"""The next-run rules: parsing, zones, intervals, catch-up plans (DST: test_dst.py; properties:
+test_timing_properties.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from django_schedulinator.timing import (
     CRON,
     INTERVAL,
     ONCE,
+    CatchUp,
     Timing,
     TimingError,
     first_run_at,
     from_ms,
-    next_run_after,
     normalize_cron,
+    plan_due,
     to_ms,
     truncate_ms,
 )
@@ -53,24 +55,83 @@ def test_seconds_field_leads() -> None:
     assert first_run_at(spec, NOW) == datetime(2026, 11, 21, 12, 0, 10, tzinfo=UTC)
 
 
-def test_interval_stays_anchored_on_nominal_times_and_coalesces_missed_ones() -> None:
+def plan(spec: Timing, nominal: datetime, now: datetime, **policy: object):
+    return plan_due(
+        spec, CatchUp(**policy), schedule_id=1, nominal=nominal, due_at=nominal, now=now
+    )
+
+
+def test_interval_stays_anchored_on_nominal_times_and_fires_the_latest_missed() -> None:
     spec = Timing(kind=INTERVAL, interval=timedelta(minutes=5))
     nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
-    # On time: exactly one interval later.
-    assert next_run_after(spec, nominal, nominal + timedelta(seconds=3)) == nominal + timedelta(
-        minutes=5
-    )
-    # An hour late: the next slot on the same grid after now, not a burst of 12.
-    assert next_run_after(spec, nominal, NOW) == datetime(2026, 11, 21, 12, 5, tzinfo=UTC)
+    # On time: it fires, and moves exactly one interval on.
+    on_time = plan(spec, nominal, nominal + timedelta(seconds=3))
+    assert on_time.fire == [nominal]
+    assert on_time.skips == []
+    assert on_time.next_run_at == nominal + timedelta(minutes=5)
+    # An hour late: the latest due occurrence fires once, the 12 before it are skipped as
+    # missed, and the grid holds (12:05, not 12:00:00.123 + 5 min).
+    late = plan(spec, nominal, NOW)
+    assert late.fire == [datetime(2026, 11, 21, 12, 0, tzinfo=UTC)]
+    assert [s.at.minute for s in late.skips] == list(range(0, 60, 5))
+    assert {s.reason for s in late.skips} == {"missed"}
+    assert late.next_run_at == datetime(2026, 11, 21, 12, 5, tzinfo=UTC)
 
 
-def test_cron_after_downtime_moves_past_now() -> None:
+def test_cron_after_downtime_fires_the_latest_then_moves_past_now() -> None:
     spec = Timing(kind=CRON, cron="*/15 * * * *", timezone="UTC")
     nominal = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
-    assert next_run_after(spec, nominal, NOW) == datetime(2026, 11, 21, 12, 15, tzinfo=UTC)
+    result = plan(spec, nominal, NOW)
+    assert result.fire == [datetime(2026, 11, 21, 12, 0, tzinfo=UTC)]
+    assert len(result.skips) == 12
+    assert result.next_run_at == datetime(2026, 11, 21, 12, 15, tzinfo=UTC)
 
 
-def test_one_off_runs_once() -> None:
+@pytest.mark.parametrize(
+    ("mode", "fired_minutes"),
+    [("latest", [0]), ("skip", [0]), ("all", [15, 30, 45, 0])],
+)
+def test_catch_up_policies(mode: str, fired_minutes: list[int]) -> None:
+    # Down from 09:00 to 12:00:00.123; "all" fires what is at most an hour late.
+    spec = Timing(kind=CRON, cron="*/15 * * * *", timezone="UTC")
+    nominal = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
+    result = plan(spec, nominal, NOW, mode=mode, window=timedelta(hours=1))
+    assert [at.minute for at in result.fire] == fired_minutes
+    assert len(result.fire) + len(result.skips) == 13
+
+
+def test_catch_up_skip_fires_nothing_missed() -> None:
+    spec = Timing(kind=CRON, cron="0 * * * *", timezone="UTC")
+    nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
+    result = plan(spec, nominal, NOW.replace(minute=5), mode="skip")
+    assert result.fire == []  # 12:00 is 5 minutes late, more than the 1 minute grace
+    assert [s.reason for s in result.skips] == ["missed", "missed"]
+    assert result.next_run_at == datetime(2026, 11, 21, 13, 0, tzinfo=UTC)
+
+
+def test_a_one_off_runs_once_or_expires() -> None:
     spec = Timing(kind=ONCE, run_at=NOW)
     assert first_run_at(spec, NOW - timedelta(hours=1)) == truncate_ms(NOW)
-    assert next_run_after(spec, NOW, NOW) is None
+    on_time = plan(spec, truncate_ms(NOW), NOW)
+    assert on_time.fire == [truncate_ms(NOW)]
+    assert on_time.next_run_at is None
+    expired = plan(spec, truncate_ms(NOW), NOW + timedelta(hours=1), mode="skip")
+    assert expired.fire == []
+    assert [s.reason for s in expired.skips] == ["expired"]
+
+
+def test_max_runs_finishes_the_schedule() -> None:
+    spec = Timing(kind=INTERVAL, interval=timedelta(minutes=5))
+    nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
+    last = plan_due(
+        spec, CatchUp(), schedule_id=1, nominal=nominal, due_at=nominal, now=nominal,
+        runs_left=1,
+    )  # fmt: skip
+    assert last.fire == [nominal]
+    assert last.next_run_at is None
+
+
+def test_an_anchor_puts_intervals_on_its_grid() -> None:
+    anchor = datetime(2026, 1, 1, 0, 15, tzinfo=UTC)
+    spec = Timing(kind=INTERVAL, interval=timedelta(hours=1), anchor_at=anchor)
+    assert first_run_at(spec, NOW) == datetime(2026, 11, 21, 12, 15, tzinfo=UTC)

@@ -6,9 +6,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
-from .base import BaseDispatcher, Occurrence, Outcome
+from .base import BaseDispatcher, Occurrence, Outcome, Progress
 
-__all__ = ["BaseDispatcher", "Occurrence", "Outcome", "dispatcher_class", "get_dispatcher"]
+__all__ = [
+    "BaseDispatcher",
+    "Occurrence",
+    "Outcome",
+    "Progress",
+    "dispatcher_class",
+    "get_dispatcher",
+]
 
 
 def get_dispatcher() -> BaseDispatcher:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -37,21 +37,44 @@ class Outcome:
     error: str = ""
 
 
+class Progress:
+    """What a dispatcher may report while a batch runs; the scheduler passes one to
+    ``dispatch``. Each method is cheap to call about once a second; the defaults do nothing.
+
+    - ``keepalive()``, or calling the object: the batch is still being worked on (the
+      scheduler renews its leases every third of a lease);
+    - ``running(run_ids)``: these runs have started; they are recorded as ``running``;
+    - ``finished(outcomes)``: these runs have ended. Their outcomes are recorded now rather
+      than when the whole batch returns, which lets the overlap policies see that a run
+      ended and leaves less to deliver again if the process dies.
+    """
+
+    def keepalive(self) -> None:
+        """The batch is still being worked on."""
+
+    def running(self, run_ids: Collection[int]) -> None:
+        """These runs have started."""
+
+    def finished(self, outcomes: Sequence[Outcome]) -> None:
+        """These runs have ended (each outcome may also be returned by ``dispatch``)."""
+
+    def __call__(self) -> None:
+        self.keepalive()
+
+
 class BaseDispatcher(ABC):
     """Hands occurrences to whatever runs them.
 
     ``dispatch`` receives a batch and returns one Outcome per occurrence: ``dispatched`` when
     it was handed off to another system, ``succeeded``/``failed`` when the dispatcher ran it.
     A run whose outcome is never recorded (the process died) is dispatched again with the
-    same key after its lease expires. Dispatchers that block longer than a second call
-    ``keepalive()`` about once a second; it is cheap (the worker renews the leases of the
-    batch only every third of a lease).
+    same key after its lease expires. Dispatchers that block longer than a second report
+    through ``progress`` about once a second (see ``Progress``); calling ``progress()`` alone
+    keeps the leases alive.
     """
 
     @abstractmethod
-    def dispatch(
-        self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
-    ) -> list[Outcome]: ...
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]: ...
 
     def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
         """Release resources (threads, connections) when the scheduler stops."""

@@ -14,14 +14,14 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..registry import UnknownTask, registry
-from .base import BaseDispatcher, Occurrence, Outcome
+from .base import BaseDispatcher, Occurrence, Outcome, Progress
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
@@ -50,6 +50,7 @@ class _Batch:
     remaining: int
     done: threading.Condition = field(default_factory=threading.Condition)
     running: set[_Job] = field(default_factory=set)
+    ended: list[Outcome] = field(default_factory=list)  # not reported to progress yet
 
 
 class InlineDispatcher(BaseDispatcher):
@@ -62,15 +63,15 @@ class InlineDispatcher(BaseDispatcher):
         for _ in range(self.max_workers):
             self._spawn()
 
-    def dispatch(
-        self, occurrences: Sequence[Occurrence], keepalive: Callable[[], None]
-    ) -> list[Outcome]:
-        # Tasks always run on pool threads: the calling thread stays free to keep the
-        # leases alive and to enforce timeouts.
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        # Tasks always run on pool threads: the calling thread stays free to report
+        # progress (leases, running, finished) and to enforce timeouts. A batch that ends
+        # within a second reports nothing along the way: its outcomes come back at once.
         batch = _Batch(outcomes=[None] * len(occurrences), remaining=len(occurrences))
         for position, occurrence in enumerate(occurrences):
             self._jobs.put(_Job(occurrence, position, batch, self._timeout_of(occurrence)))
-        next_keepalive = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+        next_report = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+        reported_running: set[int] = set()
         while True:
             with batch.done:
                 if batch.remaining:
@@ -78,9 +79,18 @@ class InlineDispatcher(BaseDispatcher):
                 if not batch.remaining:
                     break
                 self._cut_off_overdue(batch)
-            if time.monotonic() >= next_keepalive:
-                keepalive()  # outside the lock: tasks finishing meanwhile must not wait
-                next_keepalive = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+                if time.monotonic() < next_report:
+                    continue
+                ended, batch.ended = batch.ended, []
+                started = {j.occurrence.run_id for j in batch.running} - reported_running
+            # Outside the lock: tasks finishing meanwhile must not wait for the database.
+            if ended:
+                progress.finished(ended)
+            if started:
+                progress.running(started)
+                reported_running |= started
+            progress.keepalive()
+            next_report = time.monotonic() + KEEPALIVE_EVERY_SECONDS
         return [o for o in batch.outcomes if o is not None]
 
     def close(self) -> None:
@@ -130,6 +140,7 @@ class InlineDispatcher(BaseDispatcher):
                     return
                 batch.running.discard(job)
                 batch.outcomes[job.position] = outcome
+                batch.ended.append(outcome)
                 batch.remaining -= 1
                 if not batch.remaining:
                     batch.done.notify()
@@ -140,12 +151,14 @@ class InlineDispatcher(BaseDispatcher):
         for job in [j for j in batch.running if now - (j.started or now) >= j.timeout]:
             job.abandoned = True
             batch.running.discard(job)
-            batch.outcomes[job.position] = Outcome(
+            outcome = Outcome(
                 job.occurrence.run_id,
                 "failed",
                 f"Timed out after {job.timeout:g}s and was cut off: the run is recorded as "
                 f"failed, and anything the task does from now on is not recorded.",
             )
+            batch.outcomes[job.position] = outcome
+            batch.ended.append(outcome)
             batch.remaining -= 1
             if job.thread in self._threads:
                 self._threads.remove(job.thread)

@@ -1,0 +1,259 @@
+"""What people do to a schedule by hand: pause, resume, run now, backfill.
+
+Runs queued here take the scheduler's own path: each is a pending ``Run`` whose lease has
+already expired, so the next pass of any scheduler takes it over and dispatches it, with
+the same ledger, key and outcome recording as a scheduled occurrence. A wake flag in Redis
+makes that pass take them at once instead of at its next periodic look.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import router, transaction
+from django.utils import timezone
+
+from . import timing
+from .conf import app_settings
+from .index import DueIndex
+from .querysets import NewRun
+from .registry import registry
+
+if TYPE_CHECKING:
+    from .models import Run, Schedule
+
+logger = logging.getLogger("django_schedulinator.actions")
+
+MAX_PAUSE_NOTE = 500
+
+
+class ActionError(ValueError):
+    """A manual operation cannot be done as asked; the message says why."""
+
+
+def pause(schedule: Schedule, note: str = "") -> None:
+    """Stop firing: the schedule leaves the index and keeps where it stood."""
+    if not isinstance(note, str):
+        raise ActionError("The pause note must be text.")
+    schedule.enabled = False
+    schedule.pause_note = note.strip()[:MAX_PAUSE_NOTE]
+    schedule.save()
+
+
+def resume(schedule: Schedule, *, catch_up: bool = False) -> None:
+    """Fire again. The occurrences of the paused period are recorded as skipped
+    ("paused"), or, with ``catch_up``, left due so the catch-up policy handles them."""
+    if schedule.enabled:
+        return
+    schedule.enabled = True
+    schedule._catch_up_on_resume = catch_up
+    schedule.save()
+
+
+def run_now(schedule: Schedule, *, advance: bool = False) -> Run:
+    """Queue one run now, outside the timing.
+
+    Its nominal time is now (one millisecond later for each occurrence already at that
+    instant), so it has an idempotency key of its own. The regular next run stays where
+    it is, unless ``advance``: then the run takes its place, and the regular occurrence is
+    recorded as skipped ("replaced").
+    """
+    from .models import Run, Schedule
+
+    _check_runnable(schedule)
+    db = router.db_for_write(Run)
+    now = timing.truncate_ms(timezone.now())
+    with transaction.atomic(using=db):
+        at = now
+        for _attempt in range(1000):
+            inserted = Run.objects.using(db).insert_runs(
+                [
+                    NewRun(
+                        schedule.pk,
+                        at,
+                        schedule.task,
+                        schedule.args,
+                        schedule.kwargs,
+                        trigger=Run.Trigger.RUN_NOW,
+                        attempts=0,
+                        lease_expires_at=at,
+                        note="Queued by run now.",
+                    )
+                ],
+                claimed_at=now,
+                worker_id="run_now",
+            )
+            if inserted:
+                break
+            at += timing.ONE_MS
+        else:
+            raise ActionError("Could not find a free instant for the run; try again.")
+        if advance:
+            current = Schedule.objects.using(db).select_for_update().get(pk=schedule.pk)
+            _replace_next_run(current, at, db)
+            schedule.refresh_from_db()
+    run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
+    _wake_after_commit(db)
+    logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
+    return run
+
+
+def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> None:
+    """Move the schedule past its next occurrence, recorded as replaced by a run now."""
+    from .models import Run
+
+    nominal = schedule.next_run_at
+    if not schedule.enabled or nominal is None:
+        return
+    spec = schedule.timing_spec
+    following = next(timing.occurrences(spec, nominal, anchor=nominal, include_skipped=True), None)
+    Run.objects.using(db).insert_runs(
+        [
+            NewRun(
+                schedule.pk,
+                nominal,
+                schedule.task,
+                schedule.args,
+                schedule.kwargs,
+                status=Run.Status.SKIPPED,
+                skip_reason=timing.REPLACED,
+                note=f"Replaced by the run now at {replaced_by:%Y-%m-%d %H:%M:%S.%f}"[:-3]
+                + " UTC.",
+            )
+        ],
+        claimed_at=timezone.now(),
+        worker_id="run_now",
+    )
+    schedule.next_run_at = following.at if following else None
+    schedule.save()
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReport:
+    dry_run: bool
+    occurrences: int  # in the range
+    queued: int  # new runs queued
+    requeued: int  # skipped runs turned into runs
+    already: int  # in the ledger and not skipped: fired, running or queued before
+
+
+def backfill(
+    schedule: Schedule, start: datetime, end: datetime, *, dry_run: bool = False
+) -> BackfillReport:
+    """Fire each occurrence of the schedule's timing in [start, end] that has not fired.
+
+    The range must be in the past. An occurrence the ledger holds as skipped fires now; one
+    that fired (or is queued) does not fire again, so running the same backfill twice
+    fires nothing new. Each run has the occurrence's own key.
+    """
+    from .models import Run
+
+    _check_runnable(schedule)
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise ActionError(f"The {name} must be a date and time with a time zone.")
+    now = timezone.now()
+    if end < start:
+        raise ActionError("The end of a backfill must not be before its start.")
+    if end > now:
+        raise ActionError("A backfill covers the past: its end must not be after now.")
+    limit = app_settings.MAX_BACKFILL_RUNS
+    spec = schedule.timing_spec
+    anchor = schedule.next_run_at or start
+    moments: list[datetime] = []
+    for moment in timing.occurrences(spec, start - timing.ONE_MS, anchor=anchor):
+        if moment.at > end:
+            break
+        moments.append(moment.at)
+        if len(moments) > limit:
+            raise ActionError(
+                f"The range holds more than {limit:,} occurrences "
+                "(SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+            )
+    db = router.db_for_write(Run)
+    with transaction.atomic(using=db):
+        recorded = dict(
+            Run.objects.using(db)
+            .filter(schedule_id=schedule.pk, scheduled_for__gte=start, scheduled_for__lte=end)
+            .values_list("scheduled_for", "status")
+        )
+        status_of = {timing.to_ms(at): status for at, status in recorded.items()}
+        new = [at for at in moments if timing.to_ms(at) not in status_of]
+        skipped = [at for at in moments if status_of.get(timing.to_ms(at)) == Run.Status.SKIPPED]
+        report = BackfillReport(
+            dry_run=dry_run,
+            occurrences=len(moments),
+            queued=len(new),
+            requeued=len(skipped),
+            already=len(moments) - len(new) - len(skipped),
+        )
+        if dry_run or not (new or skipped):
+            return report
+        note = f"Queued by a backfill of {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
+        Run.objects.using(db).insert_runs(
+            [
+                NewRun(
+                    schedule.pk,
+                    at,
+                    schedule.task,
+                    schedule.args,
+                    schedule.kwargs,
+                    trigger=Run.Trigger.BACKFILL,
+                    attempts=0,
+                    lease_expires_at=at,
+                    note=note,
+                )
+                for at in new
+            ],
+            claimed_at=now,
+            worker_id="backfill",
+        )
+        if skipped:
+            Run.objects.using(db).filter(
+                schedule_id=schedule.pk, scheduled_for__in=skipped, status=Run.Status.SKIPPED
+            ).update(
+                status=Run.Status.PENDING,
+                trigger=Run.Trigger.BACKFILL,
+                attempts=0,
+                lease_expires_at=timezone.now() - timedelta(milliseconds=1),
+                claim_token="",
+                worker_id="backfill",
+                note=note,
+                task=schedule.task,
+                args=schedule.args,
+                kwargs=schedule.kwargs,
+            )
+    _wake_after_commit(db)
+    logger.info(
+        "Backfill of schedule %s queued %d run(s) (%d skipped before).",
+        schedule.pk,
+        report.queued + report.requeued,
+        report.requeued,
+    )
+    return report
+
+
+def _check_runnable(schedule: Schedule) -> None:
+    if schedule.pk is None:
+        raise ActionError("Save the schedule first.")
+    if schedule.task not in registry:
+        raise ActionError(
+            f"{schedule.task!r} is not a registered task here, so it cannot be run. Register "
+            "it with @django_schedulinator.task."
+        )
+
+
+def _wake_after_commit(db: str) -> None:
+    def wake() -> None:
+        try:
+            DueIndex().wake()
+        except Exception:  # the runs are committed; a periodic take-over finds them anyway
+            logger.warning(
+                "Could not wake the schedulers; the queued runs start within a quarter of a lease.",
+                exc_info=True,
+            )
+
+    transaction.on_commit(wake, using=db)

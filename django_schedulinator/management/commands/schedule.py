@@ -1,0 +1,126 @@
+"""``manage.py schedule``: look at one schedule and act on it by hand.
+
+    schedule preview NAME [--count N]     the next occurrences, local and UTC, DST flagged
+    schedule pause NAME [--note TEXT]     stop firing; the note says why
+    schedule resume NAME [--catch-up]     fire again (the paused period is skipped, or
+                                          caught up under the catch-up policy)
+    schedule run-now NAME [--advance]     queue a run now (--advance: in place of the next)
+    schedule backfill NAME --from T --to T [--dry-run]
+                                          fire each occurrence in the range not yet fired
+
+NAME is a schedule's name, or its id. Times are ISO 8601; without an offset they are read
+in the schedule's time zone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.utils.dateparse import parse_datetime
+
+from ...actions import ActionError, backfill, pause, resume, run_now
+from ...models import Schedule
+from ...timing import get_zone
+from .run_scheduler import positive_int
+
+MAX_PREVIEW = 1000
+
+
+class Command(BaseCommand):
+    help = "Preview, pause, resume, run now or backfill one schedule."
+
+    def add_arguments(self, parser: Any) -> None:
+        actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+        def action(name: str, help_text: str) -> Any:
+            sub = actions.add_parser(name, help=help_text, description=help_text)
+            sub.add_argument("schedule", help="The schedule's name, or its id.")
+            return sub
+
+        preview = action("preview", "Show the next occurrences, DST changes flagged.")
+        preview.add_argument("--count", type=positive_int, default=10)
+        action("pause", "Stop firing until resumed.").add_argument(
+            "--note", default="", help="Why (shown with the runs it skips)."
+        )
+        action("resume", "Fire again.").add_argument(
+            "--catch-up",
+            action="store_true",
+            help="Hand the paused period's occurrences to the catch-up policy instead of "
+            "recording them as skipped.",
+        )
+        action("run-now", "Queue a run now.").add_argument(
+            "--advance", action="store_true", help="Let it take the place of the next run."
+        )
+        fill = action("backfill", "Fire each occurrence in a past range that has not fired.")
+        fill.add_argument("--from", dest="start", required=True, metavar="TIME")
+        fill.add_argument("--to", dest="end", required=True, metavar="TIME")
+        fill.add_argument("--dry-run", action="store_true", help="Count, queue nothing.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        schedule = self._schedule(options["schedule"])
+        action = options["action"]
+        try:
+            if action == "preview":
+                self._preview(schedule, options["count"])
+            elif action == "pause":
+                pause(schedule, options["note"])
+                self.stdout.write(f"Paused {schedule.name!r}.")
+            elif action == "resume":
+                resume(schedule, catch_up=options["catch_up"])
+                self.stdout.write(f"Resumed {schedule.name!r}; next run {schedule.next_run_at}.")
+            elif action == "run-now":
+                run = run_now(schedule, advance=options["advance"])
+                self.stdout.write(f"Queued run {run.pk} (key {run.idempotency_key}).")
+            elif action == "backfill":
+                self._backfill(schedule, options)
+        except ActionError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def _schedule(self, key: str) -> Schedule:
+        found = Schedule.objects.filter(name=key).first()
+        if found is None and key.isdigit():
+            found = Schedule.objects.filter(pk=int(key)).first()
+        if found is None:
+            raise CommandError(f"No schedule is named {key!r} (or has that id).")
+        return found
+
+    def _preview(self, schedule: Schedule, count: int) -> None:
+        if count > MAX_PREVIEW:
+            raise CommandError(f"--count must be at most {MAX_PREVIEW}, got {count}.")
+        self.stdout.write(f"{schedule.name}: {schedule.description}")
+        if not schedule.enabled:
+            self.stdout.write("Paused; these are the occurrences after a resume now.")
+        for item in schedule.preview(count):
+            flag = "skipped " if item.skipped else ""
+            line = f"  {item.local:%Y-%m-%d %H:%M:%S %Z}   {item.at:%Y-%m-%d %H:%M:%S} UTC"
+            if item.due_at != item.at:
+                line += f"   fires {item.due_at:%H:%M:%S.%f}"[:-3] + " UTC"
+            if item.note:
+                line += f"   {flag}{item.note}"
+            self.stdout.write(line)
+
+    def _backfill(self, schedule: Schedule, options: dict[str, Any]) -> None:
+        start = self._time(options["start"], "--from", schedule)
+        end = self._time(options["end"], "--to", schedule)
+        report = backfill(schedule, start, end, dry_run=options["dry_run"])
+        verb = "Would queue" if report.dry_run else "Queued"
+        self.stdout.write(
+            f"{report.occurrences} occurrence(s) from {start.isoformat()} to {end.isoformat()}: "
+            f"{verb} {report.queued} new and {report.requeued} skipped before; "
+            f"{report.already} already in the ledger."
+        )
+
+    def _time(self, text: str, flag: str, schedule: Schedule) -> datetime:
+        try:
+            value = parse_datetime(text)
+        except ValueError:
+            value = None
+        if value is None:
+            raise CommandError(
+                f"{flag} {text!r} is not an ISO 8601 date and time, e.g. 2026-03-29T02:30."
+            )
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=get_zone(schedule.timezone))
+        return value

@@ -1,0 +1,1152 @@
+"""Property-based tests of ``django_schedulinator.timing``: the rules of when a schedule fires.
+
+Every property below is checked on random schedules in random IANA zones, with starting
+instants drawn either anywhere in 2010-2035 or within days of one of the zone's UTC offset
+changes (where the DST policies matter). No database, no Redis: plain functions.
+
+1. **Order.** ``occurrences`` yields strictly increasing instants, all after ``after``, inside
+   the ``start_at``/``end_at`` window, for cron and interval timings. Each cron moment's
+   ``wall`` is a wall time the expression matches, and reads on the zone's clock as its
+   instant says (or, shifted/skipped, does not exist there).
+2. **Mirror.** ``occurrences_before`` is the exact mirror image of ``occurrences``: the ``k``
+   moments before ``X``, reversed, are the ``k`` moments from the first of them on, and the
+   ``k`` moments after ``X`` are, reversed, the ``k`` moments before the last of them (plus
+   one millisecond). Nothing lies between the last moment before ``X`` and the first after.
+3. **Minimum spacing.** Intervals are exactly ``interval`` apart. For cron expressions whose
+   matching wall times form a lattice of period ``P`` (``*/k`` seconds or minutes with
+   ``k | 60``, ``m */h`` with ``h | 24``, a fixed daily time), consecutive UTC instants are
+   ``P`` apart away from offset changes (always, in UTC), and never closer than the bound
+   derived in ``lattice_spacing_bound`` from the zone's gap and fold lengths and the DST
+   policy (for example: a daily time is at least 23 h from the next under any gap policy
+   and fold "first"/"second"; under fold "both" a wall time repeated by a 1 h fold fires
+   twice, 1 h apart).
+4. **Reference.** Away from offset changes, cron results equal an independent brute-force
+   enumeration of matching wall times (and ``cronsim`` iterating an aware datetime of the
+   zone), converted with the zone's constant offset.
+5. **Jitter.** ``jitter_delay`` is deterministic, whole milliseconds, within ``[0, jitter]``
+   and strictly less than the gap; ``due_time`` of consecutive occurrences strictly
+   increases; the due times of ``preview`` (which ``plan_due`` shares) equal ``due_time``.
+6. **Catch-up.** ``plan_due`` fires at most ``max_runs`` (modes all/skip), 1 (latest) and
+   ``runs_left``; only due occurrences of the schedule, most recent first; fired and skipped
+   occurrences are each looked at once; with "latest" the most recent due occurrence fires;
+   the next run is after everything handled and not yet due; the skips never outnumber
+   ``skips_recorded``; small backlogs are handled exactly as the policy says; a backlog of
+   millions of occurrences is planned quickly.
+7. **First run.** ``first_run_at(t, now)`` is never before ``now`` (a one-off's is its
+   ``run_at``), never before ``start_at``, never after ``end_at`` (``None`` once past it),
+   and is the first moment of the schedule from then on.
+
+A last pair of tests feeds sub-millisecond inputs (an ``anchor_at`` or a ``now`` with
+microseconds, as a Django ``DateTimeField`` and ``timezone.now()`` give them).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
+from itertools import islice, pairwise
+from typing import NamedTuple
+from zoneinfo import ZoneInfo
+
+from cronsim import CronSim
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from django_schedulinator.timing import (
+    CATCH_UP_ALL,
+    CATCH_UP_LATEST,
+    CATCH_UP_SKIP,
+    CRON,
+    DST_FIRST,
+    DST_SECOND,
+    DST_SHIFT,
+    DST_SKIP,
+    DST_SKIPPED,
+    EXPIRED,
+    FOLD_BOTH,
+    FOLD_FIRST,
+    FOLD_SECOND,
+    GAP_SHIFT,
+    GAP_SKIP,
+    INTERVAL,
+    MAX_JITTER,
+    MISSED,
+    ONCE,
+    ONE_MS,
+    CatchUp,
+    Moment,
+    Timing,
+    due_time,
+    first_run_at,
+    from_ms,
+    jitter_delay,
+    normalize_cron,
+    occurrences,
+    occurrences_before,
+    plan_due,
+    preview,
+    to_ms,
+    truncate_ms,
+)
+
+# -- zones and their offset changes ----------------------------------------------------------
+
+ZONES = [
+    "UTC",
+    "America/New_York",
+    "America/St_Johns",  # -03:30/-02:30; changed at 00:01 local until 2011
+    "Europe/London",
+    "Europe/Berlin",
+    "Europe/Moscow",  # +03 -> +04 (2011, a gap), +04 -> +03 (2014, a fold), no DST since
+    "Asia/Kolkata",  # +05:30, no changes
+    "Australia/Sydney",
+    "Australia/Lord_Howe",  # 30-minute DST, the clocks change at 02:00 (gap) or 02:00 -> 01:30
+    "Pacific/Apia",  # skipped 30 December 2011 (a 24 h gap), DST 2010-2021
+    "Pacific/Chatham",  # +12:45/+13:45, the clocks change at 02:45 / 03:45 local
+]
+FIRST_YEAR, LAST_YEAR = 2010, 2035
+SPAN_START = datetime(FIRST_YEAR, 1, 1, tzinfo=UTC)
+SPAN_END = datetime(LAST_YEAR + 1, 1, 1, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+# Far enough from an offset change that no wall time near the change maps this close to an
+# instant: the longest gap or fold in the zones above is a day (Apia, 2011).
+CLEAR_OF_CHANGES = 2 * DAY
+
+
+class Transition(NamedTuple):
+    at: datetime  # the first instant with the new offset
+    before: timedelta  # UTC offset before
+    after: timedelta  # UTC offset after
+
+    @property
+    def change(self) -> timedelta:
+        """Positive: a gap (clocks jump forward) of this length; negative: a fold."""
+        return self.after - self.before
+
+
+def _offset(zone: ZoneInfo, at: datetime) -> timedelta:
+    offset = at.astimezone(zone).utcoffset()
+    assert offset is not None
+    return offset
+
+
+@functools.cache
+def transitions(zone_name: str) -> tuple[Transition, ...]:
+    """Every UTC offset change of the zone from 2009 to 2036 (to the second)."""
+    zone = ZoneInfo(zone_name)
+    found = []
+    at, end, step = datetime(2009, 1, 1, tzinfo=UTC), datetime(2037, 1, 1, tzinfo=UTC), 12 * HOUR
+    before = _offset(zone, at)
+    while at < end:
+        following = at + step
+        after = _offset(zone, following)
+        if after != before:
+            low, high = at, following  # offset(low) == before, offset(high) == after
+            while high - low > timedelta(seconds=1):
+                middle = low + (high - low) / 2
+                middle = middle.replace(microsecond=0)
+                if _offset(zone, middle) == before:
+                    low = middle
+                else:
+                    high = middle
+            found.append(Transition(high, before, after))
+        at, before = following, after
+    return tuple(found)
+
+
+def transition_times(zone_name: str) -> list[datetime]:
+    return [t.at for t in transitions(zone_name)]
+
+
+def changes_between(zone_name: str, low: datetime, high: datetime) -> list[Transition]:
+    """The offset changes at instants in ``(low, high]``."""
+    times = transition_times(zone_name)
+    lo, hi = bisect.bisect_right(times, low), bisect.bisect_right(times, high)
+    return list(transitions(zone_name)[lo:hi])
+
+
+def gap_lengths(zone_name: str) -> set[timedelta]:
+    return {t.change for t in transitions(zone_name) if t.change > timedelta(0)}
+
+
+def fold_lengths(zone_name: str) -> set[timedelta]:
+    return {-t.change for t in transitions(zone_name) if t.change < timedelta(0)}
+
+
+# -- cron expressions with their meaning ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    """A cron expression and, independently of any parser, the wall times it matches."""
+
+    text: str
+    seconds: frozenset[int]
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday
+    # Debian cron: day of month and day of week are ANDed when either field starts with a
+    # star, ORed otherwise.
+    days_and: bool
+
+    def matches_day(self, day: date) -> bool:
+        if day.month not in self.months:
+            return False
+        by_day = day.day in self.days
+        by_weekday = (day.weekday() + 1) % 7 in self.weekdays
+        return by_day and by_weekday if self.days_and else by_day or by_weekday
+
+    def matches(self, wall: datetime) -> bool:
+        return (
+            self.matches_day(wall.date())
+            and wall.hour in self.hours
+            and wall.minute in self.minutes
+            and wall.second in self.seconds
+            and wall.microsecond == 0
+        )
+
+    def walls(self, after: datetime, until: datetime) -> Iterator[datetime]:
+        """The matching wall times in ``(after, until)``, ascending (brute force, per day)."""
+        day = after.date()
+        while day <= until.date():
+            if self.matches_day(day):
+                for hour in sorted(self.hours):
+                    if (day, hour) < (after.date(), after.hour):
+                        continue
+                    for minute in sorted(self.minutes):
+                        for second in sorted(self.seconds):
+                            wall = datetime.combine(day, time(hour, minute, second))
+                            if wall >= until:
+                                return
+                            if wall > after:
+                                yield wall
+            day += timedelta(days=1)
+
+
+Field = tuple[str, frozenset[int]]
+
+
+def _weekdays(values: frozenset[int]) -> frozenset[int]:
+    return frozenset(v % 7 for v in values)
+
+
+def spec_of(text: str, fields: list[Field]) -> CronSpec:
+    """The spec of a 5- or 6-field expression built from ``fields`` (seconds first or not)."""
+    if len(fields) == 5:
+        fields = [("0", frozenset({0})), *fields]
+    second, minute, hour, day, month, weekday = fields
+    return CronSpec(
+        text=text,
+        seconds=second[1],
+        minutes=minute[1],
+        hours=hour[1],
+        days=day[1],
+        months=month[1],
+        weekdays=_weekdays(weekday[1]),
+        days_and=day[0].startswith("*") or weekday[0].startswith("*"),
+    )
+
+
+def _every(low: int, high: int) -> Field:
+    return "*", frozenset(range(low, high + 1))
+
+
+ALIASES = {
+    "@yearly": ("0", "0", "1", "1", "*"),
+    "@annually": ("0", "0", "1", "1", "*"),
+    "@monthly": ("0", "0", "1", "*", "*"),
+    "@weekly": ("0", "0", "*", "*", "0"),
+    "@daily": ("0", "0", "*", "*", "*"),
+    "@midnight": ("0", "0", "*", "*", "*"),
+    "@hourly": ("0", "*", "*", "*", "*"),
+}
+RANGES = [(0, 59), (0, 59), (0, 23), (1, 31), (1, 12), (0, 7)]
+
+
+def _alias_spec(alias: str) -> CronSpec:
+    fields: list[Field] = []
+    for text, (low, high) in zip(ALIASES[alias], RANGES[1:], strict=True):
+        fields.append(_every(low, high) if text == "*" else (text, frozenset({int(text)})))
+    return spec_of(alias, fields)
+
+
+@st.composite
+def cron_field(
+    draw: st.DrawFn,
+    low: int,
+    high: int,
+    *,
+    steps: list[int],
+    values: st.SearchStrategy[int] | None = None,
+    star_weight: int = 1,
+) -> Field:
+    """One field: ``*``, ``*/k``, ``a``, ``a-b``, ``a-b/k``, ``a/k`` or a list ``a,b,c``."""
+    value = values if values is not None else st.integers(low, high)
+    kind = draw(st.sampled_from(["*"] * star_weight + ["*/k", "a", "a-b", "a-b/k", "a/k", "list"]))
+    if kind == "*":
+        return _every(low, high)
+    if kind == "*/k":
+        k = draw(st.sampled_from(steps))
+        return f"*/{k}", frozenset(range(low, high + 1, k))
+    if kind == "a":
+        a = draw(value)
+        return str(a), frozenset({a})
+    if kind in ("a-b", "a-b/k"):
+        a, b = sorted(draw(st.lists(value, min_size=2, max_size=2, unique=True)))
+        if kind == "a-b":
+            return f"{a}-{b}", frozenset(range(a, b + 1))
+        k = draw(st.sampled_from(steps))
+        return f"{a}-{b}/{k}", frozenset(range(a, b + 1, k))
+    if kind == "a/k":
+        a, k = draw(value), draw(st.sampled_from(steps))
+        return f"{a}/{k}", frozenset(range(a, high + 1, k))
+    items = sorted(draw(st.lists(value, min_size=2, max_size=4, unique=True)))
+    return ",".join(map(str, items)), frozenset(items)
+
+
+def _valid(spec: CronSpec) -> bool:
+    try:
+        normalize_cron(spec.text)
+    except ValueError:
+        return False
+    return True
+
+
+@st.composite
+def _field_cron(draw: st.DrawFn) -> CronSpec:
+    fields: list[Field] = []
+    if draw(st.integers(0, 4)) == 0:  # a leading seconds field, now and then
+        fields.append(
+            draw(
+                st.one_of(
+                    st.just(("0", frozenset({0}))),
+                    cron_field(0, 59, steps=[5, 10, 15, 20, 30, 7], star_weight=1),
+                )
+            )
+        )
+    # Hours around the usual change times (00:00-03:59) come up more often.
+    hours = st.one_of(st.integers(0, 23), st.integers(0, 3))
+    fields.append(draw(cron_field(0, 59, steps=[2, 5, 7, 10, 15, 20, 25, 30, 45])))
+    fields.append(draw(cron_field(0, 23, steps=[2, 3, 4, 5, 6, 7, 8, 12], values=hours)))
+    months = draw(cron_field(1, 12, steps=[2, 3, 4, 6], star_weight=8))
+    # A restricted month with a late day of month could match too rarely: keep days <= 28.
+    day_high = 31 if months[0] == "*" else 28
+    days = draw(
+        cron_field(1, 31, steps=[2, 3, 5, 10], values=st.integers(1, day_high), star_weight=8)
+    )
+    weekdays = draw(cron_field(0, 7, steps=[2, 3, 7], star_weight=6))
+    fields += [days, months, weekdays]
+    return spec_of(" ".join(text for text, _ in fields), fields)
+
+
+def cron_specs() -> st.SearchStrategy[CronSpec]:
+    """Realistic cron expressions: built from field pieces, or an ``@`` alias."""
+    return st.one_of(
+        _field_cron().filter(_valid),
+        st.sampled_from(sorted(ALIASES)).map(_alias_spec),
+    )
+
+
+# -- instants and timings ------------------------------------------------------------------
+
+GRAINS = [ONE_MS, timedelta(seconds=1), MINUTE, HOUR]
+
+
+@st.composite
+def instants(draw: st.DrawFn, zone_name: str = "UTC", near_changes: bool = True) -> datetime:
+    """A UTC instant in 2010-2035 (whole milliseconds), often close before or after one of
+    the zone's offset changes, and often on a whole second, minute or hour."""
+    changes = [t for t in transitions(zone_name) if SPAN_START <= t.at < SPAN_END]
+    if near_changes and changes and draw(st.booleans()):
+        change = draw(st.sampled_from(changes))
+        at = change.at + timedelta(milliseconds=draw(st.integers(-3 * 86_400_000, 86_400_000)))
+    else:
+        at = from_ms(draw(st.integers(to_ms(SPAN_START), to_ms(SPAN_END) - 1)))
+    grain = draw(st.sampled_from(GRAINS))
+    return at - (at - SPAN_START) % grain
+
+
+def intervals() -> st.SearchStrategy[timedelta]:
+    """Whole milliseconds, at least a second: short ones, long ones and round ones."""
+    return st.one_of(
+        st.integers(1_000, 120_000).map(lambda ms: timedelta(milliseconds=ms)),
+        st.integers(1_000, 14 * 86_400_000).map(lambda ms: timedelta(milliseconds=ms)),
+        st.sampled_from([1, 5, 60, 300, 3600, 86400, 7 * 86400]).map(
+            lambda s: timedelta(seconds=s)
+        ),
+    )
+
+
+gap_policies = st.sampled_from([GAP_SHIFT, GAP_SKIP])
+fold_policies = st.sampled_from([FOLD_FIRST, FOLD_SECOND, FOLD_BOTH])
+
+
+class Case(NamedTuple):
+    """A timing, the spec of its cron (or None), a starting instant and an interval anchor."""
+
+    timing: Timing
+    spec: CronSpec | None
+    start: datetime
+    anchor: datetime | None
+
+
+@st.composite
+def cron_cases(draw: st.DrawFn, window: bool = True) -> Case:
+    zone = draw(st.sampled_from(ZONES))
+    spec = draw(cron_specs())
+    start = draw(instants(zone))
+    timing = Timing(
+        kind=CRON,
+        cron=spec.text,
+        timezone=zone,
+        dst_gap=draw(gap_policies),
+        dst_fold=draw(fold_policies),
+    )
+    if window and draw(st.integers(0, 3)) == 0:
+        low = start + timedelta(seconds=draw(st.integers(-86_400, 30 * 86_400)))
+        high = low + timedelta(seconds=draw(st.integers(1, 60 * 86_400)))
+        timing = replace(
+            timing,
+            start_at=draw(st.sampled_from([None, low])),
+            end_at=draw(st.sampled_from([None, high])),
+        )
+    return Case(timing, spec, start, None)
+
+
+@st.composite
+def interval_cases(draw: st.DrawFn, window: bool = True) -> Case:
+    """An interval timing; the grid's anchor is ``anchor_at``, ``start_at`` or the ``anchor``
+    argument (the schedule's nominal time), whichever the draw picks."""
+    interval = draw(intervals())
+    start = draw(instants())
+    anchor = start + timedelta(milliseconds=draw(st.integers(-(10**11), 10**11)))
+    where = draw(st.sampled_from(["anchor_at", "start_at", "argument"]))
+    timing = Timing(kind=INTERVAL, interval=interval, timezone=draw(st.sampled_from(ZONES)))
+    if where == "anchor_at":
+        timing = replace(timing, anchor_at=anchor)
+    elif where == "start_at":
+        timing = replace(timing, start_at=anchor)
+    if window and draw(st.integers(0, 3)) == 0:
+        end = start + timedelta(milliseconds=draw(st.integers(1, 10**10)))
+        timing = replace(timing, end_at=end)
+        if where == "argument" and draw(st.booleans()):
+            timing = replace(timing, start_at=anchor - interval * draw(st.integers(0, 5)))
+    return Case(timing, None, start, anchor)
+
+
+def timing_cases(window: bool = True) -> st.SearchStrategy[Case]:
+    return st.one_of(cron_cases(window=window), interval_cases(window=window))
+
+
+def _local(at: datetime, zone_name: str) -> datetime:
+    return at.astimezone(ZoneInfo(zone_name)).replace(tzinfo=None)
+
+
+def _exists(wall: datetime, zone_name: str) -> bool:
+    aware = wall.replace(tzinfo=ZoneInfo(zone_name))
+    return aware.astimezone(UTC).astimezone(aware.tzinfo).replace(tzinfo=None) == wall
+
+
+# -- 1. order ------------------------------------------------------------------------------
+
+
+@settings(max_examples=250, deadline=None, database=None)
+@given(case=timing_cases(), count=st.integers(1, 30), include_skipped=st.booleans())
+def test_occurrences_strictly_increase(case: Case, count: int, include_skipped: bool) -> None:
+    timing = case.timing
+    moments = list(
+        islice(
+            occurrences(timing, case.start, anchor=case.anchor, include_skipped=include_skipped),
+            count,
+        )
+    )
+    instants_ = [m.at for m in moments]
+    assert all(a < b for a, b in pairwise(instants_)), instants_
+    assert all(at > case.start for at in instants_)
+    assert all(at == truncate_ms(at) for at in instants_)
+    if timing.start_at is not None:
+        assert all(at >= timing.start_at for at in instants_)
+    if timing.end_at is not None:
+        assert all(at <= timing.end_at for at in instants_)
+    if not include_skipped:
+        assert not any(m.skipped for m in moments)
+    if case.spec is not None:
+        for moment in moments:
+            assert moment.wall is not None, moment
+            assert case.spec.matches(moment.wall), moment
+            local = _local(moment.at, timing.timezone)
+            if moment.dst in ("", DST_FIRST, DST_SECOND):
+                assert local == moment.wall, moment
+            else:  # a shifted or skipped wall time does not exist: it is read later
+                assert moment.dst in (DST_SHIFT, DST_SKIP)
+                assert not _exists(moment.wall, timing.timezone), moment
+                assert local > moment.wall, moment
+    else:
+        # The grid: anchor + k * interval for whole k.
+        assert timing.interval is not None
+        anchor = timing.anchor_at or timing.start_at or case.anchor
+        assert anchor is not None
+        assert all((at - anchor) % timing.interval == timedelta(0) for at in instants_)
+
+
+# -- 2. mirror -----------------------------------------------------------------------------
+
+
+@settings(max_examples=250, deadline=None, database=None)
+@given(case=timing_cases(), count=st.integers(1, 8), include_skipped=st.booleans())
+def test_occurrences_before_mirrors_occurrences(
+    case: Case, count: int, include_skipped: bool
+) -> None:
+    timing, x, anchor = case.timing, case.start, case.anchor
+    kwargs = {"anchor": anchor, "include_skipped": include_skipped}
+
+    # Backwards from X, then forwards from just before the earliest of them.
+    backwards = list(islice(occurrences_before(timing, x, **kwargs), count))[::-1]
+    assert all(m.at < x for m in backwards)
+    if backwards:
+        forwards = list(
+            islice(occurrences(timing, backwards[0].at - ONE_MS, **kwargs), len(backwards))
+        )
+        assert [m.at for m in forwards] == [m.at for m in backwards]
+        assert forwards == backwards  # the same moments: DST flags and wall times too
+        # Nothing between the last moment before X and X.
+        following = next(occurrences(timing, backwards[-1].at, **kwargs), None)
+        assert following is None or following.at >= x
+
+    # Forwards from X, then backwards from just after the latest of them.
+    forwards = list(islice(occurrences(timing, x, **kwargs), count))
+    if forwards:
+        backwards = list(
+            islice(occurrences_before(timing, forwards[-1].at + ONE_MS, **kwargs), len(forwards))
+        )[::-1]
+        assert [m.at for m in backwards] == [m.at for m in forwards]
+        assert backwards == forwards
+        preceding = next(occurrences_before(timing, forwards[0].at, **kwargs), None)
+        assert preceding is None or preceding.at <= x
+
+
+# -- 3. minimum spacing --------------------------------------------------------------------
+
+
+def lattice_spacing_bound(period: timedelta, zone_name: str, gap: str, fold: str) -> timedelta:
+    """The least UTC distance between consecutive instants of a cron whose matching wall
+    times form a lattice ``w0 + n * period`` (whatever ``w0``), in ``zone_name``.
+
+    Between offset changes a wall time ``w`` is the instant ``w - offset``: consecutive
+    instants are exactly ``P = period`` apart. Transitions of these zones are months apart,
+    so a pair of consecutive instants straddles at most one change, of length ``D``; with
+    ``r = D mod P``:
+
+    - **fold** (the wall times in ``[F, F + D)`` occur twice). "first" maps them with the
+      old offset, later ones with the new: each wall time maps ``D`` later from there on,
+      so the one pair spanning the change is ``P + D`` apart. "second" likewise. "both"
+      fires the lattice points of the fold twice: the first copies, then the second copies
+      ``D`` later. The step from the last first copy to the first second copy is
+      ``D - (span of the lattice points in the fold)``: ``P`` when ``P`` divides ``D`` (the
+      fold holds exactly ``D / P`` points), else at least ``r`` (``D`` itself when
+      ``P > D``: one point, fired twice, ``D`` apart).
+    - **gap** (the wall times in ``[G, G + D)`` do not exist, change at instant ``T``).
+      Wall times after it map ``D`` earlier than the old offset would say.
+      "skip": consecutive instants come from lattice points ``w1 < G`` and ``w2 >= G + D``,
+      so ``w2 - w1`` is a multiple of ``P`` greater than ``D``: the distance is at least
+      ``P - r`` (``P`` when ``P`` divides ``D``).
+      "shift": the gap's lattice points move forward by ``D`` into ``[T, T + D)``, where the
+      lattice points after the gap also start, ``D`` earlier: two lattices offset by
+      ``-D mod P``. Equal instants fire once (``P`` divides ``D``: every shifted time
+      coincides with a later wall time, distance ``P``); otherwise two different lattices
+      are at least ``min(r, P - r)`` apart. With ``P > D`` at most one point is shifted and
+      the distances are ``P`` then ``P - D``.
+
+    So a daily time is at least 24 h - 1 h = 23 h from the next under a 1 h gap (23 h 30
+    under Lord Howe's 30 minutes, 24 h across Apia's skipped day, where the skipped day's
+    shifted time is the next day's time), and at least 1 h under fold "both".
+    """
+    p = period
+    bound = p
+    for d in gap_lengths(zone_name):
+        r = d % p
+        if not r:
+            continue
+        if p > d:
+            bound = min(bound, p - d)
+        elif gap == GAP_SKIP:
+            bound = min(bound, p - r)
+        else:
+            bound = min(bound, r, p - r)
+    if fold == FOLD_BOTH:
+        for d in fold_lengths(zone_name):
+            r = d % p
+            if r:
+                bound = min(bound, r)
+    return bound
+
+
+class Lattice(NamedTuple):
+    expr: str
+    period: timedelta
+
+
+DIVISORS_60 = [1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60]
+
+
+@st.composite
+def lattice_crons(draw: st.DrawFn) -> Lattice:
+    kind = draw(st.sampled_from(["seconds", "minutes", "offset-minutes", "hours", "daily"]))
+    if kind == "seconds":
+        k = draw(st.sampled_from(DIVISORS_60))
+        return Lattice(f"*/{k} * * * * *", timedelta(seconds=k))
+    if kind == "minutes":
+        k = draw(st.sampled_from(DIVISORS_60))
+        return Lattice(f"*/{k} * * * *", timedelta(minutes=k))
+    if kind == "offset-minutes":  # a/k with a < k and k | 60 is the lattice a + n * k
+        k = draw(st.sampled_from(DIVISORS_60[1:]))
+        return Lattice(f"{draw(st.integers(0, k - 1))}/{k} * * * *", timedelta(minutes=k))
+    if kind == "hours":
+        h = draw(st.sampled_from([1, 2, 3, 4, 6, 8, 12]))
+        minute = draw(st.sampled_from([0, draw(st.integers(0, 59))]))
+        return Lattice(f"{minute} */{h} * * *", timedelta(hours=h))
+    if draw(st.booleans()):
+        return Lattice("@daily", DAY)
+    hour = draw(st.one_of(st.integers(0, 23), st.integers(0, 3)))
+    return Lattice(f"{draw(st.integers(0, 59))} {hour} * * *", DAY)
+
+
+@st.composite
+def lattice_cases(draw: st.DrawFn) -> tuple[Timing, Lattice, datetime, int]:
+    zone = draw(st.sampled_from(ZONES))
+    lattice = draw(lattice_crons())
+    count = 40 if lattice.period < DAY else 12
+    changes = transitions(zone)
+    if changes and draw(st.integers(0, 3)) > 0:
+        # Start a few periods before a change, so that the instants run across it.
+        change = draw(st.sampled_from([t for t in changes if SPAN_START <= t.at < SPAN_END]))
+        before = lattice.period * draw(st.integers(0, count - 2))
+        start = change.at - before - timedelta(seconds=draw(st.integers(-7200, 7200)))
+    else:
+        start = draw(instants(zone, near_changes=False))
+    timing = Timing(
+        kind=CRON,
+        cron=lattice.expr,
+        timezone=zone,
+        dst_gap=draw(gap_policies),
+        dst_fold=draw(fold_policies),
+    )
+    return timing, lattice, start, count
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(case=lattice_cases())
+def test_cron_instants_are_never_closer_than_the_period_allows(
+    case: tuple[Timing, Lattice, datetime, int],
+) -> None:
+    timing, lattice, start, count = case
+    bound = lattice_spacing_bound(lattice.period, timing.timezone, timing.dst_gap, timing.dst_fold)
+    instants_ = [m.at for m in islice(occurrences(timing, start), count)]
+    assert len(instants_) == count
+    for a, b in pairwise(instants_):
+        assert b - a >= bound, (a, b, bound)
+        # Away from offset changes (a day either side covers every gap and fold), the
+        # distance is exactly the period; in UTC, always.
+        if not changes_between(timing.timezone, a - 25 * HOUR, b + 25 * HOUR):
+            assert b - a == lattice.period, (a, b)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(case=interval_cases(), count=st.integers(2, 30))
+def test_interval_instants_are_exactly_the_interval_apart(case: Case, count: int) -> None:
+    instants_ = [
+        m.at for m in islice(occurrences(case.timing, case.start, anchor=case.anchor), count)
+    ]
+    for a, b in pairwise(instants_):
+        assert b - a == case.timing.interval
+
+
+# -- 4. reference evaluation ---------------------------------------------------------------
+
+
+@settings(max_examples=250, deadline=None, database=None)
+@given(
+    zone=st.sampled_from(ZONES),
+    spec=cron_specs(),
+    data=st.data(),
+    gap=gap_policies,
+    fold=fold_policies,
+)
+def test_cron_agrees_with_a_reference_away_from_offset_changes(
+    zone: str, spec: CronSpec, data: st.DataObject, gap: str, fold: str
+) -> None:
+    start = data.draw(instants(zone, near_changes=False))
+    before = changes_between(zone, start - CLEAR_OF_CHANGES, start)
+    assume(not before)
+    # The stretch where the offset is constant, less the margin before the next change.
+    limit = start + 400 * DAY
+    following = changes_between(zone, start, start + 400 * DAY + CLEAR_OF_CHANGES)
+    if following:
+        limit = min(limit, following[0].at - CLEAR_OF_CHANGES)
+    assume(limit > start + HOUR)
+    count = 12
+    timing = Timing(kind=CRON, cron=spec.text, timezone=zone, dst_gap=gap, dst_fold=fold)
+    ours = []
+    for moment in occurrences(timing, start):
+        if moment.at >= limit or len(ours) == count:
+            break
+        ours.append(moment.at)
+
+    offset = _offset(ZoneInfo(zone), start)
+    walls = spec.walls((start + offset).replace(tzinfo=None), (limit + offset).replace(tzinfo=None))
+    reference = [(wall - offset).replace(tzinfo=UTC) for wall in islice(walls, count)]
+    assert ours == reference
+
+    aware = CronSim(normalize_cron(spec.text), start.astimezone(ZoneInfo(zone)))
+    by_cronsim: list[datetime] = []
+    for local in islice(aware, count):
+        if local.astimezone(UTC) >= limit:
+            break
+        by_cronsim.append(local.astimezone(UTC))
+    assert ours == by_cronsim
+
+
+# -- 5. jitter -----------------------------------------------------------------------------
+
+jitters = st.one_of(
+    st.none(),
+    st.just(timedelta(0)),
+    st.integers(0, 5_000).map(lambda us: timedelta(microseconds=us)),
+    st.integers(1, 86_400_000).map(lambda ms: timedelta(milliseconds=ms)),
+    st.just(MAX_JITTER),
+)
+
+
+@settings(max_examples=500, deadline=None, database=None)
+@given(
+    schedule_id=st.integers(1, 2**63 - 1),
+    nominal=instants(),
+    jitter=jitters,
+    gap=st.one_of(
+        st.none(),
+        st.integers(1, 10).map(lambda ms: timedelta(milliseconds=ms)),
+        st.integers(1, 30 * 86_400_000).map(lambda ms: timedelta(milliseconds=ms)),
+    ),
+)
+def test_jitter_delay_is_deterministic_and_bounded(
+    schedule_id: int, nominal: datetime, jitter: timedelta | None, gap: timedelta | None
+) -> None:
+    delay = jitter_delay(schedule_id, nominal, jitter, gap)
+    assert delay == jitter_delay(schedule_id, nominal, jitter, gap)
+    assert delay % ONE_MS == timedelta(0)
+    assert timedelta(0) <= delay <= (jitter or timedelta(0))
+    if gap is not None:
+        assert delay < gap
+
+
+@st.composite
+def jittered_cases(draw: st.DrawFn) -> Case:
+    case = draw(timing_cases(window=False))
+    jitter = draw(
+        st.one_of(
+            st.integers(1, 3_600_000).map(lambda ms: timedelta(milliseconds=ms)),
+            st.just(MAX_JITTER),
+        )
+    )
+    timing = replace(case.timing, jitter=jitter)
+    if timing.kind == INTERVAL and case.anchor is not None and timing.anchor_at is None:
+        # due_time only knows the timing: give the grid its anchor.
+        timing = replace(timing, anchor_at=timing.start_at or case.anchor)
+    return case._replace(timing=timing)
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(case=jittered_cases(), schedule_id=st.integers(1, 10**9), count=st.integers(2, 15))
+def test_due_times_strictly_increase(case: Case, schedule_id: int, count: int) -> None:
+    timing = case.timing
+    nominals = [m.at for m in islice(occurrences(timing, case.start), count)]
+    dues = [due_time(timing, schedule_id, at) for at in nominals]
+    assert dues == [due_time(timing, schedule_id, at) for at in nominals]  # deterministic
+    for (nominal, due), following in zip(
+        zip(nominals, dues, strict=True), nominals[1:], strict=False
+    ):
+        assert nominal <= due < following
+        assert due - nominal <= (timing.jitter or timedelta(0))
+    assert all(a < b for a, b in pairwise(dues))
+    # preview() computes due times as plan_due does: they must be due_time's.
+    items = preview(timing, start=case.start + ONE_MS, count=count, schedule_id=schedule_id)
+    for item in items:
+        expected = item.at if item.skipped else due_time(timing, schedule_id, item.at)
+        assert item.due_at == expected, item
+
+
+# -- 6. catch-up ---------------------------------------------------------------------------
+
+
+class PlanCase(NamedTuple):
+    timing: Timing
+    catch_up: CatchUp
+    schedule_id: int
+    nominal: datetime
+    due_at: datetime | None
+    now: datetime
+    runs_left: int | None
+    skips_recorded: int
+
+
+def moment_of(timing: Timing, at: datetime, anchor: datetime) -> Moment | None:
+    """The moment at instant ``at`` as the forward walk (which plan_due uses) sees it."""
+    found = next(occurrences(timing, at - ONE_MS, anchor=anchor, include_skipped=True), None)
+    return found if found is not None and found.at == at else None
+
+
+def moments_before(timing: Timing, before: datetime, anchor: datetime, count: int) -> list[Moment]:
+    """Up to ``count`` moments before ``before``, latest first (occurrences_before's
+    instants, each read by the forward walk)."""
+    found = []
+    for m in islice(occurrences_before(timing, before, anchor=anchor, include_skipped=True), count):
+        moment = moment_of(timing, m.at, anchor)
+        found.append(moment if moment is not None else m)
+    return found
+
+
+@st.composite
+def plan_cases(draw: st.DrawFn) -> PlanCase:
+    kind = draw(st.sampled_from([CRON, CRON, INTERVAL, ONCE]))
+    schedule_id = draw(st.integers(1, 10**6))
+    if kind == ONCE:
+        zone = draw(st.sampled_from(ZONES))
+        run_at = draw(instants(zone))
+        timing = Timing(kind=ONCE, run_at=run_at, timezone=zone)
+        nominal = run_at
+    else:
+        case = draw(cron_cases(window=False) if kind == CRON else interval_cases(window=False))
+        timing = case.timing
+        if kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+            anchor = case.anchor  # a schedule's own nominal time anchors its grid
+        else:
+            anchor = None
+        first = next(occurrences(timing, case.start, anchor=anchor, include_skipped=True))
+        nominal = first.at
+        if draw(st.integers(0, 3)) == 0 and timing.start_at is None:
+            if kind == CRON:
+                back = timedelta(seconds=draw(st.integers(0, 10 * 86_400)))
+            else:  # on the grid: a start_at without anchor_at anchors it
+                back = timing.interval * draw(st.integers(0, 5))  # type: ignore[operator]
+            timing = replace(timing, start_at=nominal - back)
+        if draw(st.integers(0, 3)) == 0:
+            ahead = timedelta(milliseconds=draw(st.integers(0, 14 * 86_400_000)))
+            timing = replace(timing, end_at=nominal + ahead)
+    if draw(st.booleans()):
+        jitter = draw(st.integers(0, 86_400_000).map(lambda ms: timedelta(milliseconds=ms)))
+        timing = replace(timing, jitter=jitter)
+    due_at = due_time(timing, schedule_id, nominal) if draw(st.booleans()) else None
+    late = draw(
+        st.one_of(
+            st.integers(0, 10_000),
+            st.integers(0, 3_600_000),
+            st.integers(0, 21 * 86_400_000),
+        )
+    )
+    now = (due_at or due_time(timing, schedule_id, nominal)) + timedelta(milliseconds=late)
+    catch_up = CatchUp(
+        mode=draw(st.sampled_from([CATCH_UP_LATEST, CATCH_UP_SKIP, CATCH_UP_ALL])),
+        window=timedelta(seconds=draw(st.integers(1, 2 * 86_400))),
+        max_runs=draw(st.integers(1, 20)),
+        grace=timedelta(milliseconds=draw(st.integers(0, 3_600_000))),
+    )
+    return PlanCase(
+        timing=timing,
+        catch_up=catch_up,
+        schedule_id=schedule_id,
+        nominal=nominal,
+        due_at=due_at,
+        now=now,
+        runs_left=draw(st.one_of(st.none(), st.integers(0, 5))),
+        skips_recorded=draw(st.integers(0, 30)),
+    )
+
+
+def _threshold(catch_up: CatchUp) -> timedelta | None:
+    """How late an occurrence may fire: None for "latest" (any lateness)."""
+    if catch_up.mode == CATCH_UP_SKIP:
+        return catch_up.grace
+    if catch_up.mode == CATCH_UP_ALL:
+        return catch_up.window
+    return None
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(case=plan_cases())
+def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase) -> None:
+    timing, catch_up, sid, n0, now = (
+        case.timing,
+        case.catch_up,
+        case.schedule_id,
+        case.nominal,
+        case.now,
+    )
+    plan = plan_due(
+        timing,
+        catch_up,
+        schedule_id=sid,
+        nominal=n0,
+        due_at=case.due_at,
+        now=now,
+        runs_left=case.runs_left,
+        skips_recorded=case.skips_recorded,
+    )
+
+    def due(moment: Moment) -> datetime:
+        if moment.at == n0 and case.due_at is not None:
+            return case.due_at
+        if moment.skipped:
+            return moment.at
+        return due_time(timing, sid, moment.at, anchor=n0)
+
+    # The caps.
+    cap = 1 if catch_up.mode == CATCH_UP_LATEST else catch_up.max_runs
+    if case.runs_left is not None:
+        cap = min(cap, case.runs_left)
+    assert len(plan.fire) <= cap
+    assert len(plan.skips) <= case.skips_recorded
+
+    # Everything fired is a due occurrence of the schedule, from the nominal time on.
+    fired = []
+    for at in plan.fire:
+        moment = moment_of(timing, at, n0)
+        assert moment is not None, at
+        assert not moment.skipped, at
+        assert n0 <= at <= now
+        assert due(moment) <= now, (at, due(moment))
+        fired.append(moment)
+    threshold = _threshold(catch_up)
+    if threshold is not None:
+        assert all(now - due(m) <= threshold for m in fired)
+
+    # Each occurrence is handled once: fired, or skipped for one reason.
+    handled = plan.fire + [s.at for s in plan.skips]
+    assert len(set(handled)) == len(handled)
+    assert plan.fire == sorted(plan.fire)
+    assert [s.at for s in plan.skips] == sorted(s.at for s in plan.skips)
+    for skip in plan.skips:
+        assert n0 <= skip.at <= now
+        moment = moment_of(timing, skip.at, n0)
+        assert moment is not None, skip
+        assert due(moment) <= now, skip
+        if moment.skipped:
+            assert skip.reason == DST_SKIPPED, skip
+        else:
+            assert skip.reason == (EXPIRED if timing.kind == ONCE else MISSED), skip
+
+    # Fired: the most recent due occurrences (a run of consecutive ones).
+    candidates = [
+        m for m in moments_before(timing, now + ONE_MS, n0, 6) if not m.skipped and m.at >= n0
+    ]
+    latest = next((m for m in candidates if due(m) <= now), None)
+    for a, b in zip(plan.fire, plan.fire[1:], strict=False):
+        assert next(occurrences(timing, a, anchor=n0)).at == b
+    if plan.fire:
+        assert latest is not None
+        assert plan.fire[-1] == latest.at
+    elif case.runs_left != 0 and latest is not None:
+        assert threshold is not None
+        assert now - due(latest) > threshold
+    if 0 < len(plan.fire) < cap:
+        previous = next(
+            (m for m in moments_before(timing, plan.fire[0], n0, 6) if not m.skipped), None
+        )
+        if previous is not None and previous.at >= n0:
+            assert threshold is not None
+            assert now - due(previous) > threshold
+
+    # The next run: after everything handled, not due yet, and the moment that follows.
+    finished = case.runs_left is not None and case.runs_left - len(plan.fire) <= 0
+    if plan.next_run_at is None:
+        assert (
+            finished
+            or timing.kind == ONCE
+            or next(occurrences(timing, now, anchor=n0, include_skipped=True), None) is None
+        )
+    else:
+        assert not finished
+        assert timing.kind != ONCE
+        assert all(at < plan.next_run_at for at in handled)
+        assert plan.due_at is not None
+        assert plan.due_at > now
+        upcoming = moment_of(timing, plan.next_run_at, n0)
+        assert upcoming is not None
+        assert plan.due_at == due(upcoming)
+        previous_moment = next(iter(moments_before(timing, plan.next_run_at, n0, 1)), None)
+        if previous_moment is not None and previous_moment.at >= n0:
+            assert due(previous_moment) <= now
+
+    # A small backlog is handled exactly: every due moment once, picked by the policy.
+    first = moment_of(timing, n0, n0) or Moment(n0)
+    walk = [first, *islice(occurrences(timing, n0, anchor=n0, include_skipped=True), 60)]
+    due_moments = [m for m in walk if due(m) <= now]
+    if len(due_moments) == len(walk) == 61 or len(due_moments) > case.skips_recorded:
+        return  # a longer backlog: the checks above are what can be said
+    assert sorted(handled) == [m.at for m in due_moments]
+    occurred = [m for m in due_moments if not m.skipped]
+    if threshold is None:
+        expected = occurred[-1:]
+    else:
+        expected = [m for m in occurred if now - due(m) <= threshold][-catch_up.max_runs :]
+    if case.runs_left is not None:
+        expected = expected[-case.runs_left :] if case.runs_left > 0 else []
+    assert plan.fire == [m.at for m in expected]
+
+
+@settings(max_examples=25, deadline=timedelta(seconds=10), database=None)
+@given(
+    timing=st.one_of(
+        st.builds(
+            Timing,
+            kind=st.just(CRON),
+            cron=st.sampled_from(["* * * * * *", "*/2 * * * * *", "* * * * *"]),
+            timezone=st.sampled_from(ZONES),
+            dst_gap=gap_policies,
+            dst_fold=fold_policies,
+            jitter=st.sampled_from([None, timedelta(milliseconds=500)]),
+        ),
+        st.builds(
+            Timing,
+            kind=st.just(INTERVAL),
+            interval=st.sampled_from([timedelta(seconds=1), timedelta(seconds=3)]),
+        ),
+    ),
+    nominal=instants(),
+    outage=st.integers(7 * 86_400, 30 * 86_400).map(lambda s: timedelta(seconds=s)),
+    mode=st.sampled_from([CATCH_UP_LATEST, CATCH_UP_SKIP, CATCH_UP_ALL]),
+    max_runs=st.integers(1, 1000),
+    skips_recorded=st.integers(0, 1000),
+)
+def test_a_huge_backlog_is_planned_quickly(
+    timing: Timing,
+    nominal: datetime,
+    outage: timedelta,
+    mode: str,
+    max_runs: int,
+    skips_recorded: int,
+) -> None:
+    nominal = next(occurrences(timing, nominal, anchor=nominal, include_skipped=True)).at
+    now = nominal + outage
+    catch_up = CatchUp(mode=mode, window=DAY, max_runs=max_runs)
+    plan = plan_due(
+        timing,
+        catch_up,
+        schedule_id=7,
+        nominal=nominal,
+        due_at=None,
+        now=now,
+        skips_recorded=skips_recorded,
+    )
+    assert len(plan.fire) <= (1 if mode == CATCH_UP_LATEST else max_runs)
+    assert len(plan.skips) <= skips_recorded
+    assert (plan.fire and now - plan.fire[-1] < MINUTE) or mode == CATCH_UP_SKIP
+    assert plan.next_run_at is not None
+    assert plan.due_at is not None
+    assert plan.due_at > now
+    assert plan.next_run_at - now < MINUTE
+
+
+# -- 7. first run --------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(data=st.data(), kind=st.sampled_from([CRON, INTERVAL, INTERVAL, ONCE]))
+def test_first_run_respects_now_and_the_window(data: st.DataObject, kind: str) -> None:
+    if kind == ONCE:
+        zone = data.draw(st.sampled_from(ZONES))
+        run_at = data.draw(instants(zone))
+        now = data.draw(instants(zone))
+        timing = Timing(kind=ONCE, run_at=run_at, timezone=zone)
+        assert first_run_at(timing, now) == run_at
+        return
+    case = data.draw(cron_cases(window=False) if kind == CRON else interval_cases(window=False))
+    timing, now = case.timing, case.start
+    if data.draw(st.booleans()):
+        timing = replace(timing, anchor_at=None, start_at=None)  # an interval's plain grid
+    if data.draw(st.booleans()):
+        start_at = now + timedelta(milliseconds=data.draw(st.integers(-(10**10), 10**10)))
+        timing = replace(timing, start_at=start_at)
+    if data.draw(st.booleans()):
+        low = max(now, timing.start_at or now)
+        end_at = low + timedelta(milliseconds=data.draw(st.integers(-(10**10), 10**10)))
+        if timing.start_at is None or end_at > timing.start_at:
+            timing = replace(timing, end_at=end_at)
+
+    first = first_run_at(timing, now)
+    start_at, end_at = timing.start_at, timing.end_at
+    # The end only cuts: without it, the first run is the same or after the end.
+    unbounded = first_run_at(replace(timing, end_at=None), now)
+    assert unbounded is not None
+    if first is None:
+        assert end_at is not None
+        assert unbounded > end_at
+        return
+    assert first == unbounded
+    assert first >= now
+    if kind == CRON and (start_at is None or start_at <= now):
+        assert first > now  # a cron starts at its first match *after* now
+    if start_at is not None:
+        assert first >= start_at
+    if end_at is not None:
+        assert first <= end_at
+    assert end_at is None or end_at >= now  # None once past the end
+
+    # It is a moment of the schedule, and the first from then on.
+    floor = max(now, start_at) if start_at is not None else now
+    if kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+        assert first == truncate_ms(now + timing.interval)  # type: ignore[operator]
+        return
+    assert moment_of(timing, first, first) is not None
+    previous = next(occurrences_before(timing, first, include_skipped=True), None)
+    if previous is not None:
+        if kind == CRON and floor == now:
+            assert previous.at <= now
+        else:
+            assert previous.at < floor
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(case=interval_cases(window=False))
+def test_first_run_past_the_end_is_none(case: Case) -> None:
+    timing = case.timing
+    end_at = case.start - timedelta(milliseconds=1)
+    if timing.start_at is not None and timing.start_at >= end_at:
+        timing = replace(timing, start_at=None)
+    assert first_run_at(replace(timing, end_at=end_at), case.start) is None
+
+
+# -- sub-millisecond inputs ----------------------------------------------------------------
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    case=interval_cases(window=False),
+    microseconds=st.integers(1, 999),
+    where=st.sampled_from(["anchor_at", "start_at"]),
+)
+def test_interval_grid_with_a_sub_millisecond_anchor_stays_strictly_after(
+    case: Case, microseconds: int, where: str
+) -> None:
+    """An ``anchor_at``/``start_at`` with microseconds (a DateTimeField keeps them): the
+    grid's instants are truncated to milliseconds, yet must stay strictly after ``after``."""
+    anchor = (case.anchor or case.start) + timedelta(microseconds=microseconds)
+    timing = replace(case.timing, anchor_at=None, start_at=None, **{where: anchor})
+    after = truncate_ms(anchor) + timing.interval * 3  # type: ignore[operator]
+    instants_ = [m.at for m in islice(occurrences(timing, after), 3)]
+    assert all(at > after for at in instants_), (after, instants_)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(case=timing_cases(window=False), microseconds=st.integers(1, 999))
+def test_first_run_is_not_before_a_sub_millisecond_now(case: Case, microseconds: int) -> None:
+    """``now`` from ``timezone.now()`` has microseconds."""
+    now = case.start + timedelta(microseconds=microseconds)
+    first = first_run_at(case.timing, now)
+    assert first is None or first >= now, (first, now)

@@ -322,7 +322,8 @@ class Schedule(models.Model):
             if resuming:
                 self.paused_at = None
                 pause_note, self.pause_note = self.pause_note, ""
-                catch_up = getattr(self, "_catch_up_on_resume", False)
+                # Catch-up keeps next_run_at due for the catch-up policy, if there is one.
+                catch_up = getattr(self, "_catch_up_on_resume", False) and self.next_run_at
                 if not caller_moved and not catch_up and changed == {"enabled"}:
                     paused_over, self.next_run_at = self._resume_from(self.next_run_at, now)
                     caller_moved = True
@@ -518,7 +519,7 @@ class Schedule(models.Model):
             return [], None
         spec = self.timing_spec
         limit = app_settings.MAX_SKIPS_RECORDED
-        passed = []
+        passed: list[timing.Moment] = []
         for moment in timing.occurrences_before(
             spec, now + timing.ONE_MS, anchor=stopped_at, include_skipped=True
         ):

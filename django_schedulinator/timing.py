@@ -120,6 +120,12 @@ def truncate_ms(dt: datetime) -> datetime:
     return dt.replace(microsecond=dt.microsecond - dt.microsecond % 1000)
 
 
+def ceil_ms(dt: datetime) -> datetime:
+    """The first whole millisecond at or after ``dt`` (a lower bound that stays a bound)."""
+    truncated = truncate_ms(dt)
+    return truncated if truncated == dt else truncated + ONE_MS
+
+
 # -- parsing -------------------------------------------------------------------------------
 
 
@@ -299,15 +305,18 @@ def occurrences(
             yield Moment(truncate_ms(timing.run_at))
         return
     if timing.start_at is not None and after < timing.start_at:
-        after = timing.start_at - ONE_MS
+        after = ceil_ms(timing.start_at) - ONE_MS
     end = timing.end_at
     try:
         if timing.kind == INTERVAL:
-            step = _interval(timing)
-            base = _anchor(timing, anchor if anchor is not None else after)
-            at = base + step * ((after - base) // step + 1)
-            while end is None or at <= end:
-                yield Moment(truncate_ms(at))
+            # Whole milliseconds, like every instant here: after truncation, each point is
+            # still strictly after ``after``.
+            step = _interval_ms(timing)
+            base = to_ms(_anchor(timing, anchor if anchor is not None else after))
+            at = base + step * ((to_ms(after) - base) // step + 1)
+            last = None if end is None else to_ms(end)
+            while last is None or at <= last:
+                yield Moment(from_ms(at))
                 at += step
             return
         expr = normalize_cron(timing.cron)
@@ -339,11 +348,13 @@ def occurrences_before(
     start = timing.start_at
     try:
         if timing.kind == INTERVAL:
-            step = _interval(timing)
-            base = _anchor(timing, anchor if anchor is not None else before)
-            at = base + step * -((base - before) // step + 1)
-            while start is None or at >= start:
-                yield Moment(truncate_ms(at))
+            step = _interval_ms(timing)
+            base = to_ms(_anchor(timing, anchor if anchor is not None else before))
+            # The last grid point strictly before ``before`` (rounded up to a millisecond).
+            at = base - step * ((base - to_ms(ceil_ms(before))) // step + 1)
+            first = None if start is None else to_ms(ceil_ms(start))
+            while first is None or at >= first:
+                yield Moment(from_ms(at))
                 at -= step
             return
         expr = normalize_cron(timing.cron)
@@ -370,12 +381,12 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
         return truncate_ms(timing.run_at) if timing.run_at else None
     start = timing.start_at if timing.start_at is not None and timing.start_at > now else None
     if timing.kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
-        return _within_end(timing, truncate_ms(now + _interval(timing)))
+        return _within_end(timing, ceil_ms(now) + timedelta(milliseconds=_interval_ms(timing)))
     if timing.kind == INTERVAL and start is None:
         # Anchored: the first grid point at or after now.
-        after = now - ONE_MS
+        after = ceil_ms(now) - ONE_MS
     else:
-        after = now if start is None else start - ONE_MS
+        after = now if start is None else ceil_ms(start) - ONE_MS
     moment = next(occurrences(timing, after, include_skipped=True), None)
     return moment.at if moment else None
 
@@ -396,10 +407,11 @@ def _within_end(timing: Timing, candidate: datetime) -> datetime | None:
     return candidate
 
 
-def _interval(timing: Timing) -> timedelta:
+def _interval_ms(timing: Timing) -> int:
+    """The interval in whole milliseconds (a sub-millisecond part is dropped)."""
     if timing.interval is None or timing.interval < MIN_INTERVAL:
         raise TimingError(f"Invalid interval {timing.interval!r}.")
-    return timing.interval
+    return timing.interval // ONE_MS
 
 
 def _anchor(timing: Timing, fallback: datetime) -> datetime:
@@ -409,17 +421,28 @@ def _anchor(timing: Timing, fallback: datetime) -> datetime:
 # -- cron on the local wall clock ----------------------------------------------------------
 
 
-def _offsets_near(zone: tzinfo, at: datetime) -> tuple[timedelta, timedelta]:
-    """The smallest and largest UTC offsets of ``zone`` within a day or so of ``at``."""
-    offsets = []
-    for delta in (-OFFSET_SPAN, timedelta(0), OFFSET_SPAN):
-        try:
-            offset = (at + delta).astimezone(zone).utcoffset()
-        except OverflowError:
-            continue
-        if offset is not None:
-            offsets.append(offset)
-    return min(offsets), max(offsets)
+def _offset(zone: tzinfo, at: datetime) -> timedelta | None:
+    try:
+        return at.astimezone(zone).utcoffset()
+    except OverflowError:  # near datetime.min/max
+        return None
+
+
+def _near_change(zone: tzinfo, at: datetime, sign: int) -> timedelta | None:
+    """The offset on the far side of a change within its own length of ``at`` (after it
+    for ``sign`` 1, before it for -1), else None. A day away is further than any two
+    changes of a real zone are apart, so one sample there finds the change's length."""
+    here, far = _offset(zone, at), _offset(zone, at + sign * OFFSET_SPAN)
+    if here is None or far is None or far == here:
+        return None
+    return _offset(zone, at + sign * (abs(here - far) + ONE_MS))
+
+
+def _offsets_around(zone: tzinfo, at: datetime) -> set[timedelta]:
+    """The offsets a wall time can map with near ``at``: its own, and the other side of a
+    change within its length (a gap's wall times map with the offset from before it)."""
+    found = {_offset(zone, at), _near_change(zone, at, 1), _near_change(zone, at, -1)}
+    return {o for o in found if o is not None}
 
 
 def _moments_of_wall(wall: datetime, zone: tzinfo, gap: str, fold: str) -> tuple[Moment, ...]:
@@ -462,47 +485,60 @@ def _cron_next(expr: str, zone_name: str, gap: str, fold: str, after: datetime) 
     """The first moment strictly after ``after``.
 
     Memoized: schedules sharing an expression, zone and due time (the common bulk case)
-    cost one evaluation. Local wall times are walked in order; each maps to at most two
-    instants, and the walk stops once no later wall time can map before the best instant
-    found (a wall time maps no earlier than itself minus the largest nearby offset).
+    cost one evaluation. A wall time w maps to w minus an offset, so the wall times of the
+    instants in (after, best) that map with offset o lie in (after + o, best + o): one short
+    walk per offset in use near ``after`` and near the answer covers them all, and a dense
+    cron never walks more than the stretch it looks at, even across a change.
     """
     zone = get_zone(zone_name)
-    lowest, _ = _offsets_near(zone, after)
-    walls = CronSim(expr, (after + lowest).replace(tzinfo=None))
     best: Moment | None = None
-    try:
-        for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
-            for moment in _moments_of_wall(wall, zone, gap, fold):
-                if moment.at > after and (best is None or _earlier(moment, best)):
-                    best = moment
-            if best is not None:
-                _, highest = _offsets_near(zone, best.at)
-                if (best.at + highest).replace(tzinfo=None) <= wall:
-                    return _truncated(best)
-    except StopIteration:  # cronsim looks ahead a bounded number of years
-        pass
-    raise TimingError(f"The cron expression {expr!r} has no occurrence after {after}.")
+    tried: set[timedelta] = set()
+    todo = _offsets_around(zone, after)
+    while todo - tried:
+        offset = min(todo - tried)
+        tried.add(offset)
+        walls = CronSim(expr, (after + offset).replace(tzinfo=None))
+        try:
+            for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
+                for moment in _moments_of_wall(wall, zone, gap, fold):
+                    if moment.at > after and (best is None or _earlier(moment, best)):
+                        best = moment
+                if best is not None and (best.at + offset).replace(tzinfo=None) <= wall:
+                    break
+        except StopIteration:  # cronsim looks ahead a bounded number of years
+            pass
+        if best is not None:
+            todo |= _offsets_around(zone, best.at)
+    if best is None:
+        raise TimingError(f"The cron expression {expr!r} has no occurrence after {after}.")
+    return _truncated(best)
 
 
 @functools.lru_cache(maxsize=8192)
 def _cron_prev(expr: str, zone_name: str, gap: str, fold: str, before: datetime) -> Moment:
     """The last moment strictly before ``before`` (the mirror image of ``_cron_next``)."""
     zone = get_zone(zone_name)
-    _, highest = _offsets_near(zone, before)
-    walls = CronSim(expr, (before + highest).replace(tzinfo=None), reverse=True)
     best: Moment | None = None
-    try:
-        for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
-            for moment in _moments_of_wall(wall, zone, gap, fold):
-                if moment.at < before and (best is None or _later(moment, best)):
-                    best = moment
-            if best is not None:
-                lowest, _ = _offsets_near(zone, best.at)
-                if (best.at + lowest).replace(tzinfo=None) >= wall:
-                    return _truncated(best)
-    except StopIteration:
-        pass
-    raise TimingError(f"The cron expression {expr!r} has no occurrence before {before}.")
+    tried: set[timedelta] = set()
+    todo = _offsets_around(zone, before - ONE_MS)
+    while todo - tried:
+        offset = max(todo - tried)
+        tried.add(offset)
+        walls = CronSim(expr, (before + offset).replace(tzinfo=None), reverse=True)
+        try:
+            for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
+                for moment in _moments_of_wall(wall, zone, gap, fold):
+                    if moment.at < before and (best is None or _later(moment, best)):
+                        best = moment
+                if best is not None and (best.at + offset).replace(tzinfo=None) >= wall:
+                    break
+        except StopIteration:
+            pass
+        if best is not None:
+            todo |= _offsets_around(zone, best.at)
+    if best is None:
+        raise TimingError(f"The cron expression {expr!r} has no occurrence before {before}.")
+    return _truncated(best)
 
 
 def _truncated(moment: Moment) -> Moment:
@@ -536,8 +572,8 @@ def due_time(
     timing: Timing, schedule_id: int, nominal: datetime, *, anchor: datetime | None = None
 ) -> datetime:
     """When the occurrence at ``nominal`` fires: its nominal time plus its jitter."""
-    if not timing.jitter:
-        return nominal
+    if not timing.jitter or moment_at(timing, nominal).skipped:
+        return nominal  # a skipped local time fires nothing: it is due when it comes
     following = next(occurrences(timing, nominal, anchor=anchor or nominal), None)
     gap = following.at - nominal if following else None
     return nominal + jitter_delay(schedule_id, nominal, timing.jitter, gap)
@@ -546,22 +582,38 @@ def due_time(
 def _with_due_times(
     timing: Timing, schedule_id: int, moments: Iterator[Moment], first_due: datetime | None
 ) -> Iterator[tuple[Moment, datetime]]:
-    """Each moment with its due time (the next moment bounds the jitter); the first may
-    bring its own (the row's ``due_at``)."""
-    previous = next(moments, None)
-    if previous is None:
+    """Each moment with its due time, in order; the first may bring its own (the row's
+    ``due_at``). An occurrence's jitter is bounded by the next *occurrence*, as in
+    ``due_time``; skipped-time markers are due at their instant."""
+    if not timing.jitter:
+        for n, moment in enumerate(moments):
+            yield moment, first_due if n == 0 and first_due else moment.at
         return
-    due = first_due
-    for moment in chain(moments, [None]):
-        if due is None:
-            due = previous.at
-            if timing.jitter and not previous.skipped:
-                gap = moment.at - previous.at if moment is not None else None
-                due += jitter_delay(schedule_id, previous.at, timing.jitter, gap)
-        yield previous, due
-        if moment is None:
-            return
-        previous, due = moment, None
+    held: Moment | None = None  # the last occurrence, until its successor is known
+    held_due = first_due
+    markers: list[Moment] = []  # markers after it, yielded once it is
+    for n, moment in enumerate(moments):
+        if moment.skipped:
+            if held is None:
+                yield moment, moment.at
+            else:
+                markers.append(moment)
+            continue
+        if held is not None:
+            yield held, held_due or _jittered(timing, schedule_id, held, moment)
+            yield from ((m, m.at) for m in markers)
+            markers.clear()
+        held, held_due = moment, first_due if n == 0 else None
+    if held is not None:
+        yield held, held_due or _jittered(timing, schedule_id, held, None)
+        yield from ((m, m.at) for m in markers)
+
+
+def _jittered(
+    timing: Timing, schedule_id: int, moment: Moment, following: Moment | None
+) -> datetime:
+    gap = following.at - moment.at if following is not None else None
+    return moment.at + jitter_delay(schedule_id, moment.at, timing.jitter, gap)
 
 
 # -- catch-up: what fires when a schedule is claimed ----------------------------------------

@@ -82,10 +82,16 @@ class BatchProgress(Progress):
     started as running, and records outcomes as the dispatcher reports them."""
 
     def __init__(
-        self, worker: Worker, occurrences: list[Occurrence], token: str, renewed: float
+        self,
+        worker: Worker,
+        occurrences: list[Occurrence],
+        token: str,
+        renewed: float,
+        release: set[int],
     ) -> None:
         self.worker = worker
         self.token = token
+        self.release = release  # schedules whose buffered run waits for these runs
         self.run_ids = [o.run_id for o in occurrences]
         self.schedule_of = {o.run_id: o.schedule_id for o in occurrences}
         self.renewed = renewed  # time.monotonic() of the last lease renewal
@@ -139,6 +145,10 @@ class BatchProgress(Progress):
         else:
             self.worker.claimer.record(new, self.schedule_of, self.dispatched_at)
         self.recorded.update(o.run_id for o in new)
+        ended = {self.schedule_of[o.run_id] for o in new} & self.release
+        if ended:
+            # Their previous run is recorded: a buffered run of theirs may go now.
+            self.worker.claimer.release_buffered(ended)
 
 
 class Worker:
@@ -333,11 +343,9 @@ class Worker:
                 occurrences = [o for o in occurrences if o.run_id in held]
                 if not occurrences:
                     return
-        progress = BatchProgress(self, occurrences, token, renewed)
+        progress = BatchProgress(self, occurrences, token, renewed, leased.release)
         outcomes = self.dispatcher.dispatch(occurrences, progress)
         progress.record(outcomes, retry=True)
-        if leased.release:
-            self.claimer.release_buffered(leased.release)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 

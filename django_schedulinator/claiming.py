@@ -50,6 +50,8 @@ ROW_FIELDS = (
     "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
     "kwargs", "name",
 )  # fmt: skip
+# The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window).
+PLAN_FIELDS = slice(ROW_FIELDS.index("next_run_at"), ROW_FIELDS.index("overlap"))
 RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "scheduled_for",
     "attempts",
@@ -114,8 +116,8 @@ class Plan:
     counters: Counters
     changes: list[Change] = field(default_factory=list)
     due: list[Due] = field(default_factory=list)
-    # Schedules whose overlap policy buffers: their buffered run is released once the
-    # runs fired here are recorded.
+    # Schedules whose overlap policy buffers and that fire here: their buffered run is
+    # released once the runs fired here are recorded.
     buffering: set[int] = field(default_factory=set)
 
 
@@ -135,18 +137,17 @@ def timing_of(row: Any) -> timing.Timing:
     )
 
 
-def _runs_of(due: Due, lease_until: datetime) -> list[NewRun]:
-    """The ledger rows of one due schedule: fired (pending, leased to this claim),
-    buffered (waiting for the previous run; queued later with attempts from 0), skipped."""
+def _runs_of(due: Due) -> list[NewRun]:
+    """The ledger rows of one due schedule: fired (pending; the insert leases them to this
+    claim), buffered (waiting for the previous run; queued later with attempts from 0),
+    skipped."""
     row = due.row
-    snapshot = (row.pk, row.task, row.args, row.kwargs)
 
     def new(at: datetime, **fields: Any) -> NewRun:
-        sid, task, args, kwargs = snapshot
-        return NewRun(sid, at, task, args, kwargs, **fields)
+        return NewRun(row.pk, at, row.task, row.args, row.kwargs, **fields)
 
     return [
-        *(new(at, lease_expires_at=lease_until) for at in due.plan.fire),
+        *(new(at) for at in due.plan.fire),
         *(new(at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
         *(
             new(skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason, note=skip.note)
@@ -205,6 +206,9 @@ class Claimer:
         counters = plan.counters
         defaults = catch_up_policy("", None)
         skips_recorded = app_settings.MAX_SKIPS_RECORDED
+        # A plan depends only on the timing, the due times, the policy and "now": rows that
+        # share them (a burst of like schedules) share one. Jitter is per schedule: not shared.
+        plans: dict[tuple[Any, ...], timing.DuePlan] = {}
         for sid in ids:
             row = rows.get(sid)
             if row is None:
@@ -223,6 +227,12 @@ class Claimer:
                 counters.repaired += 1
                 logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
+            runs_left = None if row.max_runs is None else row.max_runs - row.run_count
+            key = None if row.jitter else (*row[PLAN_FIELDS], runs_left)
+            shared = plans.get(key) if key else None
+            if shared is not None:
+                plan.due.append(Due(row, shared))
+                continue
             policy = defaults
             if row.catch_up or row.catch_up_window:
                 policy = replace(
@@ -230,7 +240,6 @@ class Claimer:
                     mode=row.catch_up or defaults.mode,
                     window=row.catch_up_window or defaults.window,
                 )
-            runs_left = None if row.max_runs is None else row.max_runs - row.run_count
             try:
                 due_plan = timing.plan_due(
                     timing_of(row),
@@ -248,6 +257,8 @@ class Claimer:
                 plan.changes.append(Change(sid, row.revision, REQUEUE, retry_ms))
                 counters.invalid += 1
                 continue
+            if key:
+                plans[key] = due_plan
             plan.due.append(Due(row, due_plan))
         self._apply_overlap(plan)
         if counters.repaired:
@@ -279,18 +290,17 @@ class Claimer:
             sid, fire = due.row.pk, list(due.plan.fire)
             run, held = ([], fire) if sid in busy else (fire[:1], fire[1:])
             if due.row.overlap == "buffer":
-                plan.buffering.add(sid)
+                if run:  # its buffered successor may go once this run is recorded
+                    plan.buffering.add(sid)
                 if sid not in waiting and held:
                     due.buffer = held[:1]
                     held = held[1:]
-            due.plan.fire = run
-            if held:
-                note = (
-                    "The schedule's previous run was still in progress (overlap "
-                    f"{due.row.overlap!r})."
-                )
-                skips = [timing.Skip(at, timing.OVERLAP, note) for at in held]
-                due.plan.skips = sorted(due.plan.skips + skips)
+            note = (
+                f"The schedule's previous run was still in progress (overlap {due.row.overlap!r})."
+            )
+            skips = [timing.Skip(at, timing.OVERLAP, note) for at in held]
+            # A new plan: rows with the same timing may share the old one.
+            due.plan = replace(due.plan, fire=run, skips=sorted(due.plan.skips + skips))
 
     # -- 3. commit ------------------------------------------------------------------------
 
@@ -301,14 +311,15 @@ class Claimer:
         occurrences: list[Occurrence] = []
         if plan.due:
             now = timing.from_ms(batch.now_ms)
-            lease_until = now + self.lease
             with transaction.atomic(using=self.db):
                 moved = Schedule.objects.using(self.db).advance([d.advance for d in plan.due], now)
-                new_runs = [
-                    run for d in plan.due if d.row.pk in moved for run in _runs_of(d, lease_until)
-                ]
+                new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
                 inserted = Run.objects.using(self.db).insert_runs(
-                    new_runs, claimed_at=now, worker_id=self.worker_id, claim_token=token
+                    new_runs,
+                    claimed_at=now,
+                    worker_id=self.worker_id,
+                    claim_token=token,
+                    lease_expires_at=now + self.lease,
                 )
             for d in plan.due:
                 row = d.row

@@ -6,6 +6,7 @@ import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connections, models
@@ -42,6 +43,10 @@ class NewRun(NamedTuple):
     # Pending runs only: the lease of the process that dispatches them. A run queued for
     # any scheduler to take (run now, backfill) carries one that has already expired.
     lease_expires_at: datetime | None = None
+
+
+# The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
+PLAIN_RUN = ("pending", "schedule", "", "", 1, None)
 
 
 # Backends whose batches travel as one JSON parameter: the SQL text stays short and constant
@@ -119,13 +124,24 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
         t = functools.partial(_json_time, connection)
+        # due_at travels only when jitter makes it differ from next_run_at.
         rows = json.dumps(
-            [[a.schedule_id, a.revision, t(a.next_run_at), t(a.due_at), a.fired] for a in advances]
+            [
+                [
+                    a.schedule_id,
+                    a.revision,
+                    t(a.next_run_at),
+                    None if a.due_at == a.next_run_at else t(a.due_at),
+                    a.fired,
+                ]
+                for a in advances
+            ]
         )
         values = _json_rows(connection, "bigint", "bigint", "timestamp", "timestamp", "bigint")
         sql = (
             f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
-            f"UPDATE {table} SET {col['next_run_at']} = v.nxt, {col['due_at']} = v.due, "
+            f"UPDATE {table} SET {col['next_run_at']} = v.nxt, "
+            f"{col['due_at']} = COALESCE(v.due, v.nxt), "
             f"{col['revision']} = {table}.{col['revision']} + 1, "
             f"{col['run_count']} = {table}.{col['run_count']} + v.fired, "
             f"{col['last_run_at']} = CASE WHEN v.fired > 0 THEN %s "
@@ -175,8 +191,11 @@ class RunQuerySet(models.QuerySet[Any]):
         claimed_at: datetime,
         worker_id: str,
         claim_token: str = "",
+        lease_expires_at: datetime | None = None,
     ) -> dict[tuple[int, int], int]:
         """Insert runs, skipping occurrences already in the ledger.
+
+        ``lease_expires_at`` is the lease of pending runs that carry none of their own.
 
         Returns ``{(schedule_id, epoch ms of scheduled_for): run_id}`` for the runs inserted.
         The unique constraint on (schedule, scheduled_for) is what makes an occurrence
@@ -186,7 +205,9 @@ class RunQuerySet(models.QuerySet[Any]):
             return {}
         connection = connections[self.db]
         if not batches_as_json(connection):
-            return self._insert_runs_portable(runs, claimed_at, worker_id, claim_token)
+            return self._insert_runs_portable(
+                runs, claimed_at, worker_id, claim_token, lease_expires_at
+            )
         table, col = _names(self.model, connection)
         names = (
             "schedule", "scheduled_for", "task", "args", "kwargs", "status", "trigger",
@@ -194,28 +215,34 @@ class RunQuerySet(models.QuerySet[Any]):
             "claim_token", "error",
         )  # fmt: skip
         t = functools.partial(_json_time, connection)
-        # NewRun's fields are in the order of the columns of INSERT_TYPES.
+        # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
+        # bulk of a claim) sends its first five only; the SQL fills in the defaults.
         rows = json.dumps(
-            [[r.schedule_id, t(r.scheduled_for), *r[2:10], t(r.lease_expires_at)] for r in runs]
+            [
+                [r.schedule_id, t(r.scheduled_for), r.task, r.args, r.kwargs]
+                if r[5:] == PLAIN_RUN
+                else [r.schedule_id, t(r.scheduled_for), *r[2:10], t(r.lease_expires_at)]
+                for r in runs
+            ]
         )
         values = _json_rows(connection, *INSERT_TYPES)
+        returned_at = _epoch_ms(connection, col["scheduled_for"])
         sql = (
             f"WITH v(sid, sf, task, args, kwargs, status, trig, reason, note, attempts, lease) "
             f"AS ({values}) "
             f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
-            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, v.status, v.trig, v.reason, v.note, "
-            f"v.attempts, v.lease, %s, %s, %s, '' "
+            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, COALESCE(v.status, 'pending'), "
+            f"COALESCE(v.trig, 'schedule'), COALESCE(v.reason, ''), COALESCE(v.note, ''), "
+            f"COALESCE(v.attempts, 1), "
+            f"CASE WHEN COALESCE(v.status, 'pending') = 'pending' THEN COALESCE(v.lease, %s) END, "
+            f"%s, %s, %s, '' "
             # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
             f"FROM v WHERE true "
             f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
-            f"RETURNING {col['id']}, {col['schedule']}, {col['scheduled_for']}"
+            f"RETURNING {col['id']}, {col['schedule']}, {returned_at}"
         )
-        params = [
-            rows,
-            connection.ops.adapt_datetimefield_value(claimed_at),
-            worker_id,
-            claim_token,
-        ]
+        adapt = connection.ops.adapt_datetimefield_value
+        params = [rows, adapt(lease_expires_at), adapt(claimed_at), worker_id, claim_token]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return {
@@ -224,7 +251,12 @@ class RunQuerySet(models.QuerySet[Any]):
             }
 
     def _insert_runs_portable(
-        self, runs: Sequence[NewRun], claimed_at: datetime, worker_id: str, claim_token: str
+        self,
+        runs: Sequence[NewRun],
+        claimed_at: datetime,
+        worker_id: str,
+        claim_token: str,
+        lease_expires_at: datetime | None,
     ) -> dict[tuple[int, int], int]:
         from .timing import to_ms
 
@@ -243,7 +275,9 @@ class RunQuerySet(models.QuerySet[Any]):
                     skip_reason=r.skip_reason,
                     note=r.note,
                     attempts=r.attempts,
-                    lease_expires_at=r.lease_expires_at,
+                    lease_expires_at=(r.lease_expires_at or lease_expires_at)
+                    if r.status == "pending"
+                    else r.lease_expires_at,
                     claimed_at=claimed_at,
                     worker_id=worker_id,
                     claim_token=claim_token,
@@ -263,9 +297,20 @@ class RunQuerySet(models.QuerySet[Any]):
         return {(sid, to_ms(at)): pk for sid, at, pk in found if (sid, to_ms(at)) in wanted}
 
 
+def _epoch_ms(connection: Any, column: str) -> str:
+    """SQL for a timestamp column as epoch milliseconds, where the database can say it
+    exactly (PostgreSQL: every stored instant is a whole millisecond, so ROUND is exact)."""
+    if connection.vendor == "postgresql":
+        return f"ROUND(EXTRACT(EPOCH FROM {column}) * 1000)::bigint"
+    return column
+
+
 def _returned_ms(connection: Any, value: Any) -> int:
-    """Epoch ms of a timestamp read back by a raw RETURNING."""
+    """Epoch ms of a timestamp read back by a raw RETURNING (see ``_epoch_ms``)."""
     from .timing import to_ms
+
+    if isinstance(value, int | Decimal):
+        return int(value)
 
     if isinstance(value, str):
         parsed = parse_datetime(value)

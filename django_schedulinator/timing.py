@@ -300,10 +300,23 @@ def occurrences(
     anchor when the timing names none (the schedule's current nominal time). Skipped local
     times are included as markers with ``include_skipped``.
     """
+    anchor = anchor if anchor is not None else after
+    while (moment := following(timing, after, anchor, include_skipped)) is not None:
+        yield moment
+        after = moment.at
+
+
+def following(
+    timing: Timing, after: datetime, anchor: datetime, include_skipped: bool = False
+) -> Moment | None:
+    """The schedule's first moment strictly after ``after``, or None (finished).
+
+    The step of ``occurrences``, callable on its own in the claim's hot path.
+    """
     if timing.kind == ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) > after:
-            yield Moment(truncate_ms(timing.run_at))
-        return
+            return Moment(truncate_ms(timing.run_at))
+        return None
     if timing.start_at is not None and after < timing.start_at:
         after = ceil_ms(timing.start_at) - ONE_MS
     end = timing.end_at
@@ -312,23 +325,19 @@ def occurrences(
             # Whole milliseconds, like every instant here: after truncation, each point is
             # still strictly after ``after``.
             step = _interval_ms(timing)
-            base = to_ms(_anchor(timing, anchor if anchor is not None else after))
-            at = base + step * ((to_ms(after) - base) // step + 1)
-            last = None if end is None else to_ms(end)
-            while last is None or at <= last:
-                yield Moment(from_ms(at))
-                at += step
-            return
+            base = to_ms(_anchor(timing, anchor))
+            at = from_ms(base + step * ((to_ms(after) - base) // step + 1))
+            return Moment(at) if end is None or at <= end else None
         expr = normalize_cron(timing.cron)
         while True:
             moment = _cron_next(expr, timing.timezone, timing.dst_gap, timing.dst_fold, after)
             if end is not None and moment.at > end:
-                return
+                return None
             if include_skipped or not moment.skipped:
-                yield moment
+                return moment
             after = moment.at
     except OverflowError:  # past the year 9999: nothing can follow
-        return
+        return None
 
 
 def occurrences_before(
@@ -669,6 +678,9 @@ def plan_due(
     The work is bounded whatever the backlog: past ``catch_up.max_runs + skips_recorded``
     due moments, only the most recent ones are looked at, and the skip notes say so.
     """
+    quick = _plan_one(timing, catch_up, nominal, due_at, now, runs_left)
+    if quick is not None:
+        return quick
     limit = catch_up.max_runs + skips_recorded + 1
     first = moment_at(timing, nominal)
     due, following = _due_moments(timing, schedule_id, first, due_at, now, limit)
@@ -705,6 +717,33 @@ def plan_due(
     if following is not None and not finished:
         plan.next_run_at, plan.due_at = following[0].at, following[1]
     return plan
+
+
+def _plan_one(
+    timing: Timing,
+    catch_up: CatchUp,
+    nominal: datetime,
+    due_at: datetime | None,
+    now: datetime,
+    runs_left: int | None,
+) -> DuePlan | None:
+    """The plan of the common case, cheaply: one occurrence due, and it fires. None when the
+    case is not that simple (jitter, skipped local times, a backlog, a skip to record)."""
+    if timing.jitter or (timing.kind == CRON and timing.dst_gap == GAP_SKIP):
+        return None
+    if runs_left is not None and runs_left <= 0:
+        return None
+    after = following(timing, nominal, nominal)
+    if after is not None and after.at <= now:
+        return None  # more than one is due: catch-up decides
+    late = now - (due_at or nominal)
+    if catch_up.mode == CATCH_UP_SKIP and late > catch_up.grace:
+        return None
+    if catch_up.mode == CATCH_UP_ALL and late > catch_up.window:
+        return None
+    if after is None or runs_left == 1:
+        return DuePlan(fire=[nominal])  # finished
+    return DuePlan(fire=[nominal], next_run_at=after.at, due_at=after.at)
 
 
 def _due_moments(

@@ -141,7 +141,7 @@ class BatchProgress(Progress):
         if not new:
             return
         if retry:
-            self.worker._record(new, self.schedule_of, self.dispatched_at)
+            self.worker.record_outcomes(new, self.schedule_of, self.dispatched_at)
         else:
             self.worker.claimer.record(new, self.schedule_of, self.dispatched_at)
         self.recorded.update(o.run_id for o in new)
@@ -274,9 +274,9 @@ class Worker:
                 # Buffered runs whose release was missed (their predecessor's process died).
                 self.claimer.release_buffered()
             # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
-            limit = self._claim_limit()
-            taken, takeover = self.claimer.take_over_expired(batch.now_ms, limit)
-            more = self._takeover_more = len(taken) >= limit
+            takeover_limit = self._claim_limit()
+            taken, takeover = self.claimer.take_over_expired(batch.now_ms, takeover_limit)
+            more = self._takeover_more = len(taken) >= takeover_limit
             queued = sum(1 for o in taken if o.attempt == 1)
             self.counters.queued += queued
             self.counters.redispatched += len(taken) - queued
@@ -349,7 +349,7 @@ class Worker:
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 
-    def _record(
+    def record_outcomes(
         self, outcomes: list[Outcome], schedule_of: dict[int, int], dispatched_at: datetime
     ) -> None:
         """Record outcomes, retrying through a database blip: every outcome recorded before

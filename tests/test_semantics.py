@@ -9,6 +9,7 @@ ledger: which occurrences fired, which were skipped and why.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,7 +19,7 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_schedulinator import actions
+from django_schedulinator import actions, resync_schedules
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms, to_ms
@@ -326,6 +327,23 @@ def test_overlap_skip(sim: Simulation) -> None:
     assert fired(schedule)[-1] == START + timedelta(minutes=3)
 
 
+def test_like_schedules_due_together_keep_their_own_overlap_outcome(sim: Simulation) -> None:
+    # Same timing, same due time: the claim plans them once and shares the plan; holding
+    # one back for overlap must not hold back the other.
+    busy = make_schedule(kind="interval", interval=timedelta(minutes=1), overlap="skip")
+    free = make_schedule(kind="interval", interval=timedelta(minutes=1), overlap="skip")
+    Schedule.objects.filter(pk__in=[busy.pk, free.pk]).update(
+        next_run_at=START + timedelta(minutes=1), due_at=None
+    )
+    resync_schedules([busy.pk, free.pk])
+    still_running(busy, START)
+    sim.at(START + timedelta(minutes=1))
+    sim.step()
+
+    assert skipped(busy) == [(START + timedelta(minutes=1), "overlap")]
+    assert fired(free) == [START + timedelta(minutes=1)]
+
+
 def test_overlap_buffer_keeps_one_and_runs_it_when_the_previous_ends(sim: Simulation) -> None:
     schedule = make_schedule(kind="interval", interval=timedelta(minutes=1), overlap="buffer")
     busy = still_running(schedule, START - timedelta(minutes=1))
@@ -526,3 +544,45 @@ def test_the_schedule_command(sim: Simulation, capsys: pytest.CaptureFixture[str
     call_command("schedule", "backfill", "nightly", "--from", "2026-03-20T00:00", "--to",
                  "2026-03-22T00:00", "--dry-run")  # fmt: skip
     assert "Would queue 2 new" in capsys.readouterr().out
+
+
+def test_manual_operations_refuse_a_task_no_longer_registered(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    Schedule.objects.filter(pk=schedule.pk).update(task="gone.task")
+    schedule.refresh_from_db()
+    with pytest.raises(
+        actions.ActionError, match=re.escape("'gone.task' is not a registered task")
+    ):
+        schedule.run_now()
+    with pytest.raises(actions.ActionError, match="not a registered task"):
+        schedule.backfill(utc("2026-03-26T00:00"), utc("2026-03-26T05:00"))
+    assert not Run.objects.exists()
+
+
+def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    with pytest.raises(actions.ActionError, match="start must be a date and time with a time"):
+        schedule.backfill(datetime(2026, 3, 26), utc("2026-03-26T05:00"))
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["preview", "no-such-schedule"], "No schedule is named 'no-such-schedule'"),
+        (["backfill", "nightly", "--from", "yesterday", "--to", "2026-03-20T00:00"],
+         "--from 'yesterday' is not an ISO 8601 date and time"),
+        (["backfill", "nightly", "--from", "2026-03-20T00:00", "--to", "2026-04-20T00:00"],
+         "must not be after now"),
+        (["preview", "nightly", "--count", "5000"], "--count must be at most 1000"),
+    ],
+)  # fmt: skip
+def test_the_schedule_command_reports_mistakes(
+    sim: Simulation, argv: list[str], fragment: str
+) -> None:
+    from django.core.management.base import CommandError
+
+    make_schedule(name="nightly", kind="cron", cron="30 2 * * *", timezone="Europe/Berlin")
+    with pytest.raises(CommandError, match=re.escape(fragment)):
+        call_command("schedule", *argv)
+    assert not Run.objects.exists()

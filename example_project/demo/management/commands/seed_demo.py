@@ -86,7 +86,7 @@ class Command(BaseCommand):
             schedule, created = Schedule.objects.update_or_create(name=name, defaults=values)
             self.stdout.write(
                 f"{'created' if created else 'updated'}: {name!r} -> {schedule.task}, "
-                f"next run {describe_next_run(schedule)}"
+                f"{schedule.description}; next run {describe_next_run(schedule)}"
             )
 
 
@@ -95,6 +95,7 @@ def describe_next_run(schedule: Schedule) -> str:
         return "none"
     text = schedule.next_run_at.isoformat(timespec="seconds")
     if schedule.next_run_at < timezone.now():
-        # Left over from an earlier run of the demo: missed occurrences are coalesced.
-        text += " (overdue: fires once as soon as a scheduler runs)"
+        # Left over from an earlier run of the demo: catch-up "latest" fires the most
+        # recent missed occurrence once and records the others as skipped.
+        text += " (overdue: the latest missed occurrence fires once when a scheduler runs)"
     return text

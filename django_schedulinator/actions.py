@@ -70,19 +70,7 @@ def run_now(schedule: Schedule, *, advance: bool = False) -> Run:
         at = now
         for _attempt in range(1000):
             inserted = Run.objects.using(db).insert_runs(
-                [
-                    NewRun(
-                        schedule.pk,
-                        at,
-                        schedule.task,
-                        schedule.args,
-                        schedule.kwargs,
-                        trigger=Run.Trigger.RUN_NOW,
-                        attempts=0,
-                        lease_expires_at=at,
-                        note="Queued by run now.",
-                    )
-                ],
+                [_queued(schedule, at, Run.Trigger.RUN_NOW, "Queued by run now.")],
                 claimed_at=now,
                 worker_id="run_now",
             )
@@ -112,12 +100,9 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> Non
     following = next(timing.occurrences(spec, nominal, anchor=nominal, include_skipped=True), None)
     Run.objects.using(db).insert_runs(
         [
-            NewRun(
-                schedule.pk,
+            NewRun.of(
+                schedule,
                 nominal,
-                schedule.task,
-                schedule.args,
-                schedule.kwargs,
                 status=Run.Status.SKIPPED,
                 skip_reason=timing.REPLACED,
                 note=f"Replaced by the run now at {replaced_by:%Y-%m-%d %H:%M:%S.%f}"[:-3]
@@ -194,20 +179,7 @@ def backfill(
             return report
         note = f"Queued by a backfill of {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
         Run.objects.using(db).insert_runs(
-            [
-                NewRun(
-                    schedule.pk,
-                    at,
-                    schedule.task,
-                    schedule.args,
-                    schedule.kwargs,
-                    trigger=Run.Trigger.BACKFILL,
-                    attempts=0,
-                    lease_expires_at=at,
-                    note=note,
-                )
-                for at in new
-            ],
+            [_queued(schedule, at, Run.Trigger.BACKFILL, note) for at in new],
             claimed_at=now,
             worker_id="backfill",
         )
@@ -234,6 +206,11 @@ def backfill(
         report.requeued,
     )
     return report
+
+
+def _queued(schedule: Schedule, at: datetime, trigger: str, note: str) -> NewRun:
+    """A run for any scheduler to take: pending, its lease over already, no attempt yet."""
+    return NewRun.of(schedule, at, trigger=trigger, attempts=0, lease_expires_at=at, note=note)
 
 
 def _check_runnable(schedule: Schedule) -> None:

@@ -142,18 +142,15 @@ def _runs_of(due: Due) -> list[NewRun]:
     claim), buffered (waiting for the previous run; queued later with attempts from 0),
     skipped."""
     row = due.row
-
-    def new(at: datetime, **fields: Any) -> NewRun:
-        return NewRun(row.pk, at, row.task, row.args, row.kwargs, **fields)
-
     return [
-        *(new(at) for at in due.plan.fire),
-        *(new(at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
+        *(NewRun.of(row, at) for at in due.plan.fire),
+        *(NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
         *(
-            new(skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason, note=skip.note)
+            NewRun.of(row, skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason,
+                      note=skip.note)
             for skip in due.plan.skips
         ),
-    ]
+    ]  # fmt: skip
 
 
 class Claimer:

@@ -537,12 +537,9 @@ class Schedule(models.Model):
         note = f"Paused: {pause_note}" if pause_note else "Paused."
         Run.objects.using(db).insert_runs(
             [
-                NewRun(
-                    self.pk,
+                NewRun.of(
+                    self,
                     moment.at,
-                    self.task,
-                    self.args,
-                    self.kwargs,
                     status=Run.Status.SKIPPED,
                     skip_reason=timing.DST_SKIPPED if moment.skipped else timing.PAUSED,
                     note=timing.dst_note(self.timing_spec, moment) if moment.skipped else note,

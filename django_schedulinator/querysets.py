@@ -44,6 +44,12 @@ class NewRun(NamedTuple):
     # any scheduler to take (run now, backfill) carries one that has already expired.
     lease_expires_at: datetime | None = None
 
+    @classmethod
+    def of(cls, source: Any, at: datetime, **fields: Any) -> NewRun:
+        """A run of ``source`` (a Schedule, or a row with its pk, task, args and kwargs) at
+        ``at``: what it runs is a snapshot of the schedule's task and arguments."""
+        return cls(source.pk, at, source.task, source.args, source.kwargs, **fields)
+
 
 # The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
 PLAIN_RUN = ("pending", "schedule", "", "", 1, None)

@@ -348,34 +348,42 @@ def occurrences_before(
     include_skipped: bool = False,
 ) -> Iterator[Moment]:
     """The schedule's moments strictly before ``before``, latest first, back to its start."""
+    anchor = anchor if anchor is not None else before
+    while (moment := preceding(timing, before, anchor, include_skipped)) is not None:
+        yield moment
+        before = moment.at
+
+
+def preceding(
+    timing: Timing, before: datetime, anchor: datetime, include_skipped: bool = False
+) -> Moment | None:
+    """The schedule's last moment strictly before ``before``, or None (before its start).
+
+    The mirror image of ``following``."""
     if timing.kind == ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) < before:
-            yield Moment(truncate_ms(timing.run_at))
-        return
+            return Moment(truncate_ms(timing.run_at))
+        return None
     if timing.end_at is not None and before > timing.end_at:
-        before = timing.end_at + ONE_MS
+        before = truncate_ms(timing.end_at) + ONE_MS
     start = timing.start_at
     try:
         if timing.kind == INTERVAL:
             step = _interval_ms(timing)
-            base = to_ms(_anchor(timing, anchor if anchor is not None else before))
+            base = to_ms(_anchor(timing, anchor))
             # The last grid point strictly before ``before`` (rounded up to a millisecond).
-            at = base - step * ((base - to_ms(ceil_ms(before))) // step + 1)
-            first = None if start is None else to_ms(ceil_ms(start))
-            while first is None or at >= first:
-                yield Moment(from_ms(at))
-                at -= step
-            return
+            at = from_ms(base - step * ((base - to_ms(ceil_ms(before))) // step + 1))
+            return Moment(at) if start is None or at >= start else None
         expr = normalize_cron(timing.cron)
         while True:
             moment = _cron_prev(expr, timing.timezone, timing.dst_gap, timing.dst_fold, before)
             if start is not None and moment.at < start:
-                return
+                return None
             if include_skipped or not moment.skipped:
-                yield moment
+                return moment
             before = moment.at
     except OverflowError:
-        return
+        return None
 
 
 def first_run_at(timing: Timing, now: datetime) -> datetime | None:
@@ -583,8 +591,8 @@ def due_time(
     """When the occurrence at ``nominal`` fires: its nominal time plus its jitter."""
     if not timing.jitter or moment_at(timing, nominal).skipped:
         return nominal  # a skipped local time fires nothing: it is due when it comes
-    following = next(occurrences(timing, nominal, anchor=anchor or nominal), None)
-    gap = following.at - nominal if following else None
+    upcoming = next(occurrences(timing, nominal, anchor=anchor or nominal), None)
+    gap = upcoming.at - nominal if upcoming else None
     return nominal + jitter_delay(schedule_id, nominal, timing.jitter, gap)
 
 
@@ -619,9 +627,9 @@ def _with_due_times(
 
 
 def _jittered(
-    timing: Timing, schedule_id: int, moment: Moment, following: Moment | None
+    timing: Timing, schedule_id: int, moment: Moment, successor: Moment | None
 ) -> datetime:
-    gap = following.at - moment.at if following is not None else None
+    gap = successor.at - moment.at if successor is not None else None
     return moment.at + jitter_delay(schedule_id, moment.at, timing.jitter, gap)
 
 
@@ -683,7 +691,7 @@ def plan_due(
         return quick
     limit = catch_up.max_runs + skips_recorded + 1
     first = moment_at(timing, nominal)
-    due, following = _due_moments(timing, schedule_id, first, due_at, now, limit)
+    due, upcoming = _due_moments(timing, schedule_id, first, due_at, now, limit)
     truncated = None
     if len(due) > limit:
         # A long outage: jump to the most recent moments instead of walking them all.
@@ -694,7 +702,7 @@ def plan_due(
             )
         )
         truncated = nominal
-        due, following = _due_moments(timing, schedule_id, recent[-1], None, now, None)
+        due, upcoming = _due_moments(timing, schedule_id, recent[-1], None, now, None)
 
     occurred = [(m, d) for m, d in due if not m.skipped]
     fire = _pick(catch_up, occurred, now)
@@ -714,8 +722,8 @@ def plan_due(
             )
     plan = DuePlan(fire=[m.at for m, _d in fire], skips=skips)
     finished = runs_left is not None and runs_left - len(fire) <= 0
-    if following is not None and not finished:
-        plan.next_run_at, plan.due_at = following[0].at, following[1]
+    if upcoming is not None and not finished:
+        plan.next_run_at, plan.due_at = upcoming[0].at, upcoming[1]
     return plan
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from django.core.exceptions import ValidationError
 from django.db import router, transaction
 from django.utils import timezone
 
@@ -27,20 +28,25 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_schedulinator.actions")
 
-MAX_PAUSE_NOTE = 500
-
 
 class ActionError(ValueError):
     """A manual operation cannot be done as asked; the message says why."""
 
 
 def pause(schedule: Schedule, note: str = "") -> None:
-    """Stop firing: the schedule leaves the index and keeps where it stood."""
+    """Stop firing: the schedule leaves the index and keeps where it stood.
+
+    A note the model refuses (too long) raises its ValidationError; the instance is left
+    as it was."""
     if not isinstance(note, str):
         raise ActionError("The pause note must be text.")
-    schedule.enabled = False
-    schedule.pause_note = note.strip()[:MAX_PAUSE_NOTE]
-    schedule.save()
+    before = schedule.enabled, schedule.pause_note
+    schedule.enabled, schedule.pause_note = False, note.strip()
+    try:
+        schedule.save()
+    except ValidationError:
+        schedule.enabled, schedule.pause_note = before
+        raise
 
 
 def resume(schedule: Schedule, *, catch_up: bool = False) -> None:

@@ -427,11 +427,11 @@ class Schedule(models.Model):
         return actions.backfill(self, start, end, dry_run=dry_run)
 
     def preview(self, count: int = 10) -> list[timing.PreviewItem]:
-        """The next ``count`` occurrences, in local time and UTC, DST changes flagged."""
-        start = self.next_run_at
-        now = timezone.now()
-        if start is None or not self.enabled or start < now - timedelta(days=1):
-            start = self._first_run_at(now)
+        """The next ``count`` occurrences, in local time and UTC, DST changes flagged; for a
+        paused schedule, those that would follow a resume now."""
+        start = self.next_run_at if self.enabled else None
+        if start is None:
+            start = self._first_run_at(timezone.now())
         if start is None:
             return []
         return timing.preview(self.timing_spec, start=start, count=count, schedule_id=self.pk or 0)

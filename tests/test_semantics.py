@@ -575,6 +575,8 @@ def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
         (["backfill", "nightly", "--from", "2026-03-20T00:00", "--to", "2026-04-20T00:00"],
          "must not be after now"),
         (["preview", "nightly", "--count", "5000"], "--count must be at most 1000"),
+        (["pause", "nightly", "--note", "n" * 501],
+         "pause_note: Ensure this value has at most 500"),
     ],
 )  # fmt: skip
 def test_the_schedule_command_reports_mistakes(
@@ -586,3 +588,4 @@ def test_the_schedule_command_reports_mistakes(
     with pytest.raises(CommandError, match=re.escape(fragment)):
         call_command("schedule", *argv)
     assert not Run.objects.exists()
+    assert Schedule.objects.get(name="nightly").enabled  # a refused pause changes nothing

@@ -17,6 +17,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
@@ -77,6 +78,9 @@ class Command(BaseCommand):
                 self._backfill(schedule, options)
         except ActionError as exc:
             raise CommandError(str(exc)) from exc
+        except ValidationError as exc:  # e.g. a pause note longer than the field allows
+            problems = "; ".join(f"{f}: {' '.join(m)}" for f, m in exc.message_dict.items())
+            raise CommandError(problems) from exc
 
     def _schedule(self, key: str) -> Schedule:
         found = Schedule.objects.filter(name=key).first()

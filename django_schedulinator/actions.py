@@ -18,6 +18,7 @@ from django.db import router, transaction
 from django.utils import timezone
 
 from . import timing
+from .changelog import Origin, record
 from .conf import app_settings
 from .index import DueIndex
 from .querysets import NewRun
@@ -33,7 +34,11 @@ class ActionError(ValueError):
     """A manual operation cannot be done as asked; the message says why."""
 
 
-def pause(schedule: Schedule, note: str = "") -> None:
+# Each action takes an optional ``origin`` (who, through what): given, the action is
+# recorded in the change log in its own transaction.
+
+
+def pause(schedule: Schedule, note: str = "", *, origin: Origin | None = None) -> None:
     """Stop firing: the schedule leaves the index and keeps where it stood.
 
     A note the model refuses (too long) raises its ValidationError; the instance is left
@@ -43,23 +48,29 @@ def pause(schedule: Schedule, note: str = "") -> None:
     before = schedule.enabled, schedule.pause_note
     schedule.enabled, schedule.pause_note = False, note.strip()
     try:
-        schedule.save()
+        with transaction.atomic(using=router.db_for_write(type(schedule))):
+            schedule.save()
+            if origin is not None and before[0]:
+                record(schedule, origin, "paused", {"note": schedule.pause_note})
     except ValidationError:
         schedule.enabled, schedule.pause_note = before
         raise
 
 
-def resume(schedule: Schedule, *, catch_up: bool = False) -> None:
+def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin | None = None) -> None:
     """Fire again. The occurrences of the paused period are recorded as skipped
     ("paused"), or, with ``catch_up``, left due so the catch-up policy handles them."""
     if schedule.enabled:
         return
     schedule.enabled = True
     schedule._catch_up_on_resume = catch_up
-    schedule.save()
+    with transaction.atomic(using=router.db_for_write(type(schedule))):
+        schedule.save()
+        if origin is not None:
+            record(schedule, origin, "resumed", {"catch_up": catch_up})
 
 
-def run_now(schedule: Schedule, *, advance: bool = False) -> Run:
+def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None = None) -> Run:
     """Queue one run now, outside the timing.
 
     Its nominal time is now (one millisecond later for each occurrence already at that
@@ -89,7 +100,15 @@ def run_now(schedule: Schedule, *, advance: bool = False) -> Run:
             current = Schedule.objects.using(db).select_for_update().get(pk=schedule.pk)
             _replace_next_run(current, at, db)
             schedule.refresh_from_db()
-    run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
+        run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
+        if origin is not None:
+            record(
+                schedule,
+                origin,
+                "run_now",
+                {"run": run.pk, "key": run.idempotency_key, "advance": advance},
+                using=db,
+            )
     _wake_after_commit(db)
     logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
     return run
@@ -132,7 +151,12 @@ class BackfillReport:
 
 
 def backfill(
-    schedule: Schedule, start: datetime, end: datetime, *, dry_run: bool = False
+    schedule: Schedule,
+    start: datetime,
+    end: datetime,
+    *,
+    dry_run: bool = False,
+    origin: Origin | None = None,
 ) -> BackfillReport:
     """Fire each occurrence of the schedule's timing in [start, end] that has not fired.
 
@@ -203,6 +227,19 @@ def backfill(
                 task=schedule.task,
                 args=schedule.args,
                 kwargs=schedule.kwargs,
+            )
+        if origin is not None:
+            record(
+                schedule,
+                origin,
+                "backfill",
+                {
+                    "start": start.isoformat(),
+                    "end": end.isoformat(),
+                    "queued": report.queued,
+                    "requeued": report.requeued,
+                },
+                using=db,
             )
     _wake_after_commit(db)
     logger.info(

@@ -38,7 +38,7 @@ from . import timing
 from .conf import app_settings
 from .dispatch.base import Occurrence, Outcome
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
-from .models import Run, Schedule, catch_up_policy, occurrence_key
+from .models import Run, Schedule, ScheduleChange, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, json_ids
 from .sync import change_for_row, resync_schedules
 
@@ -498,7 +498,22 @@ class Claimer:
                 paused_at=now,
                 pause_note=AUTO_PAUSE_NOTE,
                 revision=F("revision") + 1,
+                version=F("version") + 1,
                 updated_at=now,
+            )
+            ScheduleChange.objects.using(self.db).bulk_create(
+                ScheduleChange(
+                    schedule_id=pk,
+                    schedule_name=name,
+                    source=ScheduleChange.Source.SCHEDULER,
+                    action=ScheduleChange.Action.PAUSED,
+                    changes={"enabled": [True, False], "pause_note": AUTO_PAUSE_NOTE},
+                    version=version,
+                    at=now,
+                )
+                for pk, name, version in Schedule.objects.using(self.db)
+                .filter(pk__in=paused)
+                .values_list("pk", "name", "version")
             )
         return paused
 

@@ -66,6 +66,13 @@ DEFAULTS: dict[str, Any] = {
     "MAX_SKIPS_RECORDED": 100,
     # The largest backfill one request may queue.
     "MAX_BACKFILL_RUNS": 10_000,
+    # The REST API (django_schedulinator.api): who may use it (DRF permission classes, by
+    # dotted path: settings are code), and its page sizes (?page_size= up to the maximum).
+    "API_PERMISSION_CLASSES": ["django_schedulinator.api.permissions.StaffWithModelPermissions"],
+    "API_PAGE_SIZE": 50,
+    "API_MAX_PAGE_SIZE": 500,
+    # Occurrences shown by the admin's preview and returned by the API's preview by default.
+    "PREVIEW_COUNT": 10,
 }
 
 CATCH_UP_MODES = ("skip", "latest", "all")
@@ -76,6 +83,8 @@ MAX_BATCH_SIZE = 5000
 MAX_CHUNK_SIZE = 50_000
 MAX_RECONCILE_BATCH_SIZE = 50_000
 MAX_DRIFT_SAMPLE_SIZE = 10_000
+MAX_API_PAGE_SIZE = 10_000
+MAX_PREVIEW_COUNT = 500
 
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:
@@ -230,6 +239,33 @@ class Settings:
     @property
     def MAX_BACKFILL_RUNS(self) -> int:
         return self._positive_int("MAX_BACKFILL_RUNS", maximum=1_000_000)
+
+    @property
+    def API_PERMISSION_CLASSES(self) -> list[str]:
+        value = self._get("API_PERMISSION_CLASSES")
+        if (
+            not isinstance(value, list | tuple)
+            or not value
+            or not all(isinstance(v, str) and v for v in value)
+        ):
+            raise _error(
+                "API_PERMISSION_CLASSES",
+                f"must be a non-empty list of dotted paths of DRF permission classes, "
+                f"got {value!r}",
+            )
+        return list(value)
+
+    @property
+    def API_PAGE_SIZE(self) -> int:
+        return self._positive_int("API_PAGE_SIZE", maximum=MAX_API_PAGE_SIZE)
+
+    @property
+    def API_MAX_PAGE_SIZE(self) -> int:
+        return self._positive_int("API_MAX_PAGE_SIZE", maximum=MAX_API_PAGE_SIZE)
+
+    @property
+    def PREVIEW_COUNT(self) -> int:
+        return self._positive_int("PREVIEW_COUNT", maximum=MAX_PREVIEW_COUNT)
 
     def validate(self) -> list[ImproperlyConfigured]:
         """Every setting problem at once, for the system check."""

@@ -114,6 +114,64 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
     return late, early
 
 
+@dataclass(slots=True)
+class IndexStatus:
+    """What the operations page and the API's index health show, read in one go."""
+
+    schedules: int  # rows
+    enabled: int
+    indexable: int  # enabled rows with a next run: each calls for one entry
+    entries_due: int  # entries in the due set, due or not
+    due_now: int  # entries whose time has come (Redis TIME), not claimed yet
+    in_flight: int  # entries claimed by a scheduler and not yet written back
+    oldest_due_lag_seconds: float | None  # how late the earliest unclaimed due entry is
+    runs_in_flight: int  # runs pending or running in the ledger
+    last_rebuild: dict[str, Any] | None  # the marker: built_at, rows, by
+    rebuild_running: bool
+    drift: DriftReport | None
+    eviction_warning: str | None
+    checked_at: str
+
+
+def index_status(
+    index: DueIndex | None = None, *, drift: bool = True, using: str | None = None
+) -> IndexStatus:
+    """Counts from the rows and the index, the lag of the earliest due entry, the last
+    rebuild and (unless ``drift`` is false) a drift check. A few queries, whatever the size."""
+    from django.db.models import Count, Q
+    from django.utils import timezone
+
+    from .models import Run, Schedule
+
+    index = index or DueIndex()
+    db = using or router.db_for_write(Schedule)
+    counts = Schedule.objects.using(db).aggregate(
+        all_rows=Count("pk"),
+        enabled_rows=Count("pk", filter=Q(enabled=True)),
+        indexable_rows=Count("pk", filter=Q(enabled=True, next_run_at__isnull=False)),
+    )
+    entries_due, in_flight = index.counts()
+    due_now, earliest_ms, now_ms = index.due_now()
+    lag = None
+    if earliest_ms is not None and earliest_ms <= now_ms:
+        lag = (now_ms - earliest_ms) / 1000
+    return IndexStatus(
+        schedules=counts["all_rows"],
+        enabled=counts["enabled_rows"],
+        indexable=counts["indexable_rows"],
+        entries_due=entries_due,
+        due_now=due_now,
+        in_flight=in_flight,
+        oldest_due_lag_seconds=lag,
+        runs_in_flight=Run.objects.using(db).filter(status__in=Run.UNFINISHED).count(),
+        last_rebuild=index.built_info(),
+        rebuild_running=index.rebuild_running(),
+        drift=check_drift(index, using=db) if drift else None,
+        eviction_warning=eviction_risk(index.client),
+        checked_at=timezone.now().isoformat(),
+    )
+
+
 def eviction_risk(client: Any) -> str | None:
     """A warning when Redis's maxmemory-policy may evict the index's keys, else None.
 

@@ -165,6 +165,16 @@ class DueIndex:
             due, inflight = pipe.execute()
         return int(due), int(inflight)
 
+    def due_now(self) -> tuple[int, int | None, int]:
+        """(entries due at Redis TIME, score of the earliest entry or None, Redis TIME ms)."""
+        now = self.now_ms()
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.zcount(self.due_key, "-inf", now)
+            pipe.zrange(self.due_key, 0, 0, withscores=True)
+            due, head = pipe.execute()
+        earliest = int(float(head[0][1])) if head else None
+        return int(due), earliest, now
+
     def random_entries(self, count: int) -> dict[int, int]:
         """Up to ``count`` distinct entries of the due set, picked at random: id -> score."""
         reply = self.client.zrandmember(self.due_key, count, withscores=True) or []
@@ -192,6 +202,20 @@ class DueIndex:
 
     def is_built(self) -> bool:
         return bool(self.client.exists(self.marker_key))
+
+    def built_info(self) -> dict[str, Any] | None:
+        """What the last rebuild recorded (built_at, rows, by), or None if never built."""
+        raw = self.client.get(self.marker_key)
+        if not raw:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def rebuild_running(self) -> bool:
+        return bool(self.client.exists(self.lock_key))
 
     def mark_built(self, info: dict[str, Any]) -> None:
         self.client.set(self.marker_key, json.dumps(info, sort_keys=True))

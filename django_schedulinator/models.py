@@ -261,7 +261,17 @@ class Schedule(models.Model):
     run_count = models.PositiveBigIntegerField(default=0, editable=False)
     failure_streak = models.PositiveIntegerField(default=0, editable=False)
     paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Bumped by every write, the scheduler's advance included: guards the index.
     revision = models.PositiveBigIntegerField(default=1, editable=False)
+    # Bumped by every change of the settings (save(), pause, resume, auto-pause), not by the
+    # scheduler firing it: the precondition of an edit (the API's ETag, the admin's form), so
+    # an edit loses only to another edit, never to a schedule that fired meanwhile.
+    version = models.PositiveBigIntegerField(
+        default=1,
+        editable=False,
+        help_text="Bumped by every change of the schedule's settings; send it back with an "
+        "update so that a stale edit is refused instead of overwriting a newer one.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Set on every save (not by the scheduler's advance): the reconcile watermark.
     updated_at = models.DateTimeField(auto_now=True)
@@ -276,6 +286,10 @@ class Schedule(models.Model):
 
     class Meta:
         ordering = ("name",)
+        permissions = [
+            ("view_operations", "Can view the scheduler's operations page and index health"),
+            ("rebuild_index", "Can rebuild the due index"),
+        ]
         indexes = [
             # The reconcile pass pages through rows changed since its watermark.
             models.Index(fields=["updated_at", "id"], name="schedulinator_changed"),
@@ -341,11 +355,12 @@ class Schedule(models.Model):
                         or getattr(self, f.name) != loaded.get(f.name)
                     )
                 ]
-            extra = {"revision", "updated_at"}
+            extra = {"revision", "version", "updated_at"}
             if changed or caller_moved:
                 extra |= {"next_run_at", "due_at", "paused_at", "pause_note"}
             kwargs["update_fields"] = {*update_fields, *extra}
             self.revision = F("revision") + 1
+            self.version = F("version") + 1
         jittered = self._state.adding and self.jitter and self.next_run_at is not None
         db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
         with transaction.atomic(using=db) if (jittered or paused_over) else nullcontext():
@@ -356,7 +371,7 @@ class Schedule(models.Model):
             if paused_over:
                 self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
-            self.refresh_from_db(fields=["revision"])
+            self.refresh_from_db(fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS)}
         self._catch_up_on_resume = False
 
@@ -645,3 +660,55 @@ class Run(models.Model):
     @property
     def idempotency_key(self) -> str:
         return occurrence_key(self.schedule_id, self.scheduled_for)
+
+
+class ScheduleChange(models.Model):
+    """Who changed which schedule, when, through what, and how: the audit trail of the
+    admin, the API and ``manage.py schedule``. Kept when the schedule is deleted."""
+
+    class Source(models.TextChoices):
+        ADMIN = "admin", "Admin"
+        API = "api", "REST API"
+        COMMAND = "command", "Management command"
+        SCHEDULER = "scheduler", "Scheduler"  # auto-pause after failures
+
+    class Action(models.TextChoices):
+        CREATED = "created", "Created"
+        CHANGED = "changed", "Changed"
+        DELETED = "deleted", "Deleted"
+        PAUSED = "paused", "Paused"
+        RESUMED = "resumed", "Resumed"
+        RUN_NOW = "run_now", "Run now"
+        BACKFILL = "backfill", "Backfill"
+        RESYNCED = "resynced", "Index resynced"
+
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes"
+    )
+    schedule_name = models.CharField(max_length=200)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    # The user name at the time: stays readable after the user is deleted or renamed.
+    actor_name = models.CharField(max_length=150, blank=True)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    action = models.CharField(max_length=16, choices=Action.choices)
+    # {field: [before, after]} for created, changed and deleted; what was asked for the
+    # other actions (the note of a pause, the range of a backfill, the key of a run now).
+    changes = models.JSONField(default=dict, blank=True)
+    version = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The schedule's version after the change."
+    )
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ("-at", "-id")
+        indexes = [models.Index(fields=["schedule", "-at"], name="schedulinator_change_of")]
+
+    def __str__(self) -> str:
+        who = self.actor_name or "someone"
+        return f"{self.schedule_name}: {self.get_action_display().lower()} by {who}"

@@ -11,8 +11,10 @@ from pathlib import Path
 from example_project import embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-DEMO_DIR = BASE_DIR / ".demo"
-DEMO_DIR.mkdir(exist_ok=True)
+# DEMO_DIR and DEMO_KEY_PREFIX let a test run the project on a database and Redis keys of
+# its own (tests/test_browser.py).
+DEMO_DIR = Path(os.environ.get("DEMO_DIR") or BASE_DIR / ".demo")
+DEMO_DIR.mkdir(parents=True, exist_ok=True)
 
 # A demo, never deployed: a fixed key and DEBUG are fine here.
 SECRET_KEY = "django-insecure-schedulinator-demo-only"
@@ -27,6 +29,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     # The admin's CSS and JS under `runserver`.
     "django.contrib.staticfiles",
+    # The REST API (pip install "django-schedulinator[api]"), its filters and OpenAPI schema.
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
     "django_schedulinator",
     "example_project.demo",
 ]
@@ -55,6 +61,8 @@ TEMPLATES = [
     }
 ]
 STATIC_URL = "static/"
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+SPECTACULAR_SETTINGS = {"TITLE": "django-schedulinator demo API", "VERSION": "1"}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -98,7 +106,7 @@ CACHES = {
 
 SCHEDULINATOR = {
     # Keeps the demo's keys apart from anything else in a shared Redis database.
-    "KEY_PREFIX": "schedulinator-demo",
+    "KEY_PREFIX": os.environ.get("DEMO_KEY_PREFIX", "schedulinator-demo"),
 }
 
 LOGGING = {

@@ -22,11 +22,14 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
 from ...actions import ActionError, backfill, pause, resume, run_now
-from ...models import Schedule
+from ...changelog import Origin
+from ...models import Schedule, ScheduleChange
 from ...timing import get_zone
 from .run_scheduler import positive_int
 
 MAX_PREVIEW = 1000
+# Recorded in the change log: a command has no user.
+COMMAND = Origin(None, ScheduleChange.Source.COMMAND)
 
 
 class Command(BaseCommand):
@@ -66,13 +69,13 @@ class Command(BaseCommand):
             if action == "preview":
                 self._preview(schedule, options["count"])
             elif action == "pause":
-                pause(schedule, options["note"])
+                pause(schedule, options["note"], origin=COMMAND)
                 self.stdout.write(f"Paused {schedule.name!r}.")
             elif action == "resume":
-                resume(schedule, catch_up=options["catch_up"])
+                resume(schedule, catch_up=options["catch_up"], origin=COMMAND)
                 self.stdout.write(f"Resumed {schedule.name!r}; next run {schedule.next_run_at}.")
             elif action == "run-now":
-                run = run_now(schedule, advance=options["advance"])
+                run = run_now(schedule, advance=options["advance"], origin=COMMAND)
                 self.stdout.write(f"Queued run {run.pk} (key {run.idempotency_key}).")
             elif action == "backfill":
                 self._backfill(schedule, options)
@@ -108,7 +111,7 @@ class Command(BaseCommand):
     def _backfill(self, schedule: Schedule, options: dict[str, Any]) -> None:
         start = self._time(options["start"], "--from", schedule)
         end = self._time(options["end"], "--to", schedule)
-        report = backfill(schedule, start, end, dry_run=options["dry_run"])
+        report = backfill(schedule, start, end, dry_run=options["dry_run"], origin=COMMAND)
         verb = "Would queue" if report.dry_run else "Queued"
         self.stdout.write(
             f"{report.occurrences} occurrence(s) from {start.isoformat()} to {end.isoformat()}: "

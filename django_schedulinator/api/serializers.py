@@ -1,0 +1,302 @@
+"""Serializers of the API. Validation is the model's own (``full_clean``): one set of rules
+for the admin, the API and code, and each error names its field."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import models
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from ..conf import MAX_PREVIEW_COUNT, app_settings
+from ..models import Run, Schedule, ScheduleChange
+from ..registry import registry
+
+# Python's datetime and timedelta overflow past these: a clear error instead of a crash.
+DURATION_LIMIT = timedelta(days=999_999)
+
+
+class DurationField(serializers.DurationField):
+    """Seconds as a number, "HH:MM:SS", "D HH:MM:SS" or ISO 8601 ("PT1H30M")."""
+
+    def to_internal_value(self, value: Any) -> timedelta:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                parsed = timedelta(seconds=value)
+            except (OverflowError, ValueError):
+                self.fail("invalid", format="a number of seconds or [DD] [HH:[MM:]]ss[.uuuuuu]")
+        else:
+            try:
+                parsed = super().to_internal_value(value)
+            except OverflowError:
+                self.fail("invalid", format="[DD] [HH:[MM:]]ss[.uuuuuu]")
+        if abs(parsed) > DURATION_LIMIT:
+            raise serializers.ValidationError(f"Enter a duration of at most {DURATION_LIMIT}.")
+        return parsed
+
+
+class DateTimeField(serializers.DateTimeField):
+    """ISO 8601; a time without an offset is read in the project's TIME_ZONE."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        try:
+            return super().to_internal_value(value)
+        except (OverflowError, ValueError):
+            raise serializers.ValidationError(
+                "Enter a date and time that can be converted to UTC."
+            ) from None
+
+    def enforce_timezone(self, value: Any) -> Any:
+        try:
+            return super().enforce_timezone(value)
+        except (OverflowError, ValueError):
+            raise serializers.ValidationError(
+                "Enter a date and time that can be converted to UTC."
+            ) from None
+
+
+def apply_model_validation(instance: Schedule, *, exclude_unique: bool = False) -> None:
+    """Run the model's full_clean; its errors become the API's, field by field."""
+    try:
+        instance.full_clean(validate_unique=not exclude_unique, validate_constraints=False)
+    except DjangoValidationError as exc:
+        raise serializers.ValidationError(_as_drf_errors(exc)) from None
+
+
+def _as_drf_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
+    if not hasattr(exc, "error_dict"):
+        return {"non_field_errors": exc.messages}
+    return {
+        ("non_field_errors" if field == "__all__" else field): messages
+        for field, messages in exc.message_dict.items()
+    }
+
+
+class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.DurationField: DurationField,
+        models.DateTimeField: DateTimeField,
+    }
+
+    task = serializers.ChoiceField(
+        choices=[],
+        help_text="The name of a task registered with @django_schedulinator.task.",
+    )
+    version = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Read: the version of the schedule's settings, bumped by every change. "
+        "Write (PUT, PATCH): the version you started from; a stale one is refused with 409 "
+        "(or send it as If-Match, which is refused with 412).",
+    )
+    description = serializers.CharField(read_only=True, help_text="The timing in words.")
+    runs_url = serializers.SerializerMethodField(help_text="This schedule's runs.")
+
+    class Meta:
+        model = Schedule
+        fields = (
+            "id",
+            "name",
+            "task",
+            "args",
+            "kwargs",
+            "enabled",
+            "pause_note",
+            "kind",
+            "cron",
+            "interval",
+            "run_at",
+            "timezone",
+            "description",
+            "dst_gap",
+            "dst_fold",
+            "anchor_at",
+            "start_at",
+            "end_at",
+            "max_runs",
+            "jitter",
+            "catch_up",
+            "catch_up_window",
+            "overlap",
+            "pause_after_failures",
+            "next_run_at",
+            "due_at",
+            "last_run_at",
+            "run_count",
+            "failure_streak",
+            "paused_at",
+            "version",
+            "created_at",
+            "updated_at",
+            "runs_url",
+        )
+        read_only_fields = (
+            "next_run_at",
+            "due_at",
+            "last_run_at",
+            "run_count",
+            "failure_streak",
+            "paused_at",
+            "created_at",
+            "updated_at",
+        )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Read at request time: the registry is filled when the apps are ready.
+        self.fields["task"].choices = registry.choices()
+
+    @extend_schema_field(serializers.URLField())
+    def get_runs_url(self, schedule: Schedule) -> str:
+        url = reverse("schedulinator-api:run-list") + f"?schedule={schedule.pk}"
+        request = self.context.get("request")
+        return request.build_absolute_uri(url) if request is not None else url
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.pop("version", None)  # a precondition, checked by the view
+        candidate = copy.copy(self.instance) if self.instance is not None else Schedule()
+        for name, value in attrs.items():
+            setattr(candidate, name, value)
+        # The name's uniqueness is checked by the serializer's own validator already.
+        apply_model_validation(candidate, exclude_unique=True)
+        return attrs
+
+
+class PauseSerializer(serializers.Serializer[Any]):
+    note = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=Schedule._meta.get_field("pause_note").max_length,
+        help_text="Why the schedule is paused.",
+    )
+
+
+class ResumeSerializer(serializers.Serializer[Any]):
+    catch_up = serializers.BooleanField(
+        default=False,
+        help_text="Fire the paused period's occurrences under the catch-up policy instead of "
+        "recording them as skipped.",
+    )
+
+
+class RunNowSerializer(serializers.Serializer[Any]):
+    advance = serializers.BooleanField(
+        default=False, help_text="Let the run take the place of the next regular run."
+    )
+
+
+class BackfillSerializer(serializers.Serializer[Any]):
+    start = DateTimeField(help_text="The first time of the range (ISO 8601).")
+    end = DateTimeField(help_text="The last time of the range, not after now.")
+    dry_run = serializers.BooleanField(default=False, help_text="Count, queue nothing.")
+
+
+class BackfillReportSerializer(serializers.Serializer[Any]):
+    dry_run = serializers.BooleanField()
+    occurrences = serializers.IntegerField(help_text="Occurrences in the range.")
+    queued = serializers.IntegerField(help_text="New runs queued.")
+    requeued = serializers.IntegerField(help_text="Skipped runs turned into runs.")
+    already = serializers.IntegerField(help_text="Occurrences that fired or are queued.")
+
+
+class PreviewQuerySerializer(serializers.Serializer[Any]):
+    count = serializers.IntegerField(
+        required=False, min_value=1, max_value=MAX_PREVIEW_COUNT, help_text="How many."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        attrs.setdefault("count", app_settings.PREVIEW_COUNT)
+        return attrs
+
+
+class PreviewItemSerializer(serializers.Serializer[Any]):
+    at = serializers.DateTimeField(help_text="The nominal time, UTC.")
+    local = serializers.DateTimeField(help_text="The same instant in the schedule's zone.")
+    due_at = serializers.DateTimeField(help_text="When it fires: the nominal time plus jitter.")
+    dst = serializers.CharField(help_text="How a DST change touched it, or empty.")
+    skipped = serializers.BooleanField(help_text="A local time the DST policy skips.")
+    note = serializers.CharField(help_text="A sentence about the DST change, or empty.")
+
+    def to_representation(self, item: Any) -> dict[str, Any]:
+        data = super().to_representation(item)
+        data["local"] = item.local.isoformat()  # keep the schedule's offset, not UTC
+        return data
+
+
+class RunSerializer(serializers.ModelSerializer[Run]):
+    idempotency_key = serializers.CharField(read_only=True)
+
+    class Meta:
+        model = Run
+        fields = (
+            "id",
+            "schedule",
+            "scheduled_for",
+            "idempotency_key",
+            "status",
+            "trigger",
+            "skip_reason",
+            "note",
+            "task",
+            "args",
+            "kwargs",
+            "claimed_at",
+            "dispatched_at",
+            "finished_at",
+            "worker_id",
+            "attempts",
+            "lease_expires_at",
+            "error",
+        )
+        read_only_fields = fields
+
+
+class ScheduleChangeSerializer(serializers.ModelSerializer[ScheduleChange]):
+    class Meta:
+        model = ScheduleChange
+        fields = (
+            "id",
+            "schedule",
+            "schedule_name",
+            "actor",
+            "actor_name",
+            "source",
+            "action",
+            "changes",
+            "version",
+            "at",
+        )
+        read_only_fields = fields
+
+
+class DriftSerializer(serializers.Serializer[Any]):
+    ok = serializers.BooleanField(help_text="No entry late or missing in the sample.")
+    summary = serializers.CharField()
+    rows_indexable = serializers.IntegerField()
+    sampled = serializers.IntegerField()
+    late_or_missing = serializers.ListField(child=serializers.IntegerField())
+    early_or_orphaned = serializers.ListField(child=serializers.IntegerField())
+
+
+class IndexStatusSerializer(serializers.Serializer[Any]):
+    schedules = serializers.IntegerField()
+    enabled = serializers.IntegerField()
+    indexable = serializers.IntegerField(help_text="Enabled schedules with a next run.")
+    entries_due = serializers.IntegerField(help_text="Entries in the due index.")
+    due_now = serializers.IntegerField(help_text="Entries whose time has come, not claimed.")
+    in_flight = serializers.IntegerField(help_text="Entries claimed by a scheduler.")
+    oldest_due_lag_seconds = serializers.FloatField(
+        allow_null=True, help_text="How late the earliest unclaimed due entry is."
+    )
+    runs_in_flight = serializers.IntegerField(help_text="Runs pending or running.")
+    last_rebuild = serializers.DictField(allow_null=True)
+    rebuild_running = serializers.BooleanField()
+    drift = DriftSerializer(allow_null=True)
+    eviction_warning = serializers.CharField(allow_null=True)
+    checked_at = serializers.DateTimeField()

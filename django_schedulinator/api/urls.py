@@ -1,0 +1,31 @@
+"""Include with ``path("api/schedulinator/", include("django_schedulinator.api.urls"))``.
+
+schedules/                      list (filter, search, paginate), create
+schedules/{id}/                 retrieve, update, partial update, delete
+schedules/{id}/pause/ resume/ run-now/ backfill/ resync/ preview/
+runs/, runs/{id}/               the ledger, read-only
+changes/, changes/{id}/         the change log, read-only
+index/                          index health, read-only
+schema/                         the OpenAPI 3 schema of these endpoints
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from .schema import SchemaView
+from .views import IndexHealthView, RunViewSet, ScheduleChangeViewSet, ScheduleViewSet
+
+app_name = "schedulinator-api"
+
+router = DefaultRouter()
+router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("runs", RunViewSet, basename="run")
+router.register("changes", ScheduleChangeViewSet, basename="change")
+
+urlpatterns = [
+    path("index/", IndexHealthView.as_view(), name="index-health"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    *router.urls,
+]

@@ -1,0 +1,403 @@
+"""The API's views: schedules (CRUD and actions), runs, the change log and index health.
+
+Edits carry a precondition: the schedule's ``version`` as an ``If-Match`` header (a stale
+one gets 412) or as the ``version`` field of the body (409). The version changes with every
+edit, pause and resume, not when the schedule fires, so an edit only ever loses to another
+edit. Each change is recorded in the change log with the user, in the change's own
+transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, router, transaction
+from django.http import Http404
+from django.urls import reverse
+from django_filters.rest_framework import DjangoFilterBackend
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from redis.exceptions import RedisError
+from rest_framework import filters, pagination, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from .. import actions, changelog
+from ..changelog import Origin
+from ..conf import app_settings
+from ..health import index_status
+from ..models import Run, Schedule, ScheduleChange
+from ..sync import resync_schedules
+from . import serializers as s
+from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter
+from .permissions import ConfiguredPermissionsMixin
+
+CHANGE = "django_schedulinator.change_schedule"
+VIEW = "django_schedulinator.view_schedule"
+
+
+class PreconditionFailed(APIException):
+    status_code = status.HTTP_412_PRECONDITION_FAILED
+    default_code = "precondition_failed"
+
+
+class PreconditionRequired(APIException):
+    status_code = status.HTTP_428_PRECONDITION_REQUIRED
+    default_code = "precondition_required"
+    default_detail = (
+        "Send the version you edited: an If-Match header with the schedule's ETag, or the "
+        "'version' field. Read both from GET."
+    )
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+class IndexUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "index_unavailable"
+
+
+class SizedFromSettings:
+    """Page sizes read from the settings per request (so override_settings works)."""
+
+    page_size_query_param = "page_size"
+
+    def __init__(self) -> None:
+        self.page_size = app_settings.API_PAGE_SIZE
+        self.max_page_size = app_settings.API_MAX_PAGE_SIZE
+
+
+class PageNumberPagination(SizedFromSettings, pagination.PageNumberPagination):
+    pass
+
+
+class NewestFirstCursorPagination(SizedFromSettings, pagination.CursorPagination):
+    """The ledger and the change log grow without end: a cursor costs the same on any page,
+    where page numbers would count and skip rows. Newest (highest id) first."""
+
+    ordering = "-id"
+
+
+def etag(schedule: Schedule) -> str:
+    return f'"{schedule.version}"'
+
+
+def _tags(header: str) -> set[str]:
+    return {tag.strip().removeprefix("W/").strip('"') for tag in header.split(",") if tag.strip()}
+
+
+IF_MATCH = OpenApiParameter(
+    "If-Match",
+    OpenApiTypes.STR,
+    OpenApiParameter.HEADER,
+    description="The ETag of the version you edited (from GET). A stale one gets 412.",
+)
+PRECONDITION_RESPONSES = {
+    400: OpenApiResponse(description="Invalid: each error names its field."),
+    409: OpenApiResponse(description="The 'version' in the body is not the current one."),
+    412: OpenApiResponse(description="The If-Match ETag is not the current version."),
+    428: OpenApiResponse(description="Neither If-Match nor 'version' was sent."),
+}
+
+
+@extend_schema(tags=["schedules"])
+class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]):
+    """Schedules: the canonical rows. Writes are validated by the model's own rules."""
+
+    queryset = Schedule.objects.all().order_by("name")
+    serializer_class = s.ScheduleSerializer
+    pagination_class = PageNumberPagination
+    filter_backends = [DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
+    filterset_class = ScheduleFilter
+    search_fields = ["name", "task"]
+    ordering_fields = ["name", "next_run_at", "created_at", "updated_at", "id"]
+    required_perms = {
+        "pause": [VIEW, CHANGE],
+        "resume": [VIEW, CHANGE],
+        "run_now": [VIEW, CHANGE],
+        "backfill": [VIEW, CHANGE],
+        "resync": [VIEW, CHANGE],
+        "preview": [VIEW],
+    }
+
+    @property
+    def origin(self) -> Origin:
+        return Origin(self.request.user, ScheduleChange.Source.API)
+
+    @property
+    def db(self) -> str:
+        return router.db_for_write(Schedule)
+
+    def _locked(self) -> Schedule:
+        """The schedule, locked until the transaction ends: the precondition and the write
+        see the same version."""
+        lookup = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
+        try:
+            return Schedule.objects.using(self.db).select_for_update().get(pk=int(lookup))
+        except (Schedule.DoesNotExist, ValueError, OverflowError):
+            raise Http404 from None
+
+    def _check_version(self, schedule: Schedule, *, required: bool) -> None:
+        header = self.request.headers.get("If-Match")
+        if header is not None:
+            tags = _tags(header)
+            if "*" not in tags and str(schedule.version) not in tags:
+                raise PreconditionFailed(
+                    f"The schedule changed since you read it: it is at version "
+                    f"{schedule.version} (ETag {etag(schedule)}), not {header.strip()}."
+                )
+            return
+        data = self.request.data
+        sent = data.get("version") if isinstance(data, dict) else None
+        if sent is None:
+            if required:
+                raise PreconditionRequired()
+            return
+        if isinstance(sent, bool) or not isinstance(sent, int | str):
+            raise ValidationError({"version": ["A valid integer is required."]})
+        if str(sent) != str(schedule.version):
+            raise Conflict(
+                f"The schedule changed since you read it: it is at version "
+                f"{schedule.version}, not {sent}. Read it again and apply your change to it."
+            )
+
+    def _respond(self, schedule: Schedule, code: int = status.HTTP_200_OK) -> Response:
+        schedule.refresh_from_db()
+        data = self.get_serializer(schedule).data
+        return Response(data, status=code, headers={"ETag": etag(schedule)})
+
+    # -- CRUD ------------------------------------------------------------------------------
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        schedule = self.get_object()
+        match = request.headers.get("If-None-Match")
+        if match is not None and str(schedule.version) in _tags(match):
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag(schedule)})
+        return Response(self.get_serializer(schedule).data, headers={"ETag": etag(schedule)})
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            with transaction.atomic(using=self.db):
+                schedule = serializer.save()
+                changelog.record(
+                    schedule,
+                    self.origin,
+                    ScheduleChange.Action.CREATED,
+                    changelog.diff({}, changelog.snapshot(schedule)),
+                )
+        except IntegrityError:  # a concurrent create took the name after validation
+            raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
+        response = self._respond(schedule, status.HTTP_201_CREATED)
+        response["Location"] = request.build_absolute_uri(
+            reverse("schedulinator-api:schedule-detail", args=[schedule.pk])
+        )
+        return response
+
+    @extend_schema(
+        parameters=[IF_MATCH], responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES}
+    )
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        partial = kwargs.pop("partial", False)
+        try:
+            with transaction.atomic(using=self.db):
+                schedule = self._locked()
+                self._check_version(schedule, required=True)
+                before = changelog.snapshot(schedule)
+                serializer = self.get_serializer(schedule, data=request.data, partial=partial)
+                serializer.is_valid(raise_exception=True)
+                serializer.save()
+                changes = changelog.diff(before, changelog.snapshot(schedule))
+                if changes:
+                    changelog.record(schedule, self.origin, ScheduleChange.Action.CHANGED, changes)
+        except IntegrityError:
+            raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
+        return self._respond(schedule)
+
+    @extend_schema(
+        parameters=[IF_MATCH], responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES}
+    )
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        kwargs["partial"] = True
+        return self.update(request, *args, **kwargs)
+
+    @extend_schema(
+        parameters=[IF_MATCH],
+        responses={204: None, 412: PRECONDITION_RESPONSES[412]},
+    )
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        with transaction.atomic(using=self.db):
+            schedule = self._locked()
+            self._check_version(schedule, required=False)
+            changelog.record(
+                schedule,
+                self.origin,
+                ScheduleChange.Action.DELETED,
+                changelog.diff(changelog.snapshot(schedule), {}),
+            )
+            schedule.delete()
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _action_schedule(self) -> Schedule:
+        return self.get_object()  # permission and 404 handling of the viewset
+
+    @extend_schema(request=s.PauseSerializer, responses={200: s.ScheduleSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request: Request, pk: str | None = None) -> Response:
+        """Stop firing (the schedule keeps its place); the note says why."""
+        schedule = self._action_schedule()
+        body = s.PauseSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        self._act(
+            lambda: actions.pause(schedule, body.validated_data.get("note", ""), origin=self.origin)
+        )
+        return self._respond(schedule)
+
+    @extend_schema(request=s.ResumeSerializer, responses={200: s.ScheduleSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        """Fire again from now on; the paused period is recorded as skipped, or caught up."""
+        schedule = self._action_schedule()
+        body = s.ResumeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        self._act(
+            lambda: actions.resume(
+                schedule, catch_up=body.validated_data["catch_up"], origin=self.origin
+            )
+        )
+        return self._respond(schedule)
+
+    @extend_schema(request=s.RunNowSerializer, responses={202: s.RunSerializer})
+    @action(detail=True, methods=["post"], url_path="run-now")
+    def run_now(self, request: Request, pk: str | None = None) -> Response:
+        """Queue one run now, with a key of its own; any scheduler dispatches it."""
+        schedule = self._action_schedule()
+        body = s.RunNowSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        run = self._act(
+            lambda: actions.run_now(
+                schedule, advance=body.validated_data["advance"], origin=self.origin
+            )
+        )
+        return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=s.BackfillSerializer, responses={200: s.BackfillReportSerializer})
+    @action(detail=True, methods=["post"])
+    def backfill(self, request: Request, pk: str | None = None) -> Response:
+        """Fire each occurrence of a past range that has not fired; idempotent."""
+        schedule = self._action_schedule()
+        body = s.BackfillSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        report = self._act(
+            lambda: actions.backfill(
+                schedule, data["start"], data["end"], dry_run=data["dry_run"], origin=self.origin
+            )
+        )
+        return Response(s.BackfillReportSerializer(report).data)
+
+    @extend_schema(request=None, responses={200: s.ScheduleSerializer, 503: OpenApiResponse()})
+    @action(detail=True, methods=["post"])
+    def resync(self, request: Request, pk: str | None = None) -> Response:
+        """Write this schedule's due-index entry again from its row."""
+        schedule = self._action_schedule()
+        try:
+            resync_schedules([schedule.pk])
+        except RedisError as exc:
+            raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
+        changelog.record(schedule, self.origin, ScheduleChange.Action.RESYNCED)
+        return self._respond(schedule)
+
+    @extend_schema(
+        parameters=[s.PreviewQuerySerializer], responses={200: s.PreviewItemSerializer(many=True)}
+    )
+    @action(detail=True, methods=["get"])
+    def preview(self, request: Request, pk: str | None = None) -> Response:
+        """The next occurrences in local time and UTC, with DST changes flagged."""
+        schedule = self._action_schedule()
+        query = s.PreviewQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        items = schedule.preview(query.validated_data["count"])
+        return Response(s.PreviewItemSerializer(items, many=True).data)
+
+    def _act(self, run: Any) -> Any:
+        """Run an action; its refusals become 400s that say why."""
+        try:
+            return run()
+        except actions.ActionError as exc:
+            raise ValidationError({"detail": str(exc)}) from None
+        except DjangoValidationError as exc:
+            raise ValidationError(s._as_drf_errors(exc)) from None
+
+
+@extend_schema(tags=["runs"])
+class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run]):
+    """The ledger: one row per occurrence, fired or skipped (with the reason)."""
+
+    queryset = Run.objects.all()
+    serializer_class = s.RunSerializer
+    pagination_class = NewestFirstCursorPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = RunFilter
+
+
+@extend_schema(tags=["changes"])
+class ScheduleChangeViewSet(
+    ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[ScheduleChange]
+):
+    """The change log: who changed which schedule, when, through what, and how."""
+
+    queryset = ScheduleChange.objects.all()
+    serializer_class = s.ScheduleChangeSerializer
+    pagination_class = NewestFirstCursorPagination
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = ScheduleChangeFilter
+
+
+class IndexHealthView(ConfiguredPermissionsMixin, APIView):
+    """Counts from the rows and the due index, the oldest due lag, the last rebuild and a
+    drift check (``?drift=false`` leaves it out). Needs the view_operations permission."""
+
+    required_perms = {"GET": ["django_schedulinator.view_operations"]}
+
+    @extend_schema(
+        tags=["index"],
+        parameters=[
+            OpenApiParameter("drift", OpenApiTypes.BOOL, description="Run the drift check.")
+        ],
+        responses={200: s.IndexStatusSerializer, 503: OpenApiResponse()},
+    )
+    def get(self, request: Request) -> Response:
+        drift = request.query_params.get("drift", "true").lower() not in ("false", "0", "no")
+        try:
+            report = index_status(drift=drift)
+        except RedisError as exc:
+            raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
+        data = {
+            **{
+                field: getattr(report, field)
+                for field in s.IndexStatusSerializer().fields
+                if field != "drift"
+            },
+            "drift": None
+            if report.drift is None
+            else {
+                "ok": report.drift.ok,
+                "summary": report.drift.summary(),
+                "rows_indexable": report.drift.rows_indexable,
+                "sampled": report.drift.sampled,
+                "late_or_missing": report.drift.late_or_missing,
+                "early_or_orphaned": report.drift.early_or_orphaned,
+            },
+        }
+        return Response(s.IndexStatusSerializer(data).data)

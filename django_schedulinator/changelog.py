@@ -1,0 +1,87 @@
+"""The audit trail: who changed a schedule, when, through what (admin, API, command) and how.
+
+The admin, the API and ``manage.py schedule`` call :func:`record` in the transaction of the
+change itself, so a change and its record commit together or not at all. ``changes`` holds
+``{field: [before, after]}`` for edits, with values as JSON (times in ISO 8601, durations
+in seconds), so the trail can be read without the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+    from .models import Schedule, ScheduleChange
+
+# What people set; the scheduler's own fields (next run, counters) are not edits.
+TRACKED_FIELDS = (
+    "name", "task", "args", "kwargs", "enabled", "pause_note",
+    "kind", "cron", "interval", "run_at", "timezone", "anchor_at", "dst_gap", "dst_fold",
+    "start_at", "end_at", "max_runs", "jitter",
+    "catch_up", "catch_up_window", "overlap", "pause_after_failures",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Who asks for a change, and through what: recorded with it in the trail."""
+
+    user: AbstractBaseUser | AnonymousUser | None
+    source: str  # a ScheduleChange.Source
+
+
+def as_json(value: Any) -> Any:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def snapshot(schedule: Schedule | None) -> dict[str, Any]:
+    """The tracked fields of a schedule as JSON values ({} for none)."""
+    if schedule is None:
+        return {}
+    return {name: as_json(getattr(schedule, name)) for name in TRACKED_FIELDS}
+
+
+def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    """``{field: [before, after]}`` for each tracked field whose value differs."""
+    return {
+        name: [before.get(name), after.get(name)]
+        for name in TRACKED_FIELDS
+        if before.get(name) != after.get(name)
+    }
+
+
+def record(
+    schedule: Schedule,
+    origin: Origin,
+    action: str,
+    changes: dict[str, Any] | None = None,
+    *,
+    using: str | None = None,
+) -> ScheduleChange:
+    """Write one entry of the trail. ``schedule`` may be deleted already (its name stays)."""
+    from .models import Schedule, ScheduleChange
+
+    actor = origin.user
+    user = actor if actor is not None and actor.is_authenticated else None
+    exists = schedule.pk is not None and action != ScheduleChange.Action.DELETED
+    version = schedule.version if isinstance(schedule.version, int) else None
+    entry = ScheduleChange(
+        schedule=schedule if exists else None,
+        schedule_name=schedule.name[: Schedule._meta.get_field("name").max_length or 200],
+        actor_id=user.pk if user is not None else None,
+        actor_name=user.get_username() if user is not None else "",
+        source=origin.source,
+        action=action,
+        changes=changes or {},
+        version=version,
+    )
+    entry.save(using=using)
+    return entry

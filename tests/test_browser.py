@@ -1,0 +1,246 @@
+"""End to end in a real browser: headless Chromium (the system's, never downloaded) drives the
+example project's admin while a real `run_scheduler` fires what it queues.
+
+Log in, create a cron schedule, see its preview, pause it with a note, run it now, and see the
+run succeed in the ledger. Each step saves a screenshot under artifacts/browser/ (or
+$SCHEDULINATOR_ARTIFACTS). Without Chromium the test skips, unless
+SCHEDULINATOR_REQUIRE_BROWSER=1 (CI), where it fails.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
+
+from django_schedulinator.models import Schedule
+
+from .browser_support import (
+    ADMIN_PASSWORD,
+    ADMIN_USERNAME,
+    CHROMIUM_ARGS,
+    Artifacts,
+    ExampleProject,
+    browser_required,
+    find_chromium,
+)
+
+pytestmark = pytest.mark.subprocess
+
+CRON = "0 9 * * 1-5"
+TIMEZONE = "Europe/Berlin"
+# Takes no arguments but the occurrence, so the schedule needs neither args nor kwargs.
+TASK = "demo.heartbeat"
+PAUSE_NOTE = "maintenance window"
+# The scheduler sleeps at most a second between passes and is woken by a run now: a run
+# that has not succeeded within this long is not going to.
+LEDGER_TIMEOUT_SECONDS = 30.0
+LEDGER_POLL_SECONDS = 0.5
+STEP_TIMEOUT_MS = 15_000
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Artifacts:
+    return Artifacts()
+
+
+@pytest.fixture(scope="module")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        reason = (
+            "no Chromium found (set SCHEDULINATOR_CHROMIUM, or install Debian's chromium "
+            "package: apt-get install chromium)"
+        )
+        if browser_required():
+            pytest.fail(f"SCHEDULINATOR_REQUIRE_BROWSER is set but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(chromium_path: str) -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        # executable_path always: Playwright never downloads a browser for these tests.
+        browser = playwright.chromium.launch(
+            executable_path=chromium_path, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="module")
+def example_project(artifacts: Artifacts) -> Iterator[ExampleProject]:
+    """The example project served and scheduled in subprocesses, removed after the module."""
+    project = ExampleProject()
+    try:
+        project.set_up()
+        yield project
+    finally:
+        try:
+            project.keep_logs(artifacts)
+        finally:
+            project.stop()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(STEP_TIMEOUT_MS)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+class Screenshots:
+    """Numbered full-page screenshots of the steps, plus one of the page where a step failed."""
+
+    def __init__(self, page: Page, artifacts: Artifacts) -> None:
+        self.page = page
+        self.artifacts = artifacts
+        self.count = 0
+
+    def take(self, step: str) -> None:
+        self.count += 1
+        self.page.screenshot(path=self.artifacts.path(f"{self.count:02d}-{step}.png"), full_page=True)
+
+    @contextmanager
+    def on_failure(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            # Best effort: the failure itself is what pytest must report.
+            try:
+                self.page.screenshot(path=self.artifacts.path("failure.png"), full_page=True)
+            except Exception:
+                pass
+            raise
+
+
+def messages(page: Page) -> Locator:
+    return page.locator("ul.messagelist")
+
+
+def expect_message(page: Page, pattern: str) -> None:
+    """Django's message list shows ``pattern`` and no error or warning."""
+    expect(messages(page)).to_contain_text(re.compile(pattern, re.IGNORECASE))
+    expect(messages(page).locator("li.error, li.warning")).to_have_count(0)
+
+
+def run_action(page: Page, project: ExampleProject, name: str, action: str, note: str = "") -> None:
+    """Tick the schedule's row in the changelist, choose ``action`` and press Go."""
+    page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/")
+    row = page.locator("#result_list tbody tr").filter(has_text=name)
+    row.locator("input.action-select").check()
+    form = page.locator("#changelist-form")
+    # .first: with actions_on_bottom the bar is rendered twice; Go sends its own index.
+    form.locator("select[name=action]").first.select_option(action)
+    if note:
+        form.locator("input[name=note]").first.fill(note)
+    form.locator("button[name=index]").first.click()
+
+
+def log_in(page: Page, project: ExampleProject) -> None:
+    page.goto(f"{project.base_url}/admin/login/?next=/admin/")
+    page.locator("#id_username").fill(ADMIN_USERNAME)
+    page.locator("#id_password").fill(ADMIN_PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(re.compile(r"/admin/$"))
+    expect(page.locator("#user-tools")).to_contain_text(ADMIN_USERNAME, ignore_case=True)
+
+
+def add_cron_schedule(page: Page, project: ExampleProject, name: str) -> int:
+    """Fill the add form, save and continue editing; the new schedule's id."""
+    page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/add/")
+    page.locator("#id_name").fill(name)
+    page.locator("#id_task").select_option(TASK)
+    page.locator("#id_args").fill("[]")
+    page.locator("#id_kwargs").fill("{}")
+    page.locator("#id_enabled").check()
+    page.locator("#id_kind").select_option("cron")
+    page.locator("#id_cron").fill(CRON)
+    zone = page.locator("#id_timezone")
+    # A text input or a select of zones: both are within the contract.
+    if zone.evaluate("element => element.tagName") == "SELECT":
+        zone.select_option(TIMEZONE)
+    else:
+        zone.fill(TIMEZONE)
+    page.locator('[name="_continue"]').click()
+    expect(page).to_have_url(re.compile(r"/schedule/\d+/change/"))
+    expect(page.locator("ul.messagelist li.success")).to_be_visible()
+    match = re.search(r"/schedule/(\d+)/change/", page.url)
+    assert match, page.url
+    return int(match.group(1))
+
+
+def wait_for_succeeded_run_now(page: Page, project: ExampleProject, schedule_id: int) -> Locator:
+    """Reload the schedule's runs until a "Run now" run shows "Succeeded" (bounded)."""
+    url = f"{project.base_url}/admin/django_schedulinator/run/?schedule__id__exact={schedule_id}"
+    rows = page.locator("#result_list tbody tr")
+    done = rows.filter(has_text="Run now").filter(has_text="Succeeded")
+    deadline = time.monotonic() + LEDGER_TIMEOUT_SECONDS
+    while True:
+        page.goto(url)
+        expect(page.locator("#changelist")).to_be_visible()
+        if done.count():
+            return done.first
+        if time.monotonic() > deadline:
+            seen = "\n".join(rows.all_inner_texts()) or "(no runs listed)"
+            raise AssertionError(
+                f"no succeeded 'Run now' run of schedule {schedule_id} after "
+                f"{LEDGER_TIMEOUT_SECONDS:.0f}s; the ledger shows:\n{seen}\n"
+                f"{project.log('scheduler')}"
+            )
+        time.sleep(LEDGER_POLL_SECONDS)
+
+
+def test_admin_schedule_preview_pause_run_now_and_ledger(
+    page: Page, example_project: ExampleProject, artifacts: Artifacts
+) -> None:
+    project = example_project
+    shots = Screenshots(page, artifacts)
+    name = f"browser test {uuid.uuid4().hex[:8]}"
+    # The admin describes the schedule as the model does.
+    description = Schedule(kind="cron", cron=CRON, timezone=TIMEZONE).description
+
+    with shots.on_failure():
+        log_in(page, project)
+        shots.take("logged-in")
+
+        schedule_id = add_cron_schedule(page, project, name)
+        # The change page previews the next occurrences (local time and UTC) and says in
+        # words when it runs.
+        preview_rows = page.locator("#schedulinator-preview tbody tr:has(td)")
+        expect(preview_rows.nth(4)).to_be_visible()
+        assert preview_rows.count() >= 5
+        expect(page.get_by_text(description).first).to_be_visible()
+        shots.take("schedule-saved-with-preview")
+
+        run_action(page, project, name, "pause", note=PAUSE_NOTE)
+        expect_message(page, "paus")
+        row = page.locator("#result_list tbody tr").filter(has_text=name)
+        # Paused shows in the list: the enabled icon is "no", or the note is listed.
+        paused = row.locator('td.field-enabled img[alt="False"]').or_(row.get_by_text(PAUSE_NOTE))
+        expect(paused.first).to_be_visible()
+        shots.take("paused")
+
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/{schedule_id}/change/")
+        expect(page.locator("#id_enabled")).not_to_be_checked()
+        expect(page.locator("#id_pause_note")).to_have_value(PAUSE_NOTE)
+        shots.take("paused-change-page")
+
+        run_action(page, project, name, "run_now")
+        expect_message(page, "run")
+        shots.take("run-now-queued")
+
+        run = wait_for_succeeded_run_now(page, project, schedule_id)
+        expect(run).to_be_visible()
+        shots.take("ledger-run-succeeded")

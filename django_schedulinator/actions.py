@@ -47,11 +47,12 @@ def pause(schedule: Schedule, note: str = "", *, origin: Origin | None = None) -
         raise ActionError("The pause note must be text.")
     before = schedule.enabled, schedule.pause_note
     schedule.enabled, schedule.pause_note = False, note.strip()
+    db = router.db_for_write(type(schedule), instance=schedule)
     try:
-        with transaction.atomic(using=router.db_for_write(type(schedule))):
-            schedule.save()
+        with transaction.atomic(using=db):
+            schedule.save(using=db)
             if origin is not None and before[0]:
-                record(schedule, origin, "paused", {"note": schedule.pause_note})
+                record(schedule, origin, "paused", {"note": schedule.pause_note}, using=db)
     except ValidationError:
         schedule.enabled, schedule.pause_note = before
         raise
@@ -64,10 +65,11 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin | None 
         return
     schedule.enabled = True
     schedule._catch_up_on_resume = catch_up
-    with transaction.atomic(using=router.db_for_write(type(schedule))):
-        schedule.save()
+    db = router.db_for_write(type(schedule), instance=schedule)
+    with transaction.atomic(using=db):
+        schedule.save(using=db)
         if origin is not None:
-            record(schedule, origin, "resumed", {"catch_up": catch_up})
+            record(schedule, origin, "resumed", {"catch_up": catch_up}, using=db)
 
 
 def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None = None) -> Run:

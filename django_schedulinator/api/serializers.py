@@ -87,6 +87,10 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
     task = serializers.ChoiceField(
         choices=[],
         help_text="The name of a task registered with @django_schedulinator.task.",
+        error_messages={
+            "invalid_choice": "'{input}' is not a registered task. Register it with "
+            "@django_schedulinator.task."
+        },
     )
     version = serializers.IntegerField(
         required=False,

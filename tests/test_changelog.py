@@ -1,0 +1,102 @@
+"""The change log and the settings version, outside the admin and the API (which have their
+own tests): ``manage.py schedule`` records who did what, the scheduler's automatic pause is
+recorded as the scheduler's, and firing a schedule leaves its version alone, so an edit never
+conflicts with a schedule that merely fired."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from django_schedulinator import changelog
+from django_schedulinator.changelog import Origin
+from django_schedulinator.models import Schedule, ScheduleChange
+
+from .conftest import make_schedule
+from .test_semantics import START, Simulation, sim  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_firing_advances_the_revision_but_not_the_version(sim: Simulation) -> None:  # noqa: F811
+    schedule = make_schedule(kind="interval", interval=timedelta(minutes=1))
+    before = Schedule.objects.get(pk=schedule.pk)
+    sim.run_until(START + timedelta(minutes=3))
+    after = Schedule.objects.get(pk=schedule.pk)
+
+    assert after.run_count >= 2
+    assert after.revision > before.revision  # each advance guards the index
+    assert after.version == before.version  # no edit happened
+
+
+def test_each_change_of_the_settings_bumps_the_version() -> None:
+    schedule = make_schedule()
+    assert schedule.version == 1
+    schedule.cron = "*/7 * * * *"
+    schedule.save()
+    assert schedule.version == 2
+    schedule.pause("maintenance")
+    assert Schedule.objects.get(pk=schedule.pk).version == 3
+    schedule.resume()
+    assert Schedule.objects.get(pk=schedule.pk).version == 4
+
+
+def test_the_automatic_pause_is_recorded_as_the_schedulers(sim: Simulation) -> None:  # noqa: F811
+    schedule = make_schedule(
+        kind="interval", interval=timedelta(minutes=1), task="tests.boom", pause_after_failures=2
+    )
+    sim.run_until(START + timedelta(minutes=5))
+
+    entry = ScheduleChange.objects.get(schedule=schedule)
+    assert entry.source == ScheduleChange.Source.SCHEDULER
+    assert entry.action == ScheduleChange.Action.PAUSED
+    assert entry.actor is None
+    assert entry.changes["enabled"] == [True, False]
+    assert entry.version == Schedule.objects.get(pk=schedule.pk).version == 2
+
+
+def test_the_schedule_command_records_its_actions() -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(minutes=1))
+    call_command("schedule", "pause", schedule.name, "--note", "disk full")
+    call_command("schedule", "resume", schedule.name)
+    call_command("schedule", "run-now", schedule.name)
+
+    entries = list(ScheduleChange.objects.filter(schedule=schedule).order_by("at", "id"))
+    assert [(e.source, e.action) for e in entries] == [
+        ("command", "paused"),
+        ("command", "resumed"),
+        ("command", "run_now"),
+    ]
+    assert entries[0].changes == {"note": "disk full"}
+    assert entries[2].changes["key"].startswith(f"{schedule.pk}:")
+
+
+def test_a_refused_action_records_nothing() -> None:
+    schedule = make_schedule()
+    with pytest.raises(Exception, match="at most 500"):
+        schedule.pause("x" * 501)
+    call_command("schedule", "pause", schedule.name)
+    call_command("schedule", "pause", schedule.name)  # already paused: nothing new
+
+    assert ScheduleChange.objects.filter(schedule=schedule).count() == 1
+
+
+def test_the_log_outlives_the_schedule_and_diffs_as_json() -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(minutes=1))
+    before = changelog.snapshot(schedule)
+    schedule.interval = timedelta(minutes=2)
+    schedule.save()
+    changes = changelog.diff(before, changelog.snapshot(schedule))
+    assert changes == {"interval": [60.0, 120.0]}
+
+    origin = Origin(None, ScheduleChange.Source.COMMAND)
+    changelog.record(schedule, origin, ScheduleChange.Action.CHANGED, changes)
+    name = schedule.name
+    changelog.record(schedule, origin, ScheduleChange.Action.DELETED)
+    schedule.delete()
+
+    entries = ScheduleChange.objects.filter(schedule_name=name)
+    assert entries.count() == 2
+    assert all(entry.schedule_id is None for entry in entries)

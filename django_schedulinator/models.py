@@ -310,7 +310,16 @@ class Schedule(models.Model):
         and records the occurrences of the paused period as skipped, unless ``resume(
         catch_up=True)`` asked for them to be caught up under the catch-up policy.
         """
-        self.full_clean(validate_unique=False, validate_constraints=False)
+        # A task that is no longer registered is checked only when it is being set: the
+        # schedule can still be paused, resumed or edited otherwise (its runs fail with
+        # "not registered" until the task is back).
+        loaded_task = getattr(self, "_loaded", {}).get("task")
+        keep_task = not self._state.adding and loaded_task == self.task
+        self.full_clean(
+            exclude=["task"] if keep_task else None,
+            validate_unique=False,
+            validate_constraints=False,
+        )
         update_fields = kwargs.get("update_fields")
         now = timezone.now()
         paused_over: list[timing.Moment] = []
@@ -372,7 +381,9 @@ class Schedule(models.Model):
                 self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
             self.refresh_from_db(fields=["revision", "version"])
-        self._loaded = {f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS)}
+        self._loaded = {
+            f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS, "task")
+        }
         self._catch_up_on_resume = False
 
     @classmethod
@@ -382,7 +393,7 @@ class Schedule(models.Model):
         instance._loaded = {
             name: value
             for name, value in zip(field_names, values, strict=True)
-            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS
+            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS or name == "task"
         }
         return instance
 

@@ -87,9 +87,18 @@ class Artifacts:
     """
 
     def __init__(self) -> None:
-        self.directory = Path(os.environ.get("SCHEDULINATOR_ARTIFACTS") or ROOT / "artifacts/browser")
+        configured = os.environ.get("SCHEDULINATOR_ARTIFACTS")
+        self.directory = (
+            Path(configured).resolve() if configured else ROOT / "artifacts" / "browser"
+        )
         self.directory.mkdir(parents=True, exist_ok=True)
         self.prefix = db_vendor()
+
+    def clear(self) -> None:
+        """Remove this vendor's files of an earlier run (a stale failure.png would mislead)."""
+        for path in self.directory.glob(f"{self.prefix}-*"):
+            if path.suffix in (".png", ".log"):
+                path.unlink()
 
     def path(self, name: str) -> Path:
         return self.directory / f"{self.prefix}-{name}"
@@ -196,7 +205,9 @@ class ExampleProject:
                 return  # an HTTP error is still an answer: the server is up
             except OSError:
                 pass  # not listening yet
-            if server.poll() is not None or time.monotonic() > deadline:
+            if server.poll() is not None:
+                raise RuntimeError(f"runserver exited before answering\n{self.log('runserver')}")
+            if time.monotonic() > deadline:
                 raise RuntimeError(
                     f"runserver did not answer on {self.base_url} within "
                     f"{SERVER_START_TIMEOUT_SECONDS:.0f}s\n{self.log('runserver')}"

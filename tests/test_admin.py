@@ -1,27 +1,133 @@
-"""The admin offers registered tasks only and writes through the same validation and sync."""
+"""The admin: registered tasks only, the same validation and sync, a change log of every
+edit, stale edits refused, bulk actions, a read-only ledger and the operations page."""
 
 from __future__ import annotations
 
-import pytest
-from django.contrib.auth.models import User
-from django.test import Client
-from django.urls import reverse
+import re
+import threading
+from collections.abc import Callable
+from datetime import date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
 
+import pytest
+from django.contrib import messages
+from django.contrib.auth.models import Permission, User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_schedulinator import actions
+from django_schedulinator.admin import local_time
+from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
-from .conftest import form_data
+from .conftest import form_data, make_schedule
+from .redis_server import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+BERLIN = ZoneInfo("Europe/Berlin")
+CHANGELIST = "admin:django_schedulinator_schedule_changelist"
+OPERATIONS = "admin:django_schedulinator_schedule_operations"
+
 
 @pytest.fixture
-def admin_client() -> Client:
-    user = User.objects.create_superuser("admin", "admin@example.com", "pw")
+def admin_user() -> User:
+    # No password (logged in with force_login): hashing one would slow every test down.
+    return User.objects.create_superuser("admin", "admin@example.com", None)
+
+
+@pytest.fixture
+def admin_client(admin_user: User) -> Client:
     client = Client()
-    client.force_login(user)
+    client.force_login(admin_user)
     return client
+
+
+@pytest.fixture
+def staff_client() -> Callable[..., Client]:
+    """A client logged in as a staff user with exactly the given permissions (codenames)."""
+
+    def login(*codenames: str, username: str = "staff") -> Client:
+        user = User.objects.create_user(username, password=None, is_staff=True)
+        perms = Permission.objects.filter(
+            content_type__app_label="django_schedulinator", codename__in=codenames
+        )
+        assert perms.count() == len(codenames), codenames
+        user.user_permissions.add(*perms)
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return login
+
+
+@pytest.fixture
+def redis_down(settings: Any) -> None:
+    """The app's Redis connection points at a port where nothing listens."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}
+
+
+def add_runs(schedule: Schedule, *statuses: str) -> None:
+    """Runs of ``schedule`` an hour apart in the past, the last status the most recent."""
+    start = timezone.now().replace(microsecond=0) - timedelta(hours=len(statuses))
+    Run.objects.bulk_create(
+        Run(
+            schedule=schedule,
+            scheduled_for=start + timedelta(hours=n),
+            status=status,
+            task=schedule.task,
+            claimed_at=start + timedelta(hours=n),
+            worker_id="tests",
+            claim_token="",
+        )
+        for n, status in enumerate(statuses)
+    )
+
+
+def post_action(client: Client, action: str, schedules: list[Schedule], **extra: str) -> Any:
+    return client.post(
+        reverse(CHANGELIST),
+        {"action": action, "index": "0", "_selected_action": [s.pk for s in schedules], **extra},
+        follow=True,
+    )
+
+
+def shown_messages(page: Any) -> list[tuple[int, str]]:
+    return [(m.level, str(m)) for m in page.context["messages"]]
+
+
+def listed(page: Any) -> set[str]:
+    return {s.name for s in page.context["cl"].result_list}
+
+
+def change_url(schedule: Schedule) -> str:
+    return reverse("admin:django_schedulinator_schedule_change", args=[schedule.pk])
+
+
+def edit_data(schedule: Schedule, version: int, **overrides: str) -> dict[str, str]:
+    """The change form's POST data for ``schedule`` (a cron schedule in Berlin)."""
+    data = form_data(name=schedule.name, cron=schedule.cron, version=str(version))
+    if not schedule.enabled:
+        data.pop("enabled")
+        data["pause_note"] = schedule.pause_note
+    data.update(overrides)
+    return data
+
+
+# -- the form: registered tasks, validation, the index ------------------------------------------
 
 
 def test_the_task_field_lists_registered_tasks_only(admin_client: Client) -> None:
@@ -30,6 +136,7 @@ def test_the_task_field_lists_registered_tasks_only(admin_client: Client) -> Non
     html = page.content.decode()
     assert '<option value="tests.record">' in html
     assert "os.system" not in html
+    assert "Save to see the next runs." in html
 
 
 @pytest.mark.parametrize(
@@ -51,6 +158,7 @@ def test_bad_input_is_a_form_error_and_nothing_is_written(
     assert page.status_code == 200  # the form again, with errors
     assert field in page.context["adminform"].form.errors
     assert not Schedule.objects.exists()
+    assert not ScheduleChange.objects.exists()
     assert index.client.zcard(index.due_key) == 0
 
 
@@ -59,3 +167,659 @@ def test_a_schedule_added_in_the_admin_is_indexed(admin_client: Client, index: D
     assert page.status_code == 302, page.content.decode()[:2000]
     schedule = Schedule.objects.get(name="nightly")
     assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.next_run_at)
+
+
+def test_args_and_kwargs_use_the_json_editor(admin_client: Client) -> None:
+    schedule = make_schedule(args=[1, "a"], kwargs={"b": 2})
+    html = admin_client.get(change_url(schedule)).content.decode()
+    args = re.search(r"<textarea[^>]*name=\"args\"[^>]*>(.*?)</textarea>", html, re.S)
+    assert args is not None
+    assert 'class="schedulinator-json"' in args.group(0)
+    assert 'data-json-type="array"' in args.group(0)
+    assert args.group(1).strip() == "[\n  1,\n  &quot;a&quot;\n]"  # pretty-printed
+    assert 'data-json-type="object"' in html
+    assert 'id="id_args_json_message"' in html
+    assert "django_schedulinator/json_editor.js" in html
+
+
+# -- the changelist -----------------------------------------------------------------------------
+
+
+def test_the_changelist_shows_timing_next_and_last_run(admin_client: Client) -> None:
+    nightly = make_schedule(
+        "nightly",
+        kind="cron",
+        cron="0 3 * * *",
+        timezone="Europe/Berlin",
+        # Its next run is 3 to 4 days ahead (with an hour to spare), whatever the time now.
+        start_at=timezone.now() + timedelta(days=3, hours=1),
+    )
+    add_runs(nightly, "succeeded", "failed")
+    fresh = make_schedule("fresh")
+    finished = make_schedule("finished")
+    Schedule.objects.filter(pk=finished.pk).update(next_run_at=None, due_at=None)
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+
+    assert "At 03:00 (Europe/Berlin)" in html  # the description
+    local = local_time(nightly.next_run_at, "Europe/Berlin")
+    assert "03:00 CE" in local  # in the schedule's zone: CET or CEST
+    assert local in html
+    assert re.search(r"in [34]\xa0days", html)  # and relative
+    assert 'class="schedulinator-status schedulinator-status-failed">Failed</span>' in html
+    assert "never run" in html  # fresh
+    assert '<td class="field-next_run">-</td>' in html  # finished
+    runs = reverse("admin:django_schedulinator_run_changelist")
+    for schedule in (nightly, fresh):
+        assert f'href="{runs}?schedule__id__exact={schedule.pk}"' in html
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"kind__exact": "cron"}, {"nightly", "paused"}),
+        ({"kind__exact": "interval"}, {"hourly", "broken"}),
+        ({"enabled__exact": "0"}, {"paused"}),
+        ({"task": "tests.noop"}, {"hourly"}),
+        ({"task": "__unregistered__"}, {"broken"}),
+        ({"last_run_status": "failed"}, {"nightly"}),
+        ({"last_run_status": "succeeded"}, {"hourly"}),
+        ({"last_run_status": "never"}, {"paused", "broken"}),
+        ({"q": "hour"}, {"hourly"}),
+    ],
+)
+def test_the_changelist_filters(
+    admin_client: Client, query: dict[str, str], expected: set[str]
+) -> None:
+    nightly = make_schedule("nightly", kind="cron", cron="0 3 * * *")
+    add_runs(nightly, "succeeded", "failed")  # the most recent one counts
+    hourly = make_schedule("hourly", task="tests.noop")
+    add_runs(hourly, "failed", "succeeded")
+    make_schedule("paused", kind="cron", enabled=False)
+    broken = make_schedule("broken")
+    Schedule.objects.filter(pk=broken.pk).update(task="gone.task")  # its task was removed
+
+    page = admin_client.get(reverse(CHANGELIST), query)
+    assert page.status_code == 200
+    assert listed(page) == expected
+    html = page.content.decode()
+    for title in ("By task", "By status of last run", "Never run", "Not registered"):
+        assert title in html
+
+
+def test_a_page_of_schedules_costs_the_same_queries_whatever_its_size(
+    admin_client: Client,
+) -> None:
+    def create(count: int) -> None:
+        for _ in range(count):
+            add_runs(make_schedule(), "succeeded", "failed", "skipped")
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            page = admin_client.get(reverse(CHANGELIST))
+        assert page.status_code == 200
+        return len(captured.captured_queries)
+
+    create(5)
+    queries()  # warm caches (content types, ...)
+    five = queries()
+    create(55)
+    sixty = queries()
+    assert len(admin_client.get(reverse(CHANGELIST)).context["cl"].result_list) == 60
+    assert five == sixty > 0
+
+
+def test_the_operations_link_needs_its_permission(
+    admin_client: Client, staff_client: Callable[..., Client]
+) -> None:
+    link = 'id="schedulinator-operations-link"'
+    assert link in admin_client.get(reverse(CHANGELIST)).content.decode()
+    viewer = staff_client("view_schedule")
+    assert link not in viewer.get(reverse(CHANGELIST)).content.decode()
+
+
+# -- the change form: preview, history, stale edits ---------------------------------------------
+
+
+def spring_forward() -> date:
+    """The day the clocks jump from 02:00 to 03:00 in Europe next year (the last Sunday of
+    March; 2027-03-28 for a test run in 2026): always ahead, so the test never goes stale."""
+    last = date(timezone.now().year + 1, 3, 31)
+    return last - timedelta(days=(last.weekday() - 6) % 7)
+
+
+def test_the_preview_flags_a_local_time_that_does_not_exist(admin_client: Client) -> None:
+    day = spring_forward()
+    schedule = make_schedule(
+        kind="cron",
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+        start_at=datetime.combine(day - timedelta(days=2), time(0), tzinfo=BERLIN),
+    )
+    html = admin_client.get(change_url(schedule)).content.decode()
+    table = re.search(r'<table id="schedulinator-preview".*?</table>', html, re.S)
+    assert table is not None
+    rows = re.findall(r'<tr class="([^"]*)">(.*?)</tr>', table.group(0), re.S)
+    assert len(rows) == 10  # PREVIEW_COUNT
+    flagged = [cells for classes, cells in rows if "dst" in classes.split()]
+    assert len(flagged) == 1
+    assert f"Sun {day} 03:30:00 CEST" in flagged[0]  # shifted by the gap
+    assert f"{day} 01:30:00 UTC" in flagged[0]
+    assert "⚠ DST" in flagged[0]
+    assert f"02:30 does not exist in Europe/Berlin on {day}" in flagged[0]
+    assert f"Fri {day - timedelta(days=2)} 02:30:00 CET" in rows[0][1]
+
+
+def test_the_preview_marks_a_skipped_occurrence(admin_client: Client) -> None:
+    schedule = make_schedule(
+        kind="cron",
+        cron="30 2 * * *",
+        timezone="Europe/Berlin",
+        dst_gap="skip",
+        start_at=datetime.combine(spring_forward() - timedelta(days=2), time(0), tzinfo=BERLIN),
+    )
+    html = admin_client.get(change_url(schedule)).content.decode()
+    skipped = re.findall(r'<tr class="dst skipped">(.*?)</tr>', html, re.S)
+    assert len(skipped) == 1
+    assert "does not fire" in skipped[0]
+    assert "skipped by the DST policy" in skipped[0]
+
+
+def test_the_preview_of_a_paused_schedule_says_so(admin_client: Client) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    actions.pause(schedule, "maintenance")
+    html = admin_client.get(change_url(schedule)).content.decode()
+    assert "these are the runs that would follow a resume now" in html
+    assert 'id="schedulinator-preview"' in html
+
+
+def test_the_change_form_shows_runs_and_recent_changes(
+    admin_client: Client, admin_user: User
+) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    add_runs(schedule, "succeeded", "failed", "succeeded")
+    actions.pause(schedule, "db <migration>", origin=Origin(admin_user, "admin"))
+    html = admin_client.get(change_url(schedule)).content.decode()
+    runs = reverse("admin:django_schedulinator_run_changelist")
+    assert f'href="{runs}?schedule__id__exact={schedule.pk}"' in html
+    assert ">3 runs</a>" in html
+    changes = reverse("admin:django_schedulinator_schedulechange_changelist")
+    assert f'href="{changes}?schedule__id__exact={schedule.pk}"' in html
+    table = re.search(r'<table id="schedulinator-changes".*?</table>', html, re.S)
+    assert table is not None
+    assert "<td>admin</td><td>Admin</td><td>Paused</td>" in table.group(0)
+    assert "note: db &lt;migration&gt;" in table.group(0)  # escaped
+    assert "At 03:00 (Europe/Berlin)" in html
+    version = re.search(r'field-settings_version.*?<div class="readonly">(\d+)</div>', html, re.S)
+    assert version is not None
+    assert int(version.group(1)) == Schedule.objects.get(pk=schedule.pk).version == 2
+
+
+def test_an_edit_from_a_stale_form_is_refused(admin_client: Client, index: DueIndex) -> None:
+    schedule = make_schedule("nightly", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    page = admin_client.get(change_url(schedule))
+    started = page.context["adminform"].form["version"].value()
+    assert started == schedule.version
+    assert f'<input type="hidden" name="version" value="{started}"' in page.content.decode()
+
+    actions.pause(schedule, "someone else")  # meanwhile, through another path
+    page = admin_client.post(change_url(schedule), edit_data(schedule, started, cron="0 4 * * *"))
+
+    assert page.status_code == 200
+    errors = page.context["adminform"].form.non_field_errors()
+    assert errors == [
+        "This schedule was changed by someone else while you edited it (now version "
+        f"{started + 1}, you started from {started}). Reload the page to see their change, "
+        "then make yours again."
+    ]
+    schedule.refresh_from_db()
+    assert (schedule.cron, schedule.enabled, schedule.version) == ("0 3 * * *", False, started + 1)
+    assert not ScheduleChange.objects.filter(action="changed").exists()
+    assert index.scores([schedule.pk])[schedule.pk] is None  # still paused
+
+    # From the current version, the same edit goes through.
+    page = admin_client.post(
+        change_url(schedule), edit_data(schedule, schedule.version, cron="0 4 * * *")
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    schedule.refresh_from_db()
+    assert schedule.cron == "0 4 * * *"
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"cron": "61 * * * *"},
+        {"timezone": "Nowhere/Land"},
+        {"kind": "interval"},  # without an interval
+        {"kind": "once"},  # without a time
+        {"args": "[1, 2"},
+        {"task": "os.system"},
+    ],
+)
+def test_bad_input_on_the_change_form_is_shown_again(
+    admin_client: Client, overrides: dict[str, str]
+) -> None:
+    schedule = make_schedule("nightly", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    page = admin_client.post(change_url(schedule), edit_data(schedule, 1, **overrides))
+    assert page.status_code == 200  # the form again, with its errors: no server error
+    assert page.context["adminform"].form.errors
+    schedule.refresh_from_db()
+    assert (schedule.cron, schedule.timezone, schedule.version) == ("0 3 * * *", "Europe/Berlin", 1)
+    assert not ScheduleChange.objects.exists()
+
+
+def test_an_edit_without_a_version_is_refused(admin_client: Client) -> None:
+    schedule = make_schedule("nightly", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    data = edit_data(schedule, 1, cron="0 4 * * *")
+    del data["version"]
+    page = admin_client.post(change_url(schedule), data)
+    assert page.status_code == 200
+    assert "which version" in str(page.context["adminform"].form.non_field_errors())
+    schedule.refresh_from_db()
+    assert schedule.cron == "0 3 * * *"
+
+
+# -- the change log -------------------------------------------------------------------------
+
+
+def test_creating_changing_and_deleting_are_recorded(
+    admin_client: Client, admin_user: User, index: DueIndex
+) -> None:
+    admin_client.post(reverse("admin:django_schedulinator_schedule_add"), form_data())
+    schedule = Schedule.objects.get(name="nightly")
+    created = ScheduleChange.objects.get(action="created")
+    assert (created.schedule_id, created.actor_id, created.actor_name) == (
+        schedule.pk,
+        admin_user.pk,
+        "admin",
+    )
+    assert created.source == "admin"
+    assert created.changes["name"] == [None, "nightly"]
+    assert created.changes["cron"] == [None, "0 3 * * *"]
+    assert created.version == schedule.version
+    listed_changes = admin_client.get(
+        reverse("admin:django_schedulinator_schedulechange_changelist")
+    ).content.decode()
+    assert "name=nightly; task=tests.record" in listed_changes
+    assert "max_runs" not in listed_changes  # blank fields are left out of the summary
+
+    page = admin_client.post(
+        change_url(schedule), edit_data(schedule, schedule.version, cron="0 4 * * *")
+    )
+    assert page.status_code == 302
+    changed = ScheduleChange.objects.get(action="changed")
+    assert changed.changes == {"cron": ["0 3 * * *", "0 4 * * *"]}
+    assert changed.actor_name == "admin"
+    assert changed.version == schedule.version + 1
+
+    # Saving without a change records nothing.
+    schedule.refresh_from_db()
+    admin_client.post(change_url(schedule), edit_data(schedule, schedule.version))
+    assert ScheduleChange.objects.filter(action="changed").count() == 1
+
+    add_runs(schedule, "succeeded")
+    delete = reverse("admin:django_schedulinator_schedule_delete", args=[schedule.pk])
+    confirm = admin_client.get(delete)
+    assert confirm.status_code == 200
+    assert "1 run: the ledger of the schedules above" in confirm.content.decode()
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 302
+    assert not Schedule.objects.exists()
+    assert not Run.objects.exists()
+    deleted = ScheduleChange.objects.get(action="deleted")
+    assert deleted.schedule_id is None
+    assert (deleted.schedule_name, deleted.actor_name) == ("nightly", "admin")
+    assert deleted.changes["cron"] == ["0 4 * * *", None]
+    assert ScheduleChange.objects.count() == 3  # kept, now without their schedule
+    assert index.client.zcard(index.due_key) == 0
+
+
+def test_deleting_selected_schedules_records_and_resyncs(
+    admin_client: Client, index: DueIndex
+) -> None:
+    doomed = [make_schedule("a"), make_schedule("b")]
+    kept = make_schedule("c")
+    for schedule in doomed:
+        add_runs(schedule, "succeeded", "failed")
+    confirm = post_action(admin_client, "delete_selected", doomed)
+    html = confirm.content.decode()
+    assert "4 runs: the ledger of the schedules above" in html
+    assert "permission" not in html  # the runs go with their schedules
+
+    page = admin_client.post(
+        reverse(CHANGELIST),
+        {"action": "delete_selected", "_selected_action": [s.pk for s in doomed], "post": "yes"},
+        follow=True,
+    )
+    assert page.status_code == 200
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["c"]
+    assert set(ScheduleChange.objects.values_list("schedule_name", "action")) == {
+        ("a", "deleted"),
+        ("b", "deleted"),
+    }
+    assert index.scores([s.pk for s in doomed]) == {s.pk: None for s in doomed}
+    assert index.scores([kept.pk])[kept.pk] is not None
+
+
+# -- actions ------------------------------------------------------------------------------
+
+
+def test_pause_with_a_note(admin_client: Client, admin_user: User, index: DueIndex) -> None:
+    running = make_schedule("running")
+    already = make_schedule("already")
+    actions.pause(already, "earlier")
+    assert index.scores([running.pk])[running.pk] is not None
+
+    page = post_action(admin_client, "pause", [running, already], note="  db migration ")
+
+    running.refresh_from_db()
+    assert (running.enabled, running.pause_note) == (False, "db migration")
+    assert index.scores([running.pk])[running.pk] is None
+    entry = ScheduleChange.objects.get(action="paused")
+    assert (entry.schedule_id, entry.actor_id, entry.source) == (running.pk, admin_user.pk, "admin")
+    assert entry.changes == {"note": "db migration"}
+    already.refresh_from_db()
+    assert already.pause_note == "earlier"  # left alone
+    assert shown_messages(page) == [
+        (messages.SUCCESS, 'Paused 1 schedule with the note "db migration": running.'),
+        (messages.WARNING, "Already paused, left as they were: already."),
+    ]
+
+
+def test_the_action_form_has_the_note(admin_client: Client) -> None:
+    make_schedule()
+    html = admin_client.get(reverse(CHANGELIST)).content.decode()
+    assert "Note (for pause)" in html
+    assert '<input type="text" name="note" maxlength="500">' in html
+    for action in ("pause", "resume", "run_now", "resync_index", "delete_selected"):
+        assert f'<option value="{action}">' in html
+
+
+def test_resume(admin_client: Client, index: DueIndex) -> None:
+    schedule = make_schedule()
+    actions.pause(schedule)
+    page = post_action(admin_client, "resume", [schedule])
+    schedule.refresh_from_db()
+    assert schedule.enabled
+    assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.due_at)
+    assert ScheduleChange.objects.filter(action="resumed", schedule=schedule).exists()
+    assert (messages.SUCCESS, f"Resumed 1 schedule: {schedule.name}.") in shown_messages(page)
+
+
+def test_run_now_queues_a_run_and_reports_unregistered_tasks(admin_client: Client) -> None:
+    fine = make_schedule("fine")
+    broken = make_schedule("broken")
+    Schedule.objects.filter(pk=broken.pk).update(task="gone.task")
+
+    page = post_action(admin_client, "run_now", [fine, broken])
+
+    assert page.status_code == 200
+    run = Run.objects.get()
+    assert (run.schedule_id, run.trigger, run.status) == (fine.pk, "run_now", "pending")
+    assert ScheduleChange.objects.get(action="run_now").schedule_id == fine.pk
+    shown = shown_messages(page)
+    assert (messages.ERROR, "broken: 'gone.task' is not a registered task here, so it cannot be "
+            "run. Register it with @django_schedulinator.task.") in shown  # fmt: skip
+    assert any(
+        level == messages.SUCCESS and text.startswith("Queued 1 run now: fine.")
+        for level, text in shown
+    )
+
+
+def test_a_schedule_whose_task_is_gone_can_still_be_paused(admin_client: Client) -> None:
+    # The schedule an operator most wants to stop: its task was removed from the code.
+    broken = make_schedule("broken")
+    Schedule.objects.filter(pk=broken.pk).update(task="gone.task")
+    page = post_action(admin_client, "pause", [broken], note="task removed")
+    assert page.status_code == 200
+    [(level, _text)] = shown_messages(page)
+    assert level == messages.SUCCESS
+    broken.refresh_from_db()
+    assert (broken.enabled, broken.pause_note) == (False, "task removed")
+
+
+def test_pause_reports_a_note_the_model_refuses(admin_client: Client) -> None:
+    schedule = make_schedule("long-note")
+    page = post_action(admin_client, "pause", [schedule], note="x" * 501)
+    assert page.status_code == 200
+    assert Schedule.objects.get(pk=schedule.pk).enabled
+    assert not ScheduleChange.objects.filter(action="paused").exists()
+
+
+def test_resync_restores_a_lost_entry(admin_client: Client, index: DueIndex) -> None:
+    schedule = make_schedule()
+    index.client.zrem(index.due_key, schedule.pk)  # lost, as after a partial failure
+    page = post_action(admin_client, "resync_index", [schedule])
+    assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.due_at)
+    assert ScheduleChange.objects.filter(action="resynced", schedule=schedule).exists()
+    [(level, text)] = shown_messages(page)
+    assert level == messages.SUCCESS
+    assert "Resynced the due index for 1 schedule (1 index entries" in text
+
+
+@pytest.mark.usefixtures("redis_down")
+def test_an_action_while_redis_is_down_is_an_error_message(admin_client: Client) -> None:
+    schedule = make_schedule()
+    page = post_action(admin_client, "pause", [schedule], note="outage")
+    assert page.status_code == 200
+    schedule.refresh_from_db()
+    assert not schedule.enabled  # the row is the truth; reconcile heals the index
+    levels = [level for level, _text in shown_messages(page)]
+    assert levels == [messages.SUCCESS, messages.ERROR]
+    assert "The due index could not be updated" in shown_messages(page)[1][1]
+
+    page = post_action(admin_client, "resync_index", [schedule])
+    assert [level for level, _text in shown_messages(page)] == [messages.ERROR]
+    assert not ScheduleChange.objects.filter(action="resynced").exists()
+
+
+# -- permissions --------------------------------------------------------------------------------
+
+
+def test_a_viewer_sees_schedules_but_cannot_change_them(
+    staff_client: Callable[..., Client],
+) -> None:
+    schedule = make_schedule()
+    viewer = staff_client("view_schedule")
+    page = viewer.get(reverse(CHANGELIST))
+    assert page.status_code == 200
+    assert listed(page) == {schedule.name}
+    assert 'name="action"' not in page.content.decode()  # no actions at all
+
+    for action in ("pause", "delete_selected"):
+        refused = viewer.post(
+            reverse(CHANGELIST),
+            {"action": action, "index": "0", "_selected_action": [schedule.pk]},
+        )
+        assert refused.status_code == 403
+    schedule.refresh_from_db()
+    assert schedule.enabled
+
+    form = viewer.get(change_url(schedule))
+    assert form.status_code == 200
+    assert 'name="_save"' not in form.content.decode()
+    assert viewer.post(change_url(schedule), form_data(name="renamed")).status_code == 403
+    assert viewer.get(reverse("admin:django_schedulinator_schedule_add")).status_code == 403
+
+
+def test_an_editor_without_delete_permission_cannot_delete(
+    staff_client: Callable[..., Client],
+) -> None:
+    schedule = make_schedule()
+    editor = staff_client("view_schedule", "change_schedule")
+    page = post_action(editor, "pause", [schedule])
+    assert page.status_code == 200
+    assert not Schedule.objects.get(pk=schedule.pk).enabled
+    refused = editor.post(
+        reverse(CHANGELIST),
+        {"action": "delete_selected", "index": "0", "_selected_action": [schedule.pk]},
+    )
+    assert refused.status_code == 403
+    assert Schedule.objects.filter(pk=schedule.pk).exists()
+
+
+# -- the ledger and the change log are read-only ----------------------------------------------
+
+
+def test_the_run_admin_is_read_only(admin_client: Client) -> None:
+    schedule = make_schedule("nightly")
+    add_runs(schedule, "failed")
+    run = Run.objects.get()
+    run.note = "x" * 200
+    run.save()
+
+    page = admin_client.get(reverse("admin:django_schedulinator_run_changelist"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "nightly" in html
+    assert "x" * 79 + "…" in html  # the short note
+    assert "delete_selected" not in html
+    assert admin_client.get(reverse("admin:django_schedulinator_run_add")).status_code == 403
+
+    view = admin_client.get(reverse("admin:django_schedulinator_run_change", args=[run.pk]))
+    assert view.status_code == 200
+    assert 'name="_save"' not in view.content.decode()
+    assert "Failed" in view.content.decode()
+    delete = reverse("admin:django_schedulinator_run_delete", args=[run.pk])
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert Run.objects.filter(pk=run.pk).exists()
+
+
+def test_runs_can_be_listed_for_one_schedule(admin_client: Client) -> None:
+    one, other = make_schedule("one"), make_schedule("other")
+    add_runs(one, "succeeded", "failed")
+    add_runs(other, "succeeded")
+    page = admin_client.get(
+        reverse("admin:django_schedulinator_run_changelist"), {"schedule__id__exact": one.pk}
+    )
+    assert page.status_code == 200
+    assert {r.schedule_id for r in page.context["cl"].result_list} == {one.pk}
+    filtered = admin_client.get(
+        reverse("admin:django_schedulinator_run_changelist"), {"status__exact": "failed"}
+    )
+    assert [r.schedule_id for r in filtered.context["cl"].result_list] == [one.pk]
+
+
+def test_the_change_log_admin_lists_entries(admin_client: Client, admin_user: User) -> None:
+    schedule = make_schedule("nightly")
+    gone = make_schedule("gone")
+    origin = Origin(admin_user, "admin")
+    actions.pause(schedule, "maintenance", origin=origin)
+    actions.pause(gone, origin=Origin(None, "command"))
+    gone.delete()
+
+    url = reverse("admin:django_schedulinator_schedulechange_changelist")
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'<a href="{change_url(schedule)}">nightly</a>' in html  # a link while it exists
+    assert "gone" in html
+    assert "note: maintenance" in html
+    assert len(admin_client.get(url, {"source__exact": "command"}).context["cl"].result_list) == 1
+    assert len(admin_client.get(url, {"q": "nightly"}).context["cl"].result_list) == 1
+    by_schedule = admin_client.get(url, {"schedule__id__exact": schedule.pk})
+    assert [e.action for e in by_schedule.context["cl"].result_list] == ["paused"]
+
+    assert admin_client.get(f"{url}add/").status_code == 403
+    entry = ScheduleChange.objects.get(schedule=schedule)
+    view = admin_client.get(
+        reverse("admin:django_schedulinator_schedulechange_change", args=[entry.pk])
+    )
+    assert view.status_code == 200
+    assert 'name="_save"' not in view.content.decode()
+
+
+# -- the operations page ------------------------------------------------------------------------
+
+
+def test_the_operations_page_needs_its_permission(
+    staff_client: Callable[..., Client], index: DueIndex
+) -> None:
+    assert staff_client("view_schedule").get(reverse(OPERATIONS)).status_code == 403
+
+    for name in ("a", "b", "c"):
+        make_schedule(name)
+    paused = make_schedule("paused")
+    actions.pause(paused)
+    operator = staff_client("view_schedule", "view_operations", username="operator")
+    page = operator.get(reverse(OPERATIONS))
+    assert page.status_code == 200
+    html = page.content.decode()
+
+    def value(key: str) -> str:
+        found = re.search(
+            rf'<tr id="schedulinator-status-{key}">.*?<td class="value">(.*?)</td>', html, re.S
+        )
+        assert found is not None, key
+        return found.group(1).strip()
+
+    assert (value("schedules"), value("enabled"), value("indexable")) == ("4", "3", "3")
+    assert value("entries") == "3"
+    assert value("due-now") == "0"
+    assert value("lag") == "none due"
+    assert value("last-rebuild") == "never"
+    assert value("rebuild-running") == "no"
+    assert "0 late or missing" in value("drift")
+    assert "Scheduler operations" in html
+    assert f'<a href="{reverse(CHANGELIST)}">Schedules</a>' in html  # breadcrumbs
+    assert 'id="schedulinator-rebuild-form"' not in html  # no rebuild_index permission
+    assert operator.post(reverse(OPERATIONS)).status_code == 403
+    assert index.built_info() is None
+
+
+def test_the_operations_page_highlights_drift(admin_client: Client, index: DueIndex) -> None:
+    schedule = make_schedule()
+    index.client.zrem(index.due_key, schedule.pk)
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    assert 'id="schedulinator-drift-warning"' in html
+    assert f'<a href="{change_url(schedule)}">{schedule.pk}</a>' in html
+
+
+def test_a_rebuild_from_the_operations_page(
+    staff_client: Callable[..., Client], index: DueIndex
+) -> None:
+    schedule = make_schedule()
+    index.client.zrem(index.due_key, schedule.pk)
+    operator = staff_client(
+        "view_schedule", "view_operations", "rebuild_index", username="operator"
+    )
+    assert 'id="schedulinator-rebuild-form"' in operator.get(reverse(OPERATIONS)).content.decode()
+
+    page = operator.post(reverse(OPERATIONS))
+    assert page.status_code == 302
+    assert page["Location"] == reverse(OPERATIONS)
+    for thread in threading.enumerate():  # the rebuild runs in the background: wait for it
+        if thread.name == "schedulinator-admin-rebuild":
+            thread.join(timeout=10)
+    info = index.built_info()
+    assert info is not None
+    assert info["by"] == "admin:operator"
+    assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.due_at)
+
+    shown = operator.get(reverse(OPERATIONS))
+    assert "by admin:operator" in shown.content.decode()
+    assert any(text.startswith("Rebuild started;") for _level, text in shown_messages(shown))
+
+
+def test_a_second_rebuild_is_not_started(admin_client: Client, index: DueIndex) -> None:
+    lock = index.rebuild_lock(60)
+    assert lock.acquire(blocking=False)
+    try:
+        page = admin_client.post(reverse(OPERATIONS), follow=True)
+    finally:
+        lock.release()
+    assert page.status_code == 200
+    assert [level for level, _text in shown_messages(page)] == [messages.WARNING]
+    assert "A rebuild is already running" in shown_messages(page)[0][1]
+    assert index.built_info() is None
+
+
+@pytest.mark.usefixtures("redis_down")
+def test_the_operations_page_while_redis_is_down(admin_client: Client) -> None:
+    make_schedule()
+    page = admin_client.get(reverse(OPERATIONS))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="schedulinator-redis-error"' in html
+    assert "Redis is unreachable" in html
+    page = admin_client.post(reverse(OPERATIONS), follow=True)
+    assert [level for level, _text in shown_messages(page)] == [messages.ERROR]

@@ -13,7 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 import pytest
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
@@ -46,7 +46,9 @@ STEP_TIMEOUT_MS = 15_000
 
 @pytest.fixture(scope="module")
 def artifacts() -> Artifacts:
-    return Artifacts()
+    artifacts = Artifacts()
+    artifacts.clear()
+    return artifacts
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +112,9 @@ class Screenshots:
 
     def take(self, step: str) -> None:
         self.count += 1
-        self.page.screenshot(path=self.artifacts.path(f"{self.count:02d}-{step}.png"), full_page=True)
+        self.page.screenshot(
+            path=self.artifacts.path(f"{self.count:02d}-{step}.png"), full_page=True
+        )
 
     @contextmanager
     def on_failure(self) -> Iterator[None]:
@@ -118,10 +122,8 @@ class Screenshots:
             yield
         except BaseException:
             # Best effort: the failure itself is what pytest must report.
-            try:
+            with suppress(Exception):
                 self.page.screenshot(path=self.artifacts.path("failure.png"), full_page=True)
-            except Exception:
-                pass
             raise
 
 

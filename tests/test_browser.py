@@ -94,7 +94,7 @@ def example_project(artifacts: Artifacts) -> Iterator[ExampleProject]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         yield context.new_page()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from .models import Run, Schedule
 
 logger = logging.getLogger("django_schedulinator.actions")
+
+# The index scores times as epoch milliseconds: nothing runs before it.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class ActionError(ValueError):
@@ -173,6 +176,8 @@ def backfill(
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise ActionError(f"The {name} must be a date and time with a time zone.")
     now = timezone.now()
+    if start < EPOCH:
+        raise ActionError("A backfill cannot start before 1970-01-01 UTC.")
     if end < start:
         raise ActionError("The end of a backfill must not be before its start.")
     if end > now:

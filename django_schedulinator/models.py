@@ -64,7 +64,23 @@ def _validate_strict_json(value: Any) -> None:
             "NaN and Infinity are not valid JSON numbers.", code="not_json"
         ) from None
     except TypeError:
-        pass  # not JSON at all: the field's own validation says so
+        return  # not JSON at all: the field's own validation says so
+    # PostgreSQL's jsonb refuses \u0000 (SQLite would store it): refuse it everywhere, so a
+    # schedule is valid on every database.
+    if _holds_nul(value):
+        raise ValidationError(
+            "Text in JSON cannot hold the NUL character (\\u0000).", code="nul_character"
+        )
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def validate_json_object(value: Any) -> None:

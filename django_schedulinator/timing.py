@@ -565,6 +565,9 @@ def _truncated(moment: Moment) -> Moment:
 # -- jitter --------------------------------------------------------------------------------
 
 
+LAST_INSTANT = datetime.max.replace(tzinfo=UTC)
+
+
 def jitter_delay(
     schedule_id: int, nominal: datetime, jitter: timedelta | None, gap: timedelta | None
 ) -> timedelta:
@@ -579,6 +582,8 @@ def jitter_delay(
     limit_ms = int(jitter / ONE_MS)
     if gap is not None:
         limit_ms = min(limit_ms, int(gap / ONE_MS) - 1)
+    # Never past the last instant a datetime can hold (a one-off at the end of 9999).
+    limit_ms = min(limit_ms, int((LAST_INSTANT - nominal) / ONE_MS))
     if limit_ms <= 0:
         return timedelta(0)
     digest = hashlib.blake2b(f"{schedule_id}:{to_ms(nominal)}".encode(), digest_size=8).digest()

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from typing import Any
+
 import django_filters
+from django.core.exceptions import ValidationError
+from django_filters.fields import IsoDateTimeField
 
 from ..models import Run, Schedule, ScheduleChange
 
@@ -13,11 +18,29 @@ class ScheduleFilter(django_filters.FilterSet):
         fields = ("kind", "enabled", "task", "timezone", "overlap", "catch_up")
 
 
+class UTCDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, converted to UTC before it reaches the database: offsets PostgreSQL
+    refuses (16 hours and more) work, and a time UTC cannot hold is a 400, not a 500."""
+
+    def to_python(self, value: Any) -> datetime | None:
+        try:
+            parsed = super().to_python(value)
+            return None if parsed is None else parsed.astimezone(UTC)
+        except (OverflowError, ValueError):
+            raise ValidationError(
+                "Enter a date and time that can be converted to UTC.", code="invalid"
+            ) from None
+
+
+class UTCDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UTCDateTimeField
+
+
 class RunFilter(django_filters.FilterSet):
-    scheduled_after = django_filters.IsoDateTimeFilter(
+    scheduled_after = UTCDateTimeFilter(
         field_name="scheduled_for", lookup_expr="gte", label="Nominal time at or after"
     )
-    scheduled_before = django_filters.IsoDateTimeFilter(
+    scheduled_before = UTCDateTimeFilter(
         field_name="scheduled_for", lookup_expr="lte", label="Nominal time at or before"
     )
 

@@ -21,7 +21,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -83,6 +83,17 @@ class NewestFirstCursorPagination(SizedFromSettings, pagination.CursorPagination
     where page numbers would count and skip rows. Newest (highest id) first."""
 
     ordering = "-id"
+
+    def decode_cursor(self, request: Request) -> Any:
+        # DRF trusts the position inside a well-formed cursor; one that is not an id would
+        # reach the query. Any bad cursor is "Invalid cursor" (404), as DRF answers others.
+        cursor = super().decode_cursor(request)
+        if cursor is not None and cursor.position is not None:
+            try:
+                int(cursor.position)
+            except (TypeError, ValueError):
+                raise NotFound(self.invalid_cursor_message) from None
+        return cursor
 
 
 def etag(schedule: Schedule) -> str:

@@ -183,30 +183,7 @@ class ScheduleForm(forms.ModelForm):
 
     class Meta:
         model = Schedule
-        fields = (
-            "name",
-            "task",
-            "args",
-            "kwargs",
-            "enabled",
-            "kind",
-            "cron",
-            "interval",
-            "run_at",
-            "timezone",
-            "dst_gap",
-            "dst_fold",
-            "anchor_at",
-            "start_at",
-            "end_at",
-            "max_runs",
-            "jitter",
-            "catch_up",
-            "catch_up_window",
-            "overlap",
-            "pause_note",
-            "pause_after_failures",
-        )
+        fields = Schedule.SETTINGS_FIELDS
         field_classes = {"args": PrettyJSONField, "kwargs": PrettyJSONField}
         widgets = {
             "args": JSONEditorWidget(json_type="array"),

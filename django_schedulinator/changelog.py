@@ -17,14 +17,6 @@ if TYPE_CHECKING:
 
     from .models import Schedule, ScheduleChange
 
-# What people set; the scheduler's own fields (next run, counters) are not edits.
-TRACKED_FIELDS = (
-    "name", "task", "args", "kwargs", "enabled", "pause_note",
-    "kind", "cron", "interval", "run_at", "timezone", "anchor_at", "dst_gap", "dst_fold",
-    "start_at", "end_at", "max_runs", "jitter",
-    "catch_up", "catch_up_window", "overlap", "pause_after_failures",
-)  # fmt: skip
-
 
 @dataclass(frozen=True, slots=True)
 class Origin:
@@ -46,14 +38,16 @@ def snapshot(schedule: Schedule | None) -> dict[str, Any]:
     """The tracked fields of a schedule as JSON values ({} for none)."""
     if schedule is None:
         return {}
-    return {name: as_json(getattr(schedule, name)) for name in TRACKED_FIELDS}
+    return {name: as_json(getattr(schedule, name)) for name in schedule.SETTINGS_FIELDS}
 
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """``{field: [before, after]}`` for each tracked field whose value differs."""
+    from .models import Schedule
+
     return {
         name: [before.get(name), after.get(name)]
-        for name in TRACKED_FIELDS
+        for name in Schedule.SETTINGS_FIELDS
         if before.get(name) != after.get(name)
     }
 

@@ -299,6 +299,13 @@ class Schedule(models.Model):
         "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
     )  # fmt: skip
     MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
+    # What people set, in the order forms and the API show it; the change log diffs these.
+    SETTINGS_FIELDS = (
+        "name", "task", "args", "kwargs", "enabled", "pause_note",
+        "kind", "cron", "interval", "run_at", "timezone", "anchor_at", "dst_gap", "dst_fold",
+        "start_at", "end_at", "max_runs", "jitter",
+        "catch_up", "catch_up_window", "overlap", "pause_after_failures",
+    )  # fmt: skip
 
     class Meta:
         ordering = ("name",)

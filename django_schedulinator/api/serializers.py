@@ -44,16 +44,8 @@ class DateTimeField(serializers.DateTimeField):
     """ISO 8601; a time without an offset is read in the project's TIME_ZONE."""
 
     def to_internal_value(self, value: Any) -> Any:
-        try:
+        try:  # parses, then converts to the project's zone (which may overflow)
             return super().to_internal_value(value)
-        except (OverflowError, ValueError):
-            raise serializers.ValidationError(
-                "Enter a date and time that can be converted to UTC."
-            ) from None
-
-    def enforce_timezone(self, value: Any) -> Any:
-        try:
-            return super().enforce_timezone(value)
         except (OverflowError, ValueError):
             raise serializers.ValidationError(
                 "Enter a date and time that can be converted to UTC."
@@ -106,50 +98,16 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         model = Schedule
         fields = (
             "id",
-            "name",
-            "task",
-            "args",
-            "kwargs",
-            "enabled",
-            "pause_note",
-            "kind",
-            "cron",
-            "interval",
-            "run_at",
-            "timezone",
+            *Schedule.SETTINGS_FIELDS,
             "description",
-            "dst_gap",
-            "dst_fold",
-            "anchor_at",
-            "start_at",
-            "end_at",
-            "max_runs",
-            "jitter",
-            "catch_up",
-            "catch_up_window",
-            "overlap",
-            "pause_after_failures",
-            "next_run_at",
-            "due_at",
-            "last_run_at",
-            "run_count",
-            "failure_streak",
+            *Schedule.MACHINE_FIELDS,
             "paused_at",
             "version",
             "created_at",
             "updated_at",
             "runs_url",
         )
-        read_only_fields = (
-            "next_run_at",
-            "due_at",
-            "last_run_at",
-            "run_count",
-            "failure_streak",
-            "paused_at",
-            "created_at",
-            "updated_at",
-        )
+        read_only_fields = (*Schedule.MACHINE_FIELDS, "paused_at", "created_at", "updated_at")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

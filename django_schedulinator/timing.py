@@ -208,6 +208,7 @@ class Timing:
             get_zone(self.timezone)
         except TimingError as exc:
             errors["timezone"] = str(exc)
+        zone = None if "timezone" in errors else get_zone(self.timezone)
         for name in ("run_at", "start_at", "end_at", "anchor_at"):
             value = getattr(self, name)
             # A naive (or unparsed) value cannot be compared with the UTC instants used here.
@@ -215,6 +216,12 @@ class Timing:
                 isinstance(value, datetime) and value.utcoffset() is not None
             ):
                 errors[name] = "Enter a date and time with a time zone."
+                continue
+            try:  # shown in local time: it must have one (the end of 9999 east of UTC)
+                if value is not None and zone is not None:
+                    value.astimezone(zone)
+            except OverflowError:
+                errors[name] = f"This time has no local time in {self.timezone} (past 9999)."
         if self.dst_gap not in (GAP_SHIFT, GAP_SKIP):
             errors["dst_gap"] = f"Unknown policy {self.dst_gap!r}; use shift or skip."
         if self.dst_fold not in (FOLD_FIRST, FOLD_SECOND, FOLD_BOTH):
@@ -858,7 +865,10 @@ def preview(
     previous_offset = None
     timed = _with_due_times(timing, schedule_id, moments, None)
     for moment, due in islice(timed, count):
-        local = moment.at.astimezone(zone)
+        try:
+            local = moment.at.astimezone(zone)
+        except OverflowError:  # past the year 9999 in this zone: nothing more to show
+            break
         note = dst_note(timing, moment)
         dst = moment.dst
         offset = local.utcoffset()
@@ -911,7 +921,10 @@ def describe(timing: Timing) -> str:
             text += f", counted from {anchor.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         return text
     if timing.kind == ONCE and isinstance(timing.run_at, datetime):
-        local = timing.run_at.astimezone(get_zone(timing.timezone))
+        try:
+            local = timing.run_at.astimezone(get_zone(timing.timezone))
+        except OverflowError:  # a row saved before validate() refused such times
+            return f"Once, at {timing.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         return f"Once, at {local:%Y-%m-%d %H:%M:%S %Z} ({timing.timezone})"
     return ""
 

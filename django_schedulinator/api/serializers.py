@@ -193,6 +193,12 @@ class PreviewItemSerializer(serializers.Serializer[Any]):
 
 class RunSerializer(serializers.ModelSerializer[Run]):
     idempotency_key = serializers.CharField(read_only=True)
+    skip_reason = serializers.ChoiceField(
+        choices=Run.SkipReason.choices,
+        allow_blank=True,
+        read_only=True,
+        help_text="Why the occurrence did not fire; empty when it did.",
+    )
 
     class Meta:
         model = Run

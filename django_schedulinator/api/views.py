@@ -118,6 +118,11 @@ PRECONDITION_RESPONSES = {
 }
 
 
+# The actions act on one schedule: the list's filters and pages do not apply to them (a
+# ?kind= on a pause must not turn it into a 404, and the schema must not list them).
+ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": None}
+
+
 @extend_schema(tags=["schedules"])
 class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]):
     """Schedules: the canonical rows. Writes are validated by the model's own rules."""
@@ -263,7 +268,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return self.get_object()  # permission and 404 handling of the viewset
 
     @extend_schema(request=s.PauseSerializer, responses={200: s.ScheduleSerializer})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
         """Stop firing (the schedule keeps its place); the note says why."""
         schedule = self._action_schedule()
@@ -275,7 +280,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return self._respond(schedule)
 
     @extend_schema(request=s.ResumeSerializer, responses={200: s.ScheduleSerializer})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Fire again from now on; the paused period is recorded as skipped, or caught up."""
         schedule = self._action_schedule()
@@ -289,7 +294,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return self._respond(schedule)
 
     @extend_schema(request=s.RunNowSerializer, responses={202: s.RunSerializer})
-    @action(detail=True, methods=["post"], url_path="run-now")
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"], url_path="run-now")
     def run_now(self, request: Request, pk: str | None = None) -> Response:
         """Queue one run now, with a key of its own; any scheduler dispatches it."""
         schedule = self._action_schedule()
@@ -303,7 +308,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=s.BackfillSerializer, responses={200: s.BackfillReportSerializer})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:
         """Fire each occurrence of a past range that has not fired; idempotent."""
         schedule = self._action_schedule()
@@ -318,7 +323,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return Response(s.BackfillReportSerializer(report).data)
 
     @extend_schema(request=None, responses={200: s.ScheduleSerializer, 503: OpenApiResponse()})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def resync(self, request: Request, pk: str | None = None) -> Response:
         """Write this schedule's due-index entry again from its row."""
         schedule = self._action_schedule()
@@ -332,7 +337,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
     @extend_schema(
         parameters=[s.PreviewQuerySerializer], responses={200: s.PreviewItemSerializer(many=True)}
     )
-    @action(detail=True, methods=["get"])
+    @action(detail=True, **ON_ONE_SCHEDULE, methods=["get"])
     def preview(self, request: Request, pk: str | None = None) -> Response:
         """The next occurrences in local time and UTC, with DST changes flagged."""
         schedule = self._action_schedule()

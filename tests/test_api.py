@@ -1,0 +1,1017 @@
+"""The REST API end to end: DRF's APIClient against the real views, database and Redis.
+
+What it proves:
+
+* who may do what: anonymous users, staff without permissions and non-staff users with
+  every permission get no data and change nothing; staff with exactly the permissions an
+  endpoint needs get through; the permission classes come from the settings per request;
+* writes are validated by the model's own rules, each error names its field, and a refused
+  write leaves no row, no due-index entry and no change-log entry behind;
+* optimistic concurrency: ETag / If-None-Match, If-Match (412), a body ``version`` (409),
+  no precondition (428), and a schedule firing meanwhile is not a conflict;
+* pagination (page numbers for schedules, cursors for runs and changes), filters, search;
+* the actions (pause, resume, run now, backfill, preview, resync), the ledger, the change
+  log, the index health (503 when Redis is unreachable) and the served schema.
+
+The last section pins the edges that were server errors, found by fuzzing and fixed.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import yaml
+from django.conf import settings as django_settings
+from django.contrib.auth.models import Permission, User
+from django.db.models import F
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from django_schedulinator import changelog
+from django_schedulinator.changelog import Origin
+from django_schedulinator.conf import app_settings
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.timing import to_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_schedule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+API = "/api/schedulinator/"
+NEW: dict[str, Any] = {
+    "name": "nightly",
+    "task": "tests.record",
+    "kind": "cron",
+    "cron": "0 3 * * *",
+    "timezone": "Europe/Berlin",
+}
+VIEW = "django_schedulinator.view_schedule"
+ADD = "django_schedulinator.add_schedule"
+CHANGE = "django_schedulinator.change_schedule"
+DELETE = "django_schedulinator.delete_schedule"
+VIEW_RUN = "django_schedulinator.view_run"
+VIEW_CHANGES = "django_schedulinator.view_schedulechange"
+VIEW_OPERATIONS = "django_schedulinator.view_operations"
+ALL_PERMS = (VIEW, ADD, CHANGE, DELETE, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS)
+PAST = datetime(2025, 1, 1, tzinfo=UTC)
+POSTGRES = django_settings.DB_VENDOR == "postgres"
+
+
+# -- helpers and fixtures -------------------------------------------------------------------
+
+
+def make_user(name: str, *perms: str, staff: bool = True, active: bool = True) -> User:
+    # No password: hashing one takes longer than most of these tests (they force_authenticate).
+    user = User.objects.create_user(name, is_staff=staff, is_active=active)
+    for perm in perms:
+        app_label, codename = perm.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return User.objects.get(pk=user.pk)  # a fresh instance: no stale permission cache
+
+
+def client_for(user: User | None) -> APIClient:
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def admin() -> User:
+    return User.objects.create_superuser("admin", "admin@example.com", None)
+
+
+@pytest.fixture
+def api(admin: User) -> APIClient:
+    return client_for(admin)
+
+
+def create(api: APIClient, **overrides: Any) -> dict[str, Any]:
+    response = api.post(f"{API}schedules/", {**NEW, **overrides}, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def add_run(schedule: Schedule, at: datetime, **fields: Any) -> Run:
+    """A ledger row, as the scheduler writes them."""
+    fields.setdefault("claimed_at", at)
+    fields.setdefault("worker_id", "tests")
+    return Run.objects.create(
+        schedule=schedule,
+        scheduled_for=at,
+        task=schedule.task,
+        args=schedule.args,
+        kwargs=schedule.kwargs,
+        **fields,
+    )
+
+
+def etag_of(response: Any) -> str:
+    return response.headers["ETag"]
+
+
+def closed_port() -> int:
+    """A local TCP port nothing listens on: connecting to it is refused at once."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def world(admin: User) -> dict[str, int]:
+    """One schedule, one run of it and one change-log entry, for the permission tests."""
+    schedule = make_schedule(**{**NEW, "name": "existing"})
+    run = add_run(schedule, PAST)
+    change = changelog.record(schedule, Origin(admin, "admin"), ScheduleChange.Action.CREATED)
+    return {"s": schedule.pk, "r": run.pk, "c": change.pk}
+
+
+# (method, path, body): every endpoint; {s}, {r}, {c}: the ids of the world fixture.
+ENDPOINTS: dict[str, tuple[str, str, Any]] = {
+    "list": ("get", "schedules/", None),
+    "retrieve": ("get", "schedules/{s}/", None),
+    "create": ("post", "schedules/", {**NEW, "name": "another"}),
+    "update": ("put", "schedules/{s}/", {**NEW, "name": "existing", "version": 1}),
+    "partial_update": ("patch", "schedules/{s}/", {"cron": "0 4 * * *", "version": 1}),
+    "delete": ("delete", "schedules/{s}/", None),
+    "pause": ("post", "schedules/{s}/pause/", {"note": "why"}),
+    "resume": ("post", "schedules/{s}/resume/", {}),
+    "run_now": ("post", "schedules/{s}/run-now/", {}),
+    "backfill": (
+        "post",
+        "schedules/{s}/backfill/",
+        {"start": "2025-01-01T00:00:00Z", "end": "2025-01-02T00:00:00Z"},
+    ),
+    "resync": ("post", "schedules/{s}/resync/", None),
+    "preview": ("get", "schedules/{s}/preview/", None),
+    "runs": ("get", "runs/", None),
+    "run": ("get", "runs/{r}/", None),
+    "changes": ("get", "changes/", None),
+    "change": ("get", "changes/{c}/", None),
+    "index": ("get", "index/", None),
+    "schema": ("get", "schema/?format=json", None),
+}
+# What each endpoint needs with the default permission class (besides being active staff).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "list": (VIEW,),
+    "retrieve": (VIEW,),
+    "create": (ADD,),
+    "update": (CHANGE,),
+    "partial_update": (CHANGE,),
+    "delete": (DELETE,),
+    "pause": (VIEW, CHANGE),
+    "resume": (VIEW, CHANGE),
+    "run_now": (VIEW, CHANGE),
+    "backfill": (VIEW, CHANGE),
+    "resync": (VIEW, CHANGE),
+    "preview": (VIEW,),
+    "runs": (VIEW_RUN,),
+    "run": (VIEW_RUN,),
+    "changes": (VIEW_CHANGES,),
+    "change": (VIEW_CHANGES,),
+    "index": (VIEW_OPERATIONS,),
+    "schema": (),
+}
+WRITES = ["create", "update", "partial_update", "delete", "pause", "resume", "run_now"]
+WRITES += ["backfill", "resync"]
+
+
+def call(client: APIClient, endpoint: str, ids: dict[str, int]) -> Any:
+    method, path, body = ENDPOINTS[endpoint]
+    return getattr(client, method)(API + path.format(**ids), body, format="json")
+
+
+def snapshot_of_everything() -> tuple[Any, ...]:
+    """What a refused request must leave as it was."""
+    return (
+        list(Schedule.objects.order_by("pk").values_list("pk", "name", "enabled", "version")),
+        Run.objects.count(),
+        ScheduleChange.objects.count(),
+    )
+
+
+# -- permissions ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("who", "endpoint"),
+    [
+        (who, endpoint)
+        for who in ("anonymous", "staff without permissions", "non-staff")
+        for endpoint in ENDPOINTS
+        if not (who == "staff without permissions" and endpoint == "schema")  # staff only
+    ],
+)
+def test_refused_users_get_no_data_and_change_nothing(
+    world: dict[str, int], who: str, endpoint: str
+) -> None:
+    user = {
+        "anonymous": lambda: None,
+        "staff without permissions": lambda: make_user("staff"),
+        # Every permission, but not staff: the default class wants both.
+        "non-staff": lambda: make_user("outsider", *ALL_PERMS, staff=False),
+    }[who]()
+    before = snapshot_of_everything()
+    response = call(client_for(user), endpoint, world)
+    # Anonymous: 401 or 403 depending on the authentication classes (session first: 403).
+    assert response.status_code in ((403,) if user else (401, 403)), response.content
+    assert set(response.json()) == {"detail"}  # an explanation, no data
+    assert snapshot_of_everything() == before
+
+
+def test_inactive_staff_with_permissions_is_refused(world: dict[str, int]) -> None:
+    user = make_user("gone", *ALL_PERMS, active=False)
+    assert call(client_for(user), "list", world).status_code == 403
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS)
+def test_staff_with_exactly_the_needed_permissions_get_through(
+    world: dict[str, int], endpoint: str
+) -> None:
+    user = make_user("exact", *NEEDS[endpoint])
+    response = call(client_for(user), endpoint, world)
+    assert 200 <= response.status_code < 300, response.content
+
+
+@pytest.mark.parametrize("endpoint", ["pause", "resume", "run_now", "backfill", "resync"])
+@pytest.mark.parametrize("perm", [VIEW, CHANGE])
+def test_actions_need_both_view_and_change(world: dict[str, int], endpoint: str, perm: str) -> None:
+    before = snapshot_of_everything()
+    response = call(client_for(make_user("half", perm)), endpoint, world)
+    assert response.status_code == 403
+    assert snapshot_of_everything() == before
+
+
+@pytest.mark.parametrize("endpoint", WRITES)
+def test_view_only_staff_cannot_write_or_run_actions(world: dict[str, int], endpoint: str) -> None:
+    viewer = make_user("viewer", VIEW, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS)
+    before = snapshot_of_everything()
+    assert call(client_for(viewer), endpoint, world).status_code == 403
+    assert snapshot_of_everything() == before
+
+
+def test_permission_classes_are_read_from_the_settings_per_request(
+    world: dict[str, int], settings: Any
+) -> None:
+    plain = client_for(make_user("plain", staff=False))  # no permissions, not staff
+    assert call(plain, "list", world).status_code == 403
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    }
+    assert call(plain, "list", world).status_code == 200
+    assert call(plain, "index", world).status_code == 200
+    assert call(client_for(None), "list", world).status_code in (401, 403)  # nor anonymous
+
+
+# -- create and validation ------------------------------------------------------------------
+
+
+def test_create_returns_201_with_etag_and_location_and_indexes_it(
+    api: APIClient, admin: User, index: DueIndex
+) -> None:
+    response = api.post(f"{API}schedules/", NEW, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert etag_of(response) == '"1"'
+    assert body["version"] == 1
+    assert response.headers["Location"] == f"http://testserver{API}schedules/{body['id']}/"
+    assert api.get(response.headers["Location"]).json()["name"] == "nightly"
+    schedule = Schedule.objects.get(pk=body["id"])
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.due_at)}
+    entry = ScheduleChange.objects.get(schedule=schedule)
+    assert (entry.action, entry.source, entry.actor, entry.version) == ("created", "api", admin, 1)
+    assert entry.changes["cron"] == [None, "0 3 * * *"]
+
+
+@pytest.mark.parametrize("interval", [3600, 3600.0, "01:00:00", "PT1H", "0 01:00:00"])
+def test_an_interval_may_be_seconds_hh_mm_ss_or_iso_8601(api: APIClient, interval: Any) -> None:
+    body = create(api, kind="interval", cron="", interval=interval)
+    assert body["interval"] == "01:00:00"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"timezone": "Nowhere/Land"}, "timezone"),
+        ({"task": "os.system"}, "task"),
+        ({"args": {"a": 1}}, "args"),
+        ({"args": "[1, 2]"}, "args"),  # a string holding JSON is not a list
+        ({"kwargs": [1]}, "kwargs"),
+        ({"kwargs": {"occurrence": 1}}, "kwargs"),  # reserved: the scheduler passes it
+        ({"kind": "interval", "interval": 10**12}, "interval"),  # past timedelta's range
+        ({"kind": "interval", "interval": "P99999999D"}, "interval"),
+        ({"kind": "interval", "interval": 0}, "interval"),
+        ({"kind": "once", "run_at": "9999-12-31T23:59:59-23:00"}, "run_at"),  # past UTC's end
+        ({"kind": "once", "run_at": "2020-01-01T00:00:00Z"}, "run_at"),  # a one-off in the past
+        ({"start_at": "0001-01-01T00:00:00+01:00"}, "start_at"),  # before UTC's start
+        ({"name": "   "}, "name"),
+        ({"name": "two\nlines"}, "name"),
+        ({"max_runs": 0}, "max_runs"),
+        ({"jitter": "2 00:00:00"}, "jitter"),
+        ({"kind": "sometimes"}, "kind"),
+    ],
+)
+def test_invalid_input_names_the_field_and_writes_nothing(
+    api: APIClient, index: DueIndex, overrides: dict[str, Any], field: str
+) -> None:
+    response = api.post(f"{API}schedules/", {**NEW, **overrides}, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json(), response.json()
+    assert not Schedule.objects.exists()
+    assert index.counts() == (0, 0)
+    assert not ScheduleChange.objects.exists()
+
+
+def test_a_duplicate_name_is_an_error_of_the_name(api: APIClient) -> None:
+    create(api)
+    response = api.post(f"{API}schedules/", {**NEW, "cron": "0 4 * * *"}, format="json")
+    assert response.status_code == 400
+    assert list(response.json()) == ["name"]
+    assert Schedule.objects.count() == 1
+    assert ScheduleChange.objects.count() == 1
+
+
+def test_an_invalid_edit_changes_nothing(api: APIClient, index: DueIndex) -> None:
+    sid = create(api)["id"]
+    before = index.scores([sid])
+    response = api.patch(
+        f"{API}schedules/{sid}/", {"cron": "nonsense"}, format="json", HTTP_IF_MATCH='"1"'
+    )
+    assert response.status_code == 400
+    assert "cron" in response.json()
+    schedule = Schedule.objects.get(pk=sid)
+    assert (schedule.cron, schedule.version) == ("0 3 * * *", 1)
+    assert index.scores([sid]) == before
+    assert list(ScheduleChange.objects.values_list("action", flat=True)) == ["created"]
+
+
+# -- optimistic concurrency -----------------------------------------------------------------
+
+
+def test_get_returns_the_version_as_etag_and_honours_if_none_match(api: APIClient) -> None:
+    sid = create(api)["id"]
+    response = api.get(f"{API}schedules/{sid}/")
+    assert etag_of(response) == '"1"'
+    assert api.get(f"{API}schedules/{sid}/", HTTP_IF_NONE_MATCH='"1"').status_code == 304
+    assert api.get(f"{API}schedules/{sid}/", HTTP_IF_NONE_MATCH='"7"').status_code == 200
+
+
+def test_an_update_with_the_current_etag_is_applied_recorded_and_indexed(
+    api: APIClient, admin: User, index: DueIndex
+) -> None:
+    sid = create(api)["id"]
+    response = api.put(
+        f"{API}schedules/{sid}/", {**NEW, "cron": "0 4 * * *"}, format="json", HTTP_IF_MATCH='"1"'
+    )
+    assert response.status_code == 200, response.content
+    assert etag_of(response) == '"2"'
+    assert response.json()["version"] == 2
+    schedule = Schedule.objects.get(pk=sid)
+    assert schedule.cron == "0 4 * * *"
+    assert index.scores([sid]) == {sid: to_ms(schedule.due_at)}
+    entry = ScheduleChange.objects.get(action="changed")
+    assert (entry.actor, entry.source, entry.version) == (admin, "api", 2)
+    assert entry.changes == {"cron": ["0 3 * * *", "0 4 * * *"]}
+
+
+@pytest.mark.parametrize(
+    ("headers", "body_version", "status"),
+    [
+        ({"HTTP_IF_MATCH": '"1"'}, None, 200),
+        ({"HTTP_IF_MATCH": "*"}, None, 200),
+        ({"HTTP_IF_MATCH": '"5", "1"'}, None, 200),  # a list of tags: any one matches
+        ({"HTTP_IF_MATCH": '"2"'}, None, 412),
+        ({}, 1, 200),
+        ({}, 2, 409),
+        ({}, None, 428),
+    ],
+)
+@pytest.mark.parametrize("method", ["put", "patch"])
+def test_edit_preconditions(
+    api: APIClient,
+    method: str,
+    headers: dict[str, str],
+    body_version: int | None,
+    status: int,
+) -> None:
+    sid = create(api)["id"]
+    body: dict[str, Any] = (
+        {**NEW, "cron": "0 4 * * *"} if method == "put" else {"cron": "0 4 * * *"}
+    )
+    if body_version is not None:
+        body["version"] = body_version
+    response = getattr(api, method)(f"{API}schedules/{sid}/", body, format="json", **headers)
+    assert response.status_code == status, response.content
+    expected = ("0 4 * * *", 2) if status == 200 else ("0 3 * * *", 1)
+    schedule = Schedule.objects.get(pk=sid)
+    assert (schedule.cron, schedule.version) == expected
+    assert ScheduleChange.objects.filter(action="changed").count() == (status == 200)
+
+
+def test_a_schedule_firing_meanwhile_does_not_make_the_etag_stale(
+    api: APIClient, built_index: DueIndex
+) -> None:
+    sid = create(api, task="tests.noop", kind="interval", cron="", interval=3600)["id"]
+    etag = etag_of(api.get(f"{API}schedules/{sid}/"))
+    # Due now, as if its time had come; then a real scheduler pass fires and advances it.
+    due = (timezone.now() - timedelta(seconds=5)).replace(microsecond=0)
+    Schedule.objects.filter(pk=sid).update(next_run_at=due, due_at=due, revision=F("revision") + 1)
+    assert api.post(f"{API}schedules/{sid}/resync/").status_code == 200
+    revision = Schedule.objects.get(pk=sid).revision
+    worker = Worker(worker_id="api-tests", once=True)
+    try:
+        worker.run_pass()
+    finally:
+        worker.dispatcher.close()
+    fired = Schedule.objects.get(pk=sid)
+    assert Run.objects.filter(schedule_id=sid, scheduled_for=due).exists()
+    assert fired.revision > revision
+    assert fired.next_run_at > due  # it advanced
+    assert etag_of(api.get(f"{API}schedules/{sid}/")) == etag  # the version did not change
+    response = api.patch(
+        f"{API}schedules/{sid}/", {"pause_note": "edited"}, format="json", HTTP_IF_MATCH=etag
+    )
+    assert response.status_code == 200, response.content
+
+
+@pytest.mark.parametrize("precondition", ["if-match", "version"])
+def test_of_two_edits_from_the_same_version_the_second_is_refused(
+    admin: User, precondition: str
+) -> None:
+    first, second = client_for(admin), client_for(make_user("bob", VIEW, CHANGE))
+    sid = create(first)["id"]
+    version = first.get(f"{API}schedules/{sid}/").json()["version"]  # both start from it
+
+    def edit(client: APIClient, cron: str) -> Any:
+        if precondition == "if-match":
+            return client.patch(
+                f"{API}schedules/{sid}/",
+                {"cron": cron},
+                format="json",
+                HTTP_IF_MATCH=f'"{version}"',
+            )
+        return client.patch(
+            f"{API}schedules/{sid}/", {"cron": cron, "version": version}, format="json"
+        )
+
+    assert edit(first, "0 4 * * *").status_code == 200
+    assert edit(second, "0 5 * * *").status_code == (412 if precondition == "if-match" else 409)
+    assert Schedule.objects.get(pk=sid).cron == "0 4 * * *"  # the second was not applied
+    assert list(ScheduleChange.objects.filter(action="changed").values_list("actor_name")) == [
+        ("admin",)
+    ]
+
+
+def test_delete_honours_if_match(api: APIClient, index: DueIndex) -> None:
+    sid = create(api)["id"]
+    response = api.delete(f"{API}schedules/{sid}/", HTTP_IF_MATCH='"2"')
+    assert response.status_code == 412
+    assert Schedule.objects.filter(pk=sid).exists()
+    assert index.scores([sid])[sid] is not None
+
+    assert api.delete(f"{API}schedules/{sid}/", HTTP_IF_MATCH='"1"').status_code == 204
+    assert not Schedule.objects.filter(pk=sid).exists()
+    assert index.scores([sid]) == {sid: None}
+    entry = ScheduleChange.objects.get(action="deleted")
+    assert (entry.schedule, entry.schedule_name) == (None, "nightly")  # kept after the row
+    assert entry.changes["cron"] == ["0 3 * * *", None]
+
+
+def test_delete_without_if_match_is_allowed(api: APIClient) -> None:
+    sid = create(api)["id"]
+    assert api.delete(f"{API}schedules/{sid}/").status_code == 204
+
+
+# -- pagination, filters, search ------------------------------------------------------------
+
+
+def test_schedules_are_paginated_by_page_number(api: APIClient) -> None:
+    names = [f"s{n}" for n in range(7)]
+    for name in names:
+        create(api, name=name)
+    seen: list[str] = []
+    url: str | None = f"{API}schedules/?page_size=3"
+    pages = []
+    while url:
+        page = api.get(url).json()
+        assert page["count"] == 7
+        pages.append(page)
+        seen += [item["name"] for item in page["results"]]
+        url = page["next"]
+    assert [len(page["results"]) for page in pages] == [3, 3, 1]
+    assert pages[0]["previous"] is None
+    assert pages[1]["previous"] is not None
+    assert seen == names  # ordered by name, each once
+    assert api.get(f"{API}schedules/?page=4&page_size=3").status_code == 404
+
+
+def test_page_size_is_capped_at_the_maximum(api: APIClient, settings: Any) -> None:
+    for n in range(7):
+        create(api, name=f"s{n}")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "API_PAGE_SIZE": 2, "API_MAX_PAGE_SIZE": 5}
+    assert len(api.get(f"{API}schedules/").json()["results"]) == 2
+    assert len(api.get(f"{API}schedules/?page_size=500").json()["results"]) == 5
+
+
+def test_runs_are_paginated_by_cursor_newest_first(api: APIClient) -> None:
+    schedule = make_schedule(**{**NEW, "cron": "0 * * * *"})
+    for hour in range(7):
+        add_run(schedule, PAST + timedelta(hours=hour))
+    ids: list[int] = []
+    url: str | None = f"{API}runs/?page_size=3"
+    pages = []
+    while url:
+        page = api.get(url).json()
+        assert "count" not in page  # a cursor never counts the ledger
+        pages.append(page)
+        ids += [item["id"] for item in page["results"]]
+        url = page["next"]
+    assert [len(page["results"]) for page in pages] == [3, 3, 1]
+    assert ids == sorted(Run.objects.values_list("pk", flat=True), reverse=True)
+    back = api.get(pages[2]["previous"]).json()
+    assert [item["id"] for item in back["results"]] == ids[3:6]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("kind=cron", ["berlin", "paused"]),
+        ("kind=interval", ["hourly"]),
+        ("enabled=false", ["paused"]),
+        ("task=tests.noop", ["hourly"]),
+        ("timezone=Europe/Berlin", ["berlin"]),
+        ("overlap=skip", ["hourly"]),
+        ("catch_up=all", ["paused"]),
+        ("search=ber", ["berlin"]),
+        ("search=noop", ["hourly"]),  # the task is searched too
+        ("ordering=-name", ["paused", "hourly", "berlin"]),
+        ("kind=cron&enabled=true", ["berlin"]),
+    ],
+)
+def test_schedule_filters_and_search(api: APIClient, query: str, expected: list[str]) -> None:
+    create(api, name="berlin")
+    create(
+        api,
+        name="hourly",
+        task="tests.noop",
+        kind="interval",
+        cron="",
+        interval=3600,
+        timezone="UTC",
+        overlap="skip",
+    )
+    create(api, name="paused", timezone="UTC", catch_up="all", enabled=False)
+    response = api.get(f"{API}schedules/?{query}")
+    assert [item["name"] for item in response.json()["results"]] == expected
+
+
+def test_an_invalid_filter_value_is_a_400(api: APIClient) -> None:
+    response = api.get(f"{API}schedules/?kind=sometimes")
+    assert response.status_code == 400
+    assert "kind" in response.json()
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=skipped", ["skipped"]),
+        ("trigger=backfill", ["backfill"]),
+        ("skip_reason=paused", ["skipped"]),
+        ("task=tests.noop", ["other"]),
+        ("scheduled_after=2025-01-01T02:00:00Z", ["other", "backfill"]),
+        ("scheduled_before=2025-01-01T01:00:00%2B01:00", ["first"]),  # 00:00 UTC
+        ("scheduled_after=2025-01-01T01:00:00Z&scheduled_before=2025-01-01T01:30:00Z", ["skipped"]),
+    ],
+)
+def test_run_filters(api: APIClient, query: str, expected: list[str]) -> None:
+    schedule = make_schedule(**NEW)
+    other = make_schedule(**{**NEW, "name": "other", "task": "tests.noop"})
+    add_run(schedule, PAST, note="first", status="succeeded")
+    add_run(
+        schedule, PAST + timedelta(hours=1), note="skipped", status="skipped", skip_reason="paused"
+    )
+    add_run(schedule, PAST + timedelta(hours=2), note="backfill", trigger="backfill")
+    add_run(other, PAST + timedelta(hours=3), note="other")
+    notes = [item["note"] for item in api.get(f"{API}runs/?{query}").json()["results"]]
+    assert notes == expected
+    by_schedule = api.get(f"{API}runs/?schedule={other.pk}").json()["results"]
+    assert [item["note"] for item in by_schedule] == ["other"]
+
+
+def test_runs_list_and_retrieve(api: APIClient) -> None:
+    sid = create(api)["id"]
+    queued = api.post(f"{API}schedules/{sid}/run-now/", {}, format="json").json()
+    listed = api.get(f"{API}runs/").json()["results"]
+    assert [run["id"] for run in listed] == [queued["id"]]
+    run = api.get(f"{API}runs/{queued['id']}/").json()
+    assert run == listed[0]
+    scheduled_for = datetime.fromisoformat(run["scheduled_for"])
+    assert run["schedule"] == sid
+    assert run["idempotency_key"] == f"{sid}:{to_ms(scheduled_for)}"
+    assert api.get(f"{API}runs/{queued['id'] + 1000}/").status_code == 404
+
+
+# -- actions --------------------------------------------------------------------------------
+
+
+def test_pause_with_a_note(api: APIClient, admin: User, index: DueIndex) -> None:
+    sid = create(api)["id"]
+    response = api.post(f"{API}schedules/{sid}/pause/", {"note": "  maintenance  "}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["enabled"], body["pause_note"], body["version"]) == (False, "maintenance", 2)
+    assert body["paused_at"] is not None
+    assert etag_of(response) == '"2"'
+    assert index.scores([sid]) == {sid: None}  # out of the index
+    entry = ScheduleChange.objects.get(action="paused")
+    assert (entry.actor, entry.source, entry.changes) == (admin, "api", {"note": "maintenance"})
+
+
+def test_a_pause_note_longer_than_the_field_is_a_400(api: APIClient) -> None:
+    sid = create(api)["id"]
+    response = api.post(f"{API}schedules/{sid}/pause/", {"note": "x" * 501}, format="json")
+    assert response.status_code == 400
+    assert "note" in response.json()
+    assert Schedule.objects.get(pk=sid).enabled
+
+
+def test_resume(api: APIClient, index: DueIndex) -> None:
+    sid = create(api)["id"]
+    api.post(f"{API}schedules/{sid}/pause/", {"note": "why"}, format="json")
+    response = api.post(f"{API}schedules/{sid}/resume/", {}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["enabled"], body["pause_note"], body["paused_at"]) == (True, "", None)
+    schedule = Schedule.objects.get(pk=sid)
+    assert index.scores([sid]) == {sid: to_ms(schedule.due_at)}
+    assert ScheduleChange.objects.get(action="resumed").changes == {"catch_up": False}
+
+
+def test_run_now_queues_a_pending_run(api: APIClient, admin: User) -> None:
+    sid = create(api)["id"]
+    response = api.post(f"{API}schedules/{sid}/run-now/", {}, format="json")
+    assert response.status_code == 202, response.content
+    body = response.json()
+    run = Run.objects.get(pk=body["id"])
+    assert (run.schedule_id, run.status, run.trigger) == (sid, "pending", "run_now")
+    assert body["idempotency_key"] == run.idempotency_key
+    entry = ScheduleChange.objects.get(action="run_now")
+    assert entry.actor == admin
+    assert entry.changes == {"run": run.pk, "key": run.idempotency_key, "advance": False}
+    # Without "advance", the regular next run stays where it was.
+    assert Schedule.objects.get(pk=sid).version == 1
+
+
+def test_backfill_queues_a_past_range_once(api: APIClient) -> None:
+    sid = create(api, cron="0 * * * *", timezone="UTC")["id"]
+    url = f"{API}schedules/{sid}/backfill/"
+    span = {"start": "2025-01-01T00:00:00Z", "end": "2025-01-01T05:00:00Z"}
+    dry = api.post(url, {**span, "dry_run": True}, format="json").json()
+    assert dry == {"dry_run": True, "occurrences": 6, "queued": 6, "requeued": 0, "already": 0}
+    assert not Run.objects.exists()
+
+    first = api.post(url, span, format="json")
+    assert first.status_code == 200, first.content
+    assert first.json()["queued"] == 6
+    runs = Run.objects.filter(schedule_id=sid)
+    assert sorted(runs.values_list("scheduled_for", flat=True)) == [
+        datetime(2025, 1, 1, hour, tzinfo=UTC) for hour in range(6)
+    ]
+    assert set(runs.values_list("trigger", "status")) == {("backfill", "pending")}
+
+    again = api.post(url, span, format="json").json()
+    assert (again["queued"], again["requeued"], again["already"]) == (0, 0, 6)
+    assert runs.count() == 6
+    entries = ScheduleChange.objects.filter(action="backfill")
+    assert [entry.changes["queued"] for entry in entries.order_by("id")] == [6]
+
+
+@pytest.mark.parametrize(
+    ("span", "why"),
+    [
+        ({"start": "2025-01-01T00:00:00Z", "end": "2999-01-01T00:00:00Z"}, "must not be after now"),
+        ({"start": "2025-01-02T00:00:00Z", "end": "2025-01-01T00:00:00Z"}, "before its start"),
+    ],
+)
+def test_a_backfill_that_cannot_be_done_is_a_400_saying_why(
+    api: APIClient, span: dict[str, str], why: str
+) -> None:
+    sid = create(api)["id"]
+    response = api.post(f"{API}schedules/{sid}/backfill/", span, format="json")
+    assert response.status_code == 400
+    assert why in response.json()["detail"]
+    assert not Run.objects.exists()
+    assert not ScheduleChange.objects.filter(action="backfill")
+
+
+def test_preview_count(api: APIClient, settings: Any) -> None:
+    sid = create(api)["id"]
+    url = f"{API}schedules/{sid}/preview/"
+    assert len(api.get(url).json()) == app_settings.PREVIEW_COUNT == 10
+    assert len(api.get(f"{url}?count=3").json()) == 3
+    assert len(api.get(f"{url}?count=500").json()) == 500
+    response = api.get(f"{url}?count=501")
+    assert response.status_code == 400
+    assert "count" in response.json()
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "PREVIEW_COUNT": 4}
+    assert len(api.get(url).json()) == 4
+
+
+@pytest.mark.parametrize(
+    ("dst_gap", "dst", "skipped", "local"),
+    [
+        ("shift", "shifted", False, "2027-03-28T03:30:00+02:00"),
+        ("skip", "skipped", True, "2027-03-28T03:30:00+02:00"),
+    ],
+)
+def test_preview_flags_an_occurrence_a_dst_change_touches(
+    api: APIClient, dst_gap: str, dst: str, skipped: bool, local: str
+) -> None:
+    # 02:30 does not exist in Berlin on 2027-03-28: the clocks jump from 02:00 to 03:00.
+    sid = create(api, cron="30 2 * * *", dst_gap=dst_gap, start_at="2027-03-25T00:00:00Z")["id"]
+    items = api.get(f"{API}schedules/{sid}/preview/?count=5").json()
+    assert [item["local"][:10] for item in items] == [
+        "2027-03-25",
+        "2027-03-26",
+        "2027-03-27",
+        "2027-03-28",
+        "2027-03-29",
+    ]
+    assert items[0]["local"] == "2027-03-25T02:30:00+01:00"
+    assert items[0]["dst"] == ""
+    touched = items[3]
+    assert (touched["dst"], touched["skipped"]) == (dst, skipped)
+    assert touched["local"] == local
+    assert "does not exist in Europe/Berlin" in touched["note"]
+    assert items[4]["local"] == "2027-03-29T02:30:00+02:00"
+    assert items[4]["dst"] == ""
+
+
+def test_resync_writes_a_lost_index_entry_again(
+    api: APIClient, admin: User, index: DueIndex
+) -> None:
+    sid = create(api)["id"]
+    expected = index.scores([sid])
+    index.client.zrem(index.due_key, sid)  # lost, as after an eviction
+    assert index.scores([sid]) == {sid: None}
+    response = api.post(f"{API}schedules/{sid}/resync/")
+    assert response.status_code == 200, response.content
+    assert index.scores([sid]) == expected
+    entry = ScheduleChange.objects.get(action="resynced")
+    assert (entry.actor, entry.source) == (admin, "api")
+
+
+@pytest.mark.parametrize("endpoint", ["pause", "resume", "run_now", "backfill", "resync"])
+def test_actions_on_a_missing_schedule_are_404(api: APIClient, endpoint: str) -> None:
+    assert call(api, endpoint, {"s": 424242}).status_code == 404
+
+
+# -- the change log -------------------------------------------------------------------------
+
+
+def test_the_change_log_shows_who_did_what(admin: User) -> None:
+    alice = make_user("alice", VIEW, ADD, CHANGE, VIEW_CHANGES)
+    api = client_for(alice)
+    sid = create(api)["id"]
+    api.patch(f"{API}schedules/{sid}/", {"cron": "0 4 * * *"}, format="json", HTTP_IF_MATCH='"1"')
+    api.post(f"{API}schedules/{sid}/pause/", {"note": "holiday"}, format="json")
+    entries = api.get(f"{API}changes/").json()["results"]
+    assert [entry["action"] for entry in entries] == ["paused", "changed", "created"]
+    for entry in entries:
+        assert (entry["actor"], entry["actor_name"], entry["source"]) == (alice.pk, "alice", "api")
+        assert (entry["schedule"], entry["schedule_name"]) == (sid, "nightly")
+    assert [entry["version"] for entry in entries] == [3, 2, 1]
+    assert entries[1]["changes"] == {"cron": ["0 3 * * *", "0 4 * * *"]}
+    assert entries[0]["changes"] == {"note": "holiday"}
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("source=admin", ["by-admin"]),
+        ("action=paused", ["second"]),
+        ("source=api&action=created", ["second", "first"]),
+    ],
+)
+def test_change_log_filters(admin: User, query: str, expected: list[str]) -> None:
+    api = client_for(admin)
+    first, second = create(api, name="first")["id"], create(api, name="second")["id"]
+    api.post(f"{API}schedules/{second}/pause/", {}, format="json")
+    changelog.record(Schedule.objects.get(pk=first), Origin(None, "admin"), "changed")
+    ScheduleChange.objects.filter(source="admin").update(schedule_name="by-admin")
+    names = [
+        entry["schedule_name"] for entry in api.get(f"{API}changes/?{query}").json()["results"]
+    ]
+    assert names == expected
+    assert len(api.get(f"{API}changes/?schedule={first}").json()["results"]) == 2
+    assert len(api.get(f"{API}changes/?actor={admin.pk}").json()["results"]) == 3
+
+
+def test_the_change_log_is_paginated_by_cursor(api: APIClient) -> None:
+    for n in range(5):
+        create(api, name=f"s{n}")
+    first = api.get(f"{API}changes/?page_size=2").json()
+    second = api.get(first["next"]).json()
+    assert "count" not in first
+    assert [e["schedule_name"] for e in first["results"] + second["results"]] == [
+        "s4",
+        "s3",
+        "s2",
+        "s1",
+    ]
+
+
+# -- index health ---------------------------------------------------------------------------
+
+
+def test_index_health(api: APIClient, built_index: DueIndex) -> None:
+    create(api, name="a")
+    create(api, name="b")
+    create(api, name="c", enabled=False)
+    health = api.get(f"{API}index/").json()
+    assert (health["schedules"], health["enabled"], health["indexable"]) == (3, 2, 2)
+    assert (health["entries_due"], health["in_flight"], health["due_now"]) == (2, 0, 0)
+    assert health["oldest_due_lag_seconds"] is None
+    assert health["runs_in_flight"] == 0
+    assert health["last_rebuild"]["by"] == "tests"
+    assert health["rebuild_running"] is False
+    assert health["drift"]["ok"] is True
+    assert health["drift"]["late_or_missing"] == []
+    assert health["drift"]["rows_indexable"] == 2
+    assert api.get(f"{API}index/?drift=false").json()["drift"] is None
+
+
+def test_index_health_reports_an_entry_gone_missing(api: APIClient, index: DueIndex) -> None:
+    sid = create(api)["id"]
+    index.client.zrem(index.due_key, sid)
+    drift = api.get(f"{API}index/").json()["drift"]
+    assert (drift["ok"], drift["late_or_missing"]) == (False, [sid])
+
+
+@pytest.mark.parametrize(("method", "path"), [("get", "index/"), ("post", "schedules/{s}/resync/")])
+def test_an_unreachable_redis_is_a_503(
+    api: APIClient, settings: Any, method: str, path: str
+) -> None:
+    sid = create(api)["id"]
+    # The index's cache alias now points at a port nothing listens on: a real connection
+    # that is refused.
+    settings.CACHES = {
+        **settings.CACHES,
+        "dead": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{closed_port()}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "dead"}
+    response = getattr(api, method)(API + path.format(s=sid))
+    assert response.status_code == 503, response.content
+    assert "Redis is unreachable" in response.json()["detail"]
+
+
+# -- the schema -----------------------------------------------------------------------------
+
+
+def test_the_schema_is_served_as_yaml_or_json(api: APIClient) -> None:
+    as_yaml = api.get(f"{API}schema/")
+    assert as_yaml.status_code == 200
+    assert as_yaml.headers["Content-Type"].startswith("application/vnd.oai.openapi")
+    document = yaml.safe_load(as_yaml.content)
+    assert document["openapi"].startswith("3.")
+    as_json = api.get(f"{API}schema/?format=json").json()
+    assert as_json == document
+    negotiated = api.get(f"{API}schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    assert negotiated.headers["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    assert negotiated.json() == document
+
+
+def test_the_schema_describes_this_api_only(api: APIClient) -> None:
+    paths = api.get(f"{API}schema/?format=json").json()["paths"]
+    assert all(path.startswith(API) for path in paths)
+    assert f"{API}schema/" not in paths
+    expected = [
+        "schedules/",
+        "schedules/{id}/",
+        "schedules/{id}/backfill/",
+        "runs/",
+        "runs/{id}/",
+        "changes/",
+        "changes/{id}/",
+        "index/",
+    ]
+    assert {API + path for path in expected} <= set(paths)
+    task_enum = api.get(f"{API}schema/?format=json").json()["components"]["schemas"]["TaskEnum"]
+    assert "tests.record" in task_enum["enum"]
+    assert "os.system" not in task_enum["enum"]
+
+
+# -- edges that were server errors (fixed in a7e9f81), and ones that still are ---------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"args": ["a\x00b"]}, "args"),
+        ({"kwargs": {"k": "\x00"}}, "kwargs"),
+        ({"kwargs": {"\x00": 1}}, "kwargs"),
+    ],
+)
+def test_a_nul_character_in_args_or_kwargs_is_a_400_on_every_database(
+    api: APIClient, index: DueIndex, overrides: dict[str, Any], field: str
+) -> None:
+    # PostgreSQL's jsonb refuses \u0000 (it was a 500 there) and SQLite stored it: refused
+    # everywhere, a schedule is valid on every database.
+    response = api.post(f"{API}schedules/", {**NEW, **overrides}, format="json")
+    assert response.status_code == 400
+    assert "NUL" in response.json()[field][0]
+    assert not Schedule.objects.exists()
+    assert index.counts() == (0, 0)
+
+
+@pytest.mark.parametrize("value", ["9999-12-31T23:59:59-23:00", "0001-01-01T00:00:00+01:00"])
+@pytest.mark.parametrize("name", ["scheduled_after", "scheduled_before"])
+def test_a_run_filter_time_that_cannot_be_utc_is_a_400(
+    api: APIClient, name: str, value: str
+) -> None:
+    response = api.get(f"{API}runs/", {name: value})
+    assert response.status_code == 400
+    assert name in response.json()
+
+
+def test_a_run_filter_time_with_a_large_utc_offset_filters(api: APIClient) -> None:
+    # PostgreSQL refuses offsets of 16 hours or more; the filter converts to UTC first.
+    schedule = make_schedule(**NEW)
+    add_run(schedule, PAST)
+    # 2025-01-01T16:00+16:00 is 2025-01-01T00:00Z, the instant of the run.
+    for name in ("scheduled_after", "scheduled_before"):
+        response = api.get(f"{API}runs/", {name: "2025-01-01T16:00:00+16:00"})
+        assert response.status_code == 200
+        assert len(response.json()["results"]) == 1
+
+
+@pytest.mark.parametrize("path", ["runs/", "changes/"])
+def test_a_forged_cursor_is_a_404(api: APIClient, path: str) -> None:
+    # Well-formed, but its position is not an id: it used to reach the query.
+    cursor = base64.b64encode(b"p=abc").decode()
+    response = api.get(f"{API}{path}", {"cursor": cursor})
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Invalid cursor"}
+
+
+@pytest.mark.parametrize("start", ["0001-01-01T00:00:00Z", "1969-12-31T23:59:59Z"])
+def test_a_backfill_cannot_start_before_1970(api: APIClient, start: str) -> None:
+    sid = create(api)["id"]
+    span = {"start": start, "end": "1970-01-02T00:00:00Z"}
+    response = api.post(f"{API}schedules/{sid}/backfill/", span, format="json")
+    assert response.status_code == 400
+    assert "before 1970" in response.json()["detail"]
+    assert not Run.objects.exists()
+
+
+@pytest.mark.parametrize("method", ["post", "patch"])
+def test_a_one_off_at_the_end_of_time_with_jitter_is_due_by_then(
+    api: APIClient, index: DueIndex, method: str
+) -> None:
+    body = {"kind": "once", "cron": "", "timezone": "UTC", "jitter": 100}
+    body["run_at"] = "9999-12-31T23:59:59Z"
+    if method == "post":
+        response = api.post(f"{API}schedules/", {**NEW, **body}, format="json")
+    else:
+        sid = create(api)["id"]
+        response = api.patch(f"{API}schedules/{sid}/", body, format="json", HTTP_IF_MATCH="*")
+    assert response.status_code in (200, 201), response.content
+    schedule = Schedule.objects.get()
+    assert schedule.next_run_at <= schedule.due_at  # the delay stops at the last instant
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.due_at)}
+
+
+def test_a_one_off_whose_local_time_is_past_9999_is_refused(api: APIClient) -> None:
+    body = {**NEW, "kind": "once", "cron": "", "run_at": "9999-12-31T23:30:00Z"}
+    response = api.post(f"{API}schedules/", body, format="json")  # Europe/Berlin: UTC+1
+    assert response.status_code == 400, response.status_code
+    assert "no local time" in response.json()["run_at"][0]
+    assert not Schedule.objects.exists()
+    assert api.get(f"{API}schedules/").status_code == 200
+
+
+def test_a_preview_up_to_the_end_of_time_stops_there(api: APIClient) -> None:
+    body = {**NEW, "kind": "interval", "cron": "", "interval": 60}
+    body["start_at"] = "9999-12-31T22:58:00Z"  # local: 23:58 in Berlin, two minutes left
+    response = api.post(f"{API}schedules/", body, format="json")
+    assert response.status_code == 201, response.content
+    preview = api.get(f"{API}schedules/{response.json()['id']}/preview/?count=100")
+    assert preview.status_code == 200
+    assert [item["local"] for item in preview.json()] == [
+        "9999-12-31T23:58:00+01:00",
+        "9999-12-31T23:59:00+01:00",
+    ]

@@ -221,7 +221,10 @@ class Timing:
                 if value is not None and zone is not None:
                     value.astimezone(zone)
             except OverflowError:
-                errors[name] = f"This time has no local time in {self.timezone} (past 9999)."
+                errors[name] = (
+                    f"This time is too late: it has no local time in {self.timezone} "
+                    "(past the year 9999)."
+                )
         if self.dst_gap not in (GAP_SHIFT, GAP_SKIP):
             errors["dst_gap"] = f"Unknown policy {self.dst_gap!r}; use shift or skip."
         if self.dst_fold not in (FOLD_FIRST, FOLD_SECOND, FOLD_BOTH):

@@ -999,7 +999,7 @@ def test_a_one_off_whose_local_time_is_past_9999_is_refused(api: APIClient) -> N
     body = {**NEW, "kind": "once", "cron": "", "run_at": "9999-12-31T23:30:00Z"}
     response = api.post(f"{API}schedules/", body, format="json")  # Europe/Berlin: UTC+1
     assert response.status_code == 400, response.status_code
-    assert "no local time" in response.json()["run_at"][0]
+    assert "has no local time" in response.json()["run_at"][0]
     assert not Schedule.objects.exists()
     assert api.get(f"{API}schedules/").status_code == 200
 

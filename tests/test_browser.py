@@ -246,3 +246,16 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         run = wait_for_succeeded_run_now(page, project, schedule_id)
         expect(run).to_be_visible()
         shots.take("ledger-run-succeeded")
+
+        # The change log recorded the admin's changes, and the operations page reads the
+        # index the scheduler fires from.
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/{schedule_id}/change/")
+        changes = page.locator("#schedulinator-changes")
+        for action in ("Created", "Paused", "Run now"):
+            expect(changes).to_contain_text(action)
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/operations/")
+        expect(page.locator("#schedulinator-status-schedules td.value")).to_have_text(
+            re.compile(r"^\d+$")
+        )
+        expect(page.locator("#schedulinator-redis-error")).to_have_count(0)
+        shots.take("operations")

@@ -39,40 +39,46 @@ class ActionError(ValueError):
 
 # Each action takes an optional ``origin`` (who, through what): given, the action is
 # recorded in the change log in its own transaction.
+#
+# Each action works on the row as it is now, locked until its transaction ends, not on the
+# caller's instance: that copy may predate a concurrent edit, which saving it would undo
+# (and a run queued from it would carry stale arguments). The caller's instance is
+# refreshed afterwards.
 
 
 def pause(schedule: Schedule, note: str = "", *, origin: Origin | None = None) -> None:
-    """Stop firing: the schedule leaves the index and keeps where it stood.
+    """Stop firing: the schedule leaves the index and keeps where it stood. Pausing a
+    paused schedule with another note replaces the note.
 
-    A note the model refuses (too long) raises its ValidationError; the instance is left
-    as it was."""
+    A note the model refuses (too long) raises its ValidationError; nothing is written and
+    the instance is left as it was."""
     if not isinstance(note, str):
         raise ActionError("The pause note must be text.")
-    before = schedule.enabled, schedule.pause_note
-    schedule.enabled, schedule.pause_note = False, note.strip()
-    db = router.db_for_write(type(schedule), instance=schedule)
-    try:
-        with transaction.atomic(using=db):
-            schedule.save(using=db)
-            if origin is not None and before[0]:
-                record(schedule, origin, "paused", {"note": schedule.pause_note}, using=db)
-    except ValidationError:
-        schedule.enabled, schedule.pause_note = before
-        raise
+    note = note.strip()
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _current(schedule, db)
+        if current.enabled or current.pause_note != note:
+            current.enabled, current.pause_note = False, note
+            current.save(using=db, update_fields=["enabled", "pause_note"])
+            if origin is not None:
+                record(current, origin, "paused", {"note": note}, using=db)
+    schedule.refresh_from_db(using=db)
 
 
 def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin | None = None) -> None:
     """Fire again. The occurrences of the paused period are recorded as skipped
     ("paused"), or, with ``catch_up``, left due so the catch-up policy handles them."""
-    if schedule.enabled:
-        return
-    schedule.enabled = True
-    schedule._catch_up_on_resume = catch_up
-    db = router.db_for_write(type(schedule), instance=schedule)
+    db = _db(schedule)
     with transaction.atomic(using=db):
-        schedule.save(using=db)
-        if origin is not None:
-            record(schedule, origin, "resumed", {"catch_up": catch_up}, using=db)
+        current = _current(schedule, db)
+        if not current.enabled:
+            current.enabled = True
+            current._catch_up_on_resume = catch_up
+            current.save(using=db, update_fields=["enabled"])
+            if origin is not None:
+                record(current, origin, "resumed", {"catch_up": catch_up}, using=db)
+    schedule.refresh_from_db(using=db)
 
 
 def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None = None) -> Run:
@@ -83,16 +89,17 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None 
     it is, unless ``advance``: then the run takes its place, and the regular occurrence is
     recorded as skipped ("replaced").
     """
-    from .models import Run, Schedule
+    from .models import Run
 
-    _check_runnable(schedule)
-    db = router.db_for_write(Run)
+    db = _db(schedule)
     now = timing.truncate_ms(timezone.now())
     with transaction.atomic(using=db):
+        current = _current(schedule, db)
+        _check_runnable(current)
         at = now
         for _attempt in range(1000):
             inserted = Run.objects.using(db).insert_runs(
-                [_queued(schedule, at, Run.Trigger.RUN_NOW, "Queued by run now.")],
+                [_queued(current, at, Run.Trigger.RUN_NOW, "Queued by run now.")],
                 claimed_at=now,
                 worker_id="run_now",
             )
@@ -102,18 +109,17 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None 
         else:
             raise ActionError("Could not find a free instant for the run; try again.")
         if advance:
-            current = Schedule.objects.using(db).select_for_update().get(pk=schedule.pk)
             _replace_next_run(current, at, db)
-            schedule.refresh_from_db()
         run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
         if origin is not None:
             record(
-                schedule,
+                current,
                 origin,
                 "run_now",
                 {"run": run.pk, "key": run.idempotency_key, "advance": advance},
                 using=db,
             )
+    schedule.refresh_from_db(using=db)
     _wake_after_commit(db)
     logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
     return run
@@ -171,7 +177,7 @@ def backfill(
     """
     from .models import Run
 
-    _check_runnable(schedule)
+    _check_runnable(schedule)  # before the checks of the range: the first thing to fix
     for name, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise ActionError(f"The {name} must be a date and time with a time zone.")
@@ -182,21 +188,11 @@ def backfill(
         raise ActionError("The end of a backfill must not be before its start.")
     if end > now:
         raise ActionError("A backfill covers the past: its end must not be after now.")
-    limit = app_settings.MAX_BACKFILL_RUNS
-    spec = schedule.timing_spec
-    anchor = schedule.next_run_at or start
-    moments: list[datetime] = []
-    for moment in timing.occurrences(spec, start - timing.ONE_MS, anchor=anchor):
-        if moment.at > end:
-            break
-        moments.append(moment.at)
-        if len(moments) > limit:
-            raise ActionError(
-                f"The range holds more than {limit:,} occurrences "
-                "(SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
-            )
-    db = router.db_for_write(Run)
+    db = _db(schedule)
     with transaction.atomic(using=db):
+        current = _current(schedule, db)
+        _check_runnable(current)
+        moments = _occurrences_between(current, start, end)
         recorded = dict(
             Run.objects.using(db)
             .filter(schedule_id=schedule.pk, scheduled_for__gte=start, scheduled_for__lte=end)
@@ -216,7 +212,7 @@ def backfill(
             return report
         note = f"Queued by a backfill of {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
         Run.objects.using(db).insert_runs(
-            [_queued(schedule, at, Run.Trigger.BACKFILL, note) for at in new],
+            [_queued(current, at, Run.Trigger.BACKFILL, note) for at in new],
             claimed_at=now,
             worker_id="backfill",
         )
@@ -231,13 +227,13 @@ def backfill(
                 claim_token="",
                 worker_id="backfill",
                 note=note,
-                task=schedule.task,
-                args=schedule.args,
-                kwargs=schedule.kwargs,
+                task=current.task,
+                args=current.args,
+                kwargs=current.kwargs,
             )
         if origin is not None:
             record(
-                schedule,
+                current,
                 origin,
                 "backfill",
                 {
@@ -256,6 +252,34 @@ def backfill(
         report.requeued,
     )
     return report
+
+
+def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS."""
+    limit = app_settings.MAX_BACKFILL_RUNS
+    anchor = schedule.next_run_at or start
+    moments: list[datetime] = []
+    for moment in timing.occurrences(schedule.timing_spec, start - timing.ONE_MS, anchor=anchor):
+        if moment.at > end:
+            break
+        moments.append(moment.at)
+        if len(moments) > limit:
+            raise ActionError(
+                f"The range holds more than {limit:,} occurrences "
+                "(SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+            )
+    return moments
+
+
+def _db(schedule: Schedule) -> str:
+    return router.db_for_write(type(schedule), instance=schedule)
+
+
+def _current(schedule: Schedule, db: str) -> Schedule:
+    """The schedule's row as it is now, locked until the transaction ends."""
+    if schedule.pk is None:
+        raise ActionError("Save the schedule first.")
+    return type(schedule).objects.using(db).select_for_update().get(pk=schedule.pk)
 
 
 def _queued(schedule: Schedule, at: datetime, trigger: str, note: str) -> NewRun:

@@ -9,7 +9,7 @@ in seconds), so the trail can be read without the model.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -29,6 +29,8 @@ class Origin:
 def as_json(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, datetime) and value.utcoffset() is not None:
+        return value.astimezone(UTC).isoformat()  # one instant, one text, whatever the zone
     if isinstance(value, datetime | date):
         return value.isoformat()
     return value

@@ -299,6 +299,8 @@ class Schedule(models.Model):
         "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
     )  # fmt: skip
     MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
+    # Remembered as loaded (``_loaded``): save() compares against them.
+    LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task")
     # What people set, in the order forms and the API show it; the change log diffs these.
     SETTINGS_FIELDS = (
         "name", "task", "args", "kwargs", "enabled", "pause_note",
@@ -333,16 +335,7 @@ class Schedule(models.Model):
         and records the occurrences of the paused period as skipped, unless ``resume(
         catch_up=True)`` asked for them to be caught up under the catch-up policy.
         """
-        # A task that is no longer registered is checked only when it is being set: the
-        # schedule can still be paused, resumed or edited otherwise (its runs fail with
-        # "not registered" until the task is back).
-        loaded_task = getattr(self, "_loaded", {}).get("task")
-        keep_task = not self._state.adding and loaded_task == self.task
-        self.full_clean(
-            exclude=["task"] if keep_task else None,
-            validate_unique=False,
-            validate_constraints=False,
-        )
+        self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
         now = timezone.now()
         paused_over: list[timing.Moment] = []
@@ -404,10 +397,17 @@ class Schedule(models.Model):
                 self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
             self.refresh_from_db(fields=["revision", "version"])
-        self._loaded = {
-            f: getattr(self, f) for f in (*self.TIMING_FIELDS, *self.MACHINE_FIELDS, "task")
-        }
+        self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
         self._catch_up_on_resume = False
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        # What was loaded is what the row holds now: a later save() compares against it.
+        super().refresh_from_db(*args, **kwargs)
+        fields = kwargs.get("fields") or (args[1] if len(args) > 1 else None)
+        self._loaded = {
+            **getattr(self, "_loaded", {}),
+            **{f: getattr(self, f) for f in self.LOADED_FIELDS if fields is None or f in fields},
+        }
 
     @classmethod
     def from_db(cls, db: str | None, field_names: Any, values: Any, **kwargs: Any) -> Schedule:
@@ -416,7 +416,7 @@ class Schedule(models.Model):
         instance._loaded = {
             name: value
             for name, value in zip(field_names, values, strict=True)
-            if name in cls.TIMING_FIELDS or name in cls.MACHINE_FIELDS or name == "task"
+            if name in cls.LOADED_FIELDS
         }
         return instance
 
@@ -487,10 +487,21 @@ class Schedule(models.Model):
 
     # -- validation -----------------------------------------------------------------------
 
+    @property
+    def keeps_task(self) -> bool:
+        """Whether this saved schedule still names the task it was loaded with.
+
+        A task that is no longer registered is checked only when it is being set: the
+        schedule can still be paused, resumed or edited otherwise, in code, the admin and
+        the API alike (its runs fail with "not registered" until the task is back)."""
+        return not self._state.adding and getattr(self, "_loaded", {}).get("task") == self.task
+
     def clean_fields(self, exclude: Any = None) -> None:
+        exclude = set(exclude or ())
+        if self.keeps_task:
+            exclude.add("task")
         # Django's DurationField and DateTimeField raise TypeError, not ValidationError, for
         # values of other types (interval=3600): report those as errors of their fields.
-        exclude = set(exclude or ())
         errors: dict[str, Any] = {}
         for name, types, expected in (
             ("interval", (timedelta, str), "a duration (datetime.timedelta)"),

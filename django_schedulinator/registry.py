@@ -101,8 +101,14 @@ class TaskRegistry:
     def names(self) -> list[str]:
         return sorted(self._tasks)
 
-    def choices(self) -> list[tuple[str, str]]:
-        return [(n, n) for n in self.names()]
+    def choices(self, current: str | None = None) -> list[tuple[str, str]]:
+        """The registered tasks as (value, label) choices. ``current``, a saved schedule's
+        task, is offered too when it is no longer registered, marked so: the schedule stays
+        editable without picking another task (the model accepts a task it already had)."""
+        choices = [(n, n) for n in self.names()]
+        if current and current not in self._tasks:
+            choices.insert(0, (current, f"{current} (not registered)"))
+        return choices
 
 
 def _qualified(func: Callable[..., Any]) -> str:

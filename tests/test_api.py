@@ -7,8 +7,9 @@ What it proves:
   endpoint needs get through; the permission classes come from the settings per request;
 * writes are validated by the model's own rules, each error names its field, and a refused
   write leaves no row, no due-index entry and no change-log entry behind;
-* optimistic concurrency: ETag / If-None-Match, If-Match (412), a body ``version`` (409),
-  no precondition (428), and a schedule firing meanwhile is not a conflict;
+* optimistic concurrency: ETag / If-Match (412), a body ``version`` (409), no precondition
+  (428), a schedule firing meanwhile is not a conflict, and an update that changes nothing
+  does not bump the version; an action never undoes an edit made since it was looked up;
 * pagination (page numbers for schedules, cursors for runs and changes), filters, search;
 * the actions (pause, resume, run now, backfill, preview, resync), the ledger, the change
   log, the index health (503 when Redis is unreachable) and the served schema.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import base64
 import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,11 +30,13 @@ import pytest
 import yaml
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission, User
+from django.db import connection
 from django.db.models import F
 from django.utils import timezone
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.test import APIClient
 
-from django_schedulinator import changelog
+from django_schedulinator import actions, changelog
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import DueIndex
@@ -358,12 +363,80 @@ def test_an_invalid_edit_changes_nothing(api: APIClient, index: DueIndex) -> Non
 # -- optimistic concurrency -----------------------------------------------------------------
 
 
-def test_get_returns_the_version_as_etag_and_honours_if_none_match(api: APIClient) -> None:
+def test_get_returns_the_version_as_etag_and_the_current_state_always(api: APIClient) -> None:
     sid = create(api)["id"]
     response = api.get(f"{API}schedules/{sid}/")
     assert etag_of(response) == '"1"'
-    assert api.get(f"{API}schedules/{sid}/", HTTP_IF_NONE_MATCH='"1"').status_code == 304
-    assert api.get(f"{API}schedules/{sid}/", HTTP_IF_NONE_MATCH='"7"').status_code == 200
+    # Firing changes what GET shows (next run, run count) but not the version: an ETag of
+    # the settings must not answer If-None-Match with a stale 304.
+    Schedule.objects.filter(pk=sid).update(run_count=F("run_count") + 1)
+    again = api.get(f"{API}schedules/{sid}/", HTTP_IF_NONE_MATCH='"1"')
+    assert again.status_code == 200
+    assert (etag_of(again), again.json()["run_count"]) == ('"1"', 1)
+
+
+def test_an_update_that_changes_nothing_keeps_the_version_and_records_nothing(
+    api: APIClient,
+) -> None:
+    body = create(api)
+    sid = body["id"]
+    same = {k: body[k] for k in ("name", "task", "kind", "cron", "timezone")}
+    response = api.put(f"{API}schedules/{sid}/", same, format="json", HTTP_IF_MATCH='"1"')
+    assert response.status_code == 200, response.content
+    assert (etag_of(response), response.json()["version"]) == ('"1"', 1)
+    assert (
+        api.patch(f"{API}schedules/{sid}/", {"cron": "0 3 * * *", "version": 1}).json()["version"]
+        == 1
+    )
+    assert list(ScheduleChange.objects.values_list("action", flat=True)) == ["created"]
+
+
+@pytest.mark.parametrize(("sent", "status"), [("01", 200), (" 1", 200), ("one", 400), (1.5, 400)])
+def test_the_body_version_is_compared_as_a_number(api: APIClient, sent: Any, status: int) -> None:
+    sid = create(api)["id"]
+    response = api.patch(
+        f"{API}schedules/{sid}/", {"cron": "0 4 * * *", "version": sent}, format="json"
+    )
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert "version" in response.json()
+
+
+def test_a_pause_never_undoes_an_edit_made_since_the_schedule_was_read(
+    api: APIClient, index: DueIndex
+) -> None:
+    """The action works on the row as it is when it writes, not on the copy it looked up:
+    an edit that committed in between survives (it used to be written back over)."""
+    sid = create(api)["id"]
+    stale = Schedule.objects.get(pk=sid)  # what a concurrent request looked up
+    edited = api.patch(f"{API}schedules/{sid}/", {"cron": "0 5 * * *", "version": 1})
+    assert edited.status_code == 200, edited.content
+    actions.pause(stale, "why", origin=Origin(None, "api"))
+    row = Schedule.objects.get(pk=sid)
+    assert (row.cron, row.enabled, row.pause_note, row.version) == ("0 5 * * *", False, "why", 3)
+    assert (stale.cron, stale.enabled, stale.version) == ("0 5 * * *", False, 3)  # refreshed
+    actions.resume(Schedule.objects.get(pk=sid))
+    assert Schedule.objects.get(pk=sid).cron == "0 5 * * *"
+    assert index.scores([sid]) == {sid: to_ms(Schedule.objects.get(pk=sid).due_at)}
+
+
+def test_a_run_now_runs_the_arguments_the_row_has(api: APIClient) -> None:
+    sid = create(api, args=["old"])["id"]
+    stale = Schedule.objects.get(pk=sid)
+    api.patch(f"{API}schedules/{sid}/", {"args": ["new"], "version": 1}, format="json")
+    run = actions.run_now(stale)
+    assert run.args == ["new"]
+
+
+def test_pausing_a_paused_schedule_with_another_note_is_recorded(api: APIClient) -> None:
+    sid = create(api)["id"]
+    url = f"{API}schedules/{sid}/pause/"
+    assert api.post(url, {"note": "first"}, format="json").json()["version"] == 2
+    assert api.post(url, {"note": "first"}, format="json").json()["version"] == 2  # no change
+    body = api.post(url, {"note": "second"}, format="json").json()
+    assert (body["pause_note"], body["version"]) == ("second", 3)
+    notes = ScheduleChange.objects.filter(action="paused").order_by("id")
+    assert [entry.changes["note"] for entry in notes] == ["first", "second"]
 
 
 def test_an_update_with_the_current_etag_is_applied_recorded_and_indexed(
@@ -472,6 +545,34 @@ def test_of_two_edits_from_the_same_version_the_second_is_refused(
     ]
 
 
+def test_two_edits_racing_from_the_same_version_let_exactly_one_through(admin: User) -> None:
+    """At the same time, each in its own thread and database connection: the row lock
+    makes the second wait for the first and see the new version. Without it both could
+    read version 1 and both write, the second silently overwriting the first."""
+    sid = create(client_for(admin))["id"]
+    rounds = 8
+    for n in range(rounds):
+        version = Schedule.objects.get(pk=sid).version
+        start = threading.Barrier(2)
+
+        def edit(cron: str, version: int = version, start: threading.Barrier = start) -> int:
+            try:
+                start.wait()
+                response = client_for(admin).patch(
+                    f"{API}schedules/{sid}/", {"cron": cron}, HTTP_IF_MATCH=f'"{version}"'
+                )
+                return int(response.status_code)
+            finally:
+                connection.close()  # this thread's own connection
+
+        with ThreadPoolExecutor(2) as pool:
+            codes = sorted(pool.map(edit, [f"{n} 4 * * *", f"{n} 5 * * *"]))
+        assert codes == [200, 412], f"round {n}: {codes}"
+    schedule = Schedule.objects.get(pk=sid)
+    assert schedule.version == 1 + rounds
+    assert ScheduleChange.objects.filter(action="changed").count() == rounds
+
+
 def test_delete_honours_if_match(api: APIClient, index: DueIndex) -> None:
     sid = create(api)["id"]
     response = api.delete(f"{API}schedules/{sid}/", HTTP_IF_MATCH='"2"')
@@ -485,6 +586,41 @@ def test_delete_honours_if_match(api: APIClient, index: DueIndex) -> None:
     entry = ScheduleChange.objects.get(action="deleted")
     assert (entry.schedule, entry.schedule_name) == (None, "nightly")  # kept after the row
     assert entry.changes["cron"] == ["0 3 * * *", None]
+
+
+class NoObjectPermission(IsAuthenticated):
+    """Lets users in, but refuses every object: edits and deletes must ask it too."""
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
+        return False
+
+
+def test_edits_and_deletes_ask_the_object_permissions(world: dict[str, int], settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.NoObjectPermission"],
+    }
+    client = client_for(make_user("someone", staff=False))
+    before = snapshot_of_everything()
+    for endpoint in ("retrieve", "update", "partial_update", "delete", "pause", "run_now"):
+        assert call(client, endpoint, world).status_code == 403, endpoint
+    assert snapshot_of_everything() == before
+
+
+def test_a_schedule_whose_task_is_gone_can_still_be_edited(api: APIClient) -> None:
+    """As in the model: a task no longer registered is checked only when it is being set."""
+    sid = create(api)["id"]
+    Schedule.objects.filter(pk=sid).update(task="gone.task")
+    url = f"{API}schedules/{sid}/"
+    patched = api.patch(url, {"cron": "0 4 * * *"}, format="json", HTTP_IF_MATCH='"1"')
+    assert patched.status_code == 200, patched.content
+    whole = {**NEW, "task": "gone.task", "cron": "0 5 * * *"}
+    assert api.put(url, whole, format="json", HTTP_IF_MATCH='"2"').status_code == 200
+    other = api.put(url, {**whole, "task": "other.gone"}, format="json", HTTP_IF_MATCH='"3"')
+    assert other.status_code == 400
+    assert "task" in other.json()
+    row = Schedule.objects.get(pk=sid)
+    assert (row.task, row.cron, row.version) == ("gone.task", "0 5 * * *", 3)
 
 
 def test_delete_without_if_match_is_allowed(api: APIClient) -> None:
@@ -849,6 +985,17 @@ def test_index_health(api: APIClient, built_index: DueIndex) -> None:
     assert health["drift"]["late_or_missing"] == []
     assert health["drift"]["rows_indexable"] == 2
     assert api.get(f"{API}index/?drift=false").json()["drift"] is None
+
+
+@pytest.mark.parametrize("method", ["head", "options"])
+def test_index_health_needs_its_permission_for_every_method(
+    world: dict[str, int], method: str
+) -> None:
+    """HEAD and OPTIONS read what GET reads (HEAD runs the whole check)."""
+    viewer = client_for(make_user("viewer", VIEW))
+    assert getattr(viewer, method)(f"{API}index/").status_code == 403
+    operator = client_for(make_user("operator", VIEW_OPERATIONS))
+    assert getattr(operator, method)(f"{API}index/").status_code == 200
 
 
 def test_index_health_reports_an_entry_gone_missing(api: APIClient, index: DueIndex) -> None:

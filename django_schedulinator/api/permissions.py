@@ -34,8 +34,10 @@ def required_permissions(request: Request, view: Any) -> list[str]:
     action = getattr(view, "action", None)
     if action in declared:
         return declared[action]
-    if request.method in declared:
-        return declared[request.method]
+    # HEAD and OPTIONS read what GET reads: they need what GET needs.
+    method = "GET" if request.method in ("HEAD", "OPTIONS") else request.method
+    if method in declared:
+        return declared[method]
     queryset = getattr(view, "queryset", None)
     if queryset is None:
         return []

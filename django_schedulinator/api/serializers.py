@@ -111,8 +111,10 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # Read at request time: the registry is filled when the apps are ready.
-        self.fields["task"].choices = registry.choices()
+        # Read at request time: the registry is filled when the apps are ready. A schedule
+        # keeps the task it has even when that is no longer registered (as in the model).
+        current = self.instance.task if isinstance(self.instance, Schedule) else None
+        self.fields["task"].choices = registry.choices(current)
 
     @extend_schema_field(serializers.URLField())
     def get_runs_url(self, schedule: Schedule) -> str:

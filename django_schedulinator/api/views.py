@@ -152,13 +152,16 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return router.db_for_write(Schedule)
 
     def _locked(self) -> Schedule:
-        """The schedule, locked until the transaction ends: the precondition and the write
-        see the same version."""
+        """The schedule, as get_object() finds it (the view's queryset, object permissions),
+        locked until the transaction ends: the precondition and the write see the same
+        version."""
         lookup = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
         try:
-            return Schedule.objects.using(self.db).select_for_update().get(pk=int(lookup))
+            schedule = self.get_queryset().using(self.db).select_for_update().get(pk=int(lookup))
         except (Schedule.DoesNotExist, ValueError, OverflowError):
             raise Http404 from None
+        self.check_object_permissions(self.request, schedule)
+        return schedule
 
     def _check_version(self, schedule: Schedule, *, required: bool) -> None:
         header = self.request.headers.get("If-Match")
@@ -176,9 +179,13 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
             if required:
                 raise PreconditionRequired()
             return
-        if isinstance(sent, bool) or not isinstance(sent, int | str):
-            raise ValidationError({"version": ["A valid integer is required."]})
-        if str(sent) != str(schedule.version):
+        try:
+            if isinstance(sent, bool) or not isinstance(sent, int | str):
+                raise ValueError
+            version = int(sent)
+        except (ValueError, OverflowError):
+            raise ValidationError({"version": ["A valid integer is required."]}) from None
+        if version != schedule.version:
             raise Conflict(
                 f"The schedule changed since you read it: it is at version "
                 f"{schedule.version}, not {sent}. Read it again and apply your change to it."
@@ -192,10 +199,9 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
     # -- CRUD ------------------------------------------------------------------------------
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        # The ETag is the version of the settings, for If-Match; it is no cache validator
+        # (If-None-Match), since firing changes next_run_at and the counters, not the version.
         schedule = self.get_object()
-        match = request.headers.get("If-None-Match")
-        if match is not None and str(schedule.version) in _tags(match):
-            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag(schedule)})
         return Response(self.get_serializer(schedule).data, headers={"ETag": etag(schedule)})
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -227,12 +233,15 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
             with transaction.atomic(using=self.db):
                 schedule = self._locked()
                 self._check_version(schedule, required=True)
-                before = changelog.snapshot(schedule)
                 serializer = self.get_serializer(schedule, data=request.data, partial=partial)
                 serializer.is_valid(raise_exception=True)
-                serializer.save()
-                changes = changelog.diff(before, changelog.snapshot(schedule))
-                if changes:
+                before = changelog.snapshot(schedule)
+                asked = {k: changelog.as_json(v) for k, v in serializer.validated_data.items()}
+                # An update that changes nothing writes nothing: the version stays, so it
+                # does not make other clients' edits stale.
+                if changelog.diff(before, {**before, **asked}):
+                    serializer.save()
+                    changes = changelog.diff(before, changelog.snapshot(schedule))
                     changelog.record(schedule, self.origin, ScheduleChange.Action.CHANGED, changes)
         except IntegrityError:
             raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
@@ -247,7 +256,10 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
 
     @extend_schema(
         parameters=[IF_MATCH],
-        responses={204: None, 412: PRECONDITION_RESPONSES[412]},
+        responses={
+            204: None,
+            **{code: PRECONDITION_RESPONSES[code] for code in (400, 409, 412)},
+        },
     )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         with transaction.atomic(using=self.db):
@@ -352,6 +364,8 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
             return run()
         except actions.ActionError as exc:
             raise ValidationError({"detail": str(exc)}) from None
+        except Schedule.DoesNotExist:  # deleted since it was looked up
+            raise Http404 from None
         except DjangoValidationError as exc:
             raise ValidationError(s._as_drf_errors(exc)) from None
 

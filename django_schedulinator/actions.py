@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from django.core.exceptions import ValidationError
 from django.db import router, transaction
 from django.utils import timezone
 

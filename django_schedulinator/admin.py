@@ -12,13 +12,16 @@ import logging
 import threading
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote
+from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.db import connections, router, transaction
 from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.forms.fields import InvalidJSONInput
@@ -26,6 +29,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.text import Truncator, capfirst
@@ -46,6 +50,7 @@ NAMES_SHOWN = 10
 CHANGES_SHOWN = 10  # change-log entries on the change form
 VALUE_CHARS = 60  # one value in a change summary
 SUMMARY_CHARS = 300  # a whole change summary in a list
+COUNT_LIMIT = 10_000  # rows a long list counts past the start of its page
 
 
 # -- formatting -------------------------------------------------------------------------------
@@ -134,11 +139,30 @@ def _changelist_url(model: type[Model], **filters: Any) -> str:
     return f"{url}?{urlencode(filters)}" if filters else url
 
 
+def _may_view(admin_site: admin.AdminSite, request: HttpRequest, model: type[Model]) -> bool:
+    """Whether the admin's page of ``model`` would let this user in: a link to it, or what
+    it lists, is shown only then."""
+    if not admin_site.is_registered(model):
+        return False
+    return bool(admin_site.get_model_admin(model).has_view_permission(request))
+
+
+def _count_at_most(queryset: QuerySet[Any], limit: int) -> int:
+    """The rows of ``queryset``, counted up to ``limit``: a COUNT over a LIMITed subquery
+    (without its ordering), so a large table is never counted whole."""
+    return queryset.order_by()[:limit].count()
+
+
 # -- the change form --------------------------------------------------------------------------
 
 
 class PrettyJSONField(forms.JSONField):
     """Shows the value indented, so that args and kwargs can be read and edited."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            value = ""  # spaces alone are an empty box, not invalid JSON
+        return super().to_python(value)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, InvalidJSONInput):
@@ -176,6 +200,10 @@ STALE_EDIT = (
 )
 
 
+ARGS_EXPECTED = 'Enter a JSON list: [] for no arguments, or for example [1, "a"].'
+KWARGS_EXPECTED = 'Enter a JSON object: {} for no keyword arguments, or for example {"a": 1}.'
+
+
 class ScheduleForm(forms.ModelForm):
     # The version the form was loaded at: an edit based on an older one is refused. Text,
     # read in clean(): an error of a hidden field would not be seen.
@@ -193,13 +221,30 @@ class ScheduleForm(forms.ModelForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A choice list from the registry: a dotted path typed into the admin can never
-        # reach the scheduler.
+        # reach the scheduler. A saved schedule's task stays a choice when it is no longer
+        # registered, so the schedule remains editable; no other unregistered name is one.
+        current = self.instance.task if self.instance.pk is not None else None
         self.fields["task"] = forms.ChoiceField(
-            choices=[("", "---------"), *registry.choices()],
+            choices=[("", "---------"), *registry.choices(current)],
             help_text=Schedule._meta.get_field("task").help_text,
         )
         if "version" in self.fields and self.instance.pk is not None:
             self.fields["version"].initial = self.instance.version
+
+    # An empty box reaches the model as None, whose error names a Python type: say what
+    # to type instead. Empty is an error, not [] or {}, so that a box cleared by mistake
+    # never drops the arguments silently.
+    def clean_args(self) -> Any:
+        value = self.cleaned_data.get("args")
+        if not isinstance(value, list):
+            raise ValidationError(ARGS_EXPECTED, code="not_a_list")
+        return value
+
+    def clean_kwargs(self) -> Any:
+        value = self.cleaned_data.get("kwargs")
+        if not isinstance(value, dict):
+            raise ValidationError(KWARGS_EXPECTED, code="not_an_object")
+        return value
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -238,8 +283,18 @@ class ScheduleForm(forms.ModelForm):
             )
 
 
+PAUSE_NOTE_MAX = Schedule._meta.get_field("pause_note").max_length
+
+
 class ScheduleActionForm(helpers.ActionForm):
-    note = forms.CharField(max_length=500, required=False, label="Note (for pause)")
+    # No max_length here: any error of this form makes Django say "No action selected."
+    # The pause action checks the note with the model's own rules and says what is wrong;
+    # the browser's maxlength only helps while typing.
+    note = forms.CharField(
+        required=False,
+        label="Note (for pause)",
+        widget=forms.TextInput(attrs={"maxlength": str(PAUSE_NOTE_MAX)}),
+    )
 
 
 # -- changelist filters ------------------------------------------------------------------------
@@ -375,7 +430,25 @@ class ScheduleAdmin(admin.ModelAdmin):
         fieldsets = super().get_fieldsets(request, obj)
         if obj is None:  # nothing to show yet
             return [fs for fs in fieldsets if fs[0] != "History"]
-        return fieldsets
+        # The runs and the change log (before/after values of args and kwargs) only for
+        # those whose permissions open their own pages.
+        hidden = {
+            name
+            for name, model in (("run_ledger", Run), ("recent_changes", ScheduleChange))
+            if not _may_view(self.admin_site, request, model)
+        }
+        shown = []
+        for title, options in fieldsets:
+            fields = [f for f in options["fields"] if f not in hidden]
+            if fields:
+                shown.append((title, {**options, "fields": fields}))
+        return shown
+
+    def get_list_display(self, request: HttpRequest) -> list[Any] | tuple[Any, ...]:
+        columns = super().get_list_display(request)
+        if _may_view(self.admin_site, request, Run):
+            return columns
+        return [c for c in columns if c != "runs_link"]
 
     def get_form(
         self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
@@ -504,11 +577,13 @@ class ScheduleAdmin(admin.ModelAdmin):
     def run_ledger(self, obj: Schedule) -> str:
         if obj.pk is None:
             return ""
-        count = Run.objects.filter(schedule_id=obj.pk).count()
+        # One schedule's runs may be many: counted as far as the runs list counts them.
+        count = _count_at_most(Run.objects.filter(schedule_id=obj.pk), COUNT_LIMIT + 1)
+        text = f"More than {COUNT_LIMIT:,} runs" if count > COUNT_LIMIT else _count(count, "run")
         return format_html(
             '<a href="{}" id="schedulinator-runs-link">{}</a>',
             _changelist_url(Run, schedule__id__exact=obj.pk),
-            _count(count, "run"),
+            text,
         )
 
     @admin.display(description="change log")
@@ -578,7 +653,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             self._record_deleted(request, schedules)
             Schedule.objects.filter(pk__in=ids).delete()
         # Bulk paths resync explicitly: the entries of rows that are gone leave the index.
-        self._resync(request, ids)
+        self._resync_on_commit(request, ids)
 
     def _record_deleted(self, request: HttpRequest, schedules: Iterable[Schedule]) -> None:
         origin = self._origin(request)
@@ -640,12 +715,15 @@ class ScheduleAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def _resync(self, request: HttpRequest, ids: list[int]) -> ApplyResult | None:
-        """Bring the index entries of ``ids`` in line with their rows, or say why not."""
+        """Bring the index entries of ``ids`` in line with their committed rows, or say
+        why not."""
         if not ids:
             return None
+        db = router.db_for_write(Schedule)
         try:
-            return sync.resync_schedules(ids)
+            return sync.resync_schedules(ids, using=db)
         except RedisError as exc:
+            logger.warning("Could not update the due index for schedules %s: %s", ids, exc)
             self.message_user(
                 request,
                 f"The due index could not be updated ({exc}). The changes are saved; the "
@@ -653,6 +731,16 @@ class ScheduleAdmin(admin.ModelAdmin):
                 messages.ERROR,
             )
             return None
+
+    def _resync_on_commit(self, request: HttpRequest, ids: list[int]) -> None:
+        """``_resync`` once the action's changes are committed: at once in autocommit, at
+        the end of the request's transaction under ATOMIC_REQUESTS (still before the
+        messages are stored, so a failure is reported; it is logged in any case). Before the
+        commit it would index rows that may yet roll back."""
+        if ids:
+            db = router.db_for_write(Schedule)
+            # robust: the rows are committed by then, so no error may turn into a 500.
+            transaction.on_commit(partial(self._resync, request, ids), using=db, robust=True)
 
     def _report_failures(self, request: HttpRequest, failed: list[tuple[Schedule, str]]) -> None:
         for schedule, error in failed[:NAMES_SHOWN]:
@@ -667,7 +755,16 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.action(description="Pause selected schedules", permissions=("change",))
     def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        note = str(request.POST.get("note", "")).strip()  # the action form checked its length
+        note = str(request.POST.get("note", "")).strip()
+        try:  # once, with the model's rules: the same error for every schedule says nothing
+            Schedule._meta.get_field("pause_note").clean(note, None)
+        except ValidationError as exc:
+            self.message_user(
+                request,
+                f"Nothing was paused. Note (for pause): {_error_text(exc)}",
+                messages.ERROR,
+            )
+            return
         origin = self._origin(request)
         paused: list[Schedule] = []
         already: list[Schedule] = []
@@ -696,7 +793,7 @@ class ScheduleAdmin(admin.ModelAdmin):
                 messages.WARNING,
             )
         self._report_failures(request, failed)
-        self._resync(request, [s.pk for s in paused])
+        self._resync_on_commit(request, [s.pk for s in paused])
 
     @admin.action(description="Resume selected schedules", permissions=("change",))
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
@@ -725,7 +822,7 @@ class ScheduleAdmin(admin.ModelAdmin):
                 request, f"Not paused, left as they were: {_names(running)}.", messages.WARNING
             )
         self._report_failures(request, failed)
-        self._resync(request, [s.pk for s in resumed])
+        self._resync_on_commit(request, [s.pk for s in resumed])
 
     @admin.action(description="Run selected schedules now", permissions=("change",))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
@@ -923,10 +1020,13 @@ class ScheduleAdmin(admin.ModelAdmin):
             daemon=True,
         )
         thread.start()
+        # Not "started": the thread takes the lock itself (rebuild_index offers no way to
+        # hand it a lock taken here), and another rebuild may take it first.
         self.message_user(
             request,
-            "Rebuild started; it runs under the same lock as manage.py rebuild_due_index. "
-            "Reload this page to see when it has finished.",
+            "Rebuild requested: it runs in the background under the same lock as manage.py "
+            "rebuild_due_index, unless another rebuild took that lock in the meantime. "
+            'Reload this page: "Rebuild running" and "Last rebuild" show what happened.',
             messages.SUCCESS,
         )
 
@@ -937,7 +1037,7 @@ def _rebuild_in_background(index: DueIndex, built_by: str) -> None:
         report = rebuild.rebuild_index(index, built_by=built_by)
         logger.info("Rebuild of the due index by %s done: %d rows.", built_by, report.rows)
     except rebuild.RebuildInProgress:
-        logger.info("Rebuild requested by %s: another rebuild is running.", built_by)
+        logger.warning("Rebuild requested by %s not run: another rebuild is running.", built_by)
     except Exception:
         logger.exception("Rebuild of the due index requested by %s failed.", built_by)
     finally:
@@ -947,8 +1047,83 @@ def _rebuild_in_background(index: DueIndex, built_by: str) -> None:
 # -- the ledger and the change log: read-only -------------------------------------------------
 
 
+class CappedCountPaginator(Paginator):
+    """Counts at most ``limit`` rows: ``count`` is exact below it, and ``capped`` says that
+    there are at least ``limit`` rows (more than ``limit - 1``)."""
+
+    def __init__(self, object_list: Any, per_page: int, *args: Any, limit: int, **kwargs: Any):
+        super().__init__(object_list, per_page, *args, **kwargs)
+        self.limit = limit
+
+    @cached_property
+    def count(self) -> int:
+        objects = self.object_list
+        if isinstance(objects, QuerySet):
+            return _count_at_most(objects, self.limit)
+        return min(len(objects), self.limit)  # a list: capped alike
+
+    @property
+    def capped(self) -> bool:
+        return self.count >= self.limit
+
+
+class CappedChangeList(ChangeList):
+    """A changelist whose paginator stops counting: the page says "More than N ..."."""
+
+    paginator: CappedCountPaginator
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        self.count_capped = self.paginator.capped
+        if self.count_capped:
+            # The search bar prints "N results" whenever full_result_count (None: not
+            # counted) differs from result_count; made equal, it does not print the cap.
+            self.full_result_count = self.result_count
+
+    @property
+    def count_text(self) -> str:
+        return f"More than {self.paginator.limit - 1:,} {self.opts.verbose_name_plural}"
+
+    @property
+    def page_range(self) -> list[Any]:
+        return list(self.paginator.get_elided_page_range(self.page_num))
+
+
+class CappedCountAdmin(admin.ModelAdmin):
+    """A list that may grow large: each page counts at most ``count_limit`` rows past its
+    start (the next pages stay reachable, a deep page costs its own OFFSET and no more), and
+    nothing counts the whole table: no full count, no counts by filter choice."""
+
+    count_limit = COUNT_LIMIT
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    change_list_template = "django_schedulinator/admin/capped_change_list.html"
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CappedChangeList
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[Any],
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> CappedCountPaginator:
+        try:  # read as the changelist reads it
+            page = max(int(request.GET.get(PAGE_VAR, 1)), 1)
+        except ValueError:
+            page = 1
+        # At least a page, and more than "show all" may list: a capped count never offers it.
+        ahead = max(self.count_limit, per_page, self.list_max_show_all)
+        limit = (page - 1) * per_page + ahead + 1
+        return CappedCountPaginator(
+            queryset, per_page, orphans, allow_empty_first_page, limit=limit
+        )
+
+
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(CappedCountAdmin):
     list_display = (
         "schedule",
         "scheduled_for",
@@ -964,7 +1139,6 @@ class RunAdmin(admin.ModelAdmin):
     list_filter = ("status", "skip_reason", "trigger")
     list_select_related = ("schedule",)
     search_fields = ("schedule__name", "task")
-    show_full_result_count = False  # the ledger grows large: one count per page is enough
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         # Orders an index can serve, so a page never sorts the whole ledger: one schedule's
@@ -990,7 +1164,7 @@ class RunAdmin(admin.ModelAdmin):
 
 
 @admin.register(ScheduleChange)
-class ScheduleChangeAdmin(admin.ModelAdmin):
+class ScheduleChangeAdmin(CappedCountAdmin):
     list_display = ("at", "schedule_link", "actor_name", "source", "action", "summary")
     list_filter = ("source", "action")
     search_fields = ("schedule_name", "actor_name")

@@ -13,14 +13,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.contrib import messages
 from django.contrib.auth.models import Permission, User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_schedulinator import actions
-from django_schedulinator.admin import local_time
+from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
@@ -160,6 +160,25 @@ def test_bad_input_is_a_form_error_and_nothing_is_written(
     assert not Schedule.objects.exists()
     assert not ScheduleChange.objects.exists()
     assert index.client.zcard(index.due_key) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("args", 'Enter a JSON list: [] for no arguments, or for example [1, "a"].'),
+        ("kwargs", 'Enter a JSON object: {} for no keyword arguments, or for example {"a": 1}.'),
+    ],
+)
+@pytest.mark.parametrize("text", ["", "  ", "null", "5"])
+def test_empty_or_mistyped_args_and_kwargs_are_explained_in_words(
+    admin_client: Client, field: str, expected: str, text: str
+) -> None:
+    page = admin_client.post(
+        reverse("admin:django_schedulinator_schedule_add"), form_data(**{field: text})
+    )
+    assert page.status_code == 200
+    assert page.context["adminform"].form.errors[field] == [expected]
+    assert not Schedule.objects.exists()
 
 
 def test_a_schedule_added_in_the_admin_is_indexed(admin_client: Client, index: DueIndex) -> None:
@@ -385,6 +404,32 @@ def test_an_edit_from_a_stale_form_is_refused(admin_client: Client, index: DueIn
     assert schedule.cron == "0 4 * * *"
 
 
+def test_a_schedule_whose_task_is_gone_can_still_be_edited(admin_client: Client) -> None:
+    schedule = make_schedule("broken", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    Schedule.objects.filter(pk=schedule.pk).update(task="gone.task")  # removed from the code
+    html = admin_client.get(change_url(schedule)).content.decode()
+    assert '<option value="gone.task" selected>gone.task (not registered)</option>' in html
+
+    page = admin_client.post(
+        change_url(schedule), edit_data(schedule, 1, task="gone.task", cron="0 4 * * *")
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    schedule.refresh_from_db()
+    assert (schedule.task, schedule.cron) == ("gone.task", "0 4 * * *")
+    assert ScheduleChange.objects.get(action="changed").changes == {
+        "cron": ["0 3 * * *", "0 4 * * *"]
+    }
+
+    # Changing to another unregistered name is still refused.
+    page = admin_client.post(
+        change_url(schedule), edit_data(schedule, schedule.version, task="other.gone")
+    )
+    assert page.status_code == 200
+    [error] = page.context["adminform"].form.errors["task"]
+    assert "Select a valid choice" in error
+    assert Schedule.objects.get(pk=schedule.pk).task == "gone.task"
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
@@ -581,6 +626,13 @@ def test_pause_reports_a_note_the_model_refuses(admin_client: Client) -> None:
     schedule = make_schedule("long-note")
     page = post_action(admin_client, "pause", [schedule], note="x" * 501)
     assert page.status_code == 200
+    assert shown_messages(page) == [
+        (
+            messages.ERROR,
+            "Nothing was paused. Note (for pause): Ensure this value has at most 500 "
+            "characters (it has 501).",
+        )
+    ]
     assert Schedule.objects.get(pk=schedule.pk).enabled
     assert not ScheduleChange.objects.filter(action="paused").exists()
 
@@ -594,6 +646,45 @@ def test_resync_restores_a_lost_entry(admin_client: Client, index: DueIndex) -> 
     [(level, text)] = shown_messages(page)
     assert level == messages.SUCCESS
     assert "Resynced the due index for 1 schedule (1 index entries" in text
+
+
+@pytest.mark.parametrize("action", ["pause", "resume", "delete_selected"])
+def test_a_bulk_action_writes_the_index_only_once_committed(
+    admin_client: Client, index: DueIndex, action: str
+) -> None:
+    schedule = make_schedule()
+    if action == "resume":
+        actions.pause(schedule)
+    before = index.scores([schedule.pk])[schedule.pk]
+    extra = {"post": "yes"} if action == "delete_selected" else {}
+
+    # As under ATOMIC_REQUESTS: the view runs inside a transaction that is rolled back.
+    with transaction.atomic():
+        post_action(admin_client, action, [schedule], **extra)
+        assert index.scores([schedule.pk])[schedule.pk] == before  # nothing committed yet
+        transaction.set_rollback(True)
+    assert index.scores([schedule.pk])[schedule.pk] == before  # nor ever: rolled back
+
+    with transaction.atomic():
+        post_action(admin_client, action, [schedule], **extra)
+        assert index.scores([schedule.pk])[schedule.pk] == before
+    after = index.scores([schedule.pk])[schedule.pk]
+    assert after != before  # committed: the index follows
+    if action == "resume":
+        assert after == to_ms(Schedule.objects.get(pk=schedule.pk).due_at)
+
+
+@pytest.mark.usefixtures("redis_down")
+def test_with_atomic_requests_a_redis_outage_is_still_reported(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    schedule = make_schedule()
+    page = post_action(admin_client, "pause", [schedule], note="outage")
+    assert not Schedule.objects.get(pk=schedule.pk).enabled
+    shown = shown_messages(page)
+    assert [level for level, _text in shown] == [messages.SUCCESS, messages.ERROR]
+    assert "The due index could not be updated" in shown[1][1]
 
 
 @pytest.mark.usefixtures("redis_down")
@@ -639,6 +730,43 @@ def test_a_viewer_sees_schedules_but_cannot_change_them(
     assert 'name="_save"' not in form.content.decode()
     assert viewer.post(change_url(schedule), form_data(name="renamed")).status_code == 403
     assert viewer.get(reverse("admin:django_schedulinator_schedule_add")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("codenames", "sees_runs", "sees_changes"),
+    [
+        ((), False, False),
+        (("view_run",), True, False),
+        (("view_schedulechange",), False, True),
+        (("view_run", "view_schedulechange"), True, True),
+    ],
+)
+def test_runs_and_changes_are_shown_only_with_their_permissions(
+    staff_client: Callable[..., Client],
+    admin_user: User,
+    codenames: tuple[str, ...],
+    sees_runs: bool,
+    sees_changes: bool,
+) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", kwargs={"token": "abc"})
+    add_runs(schedule, "succeeded")
+    actions.pause(schedule, "maintenance", origin=Origin(admin_user, "admin"))
+    viewer = staff_client("view_schedule", *codenames)
+    runs = reverse("admin:django_schedulinator_run_changelist")
+    changes = reverse("admin:django_schedulinator_schedulechange_changelist")
+    assert (viewer.get(runs).status_code == 200) is sees_runs
+    assert (viewer.get(changes).status_code == 200) is sees_changes
+
+    html = viewer.get(change_url(schedule)).content.decode()
+    assert (f'href="{runs}?' in html) is sees_runs
+    assert ('id="schedulinator-runs-link"' in html) is sees_runs
+    assert (f'href="{changes}?' in html) is sees_changes
+    assert ('id="schedulinator-changes"' in html) is sees_changes
+    assert ("note: maintenance" in html) is sees_changes
+    assert ('class="fieldset-heading">History</h2>' in html) is (sees_runs or sees_changes)
+    listing = viewer.get(reverse(CHANGELIST)).content.decode()
+    assert (f'href="{runs}?' in listing) is sees_runs
+    assert ('class="column-runs_link"' in listing) is sees_runs
 
 
 def test_an_editor_without_delete_permission_cannot_delete(
@@ -697,6 +825,92 @@ def test_runs_can_be_listed_for_one_schedule(admin_client: Client) -> None:
         reverse("admin:django_schedulinator_run_changelist"), {"status__exact": "failed"}
     )
     assert [r.schedule_id for r in filtered.context["cl"].result_list] == [one.pk]
+
+
+def counts(captured: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+
+
+def add_entries(count: int) -> None:
+    schedule = make_schedule("logged")
+    ScheduleChange.objects.bulk_create(
+        ScheduleChange(schedule=schedule, schedule_name="logged", source="admin", action="paused")
+        for _ in range(count)
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_admin", "url", "create", "unit"),
+    [
+        (
+            RunAdmin,
+            "admin:django_schedulinator_run_changelist",
+            lambda n: add_runs(make_schedule("busy"), *["succeeded"] * n),
+            "runs",
+        ),
+        (
+            ScheduleChangeAdmin,
+            "admin:django_schedulinator_schedulechange_changelist",
+            add_entries,
+            "schedule changes",
+        ),
+    ],
+)
+def test_a_long_list_is_paged_without_counting_all_of_it(
+    admin_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    model_admin: type,
+    url: str,
+    create: Callable[[int], None],
+    unit: str,
+) -> None:
+    # Small numbers for the test: 2 rows a page, counted at most 5 rows past the page's start.
+    monkeypatch.setattr(model_admin, "list_per_page", 2)
+    monkeypatch.setattr(model_admin, "list_max_show_all", 2)
+    monkeypatch.setattr(model_admin, "count_limit", 5)
+    create(12)
+
+    def page(number: int, **query: str) -> Any:
+        with CaptureQueriesContext(connection) as captured:
+            response = admin_client.get(reverse(url), {"p": str(number), **query})
+        assert response.status_code == 200
+        assert counts(captured), "no count at all"
+        for sql in counts(captured):
+            assert "LIMIT" in sql.upper(), sql  # never a count of the whole table
+        return response
+
+    first = page(1)
+    cl = first.context["cl"]
+    assert len(cl.result_list) == 2
+    assert cl.paginator.num_pages == 3  # 6 rows counted: pages 1 to 3 are reachable
+    html = first.content.decode()
+    assert f"More than 5 {unit}" in html
+    assert 'href="?p=2"' in html
+    assert 'href="?p=3"' in html
+    assert "6 results" not in html  # the search bar does not print the capped count
+
+    third = page(3)  # counted 5 rows past its start: the next pages appear
+    assert third.context["cl"].paginator.num_pages == 5
+    assert f"More than 9 {unit}" in third.content.decode()
+    assert 'href="?p=5"' in third.content.decode()
+
+    last = page(6)  # the whole list counted at last: 12 rows, exactly
+    assert last.context["cl"].paginator.num_pages == 6
+    assert f"12 {unit}" in last.content.decode()
+    assert "More than" not in last.content.decode()
+    seen = set()
+    for number in range(1, 7):
+        seen |= {row.pk for row in page(number).context["cl"].result_list}
+    assert len(seen) == 12  # every row reachable
+
+    page(1, _facets="1")  # no counts by filter choice either
+
+
+def test_a_short_list_shows_its_exact_count(admin_client: Client) -> None:
+    add_runs(make_schedule("few"), "succeeded", "failed", "skipped")
+    html = admin_client.get(reverse("admin:django_schedulinator_run_changelist")).content.decode()
+    assert "3 runs" in html
+    assert "More than" not in html
 
 
 def test_the_change_log_admin_lists_entries(admin_client: Client, admin_user: User) -> None:
@@ -797,7 +1011,7 @@ def test_a_rebuild_from_the_operations_page(
 
     shown = operator.get(reverse(OPERATIONS))
     assert "by admin:operator" in shown.content.decode()
-    assert any(text.startswith("Rebuild started;") for _level, text in shown_messages(shown))
+    assert any(text.startswith("Rebuild requested:") for _level, text in shown_messages(shown))
 
 
 def test_a_second_rebuild_is_not_started(admin_client: Client, index: DueIndex) -> None:

@@ -3,9 +3,16 @@
 // server validates what is saved.
 "use strict";
 (function () {
+  // The same words as the server's errors (admin.py: ARGS_EXPECTED, KWARGS_EXPECTED).
+  const EXPECTED = {
+    array: 'Enter a JSON list: [] for no arguments, or for example [1, "a"].',
+    object: 'Enter a JSON object: {} for no keyword arguments, or for example {"a": 1}.',
+  };
+
   function problemWith(text, expected) {
     if (text.trim() === "") {
-      return "";
+      // The server refuses an empty box too: [] or {} says "none" explicitly.
+      return EXPECTED[expected] || "Enter JSON.";
     }
     let value;
     try {
@@ -14,13 +21,13 @@
       return "Not valid JSON: " + error.message;
     }
     if (expected === "array" && !Array.isArray(value)) {
-      return 'Enter a JSON list, for example [1, "a"].';
+      return EXPECTED.array;
     }
     if (
       expected === "object" &&
       (value === null || typeof value !== "object" || Array.isArray(value))
     ) {
-      return 'Enter a JSON object, for example {"a": 1}.';
+      return EXPECTED.object;
     }
     return "";
   }

@@ -236,8 +236,11 @@ class DueIndex:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
 
     def rebuild_lock(self, timeout: float) -> Any:
-        """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart."""
-        return self.client.lock(self.lock_key, timeout=timeout, blocking=False)
+        """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart.
+
+        Its token is kept on the instance, not per thread: the admin takes the lock in the
+        request and hands it to the thread that rebuilds. Each rebuild has its own instance."""
+        return self.client.lock(self.lock_key, timeout=timeout, blocking=False, thread_local=False)
 
     def drop(self, keep_lock: bool = False) -> None:
         """Delete every key of this index (``rebuild_due_index --reset``, tests)."""

@@ -63,14 +63,15 @@ def rebuild_index(
     chunk_size: int | None = None,
     built_by: str = "rebuild_due_index",
     progress: Callable[[int], None] | None = None,
+    lock: Any = None,
 ) -> RebuildReport:
-    """Rebuild under the lock; raises RebuildInProgress if another rebuild holds it."""
+    """Rebuild under the lock; raises RebuildInProgress if another rebuild holds it.
+
+    ``lock``: the lock already taken by :func:`take_rebuild_lock` (released here)."""
     index = index or DueIndex()
     if dry_run:
         return _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
-    lock = index.rebuild_lock(LOCK_TIMEOUT_SECONDS)
-    if not lock.acquire(blocking=False):
-        raise RebuildInProgress("Another rebuild of the due index is running; try again later.")
+    lock = lock or take_rebuild_lock(index)
     try:
         if reset:
             index.drop(keep_lock=True)
@@ -84,6 +85,15 @@ def rebuild_index(
             lock.release()
         except LockError:
             logger.warning("The rebuild lock expired before the rebuild ended.")
+
+
+def take_rebuild_lock(index: DueIndex) -> Any:
+    """Take the rebuild lock now, for a rebuild started later (``rebuild_index(lock=...)``),
+    so the caller knows at once whether it will run; RebuildInProgress if another holds it."""
+    lock = index.rebuild_lock(LOCK_TIMEOUT_SECONDS)
+    if not lock.acquire(blocking=False):
+        raise RebuildInProgress("Another rebuild of the due index is running; try again later.")
+    return lock
 
 
 def ensure_built(

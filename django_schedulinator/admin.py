@@ -18,14 +18,21 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote
+from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote, unquote
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.db import connections, router, transaction
 from django.db.models import Model, OuterRef, QuerySet, Subquery
 from django.forms.fields import InvalidJSONInput
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils import timezone
@@ -199,6 +206,9 @@ STALE_EDIT = (
     "make yours again."
 )
 
+
+# The fields whose values decide the next runs: the preview follows them as they are edited.
+PREVIEW_FIELDS = Schedule.TIMING_FIELDS
 
 ARGS_EXPECTED = 'Enter a JSON list: [] for no arguments, or for example [1, "a"].'
 KWARGS_EXPECTED = 'Enter a JSON object: {} for no keyword arguments, or for example {"a": 1}.'
@@ -409,6 +419,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
 
     class Media:
+        js = ("django_schedulinator/preview.js",)
         css = {"all": ("django_schedulinator/admin.css",)}
 
     # -- queryset and form ----------------------------------------------------------------
@@ -465,9 +476,9 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="description")
     def description(self, obj: Schedule) -> str:
-        if obj.pk is None:
-            return "Save to see the description."
-        return obj.description
+        # On the change form, preview.js replaces the text as the timing is edited.
+        text = obj.description if obj.pk is not None else "Fill in the timing to see it here."
+        return format_html('<span id="schedulinator-description">{}</span>', text)
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, obj: Schedule) -> str | None:
@@ -512,12 +523,28 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description="next runs")
     def preview(self, obj: Schedule) -> str:
+        # preview.js posts the form to preview_url as the timing is edited and puts what
+        # preview_view answers in this box: the next runs before the form is saved.
+        info = self.opts.app_label, self.opts.model_name
         if obj.pk is None:
-            return "Save to see the next runs."
+            url = reverse("admin:{}_{}_preview".format(*info))
+            shown = "Fill in the timing to see the next runs here."
+        else:
+            url = reverse("admin:{}_{}_preview_change".format(*info), args=[quote(obj.pk)])
+            shown = self._preview_html(obj)
+        return format_html(
+            '<div id="schedulinator-preview-box" data-preview-url="{}" data-timing-fields="{}" '
+            'aria-live="polite">{}</div>',
+            url,
+            " ".join(PREVIEW_FIELDS),
+            shown,
+        )
+
+    def _preview_html(self, obj: Schedule) -> str:
         try:
             items = obj.preview(app_settings.PREVIEW_COUNT)
         except (ValueError, TypeError) as exc:  # a form shown again with invalid timing
-            return f"No preview while the timing is invalid ({exc})."
+            return format_html("<p>No preview while the timing is invalid ({}).</p>", exc)
         intro: str = ""
         if not obj.enabled:
             intro = format_html(
@@ -876,8 +903,57 @@ class ScheduleAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.operations_view),
                 name="{}_{}_operations".format(*info),
             ),
+            path(
+                "preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name="{}_{}_preview".format(*info),
+            ),
+            path(
+                "<path:object_id>/preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name="{}_{}_preview_change".format(*info),
+            ),
             *super().get_urls(),
         ]
+
+    def preview_view(self, request: HttpRequest, object_id: str | None = None) -> HttpResponse:
+        """The description and next runs of the timing in a posted add or change form, not
+        saved: validated by the form's own rules (the model's), so what it shows is what
+        saving would give. Writes nothing; needs the permission to save that form."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = None
+        if object_id is not None:
+            obj = self.get_object(request, unquote(object_id))
+            if obj is None:
+                raise Http404("No such schedule.")
+            if not self.has_change_permission(request, obj):
+                raise PermissionDenied
+        elif not self.has_add_permission(request):
+            raise PermissionDenied
+        form = self.get_form(request, obj, change=obj is not None)(request.POST, instance=obj)
+        form.is_valid()  # sets on the instance what is valid, and collects the errors
+        errors = [
+            (form.fields[name].label if name in form.fields else name, message)
+            for name, messages_ in form.errors.items()
+            if name in PREVIEW_FIELDS
+            for message in messages_
+        ]
+        if errors:
+            return JsonResponse(
+                {
+                    "description": "",
+                    "preview": format_html(
+                        '<p class="schedulinator-preview-invalid">{}</p><ul>{}</ul>',
+                        "The next runs show here once the timing is valid:",
+                        format_html_join("", "<li>{}: {}</li>", errors),
+                    ),
+                }
+            )
+        schedule = form.instance
+        return JsonResponse(
+            {"description": schedule.description, "preview": self._preview_html(schedule)}
+        )
 
     def operations_view(self, request: HttpRequest) -> HttpResponse:
         label = self.opts.app_label

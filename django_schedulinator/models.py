@@ -477,8 +477,14 @@ class Schedule(models.Model):
 
     def preview(self, count: int = 10) -> list[timing.PreviewItem]:
         """The next ``count`` occurrences, in local time and UTC, DST changes flagged; for a
-        paused schedule, those that would follow a resume now."""
-        start = self.next_run_at if self.enabled else None
+        paused schedule, those that would follow a resume now. For an unsaved schedule, or
+        timing changed and not saved yet (a form being edited), those that saving it now
+        would give."""
+        loaded = getattr(self, "_loaded", {})
+        edited = any(
+            getattr(self, f) != loaded.get(f) for f in self.TIMING_FIELDS if f != "enabled"
+        )
+        start = self.next_run_at if self.enabled and not edited else None
         if start is None:
             start = self._first_run_at(timezone.now())
         if start is None:

@@ -136,7 +136,8 @@ def test_the_task_field_lists_registered_tasks_only(admin_client: Client) -> Non
     html = page.content.decode()
     assert '<option value="tests.record">' in html
     assert "os.system" not in html
-    assert "Save to see the next runs." in html
+    assert "Fill in the timing to see the next runs here." in html
+    assert "django_schedulinator/preview.js" in html
 
 
 @pytest.mark.parametrize(
@@ -349,6 +350,95 @@ def test_the_preview_of_a_paused_schedule_says_so(admin_client: Client) -> None:
     html = admin_client.get(change_url(schedule)).content.decode()
     assert "these are the runs that would follow a resume now" in html
     assert 'id="schedulinator-preview"' in html
+
+
+# -- the live preview: the next runs of a form not saved yet ---------------------------------
+
+PREVIEW_ADD = "admin:django_schedulinator_schedule_preview"
+
+
+def preview_change_url(schedule: Schedule) -> str:
+    return reverse("admin:django_schedulinator_schedule_preview_change", args=[schedule.pk])
+
+
+def table_rows(html: str) -> list[str]:
+    return re.findall(r"<tr class=\"[^\"]*\">(.*?)</tr>", html, re.S)
+
+
+def test_the_add_form_previews_its_timing_before_it_is_saved(admin_client: Client) -> None:
+    answer = admin_client.post(
+        reverse(PREVIEW_ADD), form_data(cron="0 6 * * 1-5", timezone="Europe/Berlin")
+    )
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["description"] == "At 06:00, Monday through Friday (Europe/Berlin)"
+    rows = table_rows(body["preview"])
+    assert len(rows) == 10  # PREVIEW_COUNT
+    assert all(re.search(r"(Mon|Tue|Wed|Thu|Fri) \S+ 06:00:00 CES?T", row) for row in rows)
+    # Nothing was saved: no row, no index entry, no change-log entry.
+    assert (Schedule.objects.count(), ScheduleChange.objects.count()) == (0, 0)
+
+
+def test_the_preview_flags_a_dst_change_before_the_form_is_saved(admin_client: Client) -> None:
+    day = spring_forward()
+    start = day - timedelta(days=1)
+    answer = admin_client.post(
+        reverse(PREVIEW_ADD),
+        form_data(cron="30 2 * * *", start_at_0=str(start), start_at_1="00:00:00"),
+    ).json()
+    flagged = [row for row in table_rows(answer["preview"]) if "⚠ DST" in row]
+    assert len(flagged) == 1
+    assert f"02:30 does not exist in Europe/Berlin on {day}" in flagged[0]
+
+
+def test_the_preview_names_what_is_wrong_with_the_timing_only(admin_client: Client) -> None:
+    answer = admin_client.post(
+        reverse(PREVIEW_ADD),
+        form_data(name="", args="[1", cron="61 * * * *", timezone="Nowhere/Land"),
+    ).json()
+    html = answer["preview"]
+    assert "The next runs show here once the timing is valid" in html
+    assert "Invalid cron expression" in html
+    assert "Unknown time zone" in html
+    # Not the preview's business: the name and the args.
+    assert "Name" not in html
+    assert "Args" not in html
+    assert answer["description"] == ""
+
+
+def test_the_preview_escapes_what_was_typed(admin_client: Client) -> None:
+    html = admin_client.post(
+        reverse(PREVIEW_ADD), form_data(cron="<script>alert(1)</script>")
+    ).json()["preview"]
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_the_change_form_previews_an_edit_without_saving_it(admin_client: Client) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    page = admin_client.get(change_url(schedule)).content.decode()
+    assert f'data-preview-url="{preview_change_url(schedule)}"' in page
+    answer = admin_client.post(
+        preview_change_url(schedule), edit_data(schedule, 1, cron="15 18 * * *")
+    ).json()
+    assert answer["description"] == "At 18:15 (Europe/Berlin)"
+    assert all(" 18:15:00 " in row for row in table_rows(answer["preview"]))
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.cron, row.version, row.next_run_at) == ("0 3 * * *", 1, schedule.next_run_at)
+
+
+def test_the_preview_needs_the_permission_to_save_the_form(
+    staff_client: Callable[..., Client],
+) -> None:
+    schedule = make_schedule()
+    viewer = staff_client("view_schedule")
+    assert viewer.post(reverse(PREVIEW_ADD), form_data()).status_code == 403
+    assert viewer.post(preview_change_url(schedule), edit_data(schedule, 1)).status_code == 403
+    editor = staff_client("view_schedule", "change_schedule", username="editor")
+    assert editor.post(preview_change_url(schedule), edit_data(schedule, 1)).status_code == 200
+    assert editor.get(preview_change_url(schedule)).status_code == 405
+    missing = reverse("admin:django_schedulinator_schedule_preview_change", args=[10**9])
+    assert editor.post(missing, form_data()).status_code == 404
 
 
 def test_the_change_form_shows_runs_and_recent_changes(

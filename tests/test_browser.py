@@ -1,8 +1,9 @@
 """End to end in a real browser: headless Chromium (the system's, never downloaded) drives the
 example project's admin while a real `run_scheduler` fires what it queues.
 
-Log in, create a cron schedule, see its preview, pause it with a note, run it now, and see the
-run succeed in the ledger. Each step saves a screenshot under artifacts/browser/ (or
+Log in, create a cron schedule (its next runs previewed live as it is typed, before it is
+saved), see its preview, pause it with a note, run it now, and see the run succeed in the
+ledger. Each step saves a screenshot under artifacts/browser/ (or
 $SCHEDULINATOR_ARTIFACTS). Without Chromium the test skips, unless
 SCHEDULINATOR_REQUIRE_BROWSER=1 (CI), where it fails.
 """
@@ -159,8 +160,12 @@ def log_in(page: Page, project: ExampleProject) -> None:
     expect(page.locator("#user-tools")).to_contain_text(ADMIN_USERNAME, ignore_case=True)
 
 
-def add_cron_schedule(page: Page, project: ExampleProject, name: str) -> int:
-    """Fill the add form, save and continue editing; the new schedule's id."""
+def add_cron_schedule(
+    page: Page, project: ExampleProject, name: str, description: str, shots: Screenshots
+) -> int:
+    """Fill the add form, watching its live preview (an invalid cron named, then the next
+    runs and the description, before anything is saved); save and continue editing; the
+    new schedule's id."""
     page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/add/")
     page.locator("#id_name").fill(name)
     page.locator("#id_task").select_option(TASK)
@@ -168,13 +173,20 @@ def add_cron_schedule(page: Page, project: ExampleProject, name: str) -> int:
     page.locator("#id_kwargs").fill("{}")
     page.locator("#id_enabled").check()
     page.locator("#id_kind").select_option("cron")
-    page.locator("#id_cron").fill(CRON)
     zone = page.locator("#id_timezone")
     # A text input or a select of zones: both are within the contract.
     if zone.evaluate("element => element.tagName") == "SELECT":
         zone.select_option(TIMEZONE)
     else:
         zone.fill(TIMEZONE)
+    box = page.locator("#schedulinator-preview-box")
+    page.locator("#id_cron").fill("61 * * * *")
+    expect(box).to_contain_text("Invalid cron expression")
+    page.locator("#id_cron").fill(CRON)
+    expect(box.locator("#schedulinator-preview tbody tr:has(td)").nth(4)).to_be_visible()
+    expect(page.locator("#schedulinator-description")).to_have_text(description)
+    shots.take("add-form-live-preview")
+    expect(page).to_have_url(re.compile(r"/schedule/add/$"))  # only previewed so far
     page.locator('[name="_continue"]').click()
     expect(page).to_have_url(re.compile(r"/schedule/\d+/change/"))
     expect(page.locator("ul.messagelist li.success")).to_be_visible()
@@ -217,7 +229,7 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         log_in(page, project)
         shots.take("logged-in")
 
-        schedule_id = add_cron_schedule(page, project, name)
+        schedule_id = add_cron_schedule(page, project, name, description, shots)
         # The change page previews the next occurrences (local time and UTC) and says in
         # words when it runs.
         preview_rows = page.locator("#schedulinator-preview tbody tr:has(td)")

@@ -1,4 +1,5 @@
-"""The served OpenAPI schema, fuzzed: no request that schemathesis generates from it gets a 5xx.
+"""The served OpenAPI schema, fuzzed: every answer to a request that schemathesis generates
+from it is the one the schema documents, and none is a server error.
 
 The schema is loaded the way a client gets it (GET /api/schedulinator/schema/ through
 Django's WSGI application, as a superuser with HTTP Basic), and every operation it lists is
@@ -10,9 +11,18 @@ durations), so generated values get past 404, 428 and the first validation error
 model, the timing code and the writes. Schedules created that way are then put through
 every action (preview, run now, pause, resume, backfill, resync, delete).
 
-What this proves: for those requests the API answers with a 2xx, 3xx or 4xx, never a server
-error (schemathesis' ``not_a_server_error`` check). What the answers should be is for
-test_api.py. Two more tests check answers against the documented response schemas.
+What this proves, for every answer to those requests and actions (errors included): it is no
+server error, and its status code, content type, headers (the ETag, Location) and body are
+the ones the schema documents for the operation (schemathesis' ``not_a_server_error``,
+``status_code_conformance``, ``content_type_conformance``, ``response_headers_conformance``
+and ``response_schema_conformance``), so a client generated from the schema can read it.
+A request whose generated path parameter turned it into another URL (a "/", "..", a format
+suffix such as ".json") did not reach the operation: it is checked for server errors only.
+(A NUL in ?search= used to get a bare list as its 400 body; a test pins the fix.)
+Other tests check the same for what the fuzzing does not reach: every seeded row (a
+schedule whose task is no longer registered among them), refusals (403) for every operation,
+and the 503 of an unreachable Redis. Whether the answers are the right ones is for
+test_api.py.
 
 Requests that were server errors (all fixed) run first as explicit examples, on every run.
 
@@ -30,6 +40,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import pytest
 import schemathesis
@@ -37,22 +48,31 @@ from django.contrib.auth.models import User
 from django.core.signals import request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
+from django.urls import Resolver404, ResolverMatch, resolve
 from django.utils import timezone
 from django.utils.duration import duration_iso_string, duration_string
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import CheckFunction, not_a_server_error
 from schemathesis.core.result import Ok
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+
+from .redis_server import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 API = "/api/schedulinator/"
 USERNAME, PASSWORD = "fuzzer", "fuzzer-password"
+RETIRED_TASK = "tests.retired"  # registered by no code, like a task whose code was removed
 # Bounded so that the whole file runs in well under two minutes on either database.
 EXAMPLES_PER_OPERATION = 40
 ACTION_CHAINS = 30  # schedules created, each put through every action
@@ -153,12 +173,14 @@ class FuzzTarget:
         present = set(Schedule.objects.filter(pk__in=self.saved).values_list("pk", flat=True))
         for pk, row in self.saved.items():
             if pk not in present:
-                Schedule(**row).save()
+                # save() takes a registered task only: a retired one is put back by update().
+                Schedule(**{**row, "task": "tests.noop"}).save()
+                Schedule.objects.filter(pk=pk).update(task=row["task"])
 
 
 def seed_rows(client: APIClient) -> dict[str, list[int]]:
-    """Schedules of each kind (one across DST changes, one with jitter, one paused), runs
-    and change-log entries, all made through the API."""
+    """Schedules of each kind (one across DST changes, one with jitter, one paused, one whose
+    task is no longer registered), runs and change-log entries, made through the API."""
     now = timezone.now()
     bodies: list[dict[str, Any]] = [
         {
@@ -193,12 +215,15 @@ def seed_rows(client: APIClient) -> dict[str, list[int]]:
             "overlap": "buffer",
             "max_runs": 3,
         },
+        {"name": "task-retired", "task": "tests.noop", "kind": "interval", "interval": 600},
     ]
     ids = []
     for body in bodies:
         response = client.post(f"{API}schedules/", body, format="json")
         assert response.status_code == 201, response.content
         ids.append(response.json()["id"])
+    # The API takes registered tasks only; a schedule keeps its task when the code is gone.
+    Schedule.objects.filter(pk=ids[4]).update(task=RETIRED_TASK)
     pause = client.post(f"{API}schedules/{ids[3]}/pause/", {"note": "seeded"}, format="json")
     assert pause.status_code == 200, pause.content
     for sid in ids[:2]:
@@ -245,9 +270,8 @@ def target(settings: Any, index: Any) -> Iterator[FuzzTarget]:
         schema = schemathesis.openapi.from_wsgi(
             f"{API}schema/?format=json", get_wsgi_application(), config=config, headers=headers
         )
-        saved = {
-            row["id"]: row for row in Schedule.objects.filter(pk__in=ids["schedules"]).values()
-        }
+        rows = Schedule.objects.filter(pk__in=ids["schedules"]).values()
+        saved: dict[int, dict[str, Any]] = {row["id"]: {**row} for row in rows}
         yield FuzzTarget(schema=schema, headers=headers, ids=ids, saved=saved)
     finally:
         request_started.connect(close_old_connections)
@@ -383,6 +407,44 @@ def bounded(max_examples: int) -> settings:
     )
 
 
+# What every answer is checked for: no server error, and the status code, content type,
+# headers and body the schema documents for the operation.
+AS_DOCUMENTED: list[CheckFunction] = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+def route(path: str) -> ResolverMatch | None:
+    try:
+        return resolve(path)
+    except Resolver404:
+        return None
+
+
+def reached(case: Any, response: Any) -> bool:
+    """Whether the request reached the operation it was made for. A generated path parameter
+    with a "/" or ".." makes the URL another one (which Django answers: an HTML 404, the API
+    root), and one with a suffix (".json", ".api") asks for another format."""
+    sent = route(unquote(urlsplit(response.request.url).path))
+    meant = route(case.operation.path.replace("{id}", "1"))
+    return (
+        sent is not None
+        and meant is not None
+        and "format" not in sent.kwargs
+        and sent.view_name == meant.view_name
+    )
+
+
+def validate(case: Any, response: Any) -> None:
+    """Raises with the request (as a curl command) and the response on any failed check."""
+    checks: list[CheckFunction] = AS_DOCUMENTED if reached(case, response) else [not_a_server_error]
+    case.validate_response(response, checks=checks)
+
+
 def explicit_case(operation: Any, **parts: Any) -> Any:
     """A case of given parts, its body sent as JSON."""
     if "body" in parts:
@@ -391,7 +453,7 @@ def explicit_case(operation: Any, **parts: Any) -> Any:
 
 
 @pytest.mark.parametrize("label", OPERATIONS)
-def test_no_generated_request_gets_a_server_error(target: FuzzTarget, label: str) -> None:
+def test_every_generated_request_answers_as_documented(target: FuzzTarget, label: str) -> None:
     operation = target.schema.find_operation_by_label(label)
     assert operation is not None, f"{label} is not in the served schema"
     generated = {mode: operation.as_strategy(generation_mode=mode) for mode in GenerationMode}
@@ -399,9 +461,7 @@ def test_no_generated_request_gets_a_server_error(target: FuzzTarget, label: str
     existing = target.ids[resource] if "{id}" in operation.path else []
 
     def check(case: Any) -> None:
-        response = case.call(headers=target.headers)
-        # Raises with the request (as a curl command) and the response on a 5xx.
-        case.validate_response(response, checks=[not_a_server_error])
+        validate(case, case.call(headers=target.headers))
         if case.method == "DELETE":
             target.restore()
 
@@ -426,7 +486,7 @@ ACTIONS: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def test_no_action_on_a_created_schedule_gets_a_server_error(target: FuzzTarget) -> None:
+def test_every_action_on_a_created_schedule_answers_as_documented(target: FuzzTarget) -> None:
     """Schedules created from typed bodies (extreme times and durations included), each
     previewed, run now, paused, resumed with catch-up, backfilled, resynced, deleted."""
     operation = target.schema.find_operation_by_label
@@ -437,7 +497,7 @@ def test_no_action_on_a_created_schedule_gets_a_server_error(target: FuzzTarget)
             body={"name": f"chained-{next(NAMES)}", "task": "tests.noop", **body},
         )
         response = create.call(headers=target.headers)
-        create.validate_response(response, checks=[not_a_server_error])
+        validate(create, response)
         if response.status_code != 201:
             return
         sid = response.json()["id"]
@@ -447,7 +507,7 @@ def test_no_action_on_a_created_schedule_gets_a_server_error(target: FuzzTarget)
                 path_parameters={"id": sid},
                 **parts,
             )
-            case.validate_response(case.call(headers=target.headers), checks=[not_a_server_error])
+            validate(case, case.call(headers=target.headers))
 
     fuzz = given(body=TYPED_BODIES)(check)
     for body in (
@@ -465,18 +525,80 @@ def test_no_action_on_a_created_schedule_gets_a_server_error(target: FuzzTarget)
     bounded(ACTION_CHAINS)(fuzz)()
 
 
-def test_preview_answers_as_documented(target: FuzzTarget) -> None:
-    operation = target.schema.find_operation_by_label(f"GET {API}schedules/{{id}}/preview/")
-    case = operation.Case(path_parameters={"id": target.ids["schedules"][0]})
-    response = case.call(headers=target.headers)
-    assert response.status_code == 200
-    case.validate_response(response, checks=[response_schema_conformance])
+def test_every_seeded_row_answers_as_documented(target: FuzzTarget) -> None:
+    """Every seeded row, whatever the fuzzing happened to pick: each schedule (one whose task
+    is no longer registered, which the schema must not refuse) and its preview, each run,
+    each change-log entry, the lists and the index health."""
+    operation = target.schema.find_operation_by_label
+    cases = [
+        operation(f"GET {API}{resource}/").Case()
+        for resource in ("schedules", "runs", "changes", "index")
+    ]
+    for resource, ids in target.ids.items():
+        cases += [
+            operation(f"GET {API}{resource}/{{id}}/").Case(path_parameters={"id": pk}) for pk in ids
+        ]
+    cases += [
+        operation(f"GET {API}schedules/{{id}}/preview/").Case(path_parameters={"id": pk})
+        for pk in target.ids["schedules"]
+    ]
+    for case in cases:
+        response = case.call(headers=target.headers)
+        assert response.status_code == 200, (case.formatted_path, response.text)
+        validate(case, response)
 
 
-def test_a_run_answers_as_documented(target: FuzzTarget) -> None:
-    operation = target.schema.find_operation_by_label(f"GET {API}runs/{{id}}/")
-    pending = Run.objects.filter(status=Run.Status.PENDING).values_list("pk", flat=True)[0]
-    case = operation.Case(path_parameters={"id": pending})
+@pytest.mark.parametrize("who", ["anonymous", "staff without permissions"])
+def test_a_refused_request_answers_as_documented(target: FuzzTarget, who: str) -> None:
+    """Every operation refuses a user it does not admit with its documented 403."""
+    headers: dict[str, str] = {}
+    if who == "staff without permissions":
+        User.objects.create_user("plain", password="plain-password", is_staff=True)
+        token = base64.b64encode(b"plain:plain-password").decode()
+        headers = {"Authorization": f"Basic {token}"}
+    sid = target.ids["schedules"][0]
+    for label in OPERATIONS:
+        operation = target.schema.find_operation_by_label(label)
+        resource = operation.path.removeprefix(API).split("/", 1)[0]
+        ids = {"id": target.ids[resource][0]} if "{id}" in operation.path else {}
+        # Permissions are checked before the body is read: an empty body will do.
+        case = operation.Case(path_parameters=ids)
+        response = case.call(headers=headers)
+        # Anonymous gets 403 too, not 401: the first authentication class (session) asks
+        # for no credentials.
+        assert response.status_code == 403, (label, response.text)
+        validate(case, response)
+    assert Schedule.objects.filter(pk=sid).exists()  # the DELETE was refused too
+
+
+@pytest.mark.parametrize("label", [f"GET {API}index/", f"POST {API}schedules/{{id}}/resync/"])
+def test_an_unreachable_index_answers_as_documented(
+    target: FuzzTarget, settings: Any, label: str
+) -> None:
+    # The index's cache alias points at a port nothing listens on: a real connection that
+    # is refused.
+    settings.CACHES = {
+        **settings.CACHES,
+        "dead": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "dead"}
+    operation = target.schema.find_operation_by_label(label)
+    ids = {"id": target.ids["schedules"][0]} if "{id}" in operation.path else {}
+    case = operation.Case(path_parameters=ids)
     response = case.call(headers=target.headers)
-    assert response.status_code == 200
-    case.validate_response(response, checks=[response_schema_conformance])
+    assert response.status_code == 503, response.text
+    # A 503 is the answer here: every check but the one against server errors.
+    documented = [check for check in AS_DOCUMENTED if check is not not_a_server_error]
+    case.validate_response(response, checks=documented)
+
+
+def test_a_search_with_a_nul_answers_as_documented(target: FuzzTarget) -> None:
+    operation = target.schema.find_operation_by_label(f"GET {API}schedules/")
+    case = operation.Case(query={"search": "a\x00b"})
+    response = case.call(headers=target.headers)
+    assert response.status_code == 400, response.text
+    case.validate_response(response, checks=AS_DOCUMENTED)

@@ -8,8 +8,21 @@ from typing import Any
 import django_filters
 from django.core.exceptions import ValidationError
 from django_filters.fields import IsoDateTimeField
+from rest_framework import filters, serializers
+from rest_framework.request import Request
 
 from ..models import Run, Schedule, ScheduleChange
+
+
+class SearchFilter(filters.SearchFilter):
+    """DRF's search, whose refusal (a NUL in the term) names the parameter like every other
+    400 of the API, instead of a bare list."""
+
+    def get_search_terms(self, request: Request) -> list[str]:
+        try:
+            return list(super().get_search_terms(request))
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError({self.search_param: exc.detail}) from None
 
 
 class ScheduleFilter(django_filters.FilterSet):

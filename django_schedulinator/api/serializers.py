@@ -10,7 +10,9 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import models
 from django.urls import reverse
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.extensions import OpenApiSerializerExtension, OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import build_array_type, build_object_type
+from drf_spectacular.utils import Direction, extend_schema_field
 from rest_framework import serializers
 
 from ..conf import MAX_PREVIEW_COUNT, app_settings
@@ -69,6 +71,25 @@ def _as_drf_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
     }
 
 
+class TaskField(serializers.ChoiceField):
+    """A registered task's name; a schedule keeps one that is no longer registered."""
+
+
+class TaskFieldSchema(OpenApiSerializerFieldExtension):
+    """Requests choose from the registered tasks; responses may name a task that is no
+    longer registered (a schedule keeps it), so there the task is any string."""
+
+    target_class = TaskField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Direction) -> dict[str, Any]:
+        if direction == "request":
+            schema: dict[str, Any] = auto_schema._map_serializer_field(
+                self.target, direction, bypass_extensions=True
+            )
+            return schema
+        return {"type": "string", "description": self.target.help_text}
+
+
 class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
@@ -76,7 +97,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         models.DateTimeField: DateTimeField,
     }
 
-    task = serializers.ChoiceField(
+    task = TaskField(
         choices=[],
         help_text="The name of a task registered with @django_schedulinator.task.",
         error_messages={
@@ -130,6 +151,28 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         # The name's uniqueness is checked by the serializer's own validator already.
         apply_model_validation(candidate, exclude_unique=True)
         return attrs
+
+
+class ScheduleSchema(OpenApiSerializerExtension):
+    """args and kwargs typed as what the model takes (a list, an object); every field of
+    a response required, since a response always has them all (generated clients then
+    need no checks for absent fields)."""
+
+    target_class = ScheduleSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Direction) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(
+            self.target, direction, bypass_extensions=True
+        )
+        properties = schema["properties"]
+        properties["args"] = {**properties["args"], **build_array_type({})}
+        properties["kwargs"] = {
+            **properties["kwargs"],
+            **build_object_type(additionalProperties={}),
+        }
+        if direction == "response":
+            schema["required"] = sorted(properties)
+        return schema
 
 
 class PauseSerializer(serializers.Serializer[Any]):
@@ -270,3 +313,34 @@ class IndexStatusSerializer(serializers.Serializer[Any]):
     drift = DriftSerializer(allow_null=True)
     eviction_warning = serializers.CharField(allow_null=True)
     checked_at = serializers.DateTimeField()
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    """A refusal of the request as a whole (401, 403, 404, 409, 412, 428, 503)."""
+
+    detail = serializers.CharField(help_text="Why, in words.")
+
+
+class ValidationErrorSerializer(serializers.Serializer[Any]):
+    """Invalid input (400): each field's errors under its name, errors of the whole body
+    under non_field_errors; a request that was refused as a whole (a body that does not
+    parse, an action the schedule's state does not allow) has a detail instead."""
+
+    detail = serializers.CharField(required=False, help_text="Why, when no field is to blame.")
+    non_field_errors = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Errors of the whole body."
+    )
+
+
+class ValidationErrorSchema(OpenApiSerializerExtension):
+    """Errors are keyed by field name, which a serializer cannot list: any other property
+    is a field's list of errors."""
+
+    target_class = ValidationErrorSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: Direction) -> dict[str, Any]:
+        schema: dict[str, Any] = auto_schema._map_serializer(
+            self.target, direction, bypass_extensions=True
+        )
+        schema["additionalProperties"] = build_array_type({"type": "string"})
+        return schema

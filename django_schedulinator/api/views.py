@@ -17,7 +17,12 @@ from django.http import Http404
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+)
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
@@ -33,7 +38,7 @@ from ..health import index_status
 from ..models import Run, Schedule, ScheduleChange
 from ..sync import resync_schedules
 from . import serializers as s
-from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter
+from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
 from .permissions import ConfiguredPermissionsMixin
 
 CHANGE = "django_schedulinator.change_schedule"
@@ -110,11 +115,64 @@ IF_MATCH = OpenApiParameter(
     OpenApiParameter.HEADER,
     description="The ETag of the version you edited (from GET). A stale one gets 412.",
 )
+# The schedule's ETag, sent with each answer that shows a schedule.
+ETAG = OpenApiParameter(
+    "ETag",
+    {"type": "string", "pattern": r'^"[0-9]+"$'},
+    OpenApiParameter.HEADER,
+    response=[200, 201],
+    required=True,
+    description="The schedule's version, quoted: send it back as If-Match to edit.",
+)
+LOCATION = OpenApiParameter(
+    "Location",
+    {"type": "string", "format": "uri"},
+    OpenApiParameter.HEADER,
+    response=[201],
+    required=True,
+    description="The new schedule's URL.",
+)
+
+# The errors, documented with their bodies so that generated clients can read them.
+# Every operation can be refused: 403 for a user without the permissions; for an anonymous
+# request 401 when the project's first authentication class asks for credentials
+# (WWW-Authenticate), else 403 (DRF's rule).
+REFUSED = {
+    401: OpenApiResponse(
+        s.ErrorSerializer,
+        description="Not authenticated (when the first authentication class of the project "
+        "asks for credentials; otherwise 403).",
+    ),
+    403: OpenApiResponse(
+        s.ErrorSerializer,
+        description="Not authenticated, or not staff with the model permissions needed.",
+    ),
+}
+INVALID = {
+    400: OpenApiResponse(
+        s.ValidationErrorSerializer, description="Invalid: each error names its field."
+    )
+}
+NO_SCHEDULE = {404: OpenApiResponse(s.ErrorSerializer, description="No such schedule.")}
+NO_PAGE = {
+    404: OpenApiResponse(s.ErrorSerializer, description="No such page, or an invalid cursor.")
+}
+INDEX_UNAVAILABLE = {
+    503: OpenApiResponse(
+        s.ErrorSerializer, description="Redis, which holds the due index, is unreachable."
+    )
+}
 PRECONDITION_RESPONSES = {
-    400: OpenApiResponse(description="Invalid: each error names its field."),
-    409: OpenApiResponse(description="The 'version' in the body is not the current one."),
-    412: OpenApiResponse(description="The If-Match ETag is not the current version."),
-    428: OpenApiResponse(description="Neither If-Match nor 'version' was sent."),
+    **INVALID,
+    **NO_SCHEDULE,
+    409: OpenApiResponse(
+        s.ErrorSerializer, description="The 'version' in the body is not the current one."
+    ),
+    412: OpenApiResponse(
+        s.ErrorSerializer, description="The If-Match ETag is not the current version."
+    ),
+    428: OpenApiResponse(s.ErrorSerializer, description="Neither If-Match nor 'version' was sent."),
+    **REFUSED,
 }
 
 
@@ -124,13 +182,16 @@ ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": No
 
 
 @extend_schema(tags=["schedules"])
+@extend_schema_view(
+    list=extend_schema(responses={200: s.ScheduleSerializer, **INVALID, **NO_PAGE, **REFUSED})
+)
 class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]):
     """Schedules: the canonical rows. Writes are validated by the model's own rules."""
 
     queryset = Schedule.objects.all().order_by("name")
     serializer_class = s.ScheduleSerializer
     pagination_class = PageNumberPagination
-    filter_backends = [DjangoFilterBackend, filters.SearchFilter, filters.OrderingFilter]
+    filter_backends = [DjangoFilterBackend, SearchFilter, filters.OrderingFilter]
     filterset_class = ScheduleFilter
     search_fields = ["name", "task"]
     ordering_fields = ["name", "next_run_at", "created_at", "updated_at", "id"]
@@ -198,12 +259,18 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
 
     # -- CRUD ------------------------------------------------------------------------------
 
+    @extend_schema(
+        parameters=[ETAG], responses={200: s.ScheduleSerializer, **NO_SCHEDULE, **REFUSED}
+    )
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         # The ETag is the version of the settings, for If-Match; it is no cache validator
         # (If-None-Match), since firing changes next_run_at and the counters, not the version.
         schedule = self.get_object()
         return Response(self.get_serializer(schedule).data, headers={"ETag": etag(schedule)})
 
+    @extend_schema(
+        parameters=[ETAG, LOCATION], responses={201: s.ScheduleSerializer, **INVALID, **REFUSED}
+    )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -225,7 +292,8 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return response
 
     @extend_schema(
-        parameters=[IF_MATCH], responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES}
+        parameters=[IF_MATCH, ETAG],
+        responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES},
     )
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         partial = kwargs.pop("partial", False)
@@ -248,7 +316,8 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return self._respond(schedule)
 
     @extend_schema(
-        parameters=[IF_MATCH], responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES}
+        parameters=[IF_MATCH, ETAG],
+        responses={200: s.ScheduleSerializer, **PRECONDITION_RESPONSES},
     )
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         kwargs["partial"] = True
@@ -258,7 +327,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         parameters=[IF_MATCH],
         responses={
             204: None,
-            **{code: PRECONDITION_RESPONSES[code] for code in (400, 409, 412)},
+            **{code: PRECONDITION_RESPONSES[code] for code in (400, 404, 409, 412, 401, 403)},
         },
     )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -279,7 +348,11 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
     def _action_schedule(self) -> Schedule:
         return self.get_object()  # permission and 404 handling of the viewset
 
-    @extend_schema(request=s.PauseSerializer, responses={200: s.ScheduleSerializer})
+    @extend_schema(
+        request=s.PauseSerializer,
+        parameters=[ETAG],
+        responses={200: s.ScheduleSerializer, **INVALID, **NO_SCHEDULE, **REFUSED},
+    )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def pause(self, request: Request, pk: str | None = None) -> Response:
         """Stop firing (the schedule keeps its place); the note says why."""
@@ -291,7 +364,11 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         )
         return self._respond(schedule)
 
-    @extend_schema(request=s.ResumeSerializer, responses={200: s.ScheduleSerializer})
+    @extend_schema(
+        request=s.ResumeSerializer,
+        parameters=[ETAG],
+        responses={200: s.ScheduleSerializer, **INVALID, **NO_SCHEDULE, **REFUSED},
+    )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         """Fire again from now on; the paused period is recorded as skipped, or caught up."""
@@ -305,7 +382,10 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         )
         return self._respond(schedule)
 
-    @extend_schema(request=s.RunNowSerializer, responses={202: s.RunSerializer})
+    @extend_schema(
+        request=s.RunNowSerializer,
+        responses={202: s.RunSerializer, **INVALID, **NO_SCHEDULE, **REFUSED},
+    )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"], url_path="run-now")
     def run_now(self, request: Request, pk: str | None = None) -> Response:
         """Queue one run now, with a key of its own; any scheduler dispatches it."""
@@ -319,7 +399,10 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         )
         return Response(s.RunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=s.BackfillSerializer, responses={200: s.BackfillReportSerializer})
+    @extend_schema(
+        request=s.BackfillSerializer,
+        responses={200: s.BackfillReportSerializer, **INVALID, **NO_SCHEDULE, **REFUSED},
+    )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:
         """Fire each occurrence of a past range that has not fired; idempotent."""
@@ -334,7 +417,11 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         )
         return Response(s.BackfillReportSerializer(report).data)
 
-    @extend_schema(request=None, responses={200: s.ScheduleSerializer, 503: OpenApiResponse()})
+    @extend_schema(
+        request=None,
+        parameters=[ETAG],
+        responses={200: s.ScheduleSerializer, **NO_SCHEDULE, **INDEX_UNAVAILABLE, **REFUSED},
+    )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def resync(self, request: Request, pk: str | None = None) -> Response:
         """Write this schedule's due-index entry again from its row."""
@@ -347,7 +434,13 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         return self._respond(schedule)
 
     @extend_schema(
-        parameters=[s.PreviewQuerySerializer], responses={200: s.PreviewItemSerializer(many=True)}
+        parameters=[s.PreviewQuerySerializer],
+        responses={
+            200: s.PreviewItemSerializer(many=True),
+            **INVALID,
+            **NO_SCHEDULE,
+            **REFUSED,
+        },
     )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["get"])
     def preview(self, request: Request, pk: str | None = None) -> Response:
@@ -371,6 +464,16 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
 
 
 @extend_schema(tags=["runs"])
+@extend_schema_view(
+    list=extend_schema(responses={200: s.RunSerializer, **INVALID, **NO_PAGE, **REFUSED}),
+    retrieve=extend_schema(
+        responses={
+            200: s.RunSerializer,
+            404: OpenApiResponse(s.ErrorSerializer, description="No such run."),
+            **REFUSED,
+        }
+    ),
+)
 class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run]):
     """The ledger: one row per occurrence, fired or skipped (with the reason)."""
 
@@ -382,6 +485,18 @@ class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run])
 
 
 @extend_schema(tags=["changes"])
+@extend_schema_view(
+    list=extend_schema(
+        responses={200: s.ScheduleChangeSerializer, **INVALID, **NO_PAGE, **REFUSED}
+    ),
+    retrieve=extend_schema(
+        responses={
+            200: s.ScheduleChangeSerializer,
+            404: OpenApiResponse(s.ErrorSerializer, description="No such change-log entry."),
+            **REFUSED,
+        }
+    ),
+)
 class ScheduleChangeViewSet(
     ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[ScheduleChange]
 ):
@@ -405,7 +520,7 @@ class IndexHealthView(ConfiguredPermissionsMixin, APIView):
         parameters=[
             OpenApiParameter("drift", OpenApiTypes.BOOL, description="Run the drift check.")
         ],
-        responses={200: s.IndexStatusSerializer, 503: OpenApiResponse()},
+        responses={200: s.IndexStatusSerializer, **INDEX_UNAVAILABLE, **REFUSED},
     )
     def get(self, request: Request) -> Response:
         drift = request.query_params.get("drift", "true").lower() not in ("false", "0", "no")

@@ -157,6 +157,7 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     ),
     "resync": ("post", "schedules/{s}/resync/", None),
     "preview": ("get", "schedules/{s}/preview/", None),
+    "preview_timing": ("post", "schedules/preview/", {"cron": "0 3 * * *", "timezone": "UTC"}),
     "runs": ("get", "runs/", None),
     "run": ("get", "runs/{r}/", None),
     "changes": ("get", "changes/", None),
@@ -178,6 +179,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "backfill": (VIEW, CHANGE),
     "resync": (VIEW, CHANGE),
     "preview": (VIEW,),
+    "preview_timing": (VIEW,),
     "runs": (VIEW_RUN,),
     "run": (VIEW_RUN,),
     "changes": (VIEW_CHANGES,),
@@ -861,6 +863,50 @@ def test_preview_count(api: APIClient, settings: Any) -> None:
     assert "count" in response.json()
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "PREVIEW_COUNT": 4}
     assert len(api.get(url).json()) == 4
+
+
+def test_a_timing_is_previewed_before_any_schedule_has_it(api: APIClient) -> None:
+    before = snapshot_of_everything()
+    response = api.post(
+        f"{API}schedules/preview/",
+        {"cron": "0 6 * * 1-5", "timezone": "Europe/Berlin", "count": 3},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["description"] == "At 06:00, Monday through Friday (Europe/Berlin)"
+    assert len(body["occurrences"]) == 3
+    for item in body["occurrences"]:
+        local = datetime.fromisoformat(item["local"])
+        assert (local.weekday() < 5, local.hour, local.minute) == (True, 6, 0)
+    assert snapshot_of_everything() == before  # nothing written
+
+
+def test_a_timing_preview_flags_dst_and_defaults_its_count(api: APIClient) -> None:
+    timing = {"cron": "30 2 * * *", "timezone": "Europe/Berlin", "dst_gap": "skip"}
+    items = api.post(
+        f"{API}schedules/preview/", {**timing, "start_at": "2027-03-25T00:00:00Z"}, format="json"
+    ).json()["occurrences"]
+    assert len(items) == app_settings.PREVIEW_COUNT
+    assert (items[3]["local"][:10], items[3]["skipped"]) == ("2027-03-28", True)
+
+
+@pytest.mark.parametrize(
+    ("timing", "fields"),
+    [
+        ({"cron": "61 * * * *", "timezone": "Mars/Olympus"}, {"cron", "timezone"}),
+        ({"kind": "interval"}, {"interval"}),
+        ({"kind": "once", "run_at": "2020-01-01T00:00:00Z"}, {"run_at"}),
+        ({"cron": "0 3 * * *", "count": 0}, {"count"}),
+        ({"cron": "0 3 * * *", "count": 501}, {"count"}),
+    ],
+)
+def test_a_timing_preview_names_what_is_wrong(
+    api: APIClient, timing: dict[str, Any], fields: set[str]
+) -> None:
+    response = api.post(f"{API}schedules/preview/", timing, format="json")
+    assert response.status_code == 400
+    assert set(response.json()) == fields  # no name, task or args: not the preview's business
 
 
 @pytest.mark.parametrize(

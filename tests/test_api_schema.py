@@ -93,6 +93,7 @@ OPERATIONS = [
     "POST /api/schedulinator/schedules/{id}/backfill/",
     "POST /api/schedulinator/schedules/{id}/pause/",
     "GET /api/schedulinator/schedules/{id}/preview/",
+    "POST /api/schedulinator/schedules/preview/",
     "POST /api/schedulinator/schedules/{id}/resume/",
     "POST /api/schedulinator/schedules/{id}/resync/",
     "POST /api/schedulinator/schedules/{id}/run-now/",
@@ -387,6 +388,9 @@ def cases_for(
     if operation.label in SCHEDULE_WRITES and draw(st.booleans()):
         name = f"fuzzed-{next(NAMES)}"  # unique: a taken name stops at the first check
         case.body = {"name": name, "task": "tests.noop", **draw(TYPED_BODIES)}
+        case.media_type = "application/json"
+    elif operation.label == f"POST {API}schedules/preview/" and draw(st.booleans()):
+        case.body = draw(TYPED_BODIES)  # a timing: what it previews
         case.media_type = "application/json"
     return case
 

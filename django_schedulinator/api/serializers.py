@@ -236,6 +236,42 @@ class PreviewItemSerializer(serializers.Serializer[Any]):
         return data
 
 
+class TimingPreviewSerializer(serializers.ModelSerializer[Schedule]):
+    """A timing to preview before a schedule is created or changed: the timing fields of a
+    schedule, validated by the model's own rules. Nothing is saved."""
+
+    serializer_field_mapping = ScheduleSerializer.serializer_field_mapping
+    count = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_PREVIEW_COUNT,
+        write_only=True,
+        help_text="How many occurrences (default: SCHEDULINATOR['PREVIEW_COUNT']).",
+    )
+
+    class Meta:
+        model = Schedule
+        fields = (*Schedule.TIMING_FIELDS, "count")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        count = attrs.pop("count", app_settings.PREVIEW_COUNT)
+        candidate = Schedule(**attrs)
+        others = [f.name for f in Schedule._meta.fields if f.name not in Schedule.TIMING_FIELDS]
+        try:
+            candidate.full_clean(exclude=others, validate_unique=False, validate_constraints=False)
+        except DjangoValidationError as exc:
+            errors = _as_drf_errors(exc)
+            timing_errors = {k: v for k, v in errors.items() if k in Schedule.TIMING_FIELDS}
+            if timing_errors:  # the rest (args, name, ...) is no business of a preview
+                raise serializers.ValidationError(timing_errors) from None
+        return {"schedule": candidate, "count": count}
+
+
+class TimingPreviewResultSerializer(serializers.Serializer[Any]):
+    description = serializers.CharField(help_text="The timing in words.")
+    occurrences = PreviewItemSerializer(many=True, help_text="The next occurrences.")
+
+
 class RunSerializer(serializers.ModelSerializer[Run]):
     idempotency_key = serializers.CharField(read_only=True)
     skip_reason = serializers.ChoiceField(

@@ -202,6 +202,7 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         "backfill": [VIEW, CHANGE],
         "resync": [VIEW, CHANGE],
         "preview": [VIEW],
+        "preview_timing": [VIEW],
     }
 
     @property
@@ -450,6 +451,28 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         query.is_valid(raise_exception=True)
         items = schedule.preview(query.validated_data["count"])
         return Response(s.PreviewItemSerializer(items, many=True).data)
+
+    @extend_schema(
+        request=s.TimingPreviewSerializer,
+        responses={200: s.TimingPreviewResultSerializer, **INVALID, **REFUSED},
+    )
+    @action(
+        detail=False,
+        **ON_ONE_SCHEDULE,
+        methods=["post"],
+        url_path="preview",
+        url_name="preview-timing",
+    )
+    def preview_timing(self, request: Request) -> Response:
+        """The description and next occurrences of a timing that is not saved, to check a
+        cron expression before creating or changing a schedule. Validated by the model's
+        rules; nothing is written."""
+        body = s.TimingPreviewSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        schedule = body.validated_data["schedule"]
+        items = schedule.preview(body.validated_data["count"])
+        result = {"description": schedule.description, "occurrences": items}
+        return Response(s.TimingPreviewResultSerializer(result).data)
 
     def _act(self, run: Any) -> Any:
         """Run an action; its refusals become 400s that say why."""

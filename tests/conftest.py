@@ -20,7 +20,7 @@ from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 
-from .redis_server import RedisServer
+from .redis_server import RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,3 +198,23 @@ def schedulers(key_prefix: str) -> Iterator[Schedulers]:
     runner = Schedulers(key_prefix)
     yield runner
     runner.stop_all()
+
+
+def lose_redis(settings: Any) -> None:
+    """From now on the app's Redis is a port where nothing listens: every connection is
+    refused at once, a real error from a real client (no mock)."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}
+
+
+@pytest.fixture
+def redis_down(settings: Any) -> None:
+    """The app's Redis is unreachable for the whole test (see lose_redis)."""
+    lose_redis(settings)

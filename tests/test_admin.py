@@ -27,7 +27,6 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
 from .conftest import form_data, make_schedule
-from .redis_server import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -65,19 +64,6 @@ def staff_client() -> Callable[..., Client]:
         return client
 
     return login
-
-
-@pytest.fixture
-def redis_down(settings: Any) -> None:
-    """The app's Redis connection points at a port where nothing listens."""
-    settings.CACHES = {
-        **settings.CACHES,
-        "down": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
-        },
-    }
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}
 
 
 def add_runs(schedule: Schedule, *statuses: str) -> None:

@@ -20,7 +20,6 @@ The last section pins the edges that were server errors, found by fuzzing and fi
 from __future__ import annotations
 
 import base64
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -44,7 +43,7 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
+from .conftest import lose_redis, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,13 +120,6 @@ def add_run(schedule: Schedule, at: datetime, **fields: Any) -> Run:
 
 def etag_of(response: Any) -> str:
     return response.headers["ETag"]
-
-
-def closed_port() -> int:
-    """A local TCP port nothing listens on: connecting to it is refused at once."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture
@@ -1056,17 +1048,7 @@ def test_an_unreachable_redis_is_a_503(
     api: APIClient, settings: Any, method: str, path: str
 ) -> None:
     sid = create(api)["id"]
-    # The index's cache alias now points at a port nothing listens on: a real connection
-    # that is refused.
-    settings.CACHES = {
-        **settings.CACHES,
-        "dead": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{closed_port()}/0",
-            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
-        },
-    }
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "dead"}
+    lose_redis(settings)
     response = getattr(api, method)(API + path.format(s=sid))
     assert response.status_code == 503, response.content
     assert "Redis is unreachable" in response.json()["detail"]

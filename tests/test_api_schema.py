@@ -66,7 +66,7 @@ from schemathesis.specs.openapi.checks import (
 
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
-from .redis_server import free_port
+from .conftest import lose_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -579,17 +579,7 @@ def test_a_refused_request_answers_as_documented(target: FuzzTarget, who: str) -
 def test_an_unreachable_index_answers_as_documented(
     target: FuzzTarget, settings: Any, label: str
 ) -> None:
-    # The index's cache alias points at a port nothing listens on: a real connection that
-    # is refused.
-    settings.CACHES = {
-        **settings.CACHES,
-        "dead": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
-            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
-        },
-    }
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "dead"}
+    lose_redis(settings)
     operation = target.schema.find_operation_by_label(label)
     ids = {"id": target.ids["schedules"][0]} if "{id}" in operation.path else {}
     case = operation.Case(path_parameters=ids)

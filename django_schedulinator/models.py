@@ -400,10 +400,14 @@ class Schedule(models.Model):
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
         self._catch_up_on_resume = False
 
-    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+    def refresh_from_db(
+        self,
+        using: str | None = None,
+        fields: Any = None,
+        from_queryset: models.QuerySet[Any] | None = None,
+    ) -> None:
         # What was loaded is what the row holds now: a later save() compares against it.
-        super().refresh_from_db(*args, **kwargs)
-        fields = kwargs.get("fields") or (args[1] if len(args) > 1 else None)
+        super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
         self._loaded = {
             **getattr(self, "_loaded", {}),
             **{f: getattr(self, f) for f in self.LOADED_FIELDS if fields is None or f in fields},

@@ -41,8 +41,15 @@ class ActionError(ValueError):
 #
 # Each action works on the row as it is now, locked until its transaction ends, not on the
 # caller's instance: that copy may predate a concurrent edit, which saving it would undo
-# (and a run queued from it would carry stale arguments). The caller's instance is
-# refreshed afterwards.
+# (and a run queued from it would carry stale arguments). Only what the action is about is
+# written; other changes made to the instance are not saved (save() them first). The
+# instance then takes what the action wrote (see _adopt) and keeps the rest as it was.
+
+# What an action writes to the row: the caller's instance takes these afterwards.
+WRITTEN_BY_ACTIONS = (
+    "enabled", "pause_note", "paused_at", "next_run_at", "due_at", "revision", "version",
+    "updated_at",
+)  # fmt: skip
 
 
 def pause(schedule: Schedule, note: str = "", *, origin: Origin | None = None) -> None:
@@ -62,7 +69,7 @@ def pause(schedule: Schedule, note: str = "", *, origin: Origin | None = None) -
             current.save(using=db, update_fields=["enabled", "pause_note"])
             if origin is not None:
                 record(current, origin, "paused", {"note": note}, using=db)
-    schedule.refresh_from_db(using=db)
+    _adopt(schedule, current)
 
 
 def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin | None = None) -> None:
@@ -77,7 +84,7 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin | None 
             current.save(using=db, update_fields=["enabled"])
             if origin is not None:
                 record(current, origin, "resumed", {"catch_up": catch_up}, using=db)
-    schedule.refresh_from_db(using=db)
+    _adopt(schedule, current)
 
 
 def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None = None) -> Run:
@@ -118,7 +125,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None 
                 {"run": run.pk, "key": run.idempotency_key, "advance": advance},
                 using=db,
             )
-    schedule.refresh_from_db(using=db)
+    _adopt(schedule, current)
     _wake_after_commit(db)
     logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
     return run
@@ -272,6 +279,16 @@ def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> 
 
 def _db(schedule: Schedule) -> str:
     return router.db_for_write(type(schedule), instance=schedule)
+
+
+def _adopt(schedule: Schedule, current: Schedule) -> None:
+    """The caller's instance takes what the action wrote to the row, as saved."""
+    for name in WRITTEN_BY_ACTIONS:
+        setattr(schedule, name, getattr(current, name))
+    schedule._loaded = {
+        **getattr(schedule, "_loaded", {}),
+        **{f: getattr(current, f) for f in WRITTEN_BY_ACTIONS if f in schedule.LOADED_FIELDS},
+    }
 
 
 def _current(schedule: Schedule, db: str) -> Schedule:

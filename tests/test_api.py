@@ -408,10 +408,24 @@ def test_a_pause_never_undoes_an_edit_made_since_the_schedule_was_read(
     actions.pause(stale, "why", origin=Origin(None, "api"))
     row = Schedule.objects.get(pk=sid)
     assert (row.cron, row.enabled, row.pause_note, row.version) == ("0 5 * * *", False, "why", 3)
-    assert (stale.cron, stale.enabled, stale.version) == ("0 5 * * *", False, 3)  # refreshed
+    # The instance takes what the pause wrote, and keeps its own (stale) settings.
+    assert (stale.enabled, stale.pause_note, stale.version) == (False, "why", 3)
+    assert stale.cron == "0 3 * * *"
     actions.resume(Schedule.objects.get(pk=sid))
     assert Schedule.objects.get(pk=sid).cron == "0 5 * * *"
     assert index.scores([sid]) == {sid: to_ms(Schedule.objects.get(pk=sid).due_at)}
+
+
+def test_an_action_saves_only_itself_and_keeps_unsaved_edits_of_the_instance() -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *")
+    schedule.cron = "0 4 * * *"  # edited, not saved
+    schedule.pause("why")
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.cron, row.enabled) == ("0 3 * * *", False)  # only the pause was written
+    assert (schedule.cron, schedule.enabled, schedule.version) == ("0 4 * * *", False, 2)
+    schedule.save()  # now the edit, and the pause stays
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.cron, row.enabled, row.pause_note, row.version) == ("0 4 * * *", False, "why", 3)
 
 
 def test_a_run_now_runs_the_arguments_the_row_has(api: APIClient) -> None:

@@ -4,6 +4,7 @@ for the admin, the API and code, and each error names its field."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Collection
 from datetime import timedelta
 from typing import Any
 
@@ -54,12 +55,24 @@ class DateTimeField(serializers.DateTimeField):
             ) from None
 
 
-def apply_model_validation(instance: Schedule, *, exclude_unique: bool = False) -> None:
-    """Run the model's full_clean; its errors become the API's, field by field."""
+def apply_model_validation(
+    instance: Schedule, *, exclude_unique: bool = False, only: Collection[str] | None = None
+) -> None:
+    """Run the model's full_clean; its errors become the API's, field by field. ``only``:
+    check and report just these fields (a timing preview has no name or task)."""
+    exclude = None
+    if only is not None:
+        exclude = [f.name for f in Schedule._meta.fields if f.name not in only]
     try:
-        instance.full_clean(validate_unique=not exclude_unique, validate_constraints=False)
+        instance.full_clean(
+            exclude=exclude, validate_unique=not exclude_unique, validate_constraints=False
+        )
     except DjangoValidationError as exc:
-        raise serializers.ValidationError(_as_drf_errors(exc)) from None
+        errors = _as_drf_errors(exc)
+        if only is not None:
+            errors = {name: messages for name, messages in errors.items() if name in only}
+        if errors:
+            raise serializers.ValidationError(errors) from None
 
 
 def _as_drf_errors(exc: DjangoValidationError) -> dict[str, list[str]]:
@@ -256,14 +269,7 @@ class TimingPreviewSerializer(serializers.ModelSerializer[Schedule]):
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = attrs.pop("count", app_settings.PREVIEW_COUNT)
         candidate = Schedule(**attrs)
-        others = [f.name for f in Schedule._meta.fields if f.name not in Schedule.TIMING_FIELDS]
-        try:
-            candidate.full_clean(exclude=others, validate_unique=False, validate_constraints=False)
-        except DjangoValidationError as exc:
-            errors = _as_drf_errors(exc)
-            timing_errors = {k: v for k, v in errors.items() if k in Schedule.TIMING_FIELDS}
-            if timing_errors:  # the rest (args, name, ...) is no business of a preview
-                raise serializers.ValidationError(timing_errors) from None
+        apply_model_validation(candidate, exclude_unique=True, only=Schedule.TIMING_FIELDS)
         return {"schedule": candidate, "count": count}
 
 

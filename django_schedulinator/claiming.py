@@ -216,7 +216,8 @@ class Claimer:
                 plan.changes.append(Change(sid, row.revision, REMOVE))
                 counters.dropped += 1
                 continue
-            due_at = row.due_at or row.next_run_at
+            stored = timing.stored_due_at(row.next_run_at, row.due_at, row.jitter)
+            due_at = stored or row.next_run_at
             due_ms = timing.to_ms(due_at)
             if due_ms > batch.now_ms:
                 # The index said due, the row says later: trust the row, fix the index.
@@ -243,7 +244,7 @@ class Claimer:
                     policy,
                     schedule_id=sid,
                     nominal=row.next_run_at,
-                    due_at=due_at,
+                    due_at=stored,
                     now=now,
                     runs_left=runs_left,
                     skips_recorded=skips_recorded,
@@ -327,7 +328,9 @@ class Claimer:
                     counters.lost_races += 1
                     continue
                 changes.append(
-                    change_for_row(row.pk, moved[row.pk], True, d.plan.next_run_at, d.plan.due_at)
+                    change_for_row(
+                        row.pk, moved[row.pk], True, d.plan.next_run_at, d.plan.due_at, row.jitter
+                    )
                 )
                 for at in d.plan.fire:
                     run_id = inserted.get((row.pk, timing.to_ms(at)))

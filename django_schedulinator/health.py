@@ -88,10 +88,10 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
         return [], []
     ordered = sorted(ids)
     rows = {
-        pk: due_at or next_run_at
-        for pk, next_run_at, due_at in Schedule.objects.using(db)
+        pk: timing.stored_due_at(next_run_at, due_at, jitter) or next_run_at
+        for pk, next_run_at, due_at, jitter in Schedule.objects.using(db)
         .filter(pk__in=ordered, enabled=True, next_run_at__isnull=False)
-        .values_list("pk", "next_run_at", "due_at")
+        .values_list("pk", "next_run_at", "due_at", "jitter")
     }
     scores = index.scores(ordered)
     in_flight = index.inflight_ids()

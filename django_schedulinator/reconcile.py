@@ -66,16 +66,16 @@ def reconcile(
         .order_by("updated_at", "pk")
         .values_list(*INDEX_FIELDS, "updated_at")[:size]
     )
-    changes = [change_for_row(*row[:5]) for row in rows]
+    changes = [change_for_row(*row[:6]) for row in rows]
     # Only revisions the index has not recorded: those are the writes that never landed.
     written = index.apply(
         [c._replace(op=HEAL_SET if c.op == SET else HEAL_REMOVE) for c in changes]
     )
     if rows:
-        newest = max(newest, rows[-1][5]) if newest else rows[-1][5]
+        newest = max(newest, rows[-1][6]) if newest else rows[-1][6]
     caught_up = len(rows) < size
     if not caught_up:
-        since, after_id = rows[-1][5], rows[-1][0]
+        since, after_id = rows[-1][6], rows[-1][0]
     elif newest is not None:
         since, after_id = newest - lookback, 0
     index.set_reconcile_cursor(

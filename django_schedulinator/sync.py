@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models, router
@@ -20,7 +20,7 @@ from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex
 
 logger = logging.getLogger("django_schedulinator.sync")
 
-INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at", "due_at")
+INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at", "due_at", "jitter")
 
 
 def change_for_row(
@@ -29,14 +29,17 @@ def change_for_row(
     enabled: bool,
     next_run_at: datetime | None,
     due_at: datetime | None,
+    jitter: timedelta | None,
 ) -> Change:
     """The index entry a row calls for: when its next run is due, or no entry.
 
-    The score is ``due_at`` (the nominal time plus jitter); a row written by a bulk path
-    that set only ``next_run_at`` is due at its nominal time.
+    The score is ``due_at`` (the nominal time plus jitter) where it belongs to
+    ``next_run_at``; a row whose ``due_at`` does not (a bulk path moved ``next_run_at``
+    alone) is scored at its nominal time, and the claim's re-check recomputes its jitter.
     """
     if enabled and next_run_at is not None:
-        return Change(pk, revision, SET, timing.to_ms(due_at or next_run_at))
+        due = timing.stored_due_at(next_run_at, due_at, jitter) or next_run_at
+        return Change(pk, revision, SET, timing.to_ms(due))
     return Change(pk, revision, REMOVE)
 
 

@@ -600,6 +600,21 @@ def jitter_delay(
     return timedelta(milliseconds=int.from_bytes(digest, "big") % (limit_ms + 1))
 
 
+def stored_due_at(
+    nominal: datetime, due_at: datetime | None, jitter: timedelta | None
+) -> datetime | None:
+    """A row's stored ``due_at`` if it can belong to its ``next_run_at`` (``nominal``), else
+    None: the due time is then unknown and recomputed from the jitter.
+
+    A due time is the nominal time plus a delay below the jitter, so one that is earlier than
+    the nominal time, or later than the jitter allows, was left by a write that moved
+    ``next_run_at`` alone (a bulk path). Trusting it would fire early, or late.
+    """
+    if due_at is None or due_at < nominal or due_at > nominal + (jitter or timedelta(0)):
+        return None
+    return due_at
+
+
 def due_time(
     timing: Timing, schedule_id: int, nominal: datetime, *, anchor: datetime | None = None
 ) -> datetime:
@@ -701,6 +716,8 @@ def plan_due(
     The work is bounded whatever the backlog: past ``catch_up.max_runs + skips_recorded``
     due moments, only the most recent ones are looked at, and the skip notes say so.
     """
+    # Never trusted blindly: a due_at that cannot belong to ``nominal`` is recomputed.
+    due_at = stored_due_at(nominal, due_at, timing.jitter)
     quick = _plan_one(timing, catch_up, nominal, due_at, now, runs_left)
     if quick is not None:
         return quick

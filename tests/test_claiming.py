@@ -6,9 +6,10 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
+from django_schedulinator import resync_schedules, timing
 from django_schedulinator.claiming import Claimer
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
@@ -211,3 +212,41 @@ def test_missing_marker_triggers_one_rebuild_then_firing(index: DueIndex) -> Non
     assert index.is_built()
     assert worker.counters.fired == 10
     assert Delivery.objects.count() == 10
+
+
+@pytest.mark.parametrize("jitter", [None, timedelta(minutes=5)])
+def test_a_bulk_moved_next_run_never_fires_at_the_due_at_it_left_behind(
+    built_index: DueIndex, jitter: timedelta | None
+) -> None:
+    """The documented bulk path (update next_run_at, then resync) leaves the old due_at: it
+    does not belong to the new next_run_at and must not be trusted (issue 12, item 1)."""
+    [sid] = make_due(1, seconds_ago=30, jitter=jitter)
+    Schedule.objects.filter(pk=sid).update(due_at=F("next_run_at"))  # due 30 s ago
+    later = timing.truncate_ms(timezone.now() + timedelta(hours=2))
+    Schedule.objects.filter(pk=sid).update(next_run_at=later, revision=F("revision") + 1)
+    resync_schedules([sid])
+
+    worker = run_once()
+
+    assert worker.counters.fired == 0
+    assert not Run.objects.exists()
+    # The entry is at the new nominal time (plus its recomputed jitter), never earlier.
+    score = built_index.scores([sid])[sid]
+    assert score is not None and to_ms(later) <= score <= to_ms(later + (jitter or timedelta()))
+
+
+def test_a_bulk_moved_next_run_is_not_held_back_by_a_later_due_at(built_index: DueIndex) -> None:
+    """The mirror case: next_run_at moved two hours earlier, due_at left two hours late. The
+    occurrence is due at its new nominal time, not when the old due_at comes."""
+    schedule = make_schedule(kind="interval", interval=timedelta(days=1))
+    earlier = timing.truncate_ms(timezone.now() - timedelta(seconds=5))
+    Schedule.objects.filter(pk=schedule.pk).update(
+        next_run_at=earlier, due_at=earlier + timedelta(hours=2), revision=F("revision") + 1
+    )
+    resync_schedules([schedule.pk])
+    assert built_index.scores([schedule.pk])[schedule.pk] == to_ms(earlier)
+
+    worker = run_once()
+
+    assert worker.counters.fired == 1
+    assert Run.objects.get().scheduled_for == earlier

@@ -84,10 +84,14 @@ class Counters:
     redispatched: int = 0  # pending runs taken over after their lease expired
     reconciled: int = 0  # entries healed by reconcile passes (lost sync writes)
     auto_paused: int = 0  # schedules paused after too many failures in a row
+    # Committed runs not dispatched: their schedule was deleted or paused before dispatch.
+    cancelled: int = 0
 
     def add(self, other: Counters) -> None:
         for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+            # Zeros are left alone: the dispatch thread counts some fields itself.
+            if value := getattr(other, f.name):
+                setattr(self, f.name, getattr(self, f.name) + value)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -424,6 +428,63 @@ class Claimer:
         )
         held.update(lease_expires_at=until)
         return set(held.values_list("pk", flat=True))
+
+    def dispatchable(
+        self, occurrences: Sequence[Occurrence], token: str
+    ) -> tuple[list[Occurrence], int]:
+        """The occurrences still to dispatch, and how many were cancelled; one query.
+
+        A committed batch may wait before its dispatch (in the dispatch queue, or behind a
+        slow batch). Meanwhile its schedule may have been deleted, which deletes its runs
+        (cascade), or paused: a scheduled run of a paused schedule is recorded as skipped
+        ("paused") instead. Runs queued by hand (run now, backfill) still run while paused,
+        as they would have been queued. Runs that another process took over are left to it.
+        """
+        if not occurrences:
+            return [], 0
+        ids = [o.run_id for o in occurrences]
+        held = {
+            pk: (trigger, enabled)
+            for pk, trigger, enabled in Run.objects.using(self.db)
+            .unfinished()
+            .filter(pk__in=json_ids(ids, self.db), claim_token=token)
+            .values_list("pk", "trigger", "schedule__enabled")
+        }
+        paused = [
+            pk
+            for pk, (trigger, enabled) in held.items()
+            if not enabled and trigger == Run.Trigger.SCHEDULE
+        ]
+        if paused:
+            Run.objects.using(self.db).unfinished().filter(
+                pk__in=json_ids(paused, self.db), claim_token=token
+            ).update(
+                status=Run.Status.SKIPPED,
+                skip_reason=timing.PAUSED,
+                note="The schedule was paused after this run was claimed, before its dispatch.",
+                lease_expires_at=None,
+            )
+        missing = set(ids) - held.keys()
+        deleted = set()
+        if missing:  # rare: gone with their schedule, or taken over (those still exist)
+            runs = Run.objects.using(self.db).filter(pk__in=sorted(missing))
+            deleted = missing - set(runs.values_list("pk", flat=True))
+        if paused or deleted:
+            logger.info(
+                "Not dispatching %d run(s) whose schedule was deleted (%d) or paused (%d) "
+                "after they were claimed.",
+                len(paused) + len(deleted),
+                len(deleted),
+                len(paused),
+            )
+        if len(missing) > len(deleted):
+            logger.warning(
+                "%d run(s) were taken over by another scheduler while queued here; not "
+                "dispatching them twice.",
+                len(missing) - len(deleted),
+            )
+        wanted = held.keys() - set(paused)
+        return [o for o in occurrences if o.run_id in wanted], len(paused) + len(deleted)
 
     def mark_running(self, run_ids: Collection[int], token: str) -> None:
         """Record that the dispatcher started these runs (those ``token`` still holds)."""

@@ -15,9 +15,9 @@ from typing import Any
 from django.db import router
 from django.db.models import Max, Min
 
-from . import timing
 from .conf import app_settings
 from .index import DueIndex
+from .sync import change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
@@ -87,11 +87,12 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
     if not ids:
         return [], []
     ordered = sorted(ids)
+    # The score each row calls for, by the rule the sync layer writes it with.
     rows = {
-        pk: timing.stored_due_at(next_run_at, due_at, jitter) or next_run_at
-        for pk, next_run_at, due_at, jitter in Schedule.objects.using(db)
+        pk: change_for_row(pk, revision, True, next_run_at, due_at, jitter).score_ms
+        for pk, revision, next_run_at, due_at, jitter in Schedule.objects.using(db)
         .filter(pk__in=ordered, enabled=True, next_run_at__isnull=False)
-        .values_list("pk", "next_run_at", "due_at", "jitter")
+        .values_list("pk", "revision", "next_run_at", "due_at", "jitter")
     }
     scores = index.scores(ordered)
     in_flight = index.inflight_ids()
@@ -106,7 +107,7 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
             if sid not in in_flight:
                 late.append(sid)
         else:
-            due_ms = timing.to_ms(row)
+            due_ms = row
             if score > due_ms:
                 late.append(sid)
             elif score < due_ms:

@@ -328,21 +328,17 @@ class Worker:
         renew_every = self.lease_seconds / 3
         renewed = leased.leased_at
         if time.monotonic() - renewed >= renew_every:
-            # The batch waited behind others: renew its leases first, and leave out runs whose
-            # lease expired meanwhile and that another scheduler took over (it dispatches them;
-            # doing it here too would deliver them twice). A fresh batch skips this: no lease
-            # of it can have expired yet.
-            held = self.claimer.renew_leases([o.run_id for o in occurrences], token)
+            # The batch waited behind others: renew its leases first (a fresh batch skips
+            # this: no lease of it can have expired yet).
+            self.claimer.renew_leases([o.run_id for o in occurrences], token)
             renewed = time.monotonic()
-            if len(held) < len(occurrences):
-                logger.warning(
-                    "%d run(s) were taken over by another scheduler while queued here; not "
-                    "dispatching them twice.",
-                    len(occurrences) - len(held),
-                )
-                occurrences = [o for o in occurrences if o.run_id in held]
-                if not occurrences:
-                    return
+        # Leave out runs whose schedule was deleted or paused while the batch waited, and
+        # runs another scheduler took over (it dispatches them: doing it here too would
+        # deliver them twice).
+        occurrences, cancelled = self.claimer.dispatchable(occurrences, token)
+        self.counters.cancelled += cancelled
+        if not occurrences:
+            return
         progress = BatchProgress(self, occurrences, token, renewed, leased.release)
         outcomes = self.dispatcher.dispatch(occurrences, progress)
         progress.record(outcomes, retry=True)

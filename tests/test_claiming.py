@@ -232,7 +232,8 @@ def test_a_bulk_moved_next_run_never_fires_at_the_due_at_it_left_behind(
     assert not Run.objects.exists()
     # The entry is at the new nominal time (plus its recomputed jitter), never earlier.
     score = built_index.scores([sid])[sid]
-    assert score is not None and to_ms(later) <= score <= to_ms(later + (jitter or timedelta()))
+    assert score is not None
+    assert to_ms(later) <= score <= to_ms(later + (jitter or timedelta()))
 
 
 def test_a_bulk_moved_next_run_is_not_held_back_by_a_later_due_at(built_index: DueIndex) -> None:

@@ -19,7 +19,7 @@ from django_schedulinator.health import check_drift
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.reconcile import reconcile
-from django_schedulinator.worker import Worker
+from django_schedulinator.worker import Leased, Worker
 
 from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Delivery, Receipt, Redelivery
@@ -203,6 +203,31 @@ def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: Du
 
     assert slow.renew_leases([o.run_id for o in occurrences], token) == set()
     assert fast.renew_leases([o.run_id for o in taken], fast_token) == {o.run_id for o in taken}
+
+
+def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
+    built_index: DueIndex,
+) -> None:
+    """A committed batch waits in the dispatch queue; schedules deleted or paused meanwhile
+    do not run (issue 12, item 2). One query per batch looks, and the paused run says why."""
+    kept, deleted, paused = make_due(3)
+    resync_schedules()
+    worker = Worker(worker_id="test")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _ = worker.claimer.advance(batch, token)
+    assert len(occurrences) == 3
+    # While the batch waits for the dispatch thread:
+    Schedule.objects.get(pk=deleted).delete()
+    Schedule.objects.get(pk=paused).pause("maintenance")
+
+    worker._dispatch_now(Leased(occurrences, token, time.monotonic()))
+
+    assert set(Delivery.objects.values_list("schedule_id", flat=True)) == {kept}
+    run = Run.objects.get(schedule_id=paused)
+    assert (run.status, run.skip_reason) == (Run.Status.SKIPPED, Run.SkipReason.PAUSED)
+    assert "paused" in run.note
+    assert not Run.objects.filter(schedule_id=deleted).exists()
+    assert worker.counters.cancelled == 2
 
 
 # -- services going away under a running scheduler ------------------------------------------

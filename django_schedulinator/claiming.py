@@ -59,6 +59,8 @@ RUN_FIELDS = (
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
+# A due row that another transaction holds locked is looked at again after this long.
+LOCKED_RETRY = timedelta(seconds=1)
 AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
 
 
@@ -78,6 +80,7 @@ class Counters:
     repaired: int = 0  # stale entries re-indexed at the row's true time
     dropped: int = 0  # entries of deleted, disabled or finished rows
     lost_races: int = 0  # another process (or an edit) changed the row first
+    busy: int = 0  # due rows another transaction held locked: retried shortly
     duplicates: int = 0  # occurrence already in the ledger
     invalid: int = 0  # rows whose timing cannot be evaluated
     leases_expired: int = 0  # in-flight entries returned to the due set
@@ -314,7 +317,9 @@ class Claimer:
         if plan.due:
             now = timing.from_ms(batch.now_ms)
             with transaction.atomic(using=self.db):
-                moved = Schedule.objects.using(self.db).advance([d.advance for d in plan.due], now)
+                moved, locked = Schedule.objects.using(self.db).advance(
+                    [d.advance for d in plan.due], now
+                )
                 new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
                 inserted = Run.objects.using(self.db).insert_runs(
                     new_runs,
@@ -323,8 +328,15 @@ class Claimer:
                     claim_token=token,
                     lease_expires_at=now + self.lease,
                 )
+            retry_ms = timing.to_ms(now + LOCKED_RETRY)
             for d in plan.due:
                 row = d.row
+                if row.pk in locked:
+                    # Another transaction holds the row: look again shortly, without waiting
+                    # (and without spinning on it while it stays held).
+                    changes.append(Change(row.pk, row.revision, REQUEUE, retry_ms))
+                    counters.busy += 1
+                    continue
                 if row.pk not in moved:
                     # Someone changed the row after we read it; they write its entry. Ask
                     # for a re-check in case their write never comes.
@@ -357,6 +369,13 @@ class Claimer:
                 counters.skipped += len(d.plan.skips)
                 counters.buffered += len(d.buffer)
             counters.fired = len(occurrences)
+            if counters.busy:
+                logger.info(
+                    "%d due schedule row(s) held by another transaction (an edit, a "
+                    "migration): not waited for, looked at again in %gs.",
+                    counters.busy,
+                    LOCKED_RETRY.total_seconds(),
+                )
         self.index.apply(changes, release_token=token)
         return occurrences, counters
 

@@ -22,6 +22,10 @@ DEFAULTS: dict[str, Any] = {
     "KEY_PREFIX": "schedulinator",
     # Dotted path of the dispatcher class (a subclass of dispatch.base.BaseDispatcher).
     "DISPATCHER": "django_schedulinator.dispatch.inline.InlineDispatcher",
+    # The scheduler's own statements wait at most this long for a row lock that another
+    # transaction holds (PostgreSQL's lock_timeout on its connections; tasks keep theirs).
+    # Due rows held locked are skipped, not waited for; this bounds every other wait.
+    "LOCK_TIMEOUT_SECONDS": 2.0,
     # Threads of the inline dispatcher's bounded pool.
     "INLINE_MAX_WORKERS": 8,
     # Entries claimed per Lua call (and rows per SQL batch) by run_scheduler.
@@ -156,6 +160,10 @@ class Settings:
     @property
     def DISPATCHER(self) -> str:
         return self._string("DISPATCHER")
+
+    @property
+    def LOCK_TIMEOUT_SECONDS(self) -> float:
+        return self._positive_number("LOCK_TIMEOUT_SECONDS")
 
     @property
     def INLINE_MAX_WORKERS(self) -> int:

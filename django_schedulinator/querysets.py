@@ -115,16 +115,24 @@ INSERT_TYPES = (
 )  # fmt: skip
 
 
+class Advanced(NamedTuple):
+    moved: dict[int, int]  # schedule id -> new revision, for the rows that moved
+    locked: set[int]  # rows another transaction held: not waited for, not moved
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
-    def advance(self, advances: Sequence[Advance], fired_at: datetime) -> dict[int, int]:
+    def advance(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:
         """Conditionally advance many schedules in one statement.
 
         Each row moves only if its revision is still the one read by the claimer, so of two
-        processes that claimed the same occurrence exactly one wins. Returns
-        ``{schedule_id: new_revision}`` for the rows that moved. Call inside a transaction.
+        processes that claimed the same occurrence exactly one wins. A row that another
+        transaction holds locked (a user's edit, a migration) is skipped, not waited for,
+        where the database has row locks (``SKIP LOCKED``): one held row must not stall the
+        batch, nor every scheduler behind it. Call inside a transaction: the rows that
+        moved stay locked until it ends, so the runs inserted with them wait for nothing.
         """
         if not advances:
-            return {}
+            return Advanced({}, set())
         connection = connections[self.db]
         if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
@@ -144,27 +152,54 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             ]
         )
         values = _json_rows(connection, "bigint", "bigint", "timestamp", "timestamp", "bigint")
-        sql = (
-            f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
+        update = (
             f"UPDATE {table} SET {col['next_run_at']} = v.nxt, "
             f"{col['due_at']} = COALESCE(v.due, v.nxt), "
             f"{col['revision']} = {table}.{col['revision']} + 1, "
             f"{col['run_count']} = {table}.{col['run_count']} + v.fired, "
             f"{col['last_run_at']} = CASE WHEN v.fired > 0 THEN %s "
             f"ELSE {table}.{col['last_run_at']} END "
-            f"FROM v WHERE {table}.{col['id']} = v.sid AND {table}.{col['revision']} = v.rev "
-            f"RETURNING {table}.{col['id']}, {table}.{col['revision']}"
         )
+        match = f"{table}.{col['id']} = v.sid AND {table}.{col['revision']} = v.rev"
+        moved_cols = f"{table}.{col['id']}, {table}.{col['revision']}"
+        if connection.vendor == "postgresql":
+            # Lock first, skipping rows another transaction holds; then advance the locked
+            # rows whose revision still matches. The answer names every row locked here,
+            # with its new revision if it moved (NULL: it changed since it was read).
+            sql = (
+                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
+                f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
+                f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
+                f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
+                f"RETURNING {moved_cols}) "
+                f"SELECT free.id, moved.{col['revision']} FROM free "
+                f"LEFT JOIN moved ON moved.{col['id']} = free.id"
+            )
+        else:  # SQLite: a writer holds the whole database; there are no row locks to skip
+            sql = (
+                f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
+                f"{update} FROM v WHERE {match} RETURNING {moved_cols}"
+            )
         with connection.cursor() as cursor:
             cursor.execute(sql, [rows, connection.ops.adapt_datetimefield_value(fired_at)])
-            return {int(sid): int(rev) for sid, rev in cursor.fetchall()}
+            answer = cursor.fetchall()
+        moved = {int(sid): int(rev) for sid, rev in answer if rev is not None}
+        locked: set[int] = set()
+        if connection.vendor == "postgresql":
+            locked = {a.schedule_id for a in advances} - {int(sid) for sid, _rev in answer}
+        return Advanced(moved, locked)
 
-    def _advance_row_by_row(
-        self, advances: Sequence[Advance], fired_at: datetime
-    ) -> dict[int, int]:
+    def _advance_row_by_row(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:
         # Portable fallback for other backends: same guarantee, one statement per row.
+        ids = [a.schedule_id for a in advances]
+        locked: set[int] = set()
+        if connections[self.db].features.has_select_for_update_skip_locked:
+            free = self.filter(pk__in=ids).select_for_update(skip_locked=True)
+            locked = set(ids) - set(free.values_list("pk", flat=True))
         moved: dict[int, int] = {}
         for a in advances:
+            if a.schedule_id in locked:
+                continue
             changes: dict[str, Any] = {
                 "next_run_at": a.next_run_at,
                 "due_at": a.due_at,
@@ -175,7 +210,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
                 changes["last_run_at"] = fired_at
             if self.filter(pk=a.schedule_id, revision=a.revision).update(**changes):
                 moved[a.schedule_id] = a.revision + 1
-        return moved
+        return Advanced(moved, locked)
 
 
 class RunQuerySet(models.QuerySet[Any]):

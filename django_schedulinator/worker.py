@@ -23,6 +23,8 @@ from types import FrameType
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
@@ -52,6 +54,40 @@ MAX_BACKOFF_SECONDS = 5.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
 DISPATCH_QUEUE_BATCHES = 2
+
+
+# The threads of the loop (claiming and dispatching, not the tasks): their PostgreSQL
+# connections wait at most LOCK_TIMEOUT_SECONDS on another transaction's row lock.
+_loop_threads = threading.local()
+
+
+def _set_lock_timeout(connection: BaseDatabaseWrapper, reset: bool = False) -> None:
+    if connection.vendor != "postgresql":
+        return  # SQLite has no row locks: its writers wait on the database's own timeout
+    with connection.cursor() as cursor:
+        if reset:
+            cursor.execute("RESET lock_timeout")
+        else:
+            ms = max(1, round(app_settings.LOCK_TIMEOUT_SECONDS * 1000))
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{ms}ms"])
+
+
+def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    if getattr(_loop_threads, "bounded", False):
+        _set_lock_timeout(connection)
+
+
+def bound_lock_waits(enabled: bool = True) -> None:
+    """Bound (or stop bounding) how long this thread's database connections wait on row
+    locks: those open now and those it opens later. A user's transaction that holds a row
+    (an edit, a migration) must not stall the scheduler behind it for longer."""
+    _loop_threads.bounded = enabled
+    if enabled:
+        connection_created.connect(_on_connection_created, dispatch_uid=__name__)
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            with contextlib.suppress(*TRANSIENT_ERRORS):  # a dead one reconnects, bounded
+                _set_lock_timeout(connection, reset=not enabled)
 
 
 def default_worker_id() -> str:
@@ -225,6 +261,7 @@ class Worker:
             target=self._dispatch_loop, name="schedulinator-dispatch", daemon=True
         )
         self._dispatch_thread.start()
+        bound_lock_waits()
         self._warn_about_eviction()
         try:
             while not self.stopping:
@@ -250,6 +287,7 @@ class Worker:
             self._dispatch_thread.join()
             self._dispatch_thread = None
             self.dispatcher.close()
+            bound_lock_waits(False)
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 
@@ -301,6 +339,7 @@ class Worker:
             self._dispatch_now(leased)
 
     def _dispatch_loop(self) -> None:
+        bound_lock_waits()
         try:
             while (leased := self._outbox.get()) is not None:
                 try:

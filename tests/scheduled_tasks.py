@@ -90,3 +90,18 @@ def report_status(*, occurrence: Occurrence):
         attempt=occurrence.attempt,
         payload={"status_while_running": status},
     )
+
+
+@task(name="tests.show_lock_timeout")
+def show_lock_timeout(*, occurrence: Occurrence):
+    """Records the lock_timeout its own database connection has (PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        value = cursor.fetchone()[0]
+    Delivery.objects.create(
+        key=occurrence.key,
+        schedule_id=occurrence.schedule_id,
+        scheduled_for=occurrence.scheduled_for,
+        attempt=occurrence.attempt,
+        payload={"lock_timeout": value},
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
+from django.db import connection, connections
 from django.db.models import F
 from django.utils import timezone
 
@@ -15,7 +18,7 @@ from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
 from django_schedulinator.querysets import Advance
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Worker
+from django_schedulinator.worker import Worker, bound_lock_waits
 
 from .conftest import make_due, make_schedule
 from .models import Delivery
@@ -115,8 +118,8 @@ def test_conditional_advance_has_exactly_one_winner() -> None:
     move = Advance(sid, row.revision, later, later, 1)
     first = Schedule.objects.advance([move], timezone.now())
     second = Schedule.objects.advance([move], timezone.now())
-    assert first == {sid: row.revision + 1}
-    assert second == {}
+    assert first.moved == {sid: row.revision + 1}
+    assert second.moved == {}
 
 
 def test_an_edit_between_read_and_advance_wins_and_the_entry_is_rechecked(
@@ -251,3 +254,83 @@ def test_a_bulk_moved_next_run_is_not_held_back_by_a_later_due_at(built_index: D
 
     assert worker.counters.fired == 1
     assert Run.objects.get().scheduled_for == earlier
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks: PostgreSQL")
+def test_a_row_locked_by_another_transaction_costs_only_its_own_occurrence(
+    built_index: DueIndex,
+) -> None:
+    """A user's transaction holds one schedule row (an admin edit, a migration): the claim
+    fires the others at once and never waits on that lock; the held row fires on a later
+    pass, once it is free (issue 12, item 7)."""
+    held, *others = make_due(4)
+    resync_schedules()
+    table = Schedule._meta.db_table
+    settings = connection.settings_dict
+    user = psycopg.connect(
+        host=settings["HOST"], port=settings["PORT"], user=settings["USER"],
+        password=settings["PASSWORD"], dbname=settings["NAME"],
+    )  # fmt: skip
+    user.execute(f"SELECT id FROM {table} WHERE id = %s FOR UPDATE", [held])
+    worker = Worker(once=True, worker_id="test")
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    waited = False
+    with connection.cursor() as cursor:
+        for _ in range(600):  # the pass ends, or a backend waits on the user's lock
+            thread.join(0.05)
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            )
+            waited = cursor.fetchone()[0] > 0
+            if waited or not thread.is_alive():
+                break
+    user.rollback()  # the user's transaction ends
+    thread.join()
+    user.close()
+
+    assert not waited, "the scheduler waited on a row lock held by another transaction"
+    assert set(Run.objects.values_list("schedule_id", flat=True)) == set(others)
+    assert worker.counters.busy == 1
+    row = Schedule.objects.get(pk=held)
+    retry_at = built_index.scores([held])[held]
+    assert retry_at is not None
+    assert retry_at > to_ms(row.next_run_at)  # re-checked a little later, not spun on
+
+    later = Worker(once=True, worker_id="later", clock=lambda: retry_at)
+    later.run()
+    assert Run.objects.get(schedule_id=held).scheduled_for == row.next_run_at
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="lock_timeout: PostgreSQL")
+def test_the_loop_waits_on_row_locks_for_a_bounded_time_and_tasks_keep_theirs(
+    built_index: DueIndex, settings
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOCK_TIMEOUT_SECONDS": 1.5}
+
+    def lock_timeout() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW lock_timeout")
+            return cursor.fetchone()[0]
+
+    bound_lock_waits()
+    try:
+        assert lock_timeout() == "1500ms"
+        connection.close()  # a connection opened later by a loop thread is bounded too
+        assert lock_timeout() == "1500ms"
+    finally:
+        bound_lock_waits(False)
+    assert lock_timeout() == "0"
+
+    make_due(1, task="tests.show_lock_timeout")
+    resync_schedules()
+    run_once()
+    assert Delivery.objects.get().payload == {"lock_timeout": "0"}  # the task's own default

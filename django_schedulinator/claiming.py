@@ -31,8 +31,6 @@ from typing import Any
 from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import timing
 from .conf import app_settings
@@ -437,7 +435,14 @@ class Claimer:
         """
         try:
             now = timing.from_ms(self.now_ms())
-        except (RedisConnectionError, RedisTimeoutError):
+        except Exception as exc:  # whatever Redis did, it did not give the time: unavailable
+            logger.warning(
+                "Could not read Redis TIME to renew %d lease(s) (%s: %s); using this host's "
+                "clock instead.",
+                len(run_ids),
+                type(exc).__name__,
+                exc,
+            )
             now = timezone.now()
         until = now + self.lease
         held = (

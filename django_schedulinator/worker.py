@@ -504,9 +504,12 @@ class Worker:
         # Reconnect on the next pass. (The scheduler keeps its connections open between
         # passes: with CONN_MAX_AGE = 0, close_old_connections() would reconnect every pass.)
         connections.close_all()
-        # Fresh Redis connections too; closing a broken socket must not stop the recovery.
+        # Fresh Redis connections too, but only the idle ones: the dispatch thread may be in
+        # the middle of a command on another (closing it under that thread broke the
+        # command with a TypeError). A broken connection in use is closed by its own thread.
+        # Closing a broken socket must not stop the recovery.
         with contextlib.suppress(Exception):
-            self.index.client.connection_pool.disconnect()
+            self.index.client.connection_pool.disconnect(inuse_connections=False)
         backoff = min(MAX_BACKOFF_SECONDS, 0.2 * 2 ** min(failures, 6))
         self._sleep(backoff * random.uniform(0.5, 1.0))
 

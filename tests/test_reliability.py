@@ -4,11 +4,13 @@ poisoned tasks, Redis and the database going away under a running scheduler."""
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+import redis
+from django.db import OperationalError, connection, connections
 from django.db.models import Count
 from django.utils import timezone
 
@@ -317,3 +319,71 @@ def test_a_read_only_redis_is_waited_out(
     log = output(proc)
     assert "ReadOnlyError" in log
     assert "Connections are back" in log
+
+
+def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed pass the loop reconnects; closing connections that the dispatch
+    thread is using broke its lease renewal mid-command (a TypeError from redis-py) and
+    dropped its batch (issue 12, item 6). The other thread must see no error at all."""
+    make_due(1)
+    resync_schedules()
+    worker = Worker(worker_id="test")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _ = worker.claimer.advance(batch, token)
+    run_ids = [o.run_id for o in occurrences]
+    monkeypatch.setattr(worker, "_sleep", lambda seconds: None)  # no back-off pauses
+    errors: list[BaseException] = []
+    renewals = 0
+    done = threading.Event()
+
+    def renew() -> None:  # what the dispatch thread does for a running batch
+        nonlocal renewals
+        try:
+            while not done.is_set():
+                try:
+                    worker.claimer.renew_leases(run_ids, token)
+                    renewals += 1
+                except Exception as exc:
+                    errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=renew)
+    thread.start()
+    for _ in range(300):
+        worker._recover(OperationalError("the pass failed"), 2)
+        worker.index.now_ms()  # the main thread's next pass uses the pool too
+    done.set()
+    thread.join()
+
+    assert errors == []
+    assert renewals > 0
+
+
+def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis that answers TIME with an error nobody expected (here: an ACL refusal) is
+    treated as unreachable: the leases are renewed on this host's clock, and it is logged,
+    instead of the error dropping the batch (issue 12, item 6)."""
+    index = DueIndex()
+    index.mark_built({"by": "tests"})
+    make_due(2)
+    resync_schedules()
+    claimer = Claimer(worker_id="test", lease_seconds=30, index=index)
+    batch, token = claimer.claim(10)
+    occurrences, _ = claimer.advance(batch, token)
+    private_redis.client().acl_setuser(
+        "no-time", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-time"]
+    )
+    refused = redis.Redis(port=private_redis.port, username="no-time", socket_timeout=5)
+    renewing = Claimer(
+        worker_id="test", lease_seconds=30, index=DueIndex(client=refused, prefix=index.prefix)
+    )
+
+    held = renewing.renew_leases([o.run_id for o in occurrences], token)
+
+    assert held == {o.run_id for o in occurrences}
+    assert "this host's clock" in caplog.text

@@ -89,8 +89,15 @@ def _json_rows(connection: Any, *types: str) -> str:
         ]
         return f"SELECT {', '.join(columns)} FROM jsonb_array_elements(%s::jsonb) AS e"
     # SQLite: json_extract returns arrays and objects as JSON text, which is how Django
-    # stores a JSONField there.
-    columns = [f"json_extract(value, '$[{i}]')" for i in range(len(types))]
+    # stores a JSONField there, but a string as bare text: json_quote makes any value JSON
+    # again (it leaves arrays and objects as they are), or a bulk-written args "abc" would
+    # fail the JSON check of the whole batch's insert.
+    columns = [
+        f"json_quote(json_extract(value, '$[{i}]'))"
+        if kind == "json"
+        else f"json_extract(value, '$[{i}]')"
+        for i, kind in enumerate(types)
+    ]
     return f"SELECT {', '.join(columns)} FROM json_each(%s)"
 
 

@@ -7,11 +7,12 @@ import signal
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import redis
 from django.db import OperationalError, connection, connections
-from django.db.models import Count
+from django.db.models import Count, JSONField, Value
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, timing
@@ -145,6 +146,36 @@ def test_args_that_no_longer_fit_fail_their_own_run_only(built_index: DueIndex) 
     run = Run.objects.get(schedule=poisoned)
     assert run.status == Run.Status.FAILED
     assert "TypeError" in run.error
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        ([], [1, 2], "kwargs must be a JSON object"),
+        ({"a": 1}, {}, "args must be a JSON list"),
+        ("abc", {}, "args must be a JSON list, not a string"),
+        (Value(None, JSONField()), {}, "args must be a JSON list, not null"),
+        ([], {"occurrence": 1}, "'occurrence', which is reserved"),
+    ],
+)
+def test_arguments_a_bulk_write_broke_fail_their_own_run_at_once(
+    built_index: DueIndex, settings: Any, args: Any, kwargs: Any, error: str
+) -> None:
+    """Rows written by bulk paths skip validation. A kwargs that is not an object killed an
+    inline pool thread: the run was recorded "Timed out" and the batch waited for the task
+    timeout (issue 12, item 11). It fails its own run, with its own error, at once."""
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "TASK_TIMEOUT_SECONDS": 5.0}
+    broken = make_schedule(next_run_at=timezone.now())
+    Schedule.objects.filter(pk=broken.pk).update(args=args, kwargs=kwargs)
+    fine = make_schedule(next_run_at=timezone.now())
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=broken)
+    assert run.status == Run.Status.FAILED
+    assert error in run.error
+    assert "Timed out" not in run.error
     assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
 
 

@@ -29,6 +29,41 @@ class Occurrence:
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    def call_arguments(self) -> tuple[list[Any], dict[str, Any]]:
+        """The positional and keyword arguments to call the task with, checked.
+
+        The model validates them, but rows written around it (``QuerySet.update``,
+        ``bulk_create``, raw SQL) may hold any JSON: such a run fails on its own, with an
+        error that says what is wrong, instead of breaking whatever runs it.
+        """
+        from ..registry import OCCURRENCE_PARAMETER
+
+        if not isinstance(self.args, list):
+            raise InvalidArguments(
+                f"The schedule's args must be a JSON list, not {_json_type(self.args)}."
+            )
+        if not isinstance(self.kwargs, dict):
+            raise InvalidArguments(
+                f"The schedule's kwargs must be a JSON object, not {_json_type(self.kwargs)}."
+            )
+        if OCCURRENCE_PARAMETER in self.kwargs:
+            raise InvalidArguments(
+                f"The schedule's kwargs hold {OCCURRENCE_PARAMETER!r}, which is reserved: the "
+                "scheduler passes the occurrence itself."
+            )
+        return list(self.args), dict(self.kwargs)
+
+
+class InvalidArguments(ValueError):
+    """A run's stored args or kwargs cannot be passed to a task."""
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number" if isinstance(value, int | float) else "that")
+
 
 @dataclass(frozen=True, slots=True)
 class Outcome:

@@ -21,7 +21,7 @@ from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..registry import UnknownTask, registry
-from .base import BaseDispatcher, Occurrence, Outcome, Progress
+from .base import BaseDispatcher, InvalidArguments, Occurrence, Outcome, Progress
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
@@ -132,7 +132,12 @@ class InlineDispatcher(BaseDispatcher):
                 job.started = time.monotonic()
                 job.thread = threading.current_thread()
                 batch.running.add(job)
-            outcome = _run(job.occurrence)
+            try:
+                outcome = _run(job.occurrence)
+            except BaseException as exc:  # a pool thread must never die with its job
+                logger.exception("Running the task of run %s failed.", job.occurrence.run_id)
+                text = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
+                outcome = Outcome(job.occurrence.run_id, "failed", text)
             with batch.done:
                 if job.abandoned:
                     # Cut off while it ran; a replacement thread already took this one's place.
@@ -179,13 +184,13 @@ class InlineDispatcher(BaseDispatcher):
 def _run(occurrence: Occurrence) -> Outcome:
     try:
         registered = registry.get(occurrence.task)
-    except UnknownTask as exc:
+        args, kwargs = occurrence.call_arguments()
+    except (UnknownTask, InvalidArguments) as exc:
         return Outcome(occurrence.run_id, "failed", str(exc))
-    kwargs = dict(occurrence.kwargs)
     if registered.takes_occurrence:
         kwargs["occurrence"] = occurrence
     try:
-        registered.func(*occurrence.args, **kwargs)
+        registered.func(*args, **kwargs)
     except BaseException as exc:  # a task must never take the scheduler down, not even exit()
         text = "".join(traceback.format_exception(exc))
         return Outcome(occurrence.run_id, "failed", text[-MAX_ERROR_CHARS:])

@@ -610,8 +610,8 @@ def stored_due_at(
     the nominal time, or later than the jitter allows, was left by a write that moved
     ``next_run_at`` alone (a bulk path). Trusting it would fire early, or late.
     """
-    if due_at is None or due_at < nominal or due_at > nominal + (jitter or timedelta(0)):
-        return None
+    if due_at is None or due_at < nominal or due_at - nominal > (jitter or timedelta(0)):
+        return None  # (a difference, not nominal + jitter: that overflows near year 9999)
     return due_at
 
 

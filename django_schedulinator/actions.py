@@ -99,7 +99,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None 
     from .models import Run
 
     db = _db(schedule)
-    now = clock.now()  # Redis TIME, as the schedulers see it
+    now = timing.truncate_ms(clock.now())  # Redis TIME, as the schedulers see it
     with transaction.atomic(using=db):
         current = _current(schedule, db)
         _check_runnable(current)

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.utils import timezone
 
 from . import timing
 from .connection import get_redis
-from .index import DueIndex
 
 logger = logging.getLogger("django_schedulinator.clock")
 
@@ -35,11 +34,14 @@ _quick: dict[int, tuple[Any, Any]] = {}  # id(pool) -> (pool, client with short 
 
 
 def now() -> datetime:
-    """Redis TIME as an aware UTC datetime in whole milliseconds; the host clock when Redis
-    cannot be reached (a WARNING once per outage)."""
+    """Redis TIME as an aware UTC datetime; the host clock when Redis cannot be reached (a
+    WARNING once per outage). To the microsecond, like ``timezone.now()``: a caller that
+    passes ``timezone.now()`` as the end of a backfill on the Redis host is not refused
+    for the part of a millisecond that ``DueIndex.now_ms()`` would drop."""
     global _outage
     try:
-        at = timing.from_ms(DueIndex(client=_quick_client(get_redis())).now_ms())
+        seconds, micros = _quick_client(get_redis()).time()
+        at = timing.EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
     except Exception as exc:  # unreachable, misconfigured or broken: the host clock will do
         with _lock:
             first, _outage = not _outage, True
@@ -50,7 +52,7 @@ def now() -> datetime:
                 "saving, resuming, run now and backfill decide.",
                 exc,
             )
-        return timing.truncate_ms(timezone.now())
+        return timezone.now()
     if _outage:
         with _lock:
             back, _outage = _outage, False

@@ -263,13 +263,29 @@ def backfill(
 
 
 def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS."""
+    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS.
+
+    The walk steps over local times the DST policy skips one by one, so that the range
+    bounds it (and the same limit caps them): it never looks past ``end`` for an
+    occurrence, which for a cron whose matches are all skipped meant the year 9999."""
     limit = app_settings.MAX_BACKFILL_RUNS
     anchor = schedule.next_run_at or start
     moments: list[datetime] = []
-    for moment in timing.occurrences(schedule.timing_spec, start - timing.ONE_MS, anchor=anchor):
+    skipped = 0
+    for moment in timing.occurrences(
+        schedule.timing_spec, start - timing.ONE_MS, anchor=anchor, include_skipped=True
+    ):
         if moment.at > end:
             break
+        if moment.skipped:
+            skipped += 1
+            if skipped > limit:
+                raise ActionError(
+                    f"The range holds more than {limit:,} local times skipped by the DST "
+                    "policy (they do not exist in the schedule's zone; "
+                    "SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+                )
+            continue
         moments.append(moment.at)
         if len(moments) > limit:
             raise ActionError(

@@ -8,6 +8,7 @@ process's clock only; Redis TIME stays real.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -17,11 +18,13 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from django_schedulinator import actions, clock
+from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms
 
 from .conftest import lose_redis, make_schedule
+from .redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
 
@@ -137,3 +140,25 @@ def test_a_backfill_up_to_this_moment_is_accepted() -> None:
     schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
     report = schedule.backfill(timezone.now() - 5 * MINUTE, timezone.now(), dry_run=True)
     assert report.occurrences in (5, 6)
+
+
+def test_a_redis_that_does_not_answer_costs_a_short_timeout(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopped (not dead) server accepts connections and never answers: the read of its
+    TIME gives up after clock.TIMEOUT_SECONDS, not the connection's own five seconds."""
+    clock.now()  # answers: no outage so far
+    quick = clock._quick_client(get_redis())
+    kwargs = quick.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == clock.TIMEOUT_SECONDS
+    assert private_redis.proc is not None
+    private_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        quick.connection_pool.disconnect()  # a new connection: the stopped server's backlog
+        schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    finally:
+        private_redis.proc.send_signal(signal.SIGCONT)
+    now = timezone.now()
+    assert now < schedule.next_run_at <= next_minute(now)
+    assert "Timeout" in caplog.text
+    assert "this host's clock" in caplog.text

@@ -180,3 +180,27 @@ def test_the_command_refuses_a_backfill_over_too_many_skipped_times(
             (timezone.now() - timedelta(minutes=1)).isoformat(),
             stdout=io.StringIO(),
         )
+
+
+@pytest.mark.django_db
+def test_the_api_answers_a_backfill_of_skipped_times_at_once(
+    walls: list[int], admin_client: Any, settings: Any
+) -> None:
+    never = make_schedule(kind="cron", cron=NEVER.cron, timezone=NEVER.timezone, dst_gap="skip")
+    span = {
+        "start": "2000-01-01T00:00:00Z",
+        "end": (timezone.now() - timedelta(minutes=1)).isoformat(),
+    }
+    url = f"/api/schedulinator/schedules/{never.pk}/backfill/"
+    response = admin_client.post(url, span, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert response.json()["occurrences"] == 0
+
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_BACKFILL_RUNS": 1000}
+    dense = make_schedule(
+        kind="cron", cron=NEVER_DENSE.cron, timezone=NEVER_DENSE.timezone, dst_gap="skip"
+    )
+    url = f"/api/schedulinator/schedules/{dense.pk}/backfill/"
+    response = admin_client.post(url, span, content_type="application/json")
+    assert response.status_code == 400
+    assert "skipped by the DST policy" in response.json()["detail"]

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django.db import router, transaction
+from django.db.models import F
 from django.utils import timezone
 
-from . import timing
+from . import clock, timing
 from .changelog import Origin, record
 from .conf import app_settings
 from .index import DueIndex
@@ -98,7 +99,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin | None 
     from .models import Run
 
     db = _db(schedule)
-    now = timing.truncate_ms(timezone.now())
+    now = timing.truncate_ms(clock.now())  # Redis TIME, as the schedulers see it
     with transaction.atomic(using=db):
         current = _current(schedule, db)
         _check_runnable(current)
@@ -187,7 +188,7 @@ def backfill(
     for name, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.utcoffset() is None:
             raise ActionError(f"The {name} must be a date and time with a time zone.")
-    now = timezone.now()
+    now = clock.now()  # "the past" is what the schedulers' clock has passed
     if start < EPOCH:
         raise ActionError("A backfill cannot start before 1970-01-01 UTC.")
     if end < start:
@@ -229,7 +230,8 @@ def backfill(
                 status=Run.Status.PENDING,
                 trigger=Run.Trigger.BACKFILL,
                 attempts=0,
-                lease_expires_at=timezone.now() - timedelta(milliseconds=1),
+                # Expired already by any clock: the occurrence lies in the past.
+                lease_expires_at=F("scheduled_for"),
                 claim_token="",
                 worker_id="backfill",
                 note=note,
@@ -261,13 +263,29 @@ def backfill(
 
 
 def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS."""
+    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS.
+
+    The walk steps over local times the DST policy skips one by one, so that the range
+    bounds it (and the same limit caps them): it never looks past ``end`` for an
+    occurrence, which for a cron whose matches are all skipped meant the year 9999."""
     limit = app_settings.MAX_BACKFILL_RUNS
     anchor = schedule.next_run_at or start
     moments: list[datetime] = []
-    for moment in timing.occurrences(schedule.timing_spec, start - timing.ONE_MS, anchor=anchor):
+    skipped = 0
+    for moment in timing.occurrences(
+        schedule.timing_spec, start - timing.ONE_MS, anchor=anchor, include_skipped=True
+    ):
         if moment.at > end:
             break
+        if moment.skipped:
+            skipped += 1
+            if skipped > limit:
+                raise ActionError(
+                    f"The range holds more than {limit:,} local times skipped by the DST "
+                    "policy (they do not exist in the schedule's zone; "
+                    "SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+                )
+            continue
         moments.append(moment.at)
         if len(moments) > limit:
             raise ActionError(

@@ -15,7 +15,7 @@ from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import timing
+from . import clock, timing
 from .conf import app_settings
 from .querysets import NewRun, RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
@@ -337,7 +337,7 @@ class Schedule(models.Model):
         """
         self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
-        now = timezone.now()
+        now = clock.now()  # Redis TIME: what is due is decided by the schedulers' clock
         paused_over: list[timing.Moment] = []
         pause_note = ""
         if self._state.adding:
@@ -490,7 +490,7 @@ class Schedule(models.Model):
         )
         start = self.next_run_at if self.enabled and not edited else None
         if start is None:
-            start = self._first_run_at(timezone.now())
+            start = self._first_run_at(clock.now())
         if start is None:
             return []
         return timing.preview(self.timing_spec, start=start, count=count, schedule_id=self.pk or 0)
@@ -560,7 +560,7 @@ class Schedule(models.Model):
             new_one_off
             and "run_at" not in errors
             and self.run_at
-            and self.run_at < timezone.now() - timedelta(minutes=1)
+            and self.run_at < clock.now() - timedelta(minutes=1)
         ):
             errors.setdefault("run_at", "A new one-off must run in the future.")
         if errors:

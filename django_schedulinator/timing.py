@@ -95,6 +95,15 @@ OFFSET_SPAN = timedelta(hours=26)
 # Wall times looked at for one occurrence before giving up: a day of seconds, which covers
 # the longest gap in tzdata (Pacific/Apia skipped 30 December 2011) for a per-second cron.
 MAX_WALL_STEPS = 100_000
+# Looking for an occurrence (not a skipped-time marker), a walk passes over skipped local
+# times in a row only as far as one clock change holds them (tzdata's longest gap is a
+# day). A longer run spans two changes with nothing but skipped times between them: a cron
+# such as "30 2 * 3 0L" in Europe/Berlin under dst_gap "skip" (the last Sunday of March at
+# 02:30, in the very hour that does not exist) has no occurrence, and the walk says so
+# (None) instead of walking to the year 9999. Only an expression that matches nothing but
+# skipped times for years and then, after the zone's rules change, a time that exists, is
+# cut short by it.
+MAX_SKIPPED_SPAN = OFFSET_SPAN
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -319,7 +328,8 @@ def occurrences(
 def following(
     timing: Timing, after: datetime, anchor: datetime, include_skipped: bool = False
 ) -> Moment | None:
-    """The schedule's first moment strictly after ``after``, or None (finished).
+    """The schedule's first moment strictly after ``after``, or None (finished, or, without
+    ``include_skipped``, nothing but skipped local times for longer than MAX_SKIPPED_SPAN).
 
     The step of ``occurrences``, callable on its own in the claim's hot path.
     """
@@ -339,12 +349,16 @@ def following(
             at = from_ms(base + step * ((to_ms(after) - base) // step + 1))
             return Moment(at) if end is None or at <= end else None
         expr = normalize_cron(timing.cron)
+        first_skipped: datetime | None = None
         while True:
             moment = _cron_next(expr, timing.timezone, timing.dst_gap, timing.dst_fold, after)
             if end is not None and moment.at > end:
                 return None
             if include_skipped or not moment.skipped:
                 return moment
+            first_skipped = first_skipped or moment.at
+            if moment.at - first_skipped > MAX_SKIPPED_SPAN:
+                return None  # only skipped times across more than one clock change
             after = moment.at
     except OverflowError:  # past the year 9999: nothing can follow
         return None
@@ -367,7 +381,8 @@ def occurrences_before(
 def preceding(
     timing: Timing, before: datetime, anchor: datetime, include_skipped: bool = False
 ) -> Moment | None:
-    """The schedule's last moment strictly before ``before``, or None (before its start).
+    """The schedule's last moment strictly before ``before``, or None (before its start, or
+    nothing but skipped local times for longer than MAX_SKIPPED_SPAN).
 
     The mirror image of ``following``."""
     if timing.kind == ONCE:
@@ -385,12 +400,16 @@ def preceding(
             at = from_ms(base - step * ((base - to_ms(ceil_ms(before))) // step + 1))
             return Moment(at) if start is None or at >= start else None
         expr = normalize_cron(timing.cron)
+        last_skipped: datetime | None = None
         while True:
             moment = _cron_prev(expr, timing.timezone, timing.dst_gap, timing.dst_fold, before)
             if start is not None and moment.at < start:
                 return None
             if include_skipped or not moment.skipped:
                 return moment
+            last_skipped = last_skipped or moment.at
+            if last_skipped - moment.at > MAX_SKIPPED_SPAN:
+                return None  # only skipped times across more than one clock change
             before = moment.at
     except OverflowError:
         return None

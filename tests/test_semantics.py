@@ -1,8 +1,9 @@
 """Schedule semantics end to end: a real scheduler (claim script, re-check, ledger, index) on a
 real Redis and database, driven by a controlled clock.
 
-time-machine moves Python's clock and the scheduler's injected clock replaces Redis TIME, so
-days of schedules, DST changes included, run in seconds. Each test asserts what reached the
+time-machine moves Python's clock, and it replaces Redis TIME for the scheduler (its injected
+clock) and for saves, resumes and the other actions (``clock.now``), so days of schedules, DST
+changes included, run in seconds. Each test asserts what reached the
 ledger: which occurrences fired, which were skipped and why.
 """
 
@@ -19,10 +20,10 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_schedulinator import actions, resync_schedules
+from django_schedulinator import actions, clock, resync_schedules
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import from_ms, to_ms
+from django_schedulinator.timing import from_ms, to_ms, truncate_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
@@ -67,7 +68,9 @@ class Simulation:
 
 
 @pytest.fixture
-def sim(built_index: DueIndex) -> Iterator[Simulation]:
+def sim(built_index: DueIndex, monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulation]:
+    # The actions' "now" is Redis TIME: in the simulation, the travelling clock stands in.
+    monkeypatch.setattr(clock, "now", lambda: truncate_ms(timezone.now()))
     with time_machine.travel(START, tick=False) as traveller:
         simulation = Simulation(traveller)
         yield simulation

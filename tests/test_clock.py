@@ -1,0 +1,164 @@
+"""Due decisions made outside the scheduler (save, resume, run now, backfill, preview, the
+one-off check) take Redis TIME, the clock the schedulers claim by, not the web host's.
+
+A web host whose clock runs ten minutes ahead is made with time-machine, which moves this
+process's clock only; Redis TIME stays real.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+import pytest
+import time_machine
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_schedulinator import actions, clock
+from django_schedulinator.connection import get_redis
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import from_ms
+
+from .conftest import lose_redis, make_schedule
+from .redis_server import RedisServer
+
+pytestmark = pytest.mark.django_db
+
+AHEAD = timedelta(minutes=10)
+MINUTE = timedelta(minutes=1)
+
+
+def redis_now() -> datetime:
+    return from_ms(DueIndex().now_ms())
+
+
+def next_minute(at: datetime) -> datetime:
+    return at.replace(second=0, microsecond=0) + MINUTE
+
+
+@pytest.fixture
+def host_ahead() -> Iterator[None]:
+    """This host's clock runs ten minutes ahead of Redis TIME (and keeps ticking)."""
+    with time_machine.travel(timezone.now() + AHEAD, tick=True):
+        yield
+
+
+def paused_minutely(minutes_ago: int) -> Schedule:
+    """An every-minute cron paused ``minutes_ago`` minutes ago (by Redis TIME)."""
+    stopped = redis_now().replace(second=0, microsecond=0) - minutes_ago * MINUTE
+    return make_schedule(kind="cron", cron="* * * * *", timezone="UTC", next_run_at=stopped)
+
+
+def test_resume_skips_only_what_redis_time_has_passed(host_ahead: None) -> None:
+    schedule = paused_minutely(3)
+    schedule.pause()
+    before = redis_now()
+
+    schedule.resume()
+
+    after = redis_now()
+    paused = sorted(
+        Run.objects.filter(schedule=schedule, status=Run.Status.SKIPPED).values_list(
+            "scheduled_for", flat=True
+        )
+    )
+    # The paused period is the three or four minutes Redis TIME has passed, not the ten
+    # more this host believes in: those are still to come, and fire.
+    assert paused, "the minutes of the paused period are recorded"
+    assert all(at <= after for at in paused), [at for at in paused if at > after]
+    assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
+
+
+def test_saving_a_new_schedule_plans_from_redis_time(host_ahead: None) -> None:
+    before = redis_now()
+    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    after = redis_now()
+    assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
+    # A change of timing plans again, from Redis TIME too.
+    schedule.cron = "*/2 * * * *"
+    schedule.save()
+    assert schedule.next_run_at <= next_minute(redis_now()) + MINUTE
+
+
+def test_preview_and_run_now_take_redis_time(host_ahead: None) -> None:
+    schedule = paused_minutely(3)
+    schedule.pause()
+    before = redis_now()
+    # A paused schedule previews what a resume now gives: from Redis TIME on.
+    assert schedule.preview(1)[0].at <= next_minute(redis_now())
+    assert schedule.preview(1)[0].at >= next_minute(before)
+    run = schedule.run_now()
+    assert before <= run.scheduled_for <= redis_now()
+
+
+def test_backfill_refuses_a_range_redis_time_has_not_reached(host_ahead: None) -> None:
+    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    end = timezone.now() - MINUTE  # in the past for this host, five minutes ahead of Redis
+    with pytest.raises(actions.ActionError, match="must not be after now"):
+        schedule.backfill(end - 2 * AHEAD, end)
+    report = schedule.backfill(redis_now() - 5 * MINUTE, redis_now(), dry_run=True)
+    assert report.occurrences in (5, 6)
+
+
+def test_a_one_off_in_redis_times_future_is_accepted(host_ahead: None) -> None:
+    # Five minutes ahead of Redis TIME, five minutes behind this host's clock.
+    schedule = make_schedule(kind="once", run_at=redis_now() + 5 * MINUTE)
+    assert schedule.next_run_at is not None
+    with pytest.raises(ValidationError, match="must run in the future"):
+        make_schedule(kind="once", run_at=redis_now() - 5 * MINUTE)
+
+
+def test_without_redis_save_and_resume_use_the_host_clock_and_say_so(
+    settings: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock.now()  # Redis answers: no outage so far
+    schedule = paused_minutely(3)
+    schedule.pause()
+    lose_redis(settings)
+    caplog.set_level(logging.INFO, logger="django_schedulinator.clock")
+
+    created = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    schedule.resume()
+
+    now = timezone.now()
+    assert now < created.next_run_at <= next_minute(now)
+    assert now < schedule.next_run_at <= next_minute(now)
+    assert Run.objects.filter(schedule=schedule, skip_reason="paused").count() in (3, 4)
+    warnings = [r for r in caplog.records if r.name == "django_schedulinator.clock"]
+    # Once per outage, not once per decision.
+    assert [r.levelname for r in warnings] == ["WARNING"]
+    assert "this host's clock" in warnings[0].getMessage()
+
+
+def test_a_backfill_up_to_this_moment_is_accepted() -> None:
+    # Redis runs on this host here: its TIME, read after the argument was taken, is later,
+    # to the microsecond (a millisecond-truncated "now" refused it).
+    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    report = schedule.backfill(timezone.now() - 5 * MINUTE, timezone.now(), dry_run=True)
+    assert report.occurrences in (5, 6)
+
+
+def test_a_redis_that_does_not_answer_costs_a_short_timeout(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopped (not dead) server accepts connections and never answers: the read of its
+    TIME gives up after clock.TIMEOUT_SECONDS, not the connection's own five seconds."""
+    clock.now()  # answers: no outage so far
+    quick = clock._quick_client(get_redis())
+    kwargs = quick.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == kwargs["socket_connect_timeout"] == clock.TIMEOUT_SECONDS
+    assert private_redis.proc is not None
+    private_redis.proc.send_signal(signal.SIGSTOP)
+    try:
+        quick.connection_pool.disconnect()  # a new connection: the stopped server's backlog
+        schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    finally:
+        private_redis.proc.send_signal(signal.SIGCONT)
+    now = timezone.now()
+    assert now < schedule.next_run_at <= next_minute(now)
+    assert "Timeout" in caplog.text
+    assert "this host's clock" in caplog.text

@@ -615,6 +615,75 @@ def test_edits_and_deletes_ask_the_object_permissions(world: dict[str, int], set
     assert snapshot_of_everything() == before
 
 
+class OwnSchedulesOnly(IsAuthenticated):
+    """Each user sees only the schedules named after them: per object, and in SQL for lists."""
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
+        name = obj.name if isinstance(obj, Schedule) else obj.schedule.name
+        return bool(name.startswith(request.user.username))
+
+    def filter_schedules(self, request: Any, view: Any, queryset: Any) -> Any:
+        return queryset.filter(name__startswith=request.user.username)
+
+
+def test_lists_show_only_the_schedules_the_object_permissions_allow(
+    world: dict[str, int], settings: Any
+) -> None:
+    """A schedule refused one by one is absent from every list: schedules, runs (filtered by
+    schedule or not) and the change log; its run and change entries are 404."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.OwnSchedulesOnly"],
+    }
+    own = make_schedule(**{**NEW, "name": "bob-nightly", "args": ["bob's"]})
+    own_run = add_run(own, PAST)
+    changelog.record(own, Origin(None, "api"), ScheduleChange.Action.CREATED)
+    hidden = world["s"]
+    Schedule.objects.filter(pk=hidden).update(args=["secret"], kwargs={"token": "secret"})
+    Run.objects.filter(pk=world["r"]).update(args=["secret"])
+    bob = client_for(make_user("bob", staff=False))
+
+    assert bob.get(f"{API}schedules/{hidden}/").status_code in (403, 404)
+    listed = bob.get(f"{API}schedules/").json()
+    assert [s["id"] for s in listed["results"]] == [own.pk]
+    assert listed["count"] == 1
+    assert bob.get(f"{API}schedules/?search=existing").json()["results"] == []
+    assert bob.get(f"{API}runs/?schedule={hidden}").json()["results"] == []
+    assert [r["id"] for r in bob.get(f"{API}runs/").json()["results"]] == [own_run.pk]
+    assert bob.get(f"{API}runs/{world['r']}/").status_code in (403, 404)
+    changes = bob.get(f"{API}changes/").json()["results"]
+    assert [c["schedule"] for c in changes] == [own.pk]
+    assert bob.get(f"{API}changes/{world['c']}/").status_code in (403, 404)
+    assert bob.get(f"{API}changes/?schedule={hidden}").json()["results"] == []
+    for endpoint in ("pause", "run_now", "preview", "delete"):
+        assert call(bob, endpoint, world).status_code in (403, 404), endpoint
+    # What the refused schedule holds appears in no answer.
+    for path in ("schedules/", "runs/", "changes/", f"runs/?schedule={hidden}"):
+        assert b"secret" not in bob.get(API + path).content, path
+
+
+def test_a_permission_class_refusing_objects_without_a_list_filter_lists_nothing(
+    world: dict[str, int], settings: Any
+) -> None:
+    """A class that refuses single schedules but cannot say which in SQL: the lists refuse
+    too (403 that says why) rather than show what the detail view refuses."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.NoObjectPermission"],
+    }
+    client = client_for(make_user("someone", staff=False))
+    assert call(client, "retrieve", world).status_code == 403
+    for endpoint in ("list", "runs", "changes"):
+        response = call(client, endpoint, world)
+        assert response.status_code == 403, (endpoint, response.content)
+        assert "filter_schedules" in response.json()["detail"]
+    for endpoint in ("run", "change"):  # single objects: has_object_permission decides
+        assert call(client, endpoint, world).status_code == 403
+    response = client.get(f"{API}runs/?schedule={world['s']}")
+    assert response.status_code == 403
+    assert "existing" not in response.content.decode()
+
+
 def test_a_schedule_whose_task_is_gone_can_still_be_edited(api: APIClient) -> None:
     """As in the model: a task no longer registered is checked only when it is being set."""
     sid = create(api)["id"]

@@ -39,7 +39,7 @@ from ..models import Run, Schedule, ScheduleChange
 from ..sync import resync_schedules
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
-from .permissions import ConfiguredPermissionsMixin
+from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
 
 CHANGE = "django_schedulinator.change_schedule"
 VIEW = "django_schedulinator.view_schedule"
@@ -185,7 +185,9 @@ ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": No
 @extend_schema_view(
     list=extend_schema(responses={200: s.ScheduleSerializer, **INVALID, **NO_PAGE, **REFUSED})
 )
-class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]):
+class ScheduleViewSet(
+    SchedulesFilteredByPermissionsMixin, ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]
+):
     """Schedules: the canonical rows. Writes are validated by the model's own rules."""
 
     queryset = Schedule.objects.all().order_by("name")
@@ -497,10 +499,15 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         }
     ),
 )
-class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run]):
+class RunViewSet(
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ReadOnlyModelViewSet[Run],
+):
     """The ledger: one row per occurrence, fired or skipped (with the reason)."""
 
     queryset = Run.objects.all()
+    schedule_lookup = "schedule"
     serializer_class = s.RunSerializer
     pagination_class = NewestFirstCursorPagination
     filter_backends = [DjangoFilterBackend]
@@ -521,11 +528,15 @@ class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run])
     ),
 )
 class ScheduleChangeViewSet(
-    ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[ScheduleChange]
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ReadOnlyModelViewSet[ScheduleChange],
 ):
     """The change log: who changed which schedule, when, through what, and how."""
 
     queryset = ScheduleChange.objects.all()
+    # Entries of deleted schedules have none: under a filter_schedules they are hidden.
+    schedule_lookup = "schedule"
     serializer_class = s.ScheduleChangeSerializer
     pagination_class = NewestFirstCursorPagination
     filter_backends = [DjangoFilterBackend]

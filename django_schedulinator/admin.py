@@ -656,8 +656,10 @@ class ScheduleAdmin(admin.ModelAdmin):
     @staticmethod
     def _row_snapshot(pk: int) -> dict[str, Any]:
         # Read back from the database: values as stored (times in UTC), so that a diff
-        # shows what changed and not how the form spelled it.
-        return changelog.snapshot(Schedule.objects.filter(pk=pk).first())
+        # shows what changed and not how the form spelled it. From the write database: a
+        # read replica cannot see the save of this transaction.
+        db = router.db_for_write(Schedule)
+        return changelog.snapshot(Schedule.objects.using(db).filter(pk=pk).first())
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         before = self._row_snapshot(obj.pk) if change and obj.pk is not None else {}

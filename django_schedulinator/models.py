@@ -396,7 +396,7 @@ class Schedule(models.Model):
             if paused_over:
                 self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
-            self.refresh_from_db(fields=["revision", "version"])
+            self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
         self._catch_up_on_resume = False
 
@@ -406,6 +406,10 @@ class Schedule(models.Model):
         fields: Any = None,
         from_queryset: models.QuerySet[Any] | None = None,
     ) -> None:
+        # The row as it is now, this transaction's writes included: from the write database
+        # (a read replica behind a router cannot see an uncommitted save, and lags).
+        if using is None and from_queryset is None:
+            using = router.db_for_write(type(self), instance=self)
         # What was loaded is what the row holds now: a later save() compares against it.
         super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
         self._loaded = {

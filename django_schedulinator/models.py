@@ -400,6 +400,18 @@ class Schedule(models.Model):
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
         self._catch_up_on_resume = False
 
+    def delete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
+        """Delete the schedule with its runs, its row locked first (see
+        ``ScheduleQuerySet.delete``): a run a scheduler is inserting meanwhile goes with it
+        instead of failing the delete on its foreign key."""
+        db = using or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=db):
+            locked = type(self)._base_manager.using(db).filter(pk=self.pk).select_for_update()
+            list(locked.values_list("pk", flat=True))
+            return super().delete(using=db, keep_parents=keep_parents)
+
     def refresh_from_db(
         self,
         using: str | None = None,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
@@ -116,6 +116,25 @@ INSERT_TYPES = (
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete the schedules with their runs, their rows locked first.
+
+        A scheduler's transaction that advanced a schedule and inserted a run of it holds
+        the row: the lock waits for it to end, and the run it committed is then deleted
+        with the schedule. Without the lock, the run escaped the delete and the commit
+        failed on its foreign key (the schedule stayed). A scheduler that comes after the
+        lock finds the row gone."""
+        if self.query.is_sliced or self.query.combinator:
+            return super().delete()  # Django's own refusal
+        query = self._chain()
+        query._for_write = True
+        db = query.db
+        with transaction.atomic(using=db):
+            # In primary-key order: concurrent deletes lock in the same order (no deadlock).
+            locked = self.model._base_manager.using(db).filter(pk__in=query.values("pk"))
+            list(locked.order_by("pk").select_for_update().values_list("pk", flat=True))
+            return super().delete()
+
     def advance(self, advances: Sequence[Advance], fired_at: datetime) -> dict[int, int]:
         """Conditionally advance many schedules in one statement.
 

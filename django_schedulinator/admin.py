@@ -45,9 +45,9 @@ from redis.exceptions import RedisError
 
 from . import actions, changelog, health, rebuild, sync, timing
 from .changelog import Origin
-from .conf import app_settings
+from .conf import MAX_JSON_DEPTH, app_settings
 from .index import ApplyResult, DueIndex
-from .models import Run, Schedule, ScheduleChange
+from .models import JSON_TOO_DEEP, Run, Schedule, ScheduleChange, json_text_too_deep
 from .registry import registry
 
 logger = logging.getLogger("django_schedulinator.admin")
@@ -169,7 +169,14 @@ class PrettyJSONField(forms.JSONField):
     def to_python(self, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             value = ""  # spaces alone are an empty box, not invalid JSON
+        if isinstance(value, str) and json_text_too_deep(value):  # json.loads would recurse
+            raise ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
         return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and json_text_too_deep(data):
+            return InvalidJSONInput(data)  # shown again as typed, with its error
+        return super().bound_data(data, initial)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, InvalidJSONInput):

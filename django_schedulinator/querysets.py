@@ -126,12 +126,12 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         lock finds the row gone."""
         if self.query.is_sliced or self.query.combinator:
             return super().delete()  # Django's own refusal
-        query = self._chain()
-        query._for_write = True
-        db = query.db
+        writing = self.all()
+        writing._for_write = True  # type: ignore[attr-defined]  # where Django's delete writes
+        db = writing.db
         with transaction.atomic(using=db):
             # In primary-key order: concurrent deletes lock in the same order (no deadlock).
-            locked = self.model._base_manager.using(db).filter(pk__in=query.values("pk"))
+            locked = self.model._base_manager.using(db).filter(pk__in=self.values("pk"))
             list(locked.order_by("pk").select_for_update().values_list("pk", flat=True))
             return super().delete()
 

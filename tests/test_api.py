@@ -20,6 +20,7 @@ The last section pins the edges that were server errors, found by fuzzing and fi
 from __future__ import annotations
 
 import base64
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -37,7 +38,7 @@ from rest_framework.test import APIClient
 
 from django_schedulinator import actions, changelog
 from django_schedulinator.changelog import Origin
-from django_schedulinator.conf import app_settings
+from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
@@ -291,10 +292,56 @@ def test_create_returns_201_with_etag_and_location_and_indexes_it(
     assert entry.changes["cron"] == [None, "0 3 * * *"]
 
 
-@pytest.mark.parametrize("interval", [3600, 3600.0, "01:00:00", "PT1H", "0 01:00:00"])
+@pytest.mark.parametrize(
+    "interval", [3600, 3600.0, "3600", "01:00:00", "PT1H", "0 01:00:00", "P0DT01H00M00S"]
+)
 def test_an_interval_may_be_seconds_hh_mm_ss_or_iso_8601(api: APIClient, interval: Any) -> None:
     body = create(api, kind="interval", cron="", interval=interval)
-    assert body["interval"] == "01:00:00"
+    assert body["interval"] == 3600
+
+
+def test_durations_round_trip_through_a_client_as_seconds(api: APIClient) -> None:
+    """A client reads durations as a number of seconds (a day or more included), sends
+    back what it read, and gets the same durations: nothing changed, nothing recorded."""
+    sid = create(
+        api,
+        kind="interval",
+        cron="",
+        interval="P1DT2H30M",
+        jitter="00:00:01.5",
+        catch_up_window=2 * 86400,
+    )["id"]
+    read = api.get(f"{API}schedules/{sid}/")
+    body = read.json()
+    assert timedelta(seconds=body["interval"]) == timedelta(days=1, hours=2, minutes=30)
+    assert timedelta(seconds=body["jitter"]) == timedelta(seconds=1.5)
+    assert timedelta(seconds=body["catch_up_window"]) == timedelta(days=2)
+    assert isinstance(body["interval"], int)  # whole seconds are an integer
+    sent = api.put(
+        f"{API}schedules/{sid}/", body, format="json", HTTP_IF_MATCH=read.headers["ETag"]
+    )
+    assert sent.status_code == 200, sent.content
+    assert {k: sent.json()[k] for k in ("interval", "jitter", "catch_up_window", "version")} == {
+        "interval": 95400,
+        "jitter": 1.5,
+        "catch_up_window": 172800,
+        "version": 1,
+    }
+    assert not ScheduleChange.objects.filter(action="changed").exists()
+    row = Schedule.objects.get(pk=sid)
+    assert row.interval == timedelta(days=1, hours=2, minutes=30)
+
+
+def test_the_schema_describes_durations_as_seconds_and_what_requests_may_send(
+    api: APIClient,
+) -> None:
+    components = api.get(f"{API}schema/?format=json").json()["components"]["schemas"]
+    for name in ("interval", "jitter", "catch_up_window"):
+        answer = components["Schedule"]["properties"][name]
+        assert answer["type"] == "number"
+        assert answer["nullable"] is True
+        request = components["ScheduleRequest"]["properties"][name]
+        assert sorted(alt["type"] for alt in request["oneOf"]) == ["number", "string"]
 
 
 @pytest.mark.parametrize(
@@ -1273,3 +1320,56 @@ def test_a_preview_up_to_the_end_of_time_stops_there(api: APIClient) -> None:
         "9999-12-31T23:58:00+01:00",
         "9999-12-31T23:59:00+01:00",
     ]
+
+
+DEEP = 50_000  # levels of nesting: Python's json (and json.dumps) recurse through them
+
+
+def nested_text(levels: int, field: str) -> str:
+    """JSON text of args (a list) or kwargs (an object) nested ``levels`` deep."""
+    if field == "args":
+        return "[" * levels + "]" * levels
+    return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_args_nested_too_deep_are_a_400_naming_the_field(
+    api: APIClient, index: DueIndex, field: str, levels: int
+) -> None:
+    body = json.dumps({**NEW, field: "HOLE"}).replace('"HOLE"', nested_text(levels, field))
+    response = api.generic("POST", f"{API}schedules/", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert f"{MAX_JSON_DEPTH}" in response.json()[field][0]
+    assert not Schedule.objects.exists()
+    assert index.counts() == (0, 0)
+
+
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+def test_args_nested_too_deep_in_a_form_post_are_a_400_naming_the_field(
+    api: APIClient, field: str
+) -> None:
+    response = api.post(f"{API}schedules/", {**NEW, field: nested_text(DEEP, field)})
+    assert response.status_code == 400, response.content[:300]
+    assert f"{MAX_JSON_DEPTH}" in response.json()[field][0]
+
+
+def test_args_nested_up_to_the_limit_are_accepted(api: APIClient) -> None:
+    args = json.loads(nested_text(MAX_JSON_DEPTH, "args"))
+    kwargs = json.loads(nested_text(MAX_JSON_DEPTH, "kwargs"))
+    body = create(api, args=args, kwargs=kwargs)
+    assert (body["args"], body["kwargs"]) == (args, kwargs)
+
+
+def test_a_deep_body_on_another_endpoint_names_its_field(api: APIClient) -> None:
+    sid = create(api)["id"]
+    body = '{"note": ' + nested_text(DEEP, "args") + "}"
+    response = api.generic(
+        "POST", f"{API}schedules/{sid}/pause/", body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "note" in response.json()
+    deep_array = api.generic(
+        "POST", f"{API}schedules/", nested_text(DEEP, "args"), content_type="application/json"
+    )
+    assert deep_array.status_code == 400

@@ -6,13 +6,12 @@ conflicts with a schedule that merely fired."""
 from __future__ import annotations
 
 from datetime import timedelta
-
 from typing import Any
 
 import pytest
-from django.db import transaction
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import transaction
 from django.test import Client
 from rest_framework.test import APIClient
 

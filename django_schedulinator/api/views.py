@@ -39,6 +39,7 @@ from ..models import Run, Schedule, ScheduleChange
 from ..sync import resync_schedules
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
+from .negotiation import NegotiationMixin
 from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
 
 CHANGE = "django_schedulinator.change_schedule"
@@ -186,7 +187,10 @@ ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": No
     list=extend_schema(responses={200: s.ScheduleSerializer, **INVALID, **NO_PAGE, **REFUSED})
 )
 class ScheduleViewSet(
-    SchedulesFilteredByPermissionsMixin, ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]
+    NegotiationMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ModelViewSet[Schedule],
 ):
     """Schedules: the canonical rows. Writes are validated by the model's own rules."""
 
@@ -500,6 +504,7 @@ class ScheduleViewSet(
     ),
 )
 class RunViewSet(
+    NegotiationMixin,
     SchedulesFilteredByPermissionsMixin,
     ConfiguredPermissionsMixin,
     viewsets.ReadOnlyModelViewSet[Run],
@@ -528,6 +533,7 @@ class RunViewSet(
     ),
 )
 class ScheduleChangeViewSet(
+    NegotiationMixin,
     SchedulesFilteredByPermissionsMixin,
     ConfiguredPermissionsMixin,
     viewsets.ReadOnlyModelViewSet[ScheduleChange],
@@ -543,7 +549,7 @@ class ScheduleChangeViewSet(
     filterset_class = ScheduleChangeFilter
 
 
-class IndexHealthView(ConfiguredPermissionsMixin, APIView):
+class IndexHealthView(NegotiationMixin, ConfiguredPermissionsMixin, APIView):
     """Counts from the rows and the due index, the oldest due lag, the last rebuild and a
     drift check (``?drift=false`` leaves it out). Needs the view_operations permission."""
 

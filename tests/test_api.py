@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -44,7 +46,7 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import lose_redis, make_schedule
+from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -1373,3 +1375,40 @@ def test_a_deep_body_on_another_endpoint_names_its_field(api: APIClient) -> None
         "POST", f"{API}schedules/", nested_text(DEEP, "args"), content_type="application/json"
     )
     assert deep_array.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "extra_apps", ["", "rest_framework", "rest_framework django_filters drf_spectacular"]
+)
+def test_the_api_works_in_a_fresh_project_from_the_readme_alone(
+    tmp_path: Any, key_prefix: str, extra_apps: str
+) -> None:
+    """README's REST API paragraph only: no REST_FRAMEWORK setting (DRF's own schema class),
+    rest_framework in INSTALLED_APPS or not. The schema and the browsable API were 500s."""
+    env = subprocess_env(
+        key_prefix,
+        FRESH_PROJECT_DB=str(tmp_path / "fresh.sqlite3"),
+        FRESH_PROJECT_PREFIX=key_prefix,
+        FRESH_PROJECT_EXTRA_APPS=extra_apps,
+    )
+    env["DJANGO_SETTINGS_MODULE"] = "tests.fresh_project.settings"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fresh_project.probe"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    statuses, paths = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert statuses == {
+        "schema yaml": 200,
+        "schema json": 200,
+        "list as a browser": 200,
+        "list as a client": 200,
+        "404 as a browser": 404,
+        "runs as a browser": 200,
+    }, done.stderr[-3000:]
+    assert paths
+    assert all(path.startswith(API) for path in paths)

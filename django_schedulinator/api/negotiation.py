@@ -2,6 +2,9 @@
 
 * JSON bodies are measured before they are parsed: Python's json recurses, and a body
   nested deeper than MAX_JSON_DEPTH is a 400 naming its field, not a RecursionError (500).
+* DRF's browsable API (HTML) needs the templates of rest_framework and django_filters: it
+  is offered when both apps are installed; otherwise a browser gets JSON, not a 500
+  (TemplateDoesNotExist).
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from rest_framework import parsers
+from django.apps import apps
+from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError, ValidationError
 
 from ..conf import MAX_JSON_DEPTH
@@ -38,9 +42,21 @@ class JSONParser(parsers.JSONParser):
         return super().parse(io.BytesIO(raw), media_type, parser_context)
 
 
+# The apps whose templates the browsable API renders (the filters' form: django_filters).
+BROWSABLE_API_APPS = ("rest_framework", "django_filters")
+
+
 class NegotiationMixin:
-    """The views' parsers: the project's, with DRF's JSON parser replaced by the one above."""
+    """The views' parsers and renderers: the project's, with DRF's JSON parser replaced by
+    the one above, and the browsable API left out when its templates are not installed."""
 
     def get_parsers(self) -> list[parsers.BaseParser]:
         found: list[parsers.BaseParser] = super().get_parsers()  # type: ignore[misc]
         return [JSONParser() if type(p) is parsers.JSONParser else p for p in found]
+
+    def get_renderers(self) -> list[renderers.BaseRenderer]:
+        found: list[renderers.BaseRenderer] = super().get_renderers()  # type: ignore[misc]
+        if all(apps.is_installed(app) for app in BROWSABLE_API_APPS):
+            return found
+        usable = [r for r in found if not isinstance(r, renderers.BrowsableAPIRenderer)]
+        return usable or [renderers.JSONRenderer()]

@@ -17,12 +17,7 @@ from django.http import Http404
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_view,
-)
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
@@ -41,6 +36,7 @@ from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
 from .negotiation import NegotiationMixin
 from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
+from .schema import DescribedBySpectacular, extend_schema
 
 CHANGE = "django_schedulinator.change_schedule"
 VIEW = "django_schedulinator.view_schedule"
@@ -187,6 +183,7 @@ ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": No
     list=extend_schema(responses={200: s.ScheduleSerializer, **INVALID, **NO_PAGE, **REFUSED})
 )
 class ScheduleViewSet(
+    DescribedBySpectacular,
     NegotiationMixin,
     SchedulesFilteredByPermissionsMixin,
     ConfiguredPermissionsMixin,
@@ -504,6 +501,7 @@ class ScheduleViewSet(
     ),
 )
 class RunViewSet(
+    DescribedBySpectacular,
     NegotiationMixin,
     SchedulesFilteredByPermissionsMixin,
     ConfiguredPermissionsMixin,
@@ -533,6 +531,7 @@ class RunViewSet(
     ),
 )
 class ScheduleChangeViewSet(
+    DescribedBySpectacular,
     NegotiationMixin,
     SchedulesFilteredByPermissionsMixin,
     ConfiguredPermissionsMixin,
@@ -549,7 +548,9 @@ class ScheduleChangeViewSet(
     filterset_class = ScheduleChangeFilter
 
 
-class IndexHealthView(NegotiationMixin, ConfiguredPermissionsMixin, APIView):
+class IndexHealthView(
+    DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView
+):
     """Counts from the rows and the due index, the oldest due lag, the last rebuild and a
     drift check (``?drift=false`` leaves it out). Needs the view_operations permission."""
 

@@ -45,9 +45,9 @@ from redis.exceptions import RedisError
 
 from . import actions, changelog, health, rebuild, sync, timing
 from .changelog import Origin
-from .conf import app_settings
+from .conf import MAX_JSON_DEPTH, app_settings
 from .index import ApplyResult, DueIndex
-from .models import Run, Schedule, ScheduleChange
+from .models import JSON_TOO_DEEP, Run, Schedule, ScheduleChange, json_text_too_deep
 from .registry import registry
 
 logger = logging.getLogger("django_schedulinator.admin")
@@ -169,7 +169,14 @@ class PrettyJSONField(forms.JSONField):
     def to_python(self, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             value = ""  # spaces alone are an empty box, not invalid JSON
+        if isinstance(value, str) and json_text_too_deep(value):  # json.loads would recurse
+            raise ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
         return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and json_text_too_deep(data):
+            return InvalidJSONInput(data)  # shown again as typed, with its error
+        return super().bound_data(data, initial)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, InvalidJSONInput):
@@ -656,8 +663,10 @@ class ScheduleAdmin(admin.ModelAdmin):
     @staticmethod
     def _row_snapshot(pk: int) -> dict[str, Any]:
         # Read back from the database: values as stored (times in UTC), so that a diff
-        # shows what changed and not how the form spelled it.
-        return changelog.snapshot(Schedule.objects.filter(pk=pk).first())
+        # shows what changed and not how the form spelled it. From the write database: a
+        # read replica cannot see the save of this transaction.
+        db = router.db_for_write(Schedule)
+        return changelog.snapshot(Schedule.objects.using(db).filter(pk=pk).first())
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
         before = self._row_snapshot(obj.pk) if change and obj.pk is not None else {}

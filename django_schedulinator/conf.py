@@ -89,6 +89,9 @@ MAX_RECONCILE_BATCH_SIZE = 50_000
 MAX_DRIFT_SAMPLE_SIZE = 10_000
 MAX_API_PAGE_SIZE = 10_000
 MAX_PREVIEW_COUNT = 500
+# Levels of nesting in a schedule's args and kwargs (the list or object itself is the first):
+# deeper JSON is refused before anything recurses through it (Python's json does).
+MAX_JSON_DEPTH = 100
 
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:

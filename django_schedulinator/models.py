@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from contextlib import nullcontext
 from datetime import date, datetime, timedelta
@@ -16,7 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from . import clock, timing
-from .conf import app_settings
+from .conf import MAX_JSON_DEPTH, app_settings
 from .querysets import NewRun, RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
@@ -45,6 +46,68 @@ def validate_registered_task(value: str) -> None:
         )
 
 
+JSON_TOO_DEEP = (
+    "JSON nested more than %(limit)s levels deep is refused (the list or object itself is "
+    "the first level)."
+)
+# The structure of JSON text: strings whole (they may hold brackets), and the brackets.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+
+
+def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether lists and dicts nest deeper than ``limit`` (``value`` itself is level 1).
+    Iterative: a value too deep for Python's recursion is answered, not crashed on."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
+
+
+def json_text_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> str | bool:
+    """Whether JSON text nests deeper than ``limit``, found without parsing it (Python's
+    json recurses, and fails on deep text). For a top-level object, each member's value is
+    measured on its own, and the name of the first one too deep is returned; otherwise
+    True. False when nothing is too deep."""
+    depth = 0
+    object_at_top = False
+    last_string = ""
+    member = ""
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth == 1:
+                object_at_top = token == "{"
+            if depth > limit + (1 if object_at_top else 0):
+                return member if object_at_top and member else True
+        elif token in "]}":
+            depth -= 1
+        elif token == ":":
+            if depth == 1 and object_at_top:
+                member = _json_string(last_string)
+        else:
+            last_string = token
+    return False
+
+
+def _json_string(literal: str) -> str:
+    try:
+        decoded = json.loads(literal)
+    except ValueError:
+        return literal.strip('"')
+    return decoded if isinstance(decoded, str) else literal
+
+
+def validate_json_depth(value: Any) -> None:
+    if json_too_deep(value):
+        raise ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
+
+
 def validate_json_list(value: Any) -> None:
     if not isinstance(value, list):
         raise ValidationError(
@@ -56,6 +119,7 @@ def validate_json_list(value: Any) -> None:
 
 
 def _validate_strict_json(value: Any) -> None:
+    validate_json_depth(value)  # first: json.dumps below recurses
     # json.dumps writes NaN and Infinity by default; they are not JSON (PostgreSQL refuses them).
     try:
         json.dumps(value, allow_nan=False)
@@ -74,12 +138,17 @@ def _validate_strict_json(value: Any) -> None:
 
 
 def _holds_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_holds_nul(item) for item in value)
+    stack = [value]  # iterative, like json_too_deep
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
 
 
@@ -119,6 +188,8 @@ def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
 
     Every occurrence copies both into the ledger, so the limit bounds what each run costs.
     """
+    if json_too_deep(args) or json_too_deep(kwargs):
+        return {}  # the field's own validation says so (json.dumps would recurse)
     try:
         sizes = {
             "args": len(json.dumps(args).encode()),
@@ -396,9 +467,21 @@ class Schedule(models.Model):
             if paused_over:
                 self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
-            self.refresh_from_db(fields=["revision", "version"])
+            self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
         self._catch_up_on_resume = False
+
+    def delete(
+        self, using: str | None = None, keep_parents: bool = False
+    ) -> tuple[int, dict[str, int]]:
+        """Delete the schedule with its runs, its row locked first (see
+        ``ScheduleQuerySet.delete``): a run a scheduler is inserting meanwhile goes with it
+        instead of failing the delete on its foreign key."""
+        db = using or router.db_for_write(type(self), instance=self)
+        with transaction.atomic(using=db):
+            locked = type(self)._base_manager.using(db).filter(pk=self.pk).select_for_update()
+            list(locked.values_list("pk", flat=True))
+            return super().delete(using=db, keep_parents=keep_parents)
 
     def refresh_from_db(
         self,
@@ -406,6 +489,10 @@ class Schedule(models.Model):
         fields: Any = None,
         from_queryset: models.QuerySet[Any] | None = None,
     ) -> None:
+        # The row as it is now, this transaction's writes included: from the write database
+        # (a read replica behind a router cannot see an uncommitted save, and lags).
+        if using is None and from_queryset is None:
+            using = router.db_for_write(type(self), instance=self)
         # What was loaded is what the row holds now: a later save() compares against it.
         super().refresh_from_db(using=using, fields=fields, from_queryset=from_queryset)
         self._loaded = {
@@ -529,6 +616,15 @@ class Schedule(models.Model):
                         "Enter %(expected)s, not %(type)s.",
                         code="invalid_type",
                         params={"expected": expected, "type": type(value).__name__},
+                    )
+                ]
+                exclude.add(name)
+        # JSON nested too deep: said before the JSONField's own check recurses through it.
+        for name in ("args", "kwargs"):
+            if name not in exclude and json_too_deep(getattr(self, name)):
+                errors[name] = [
+                    ValidationError(
+                        JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH}
                     )
                 ]
                 exclude.add(name)

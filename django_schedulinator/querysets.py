@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import connections, models
+from django.db import connections, models, transaction
 from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
@@ -128,6 +128,25 @@ class Advanced(NamedTuple):
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def delete(self) -> tuple[int, dict[str, int]]:
+        """Delete the schedules with their runs, their rows locked first.
+
+        A scheduler's transaction that advanced a schedule and inserted a run of it holds
+        the row: the lock waits for it to end, and the run it committed is then deleted
+        with the schedule. Without the lock, the run escaped the delete and the commit
+        failed on its foreign key (the schedule stayed). A scheduler that comes after the
+        lock skips the row (``advance`` skips locked rows) and then finds it gone."""
+        if self.query.is_sliced or self.query.combinator:
+            return super().delete()  # Django's own refusal
+        writing = self.all()
+        writing._for_write = True  # type: ignore[attr-defined]  # where Django's delete writes
+        db = writing.db
+        with transaction.atomic(using=db):
+            # In primary-key order: concurrent deletes lock in the same order (no deadlock).
+            locked = self.model._base_manager.using(db).filter(pk__in=self.values("pk"))
+            list(locked.order_by("pk").select_for_update().values_list("pk", flat=True))
+            return super().delete()
+
     def advance(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:
         """Conditionally advance many schedules in one statement.
 

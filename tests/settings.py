@@ -88,6 +88,11 @@ elif DB_VENDOR == "sqlite":
 else:
     raise RuntimeError(f"SCHEDULINATOR_TEST_DB must be sqlite or postgres, not {DB_VENDOR!r}")
 
+# A second connection to the same database, for tests of a read-replica router
+# (tests/routers.py): like a real replica, it cannot see another connection's uncommitted
+# writes. A mirror: no test database of its own.
+DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
+
 REDIS_URL = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {
     "default": {

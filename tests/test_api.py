@@ -20,6 +20,9 @@ The last section pins the edges that were server errors, found by fuzzing and fi
 from __future__ import annotations
 
 import base64
+import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -37,13 +40,13 @@ from rest_framework.test import APIClient
 
 from django_schedulinator import actions, changelog
 from django_schedulinator.changelog import Origin
-from django_schedulinator.conf import app_settings
+from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import lose_redis, make_schedule
+from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -291,10 +294,56 @@ def test_create_returns_201_with_etag_and_location_and_indexes_it(
     assert entry.changes["cron"] == [None, "0 3 * * *"]
 
 
-@pytest.mark.parametrize("interval", [3600, 3600.0, "01:00:00", "PT1H", "0 01:00:00"])
+@pytest.mark.parametrize(
+    "interval", [3600, 3600.0, "3600", "01:00:00", "PT1H", "0 01:00:00", "P0DT01H00M00S"]
+)
 def test_an_interval_may_be_seconds_hh_mm_ss_or_iso_8601(api: APIClient, interval: Any) -> None:
     body = create(api, kind="interval", cron="", interval=interval)
-    assert body["interval"] == "01:00:00"
+    assert body["interval"] == 3600
+
+
+def test_durations_round_trip_through_a_client_as_seconds(api: APIClient) -> None:
+    """A client reads durations as a number of seconds (a day or more included), sends
+    back what it read, and gets the same durations: nothing changed, nothing recorded."""
+    sid = create(
+        api,
+        kind="interval",
+        cron="",
+        interval="P1DT2H30M",
+        jitter="00:00:01.5",
+        catch_up_window=2 * 86400,
+    )["id"]
+    read = api.get(f"{API}schedules/{sid}/")
+    body = read.json()
+    assert timedelta(seconds=body["interval"]) == timedelta(days=1, hours=2, minutes=30)
+    assert timedelta(seconds=body["jitter"]) == timedelta(seconds=1.5)
+    assert timedelta(seconds=body["catch_up_window"]) == timedelta(days=2)
+    assert isinstance(body["interval"], int)  # whole seconds are an integer
+    sent = api.put(
+        f"{API}schedules/{sid}/", body, format="json", HTTP_IF_MATCH=read.headers["ETag"]
+    )
+    assert sent.status_code == 200, sent.content
+    assert {k: sent.json()[k] for k in ("interval", "jitter", "catch_up_window", "version")} == {
+        "interval": 95400,
+        "jitter": 1.5,
+        "catch_up_window": 172800,
+        "version": 1,
+    }
+    assert not ScheduleChange.objects.filter(action="changed").exists()
+    row = Schedule.objects.get(pk=sid)
+    assert row.interval == timedelta(days=1, hours=2, minutes=30)
+
+
+def test_the_schema_describes_durations_as_seconds_and_what_requests_may_send(
+    api: APIClient,
+) -> None:
+    components = api.get(f"{API}schema/?format=json").json()["components"]["schemas"]
+    for name in ("interval", "jitter", "catch_up_window"):
+        answer = components["Schedule"]["properties"][name]
+        assert answer["type"] == "number"
+        assert answer["nullable"] is True
+        request = components["ScheduleRequest"]["properties"][name]
+        assert sorted(alt["type"] for alt in request["oneOf"]) == ["number", "string"]
 
 
 @pytest.mark.parametrize(
@@ -613,6 +662,75 @@ def test_edits_and_deletes_ask_the_object_permissions(world: dict[str, int], set
     for endpoint in ("retrieve", "update", "partial_update", "delete", "pause", "run_now"):
         assert call(client, endpoint, world).status_code == 403, endpoint
     assert snapshot_of_everything() == before
+
+
+class OwnSchedulesOnly(IsAuthenticated):
+    """Each user sees only the schedules named after them: per object, and in SQL for lists."""
+
+    def has_object_permission(self, request: Any, view: Any, obj: Any) -> bool:
+        name = obj.name if isinstance(obj, Schedule) else obj.schedule.name
+        return bool(name.startswith(request.user.username))
+
+    def filter_schedules(self, request: Any, view: Any, queryset: Any) -> Any:
+        return queryset.filter(name__startswith=request.user.username)
+
+
+def test_lists_show_only_the_schedules_the_object_permissions_allow(
+    world: dict[str, int], settings: Any
+) -> None:
+    """A schedule refused one by one is absent from every list: schedules, runs (filtered by
+    schedule or not) and the change log; its run and change entries are 404."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.OwnSchedulesOnly"],
+    }
+    own = make_schedule(**{**NEW, "name": "bob-nightly", "args": ["bob's"]})
+    own_run = add_run(own, PAST)
+    changelog.record(own, Origin(None, "api"), ScheduleChange.Action.CREATED)
+    hidden = world["s"]
+    Schedule.objects.filter(pk=hidden).update(args=["secret"], kwargs={"token": "secret"})
+    Run.objects.filter(pk=world["r"]).update(args=["secret"])
+    bob = client_for(make_user("bob", staff=False))
+
+    assert bob.get(f"{API}schedules/{hidden}/").status_code in (403, 404)
+    listed = bob.get(f"{API}schedules/").json()
+    assert [s["id"] for s in listed["results"]] == [own.pk]
+    assert listed["count"] == 1
+    assert bob.get(f"{API}schedules/?search=existing").json()["results"] == []
+    assert bob.get(f"{API}runs/?schedule={hidden}").json()["results"] == []
+    assert [r["id"] for r in bob.get(f"{API}runs/").json()["results"]] == [own_run.pk]
+    assert bob.get(f"{API}runs/{world['r']}/").status_code in (403, 404)
+    changes = bob.get(f"{API}changes/").json()["results"]
+    assert [c["schedule"] for c in changes] == [own.pk]
+    assert bob.get(f"{API}changes/{world['c']}/").status_code in (403, 404)
+    assert bob.get(f"{API}changes/?schedule={hidden}").json()["results"] == []
+    for endpoint in ("pause", "run_now", "preview", "delete"):
+        assert call(bob, endpoint, world).status_code in (403, 404), endpoint
+    # What the refused schedule holds appears in no answer.
+    for path in ("schedules/", "runs/", "changes/", f"runs/?schedule={hidden}"):
+        assert b"secret" not in bob.get(API + path).content, path
+
+
+def test_a_permission_class_refusing_objects_without_a_list_filter_lists_nothing(
+    world: dict[str, int], settings: Any
+) -> None:
+    """A class that refuses single schedules but cannot say which in SQL: the lists refuse
+    too (403 that says why) rather than show what the detail view refuses."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.NoObjectPermission"],
+    }
+    client = client_for(make_user("someone", staff=False))
+    assert call(client, "retrieve", world).status_code == 403
+    for endpoint in ("list", "runs", "changes"):
+        response = call(client, endpoint, world)
+        assert response.status_code == 403, (endpoint, response.content)
+        assert "filter_schedules" in response.json()["detail"]
+    for endpoint in ("run", "change"):  # single objects: has_object_permission decides
+        assert call(client, endpoint, world).status_code == 403
+    response = client.get(f"{API}runs/?schedule={world['s']}")
+    assert response.status_code == 403
+    assert "existing" not in response.content.decode()
 
 
 def test_a_schedule_whose_task_is_gone_can_still_be_edited(api: APIClient) -> None:
@@ -1204,3 +1322,93 @@ def test_a_preview_up_to_the_end_of_time_stops_there(api: APIClient) -> None:
         "9999-12-31T23:58:00+01:00",
         "9999-12-31T23:59:00+01:00",
     ]
+
+
+DEEP = 50_000  # levels of nesting: Python's json (and json.dumps) recurse through them
+
+
+def nested_text(levels: int, field: str) -> str:
+    """JSON text of args (a list) or kwargs (an object) nested ``levels`` deep."""
+    if field == "args":
+        return "[" * levels + "]" * levels
+    return '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+
+
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_args_nested_too_deep_are_a_400_naming_the_field(
+    api: APIClient, index: DueIndex, field: str, levels: int
+) -> None:
+    body = json.dumps({**NEW, field: "HOLE"}).replace('"HOLE"', nested_text(levels, field))
+    response = api.generic("POST", f"{API}schedules/", body, content_type="application/json")
+    assert response.status_code == 400, response.content[:300]
+    assert f"{MAX_JSON_DEPTH}" in response.json()[field][0]
+    assert not Schedule.objects.exists()
+    assert index.counts() == (0, 0)
+
+
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+def test_args_nested_too_deep_in_a_form_post_are_a_400_naming_the_field(
+    api: APIClient, field: str
+) -> None:
+    response = api.post(f"{API}schedules/", {**NEW, field: nested_text(DEEP, field)})
+    assert response.status_code == 400, response.content[:300]
+    assert f"{MAX_JSON_DEPTH}" in response.json()[field][0]
+
+
+def test_args_nested_up_to_the_limit_are_accepted(api: APIClient) -> None:
+    args = json.loads(nested_text(MAX_JSON_DEPTH, "args"))
+    kwargs = json.loads(nested_text(MAX_JSON_DEPTH, "kwargs"))
+    body = create(api, args=args, kwargs=kwargs)
+    assert (body["args"], body["kwargs"]) == (args, kwargs)
+
+
+def test_a_deep_body_on_another_endpoint_names_its_field(api: APIClient) -> None:
+    sid = create(api)["id"]
+    body = '{"note": ' + nested_text(DEEP, "args") + "}"
+    response = api.generic(
+        "POST", f"{API}schedules/{sid}/pause/", body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "note" in response.json()
+    deep_array = api.generic(
+        "POST", f"{API}schedules/", nested_text(DEEP, "args"), content_type="application/json"
+    )
+    assert deep_array.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "extra_apps", ["", "rest_framework", "rest_framework django_filters drf_spectacular"]
+)
+def test_the_api_works_in_a_fresh_project_from_the_readme_alone(
+    tmp_path: Any, key_prefix: str, extra_apps: str
+) -> None:
+    """README's REST API paragraph only: no REST_FRAMEWORK setting (DRF's own schema class),
+    rest_framework in INSTALLED_APPS or not. The schema and the browsable API were 500s."""
+    env = subprocess_env(
+        key_prefix,
+        FRESH_PROJECT_DB=str(tmp_path / "fresh.sqlite3"),
+        FRESH_PROJECT_PREFIX=key_prefix,
+        FRESH_PROJECT_EXTRA_APPS=extra_apps,
+    )
+    env["DJANGO_SETTINGS_MODULE"] = "tests.fresh_project.settings"
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.fresh_project.probe"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    statuses, paths = (json.loads(line) for line in done.stdout.splitlines()[-2:])
+    assert statuses == {
+        "schema yaml": 200,
+        "schema json": 200,
+        "list as a browser": 200,
+        "list as a client": 200,
+        "404 as a browser": 404,
+        "runs as a browser": 200,
+    }, done.stderr[-3000:]
+    assert paths
+    assert all(path.startswith(API) for path in paths)

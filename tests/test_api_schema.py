@@ -278,8 +278,8 @@ def target(settings: Any, index: Any) -> Iterator[FuzzTarget]:
         request_started.connect(close_old_connections)
 
 
-# The schema types some fields loosely: args and kwargs as any JSON, durations as plain
-# strings, and a generated cron expression or time zone is almost never valid. So schedule
+# The schema types some fields loosely: args and kwargs as any JSON, durations as a number
+# or any string, and a generated cron expression or time zone is almost never valid. So schedule
 # writes sometimes get a body whose timing is valid and whose other fields come from typed
 # strategies, extremes included: those get past validation into the model, the timing code
 # and the writes.

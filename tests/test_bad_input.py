@@ -22,6 +22,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_schedulinator.conf import MAX_JSON_DEPTH
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
@@ -626,3 +627,49 @@ def test_an_odd_name_added_in_the_admin_is_indexed(admin_client: Client, index: 
     assert page.status_code == 302
     schedule = Schedule.objects.get(name=name)
     assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
+
+
+# -- JSON nested deeper than Python's json (and the databases) can take ----------------------
+
+DEEP = 50_000
+
+
+def deep_value(field: str, levels: int) -> Any:
+    value: Any = [] if field == "args" else {}
+    for _ in range(levels - 1):
+        value = [value] if field == "args" else {"a": value}
+    return value
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_admin_form_names_args_nested_too_deep(
+    admin_client: Client, key_prefix: str, redis_client: Any, field: str, levels: int
+) -> None:
+    text = json.dumps(deep_value(field, min(levels, 500)))
+    if levels > 500:  # json.dumps itself cannot write it: spell it out
+        text = (
+            "[" * levels + "]" * levels
+            if field == "args"
+            else '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
+        )
+    page = admin_client.post(reverse(ADD_URL), form_data(**{field: text}))
+    assert page.status_code == 200  # the form again: not a redirect, not a 500
+    assert_field_error(page.context["adminform"].form.errors, field, f"{MAX_JSON_DEPTH} levels")
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_model_validation_names_args_nested_too_deep(
+    key_prefix: str, redis_client: Any, field: str, levels: int
+) -> None:
+    schedule = Schedule(**model_fields(**{field: deep_value(field, levels)}))
+    with pytest.raises(ValidationError) as caught:
+        schedule.full_clean()
+    assert f"{MAX_JSON_DEPTH} levels" in " ".join(caught.value.message_dict[field])
+    with pytest.raises(ValidationError):
+        schedule.save()
+    assert_nothing_written(redis_client, key_prefix)

@@ -6,15 +6,21 @@ conflicts with a schedule that merely fired."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import transaction
+from django.test import Client
+from rest_framework.test import APIClient
 
 from django_schedulinator import changelog
 from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
 
 from .conftest import make_schedule
+from .test_admin import change_url, edit_data
 from .test_semantics import START, Simulation, sim  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -100,3 +106,51 @@ def test_the_log_outlives_the_schedule_and_diffs_as_json() -> None:
     entries = ScheduleChange.objects.filter(schedule_name=name)
     assert entries.count() == 2
     assert all(entry.schedule_id is None for entry in entries)
+
+
+# -- a read-replica router: what must see this transaction's writes reads the write database
+
+
+@pytest.fixture
+def replica_router(settings: Any) -> None:
+    settings.DATABASE_ROUTERS = ["tests.routers.ReadReplicaRouter"]
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+def test_an_admin_edit_is_recorded_with_a_read_replica_router(replica_router: None) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *")
+    client = Client()
+    client.force_login(User.objects.create_superuser("admin", "a@example.com", None))
+    response = client.post(change_url(schedule), edit_data(schedule, 1, cron="0 4 * * *"))
+    assert response.status_code == 302, response.content
+    entry = ScheduleChange.objects.using("default").get(schedule=schedule)
+    assert entry.action == ScheduleChange.Action.CHANGED
+    assert entry.changes["cron"] == ["0 3 * * *", "0 4 * * *"]
+    assert entry.version == 2
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+def test_an_api_edit_records_its_version_with_a_read_replica_router(replica_router: None) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *")
+    api = APIClient()
+    api.force_authenticate(User.objects.create_superuser("admin", "a@example.com", None))
+    url = f"/api/schedulinator/schedules/{schedule.pk}/"
+    response = api.patch(url, {"cron": "0 4 * * *"}, format="json", HTTP_IF_MATCH='"1"')
+    assert response.status_code == 200, response.content
+    assert (response.json()["version"], response.headers["ETag"]) == (2, '"2"')
+    entry = ScheduleChange.objects.using("default").get(schedule=schedule)
+    assert (entry.action, entry.version) == (ScheduleChange.Action.CHANGED, 2)
+    assert entry.changes == {"cron": ["0 3 * * *", "0 4 * * *"]}
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+def test_a_save_inside_a_transaction_reads_its_own_version_with_a_read_replica_router(
+    replica_router: None,
+) -> None:
+    schedule = make_schedule(kind="cron", cron="0 3 * * *")
+    with transaction.atomic(using="default"):
+        schedule.cron = "0 4 * * *"
+        schedule.save()
+        assert schedule.version == 2
+        schedule.refresh_from_db()
+        assert schedule.cron == "0 4 * * *"

@@ -3,17 +3,25 @@ the request. Anonymous users can neither read nor write.
 
 Views say what they need in ``required_perms`` (a method or action name mapped to permission
 names); SCHEDULINATOR["API_PERMISSION_CLASSES"] replaces the default class.
+
+Object permissions: a class that refuses single schedules (``has_object_permission``) says
+which schedules a user may see in SQL, with ``filter_schedules(request, view, queryset)``;
+every view applies it (schedules, runs, the change log), so no list shows what a detail view
+refuses. A class that refuses objects without that method gets its lists refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from django.utils.module_loading import import_string
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from ..conf import app_settings
+from ..models import Schedule
 
 # Model permissions for each HTTP method, like the admin's: reading needs "view".
 METHOD_ACTIONS = {
@@ -68,3 +76,48 @@ class ConfiguredPermissionsMixin:
 
     def get_permissions(self) -> list[BasePermission]:
         return configured_permissions()
+
+
+def refuses_objects(permission: Any) -> bool:
+    """Whether a permission class decides per object (overrides has_object_permission)."""
+    method = getattr(type(permission), "has_object_permission", None)
+    return method is not None and method is not BasePermission.has_object_permission
+
+
+def visible_schedules(request: Request, view: Any, *, listing: bool) -> QuerySet[Schedule] | None:
+    """The schedules the permission classes let this request see, as a queryset (one SQL
+    subquery, whatever the page); None when they let it see all.
+
+    A class that refuses single schedules must say which in ``filter_schedules``; without
+    it a list cannot leave them out, so a list is refused (a single object is still
+    decided by its ``has_object_permission``)."""
+    visible: QuerySet[Schedule] | None = None
+    for permission in view.get_permissions():
+        hook = getattr(permission, "filter_schedules", None)
+        if hook is not None:
+            visible = hook(request, view, Schedule.objects.all() if visible is None else visible)
+        elif listing and refuses_objects(permission):
+            raise PermissionDenied(
+                f"{type(permission).__qualname__} refuses single schedules but has no "
+                "filter_schedules(request, view, queryset) to leave them out of lists, so "
+                "lists are refused. Give the permission class that method."
+            )
+    return visible
+
+
+class SchedulesFilteredByPermissionsMixin:
+    """Every view of schedules, runs and changes shows only what the permission classes'
+    ``filter_schedules`` lets the user see (see :func:`visible_schedules`)."""
+
+    # The path from the view's model to its schedule; "" for the schedules themselves.
+    schedule_lookup = ""
+    request: Request
+    action: str | None
+
+    def get_queryset(self) -> QuerySet[Any]:
+        queryset: QuerySet[Any] = super().get_queryset()  # type: ignore[misc]
+        visible = visible_schedules(self.request, self, listing=self.action == "list")
+        if visible is None:
+            return queryset
+        lookup = f"{self.schedule_lookup}__in" if self.schedule_lookup else "pk__in"
+        return queryset.filter(**{lookup: visible.values("pk")})

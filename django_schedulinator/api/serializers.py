@@ -16,8 +16,8 @@ from drf_spectacular.plumbing import build_array_type, build_object_type
 from drf_spectacular.utils import Direction, extend_schema_field
 from rest_framework import serializers
 
-from ..conf import MAX_PREVIEW_COUNT, app_settings
-from ..models import Run, Schedule, ScheduleChange
+from ..conf import MAX_JSON_DEPTH, MAX_PREVIEW_COUNT, app_settings
+from ..models import JSON_TOO_DEEP, Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
 from ..registry import registry
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.
@@ -25,7 +25,14 @@ DURATION_LIMIT = timedelta(days=999_999)
 
 
 class DurationField(serializers.DurationField):
-    """Seconds as a number, "HH:MM:SS", "D HH:MM:SS" or ISO 8601 ("PT1H30M")."""
+    """Answered as a number of seconds (an integer when whole; exact to the microsecond).
+    Taken as seconds (a number, or a string of one), "HH:MM:SS", "D HH:MM:SS" or ISO 8601
+    ("PT1H30M", "P1DT2H")."""
+
+    def to_representation(self, value: timedelta) -> int | float:
+        if value.microseconds:
+            return value.total_seconds()
+        return value.days * 86_400 + value.seconds
 
     def to_internal_value(self, value: Any) -> timedelta:
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -41,6 +48,40 @@ class DurationField(serializers.DurationField):
         if abs(parsed) > DURATION_LIMIT:
             raise serializers.ValidationError(f"Enter a duration of at most {DURATION_LIMIT}.")
         return parsed
+
+
+class JSONField(serializers.JSONField):
+    """args and kwargs: nested at most MAX_JSON_DEPTH deep, measured before anything
+    recurses through them (a form post's text is parsed here, by Python's json)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bytes | str) and (
+            self.binary or getattr(data, "is_json_string", False)
+        ):
+            text = data.decode(errors="replace") if isinstance(data, bytes) else data
+            too_deep = bool(json_text_too_deep(text))
+        else:
+            too_deep = json_too_deep(data)
+        if too_deep:
+            raise serializers.ValidationError(JSON_TOO_DEEP % {"limit": MAX_JSON_DEPTH})
+        return super().to_internal_value(data)
+
+
+class DurationFieldSchema(OpenApiSerializerFieldExtension):
+    """Answers: a number of seconds. Requests: that, or a string in one of the formats that
+    DurationField takes."""
+
+    target_class = DurationField
+
+    def map_serializer_field(self, auto_schema: Any, direction: Direction) -> dict[str, Any]:
+        seconds = {"type": "number", "description": "Seconds."}
+        if direction == "response":
+            return seconds
+        text = {
+            "type": "string",
+            "description": 'Seconds ("90"), "HH:MM:SS", "D HH:MM:SS" or ISO 8601 ("PT1H30M").',
+        }
+        return {"oneOf": [seconds, text]}
 
 
 class DateTimeField(serializers.DateTimeField):
@@ -108,6 +149,7 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         **serializers.ModelSerializer.serializer_field_mapping,
         models.DurationField: DurationField,
         models.DateTimeField: DateTimeField,
+        models.JSONField: JSONField,
     }
 
     task = TaskField(

@@ -17,12 +17,7 @@ from django.http import Http404
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import (
-    OpenApiParameter,
-    OpenApiResponse,
-    extend_schema,
-    extend_schema_view,
-)
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
@@ -39,7 +34,9 @@ from ..models import Run, Schedule, ScheduleChange
 from ..sync import resync_schedules
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
-from .permissions import ConfiguredPermissionsMixin
+from .negotiation import NegotiationMixin
+from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
+from .schema import DescribedBySpectacular, extend_schema
 
 CHANGE = "django_schedulinator.change_schedule"
 VIEW = "django_schedulinator.view_schedule"
@@ -185,7 +182,13 @@ ON_ONE_SCHEDULE: dict[str, Any] = {"filter_backends": [], "pagination_class": No
 @extend_schema_view(
     list=extend_schema(responses={200: s.ScheduleSerializer, **INVALID, **NO_PAGE, **REFUSED})
 )
-class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule]):
+class ScheduleViewSet(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ModelViewSet[Schedule],
+):
     """Schedules: the canonical rows. Writes are validated by the model's own rules."""
 
     queryset = Schedule.objects.all().order_by("name")
@@ -497,10 +500,17 @@ class ScheduleViewSet(ConfiguredPermissionsMixin, viewsets.ModelViewSet[Schedule
         }
     ),
 )
-class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run]):
+class RunViewSet(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ReadOnlyModelViewSet[Run],
+):
     """The ledger: one row per occurrence, fired or skipped (with the reason)."""
 
     queryset = Run.objects.all()
+    schedule_lookup = "schedule"
     serializer_class = s.RunSerializer
     pagination_class = NewestFirstCursorPagination
     filter_backends = [DjangoFilterBackend]
@@ -521,18 +531,26 @@ class RunViewSet(ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[Run])
     ),
 )
 class ScheduleChangeViewSet(
-    ConfiguredPermissionsMixin, viewsets.ReadOnlyModelViewSet[ScheduleChange]
+    DescribedBySpectacular,
+    NegotiationMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ReadOnlyModelViewSet[ScheduleChange],
 ):
     """The change log: who changed which schedule, when, through what, and how."""
 
     queryset = ScheduleChange.objects.all()
+    # Entries of deleted schedules have none: under a filter_schedules they are hidden.
+    schedule_lookup = "schedule"
     serializer_class = s.ScheduleChangeSerializer
     pagination_class = NewestFirstCursorPagination
     filter_backends = [DjangoFilterBackend]
     filterset_class = ScheduleChangeFilter
 
 
-class IndexHealthView(ConfiguredPermissionsMixin, APIView):
+class IndexHealthView(
+    DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView
+):
     """Counts from the rows and the due index, the oldest due lag, the last rebuild and a
     drift check (``?drift=false`` leaves it out). Needs the view_operations permission."""
 

@@ -421,6 +421,8 @@ def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
 
     assert held == {o.run_id for o in occurrences}
     assert "this host's clock" in caplog.text
+
+
 # -- a delete racing a scheduler ------------------------------------------------------------
 
 

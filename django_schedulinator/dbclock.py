@@ -36,7 +36,7 @@ class DatabaseNow(Now):
 
 
 def database_now(using: str) -> datetime:
-    """What the database ``using`` says the time is (aware, in UTC when USE_TZ)."""
+    """What the database ``using`` says the time is (aware, UTC: the app needs USE_TZ)."""
     connection = connections[using]
     query = Query(None)
     expression = DatabaseNow().resolve_expression(query)

@@ -11,7 +11,7 @@ from typing import Any
 from .registry import registry, task
 
 __version__ = "0.1.0.dev0"
-__all__ = ["registry", "resync_schedules", "task"]
+__all__ = ["DatabaseNow", "registry", "resync_schedules", "task"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +21,8 @@ def __getattr__(name: str) -> Any:
         from .sync import resync_schedules
 
         return resync_schedules
+    if name == "DatabaseNow":
+        from .dbclock import DatabaseNow
+
+        return DatabaseNow
     raise AttributeError(name)

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from . import timing
 from .conf import app_settings
+from .dbclock import DatabaseNow
 from .dispatch.base import Occurrence, Outcome
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
 from .models import Run, Schedule, ScheduleChange, catch_up_policy, occurrence_key
@@ -587,7 +588,7 @@ class Claimer:
                 pause_note=AUTO_PAUSE_NOTE,
                 revision=F("revision") + 1,
                 version=F("version") + 1,
-                updated_at=now,
+                updated_at=DatabaseNow(),
             )
             ScheduleChange.objects.using(self.db).bulk_create(
                 ScheduleChange(

@@ -56,10 +56,16 @@ class ApplyResult:
     applied: int = 0
     stale: int = 0  # refused: the index held a newer revision
     changed: int = 0  # writes that altered the due set (an entry added, moved or removed)
+    # Of those, writes for rows the index held no revision of: new rows, or an index that
+    # lost its data (flushed, restarted empty).
+    unrecorded: int = 0
 
     def __add__(self, other: ApplyResult) -> ApplyResult:
         return ApplyResult(
-            self.applied + other.applied, self.stale + other.stale, self.changed + other.changed
+            self.applied + other.applied,
+            self.stale + other.stale,
+            self.changed + other.changed,
+            self.unrecorded + other.unrecorded,
         )
 
 
@@ -136,11 +142,11 @@ class DueIndex:
                     for c in changes[start : start + APPLY_CHUNK]
                 ]
             )
-            applied, stale, changed = self._apply(
+            reply = self._apply(
                 keys=[self.due_key, self.revisions_key, self.inflight_key],
                 args=[release_token, payload],
             )
-            result += ApplyResult(int(applied), int(stale), int(changed))
+            result += ApplyResult(*(int(x) for x in reply))
         return result
 
     # -- reading --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from . import clock, timing
 from .conf import MAX_JSON_DEPTH, app_settings
+from .dbclock import DatabaseClockField
 from .querysets import NewRun, RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
@@ -360,8 +361,9 @@ class Schedule(models.Model):
         "update so that a stale edit is refused instead of overwriting a newer one.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
-    # Set on every save (not by the scheduler's advance): the reconcile watermark.
-    updated_at = models.DateTimeField(auto_now=True)
+    # Set on every save (not by the scheduler's advance) from the database's clock, never a
+    # host's: the reconcile watermark.
+    updated_at = DatabaseClockField()
 
     objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 

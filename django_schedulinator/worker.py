@@ -435,9 +435,29 @@ class Worker:
     def _reconcile(self) -> None:
         report = reconcile(self.index)
         self.counters.reconciled += report.healed
-        if report.healed:
+        if report.not_built:
+            # Redis lost the index: the claim rebuilds it (and says so); nothing was missed.
+            logger.info("Reconcile skipped: the due index is not built; the claim rebuilds it.")
+            return
+        if report.missed:
             logger.warning(
-                "Reconcile healed %d index entries that sync writes had missed.", report.healed
+                "Reconcile healed %d index %s whose sync %s been missed.",
+                report.missed,
+                *(("entry", "write had") if report.missed == 1 else ("entries", "writes had")),
+            )
+        if report.unrecorded:
+            logger.warning(
+                "Reconcile indexed %d schedules the index had no record of: new schedules "
+                "whose sync write was lost, or entries Redis lost with its data (flushed or "
+                "restarted empty).",
+                report.unrecorded,
+            )
+        if not report.caught_up:
+            logger.info(
+                "Reconcile read %d changed rows in %d batches and is still behind; the next "
+                "pass goes on.",
+                report.rows,
+                report.batches,
             )
 
     def _check_drift(self) -> None:

@@ -547,6 +547,7 @@ SETTINGS_CASES = [
     setting("reconcile-batch-too-big", "RECONCILE_BATCH_SIZE", 50_001, "at most 50000"),
     setting("reconcile-seconds-nan", "RECONCILE_SECONDS", float("nan"), "positive, finite"),
     setting("lookback-negative", "RECONCILE_LOOKBACK_SECONDS", -1, "positive, finite"),
+    setting("reconcile-max-seconds-0", "RECONCILE_MAX_SECONDS", 0, "positive, finite"),
     setting("drift-check-0", "DRIFT_CHECK_SECONDS", 0, "positive, finite"),
     setting("drift-sample-0", "DRIFT_SAMPLE_SIZE", 0, "positive integer"),
     setting("log-stats-inf", "LOG_STATS_SECONDS", float("inf"), "positive, finite"),

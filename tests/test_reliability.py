@@ -3,6 +3,7 @@ poisoned tasks, Redis and the database going away under a running scheduler."""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 import redis
+import time_machine
 from django.contrib.auth.models import User
 from django.db import OperationalError, connection, connections, transaction
 from django.db.models import Count, F, JSONField, Value
@@ -21,6 +23,7 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules, timing
 from django_schedulinator.checks import check_index
 from django_schedulinator.claiming import Claimer
+from django_schedulinator.dbclock import DatabaseNow
 from django_schedulinator.health import check_drift
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
@@ -69,7 +72,7 @@ def test_reconcile_reads_bounded_batches_and_looks_back_for_late_commits(
     built_index: DueIndex,
 ) -> None:
     ids = make_due(5)  # bulk_create: no signals, no index entries, updated_at = now
-    reports = [reconcile(built_index, batch_size=2) for _ in range(3)]
+    reports = [reconcile(built_index, batch_size=2, max_seconds=0) for _ in range(3)]
     assert [(r.rows, r.caught_up) for r in reports] == [(2, False), (2, False), (1, True)]
     assert all(v is not None for v in built_index.scores(ids).values())
 
@@ -83,6 +86,109 @@ def test_reconcile_reads_bounded_batches_and_looks_back_for_late_commits(
     scores = built_index.scores([recent, ancient])
     assert scores[recent] is not None
     assert scores[ancient] is None
+
+
+def lose_sync_write(index: DueIndex, schedule: Schedule) -> None:
+    """What a sync write that never landed leaves behind: no entry, no revision recorded."""
+    index.client.zrem(index.due_key, schedule.pk)
+    index.client.hdel(index.revisions_key, schedule.pk)
+
+
+def test_a_host_clock_ahead_does_not_blind_reconcile(built_index: DueIndex) -> None:
+    # One save from a host whose clock runs an hour ahead of the others.
+    with time_machine.travel(timezone.now() + timedelta(hours=1), tick=True):
+        ahead = make_schedule()
+    # It is stamped with the database's clock, not the host's.
+    assert ahead.updated_at < timezone.now() + timedelta(minutes=1)
+    ahead.refresh_from_db()
+    assert ahead.updated_at < timezone.now() + timedelta(minutes=1)
+    reconcile(built_index)
+    # Later, a save from a host with a right clock whose sync write is lost.
+    lost = make_schedule()
+    lose_sync_write(built_index, lost)
+
+    reconcile(built_index)
+
+    assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
+
+
+def test_rows_saved_with_a_future_updated_at_do_not_blind_reconcile(
+    built_index: DueIndex,
+) -> None:
+    # A row written by a host whose clock ran ahead before the upgrade, or by a bulk write
+    # that set updated_at from such a clock: the watermark must not follow it.
+    ahead = make_schedule()
+    Schedule.objects.filter(pk=ahead.pk).update(updated_at=timezone.now() + timedelta(hours=1))
+    reconcile(built_index)
+    lost = make_schedule()
+    lose_sync_write(built_index, lost)
+
+    reconcile(built_index)
+
+    assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
+    assert reconcile(built_index).healed == 0  # the future row is re-read, not re-healed
+
+
+def test_one_reconcile_chore_catches_up_with_a_backlog_of_many_batches(
+    built_index: DueIndex, settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RECONCILE_BATCH_SIZE": 5,
+        "RECONCILE_MAX_SECONDS": 600.0,  # a budget no pass here reaches: count batches
+    }
+    reconcile(built_index)  # the watermark is now
+    ids = make_due(60)
+    resync_schedules(ids, index=built_index)
+    # A bulk touch as docs/concepts.md advises: twelve batches of rows that need nothing.
+    Schedule.objects.filter(pk__in=ids).update(updated_at=timezone.now())
+    lost = make_schedule()
+    lose_sync_write(built_index, lost)
+
+    Worker(once=True, index=built_index)._reconcile()  # one turn of the chore
+
+    assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
+
+
+def test_a_bulk_write_stamped_with_database_now_is_paged_through(built_index: DueIndex) -> None:
+    reconcile(built_index)
+    ids = make_due(12)  # bulk_create: no entries
+    # The bulk path docs/concepts.md gives: one instant of the database's clock for every
+    # row (on SQLite in the text Django writes, so the batches page through it).
+    Schedule.objects.filter(pk__in=ids).update(updated_at=DatabaseNow())
+    assert len(set(Schedule.objects.filter(pk__in=ids).values_list("updated_at"))) == 1
+
+    reports = [reconcile(built_index, batch_size=5, max_seconds=0) for _ in range(3)]
+
+    assert [(r.rows, r.caught_up) for r in reports] == [(5, False), (5, False), (2, True)]
+    assert None not in built_index.scores(ids).values()
+
+
+def test_reconcile_tells_a_lost_index_from_missed_sync_writes(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    older, new_a, new_b = make_schedule(), make_schedule(), make_schedule()
+    reconcile(built_index)
+    worker = Worker(once=True, index=built_index)
+    # Redis lost its data (what FLUSHALL does to this index; the shared Redis is not
+    # flushed): the claim rebuilds the index, and reconcile must not call that missed writes.
+    built_index.drop()
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker._reconcile()
+    assert "missed" not in caplog.text
+    assert built_index.scores([older.pk, new_a.pk, new_b.pk]) == dict.fromkeys(
+        [older.pk, new_a.pk, new_b.pk]
+    )  # left to the rebuild
+
+    # Built again, but with no record of two rows (new rows whose sync write was lost, or
+    # entries lost with Redis's data) and an older revision of the third (a missed write).
+    caplog.clear()
+    built_index.mark_built({"by": "tests"})
+    built_index.client.hset(built_index.revisions_key, older.pk, older.revision - 1)
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker._reconcile()
+    assert "healed 1 index entry whose sync write had been missed" in caplog.text
+    assert "indexed 2 schedules the index had no record of" in caplog.text
 
 
 def test_drift_check_reports_late_missing_and_orphaned_entries(built_index: DueIndex) -> None:
@@ -293,7 +399,8 @@ def test_a_redis_outage_is_logged_once_survived_and_healed(
     log = output(proc)
     assert log.count("Scheduler pass failed") == 1, log
     assert "Connections are back" in log
-    assert "Reconcile healed 5 index entries" in log
+    # New rows whose sync writes were lost: the index had no record of them at all.
+    assert "Reconcile indexed 5 schedules the index had no record of" in log
     assert {r.schedule_id for r in Receipt.objects.all()} == {s.pk for s in before + during}
     assert Redelivery.objects.count() == 0
 

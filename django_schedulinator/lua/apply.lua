@@ -11,10 +11,12 @@
 --   Q  requeue at score unless an entry exists (ZADD NX): "re-check this row later"
 --   s, r  as S and R, but only for a revision newer than the one recorded: reconcile heals
 --         writes that never landed without re-adding entries that are in flight
--- Reply: {applied, stale, changed}: changed counts writes that altered the due set.
+-- Reply: {applied, stale, changed, unrecorded}: changed counts writes that altered the due
+-- set, unrecorded those of them for rows the index held no revision of (new rows, or an
+-- index that lost its data).
 local token = ARGV[1]
 local changes = cjson.decode(ARGV[2])
-local applied, stale, changed = 0, 0, 0
+local applied, stale, changed, unrecorded = 0, 0, 0, 0
 for _, change in ipairs(changes) do
   -- ids travel as strings: a Lua number would print large ids in exponent form
   local sid, rev, op, score = change[1], change[2], change[3], change[4]
@@ -25,10 +27,15 @@ for _, change in ipairs(changes) do
       stale = stale + 1
     else
       redis.call('HSET', KEYS[2], sid, rev)
+      local delta
       if op == 'S' or op == 's' then
-        changed = changed + redis.call('ZADD', KEYS[1], 'CH', score, sid)
+        delta = redis.call('ZADD', KEYS[1], 'CH', score, sid)
       else
-        changed = changed + redis.call('ZREM', KEYS[1], sid)
+        delta = redis.call('ZREM', KEYS[1], sid)
+      end
+      changed = changed + delta
+      if not current then
+        unrecorded = unrecorded + delta
       end
       applied = applied + 1
     end
@@ -46,4 +53,4 @@ for _, change in ipairs(changes) do
     redis.call('ZREM', KEYS[3], sid .. '@' .. token)
   end
 end
-return {applied, stale, changed}
+return {applied, stale, changed, unrecorded}

@@ -1,0 +1,105 @@
+"""How long reconcile takes to heal a lost sync write behind a large bulk write.
+
+    python -m benchmarks.reconcile --total 100000
+
+Creates ``--total`` schedules, builds the index and lets reconcile catch up. Then it touches
+every row as docs/concepts.md advises for bulk writes (``update(updated_at=DatabaseNow())``),
+saves one more schedule and drops its index entry (a sync write that never landed), and runs
+reconcile passes, as the scheduler's chore does every ``RECONCILE_SECONDS``, until the entry
+is back. It prints the passes that took, the rows they read, their own time, and the time to
+heal at the default period: (passes - 1) x RECONCILE_SECONDS + the last pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from datetime import timedelta
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--total", type=int, default=100_000)
+    parser.add_argument(
+        "--max-seconds", type=float, default=None, help="RECONCILE_MAX_SECONDS (default: setting)"
+    )
+    options = parser.parse_args()
+
+    from benchmarks.run import ensure_database
+
+    ensure_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.conf import app_settings
+    from django_schedulinator.dbclock import DatabaseNow
+    from django_schedulinator.index import DueIndex
+    from django_schedulinator.models import Run, Schedule
+    from django_schedulinator.rebuild import rebuild_index
+    from django_schedulinator.reconcile import reconcile
+
+    call_command("migrate", verbosity=0)
+    index = DueIndex()
+    index.drop()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+    later = timezone.now() + timedelta(days=1)
+    chunk = 20_000
+    for offset in range(0, options.total, chunk):
+        Schedule.objects.bulk_create(
+            Schedule(
+                name=f"bench-{i}",
+                task="bench.noop",
+                kind=Schedule.Kind.INTERVAL,
+                interval=timedelta(hours=1),
+                next_run_at=later,
+            )
+            for i in range(offset, min(offset + chunk, options.total))
+        )
+    rebuild_index(index)
+    while not reconcile(index).caught_up:
+        pass
+
+    started = time.perf_counter()
+    Schedule.objects.update(updated_at=DatabaseNow())
+    print(f"bulk touch of {options.total} rows: {time.perf_counter() - started:.1f}s")
+    lost = Schedule(
+        name="bench-lost",
+        task="bench.noop",
+        kind=Schedule.Kind.INTERVAL,
+        interval=timedelta(hours=1),
+    )
+    lost.save()
+    index.client.zrem(index.due_key, lost.pk)
+    index.client.hdel(index.revisions_key, lost.pk)
+
+    passes = rows = 0
+    spent = last = 0.0
+    while index.scores([lost.pk])[lost.pk] is None:
+        started = time.perf_counter()
+        report = reconcile(index, max_seconds=options.max_seconds)
+        last = time.perf_counter() - started
+        passes, rows, spent = passes + 1, rows + report.rows, spent + last
+    period = app_settings.RECONCILE_SECONDS
+    budget = (
+        app_settings.RECONCILE_MAX_SECONDS if options.max_seconds is None else options.max_seconds
+    )
+    print(
+        f"healed after {passes} pass(es) (batch {app_settings.RECONCILE_BATCH_SIZE}, "
+        f"budget {budget:g}s): {rows} rows read in {spent:.1f}s ({rows / spent:,.0f} rows/s); "
+        f"healed within {(passes - 1) * period + last:.0f}s at RECONCILE_SECONDS={period:g}"
+    )
+    index.drop()
+
+
+if __name__ == "__main__":
+    main()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import logging
+from collections.abc import Iterator
 
 import pytest
 from django.core.management import call_command
@@ -123,6 +125,35 @@ def test_run_scheduler_once_fires_what_is_due(index: DueIndex) -> None:
     resync_schedules(ids)
     call_command("run_scheduler", "--once", verbosity=0)
     assert Schedule.objects.filter(run_count=1).count() == 5
+
+
+@pytest.fixture
+def scheduler_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The records of the package logger, whose level run_scheduler sets from -v (and which
+    is put back after the test)."""
+    package = logging.getLogger("django_schedulinator")
+    level = package.level
+    yield caplog
+    package.setLevel(level)
+
+
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_run_scheduler_summarizes_what_it_fired_and_lists_occurrences_at_v2(
+    index: DueIndex, settings, scheduler_logs: pytest.LogCaptureFixture, verbosity: int
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOG_STATS_SECONDS": 0.001}
+    names = sorted(Schedule.objects.get(pk=pk).name for pk in make_due(3))
+
+    call_command("run_scheduler", "--once", "--worker-id", "w1", verbosity=verbosity)
+
+    messages = [r.getMessage() for r in scheduler_logs.records]
+    summaries = [m for m in messages if m.startswith("Scheduler w1: fired ")]
+    # At the default verbosity: a periodic line that says what was fired.
+    assert summaries, messages
+    assert summaries[-1].startswith("Scheduler w1: fired 3 (+3 in the last "), summaries
+    fired = sorted(m.split()[1] for m in messages if m.startswith("Fired "))
+    # One line per occurrence, at -v 2 only.
+    assert fired == (names if verbosity == 2 else []), messages
 
 
 @pytest.mark.parametrize(

@@ -31,6 +31,7 @@ from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
 from .health import check_drift, eviction_risk
 from .index import DueIndex
+from .management import run_command
 from .rebuild import ensure_built
 from .reconcile import reconcile
 
@@ -425,9 +426,10 @@ class Worker:
         else:
             logger.warning(
                 "Index drift check: %s (e.g. schedules %s); reconcile heals rows changed "
-                "recently, `manage.py rebuild_due_index` heals the rest.",
+                "recently, %s heals the rest.",
                 drift.summary(),
                 drift.late_or_missing[:10],
+                run_command("rebuild_due_index"),
             )
 
     def _warn_about_eviction(self) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import io
 import logging
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -15,7 +19,7 @@ from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_due, make_schedule
+from .conftest import ROOT, make_due, make_schedule, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -125,6 +129,32 @@ def test_run_scheduler_once_fires_what_is_due(index: DueIndex) -> None:
     resync_schedules(ids)
     call_command("run_scheduler", "--once", verbosity=0)
     assert Schedule.objects.filter(run_count=1).count() == 5
+
+
+def test_the_command_a_check_hint_prints_runs_as_printed(
+    index: DueIndex, key_prefix: str, tmp_path: Path
+) -> None:
+    # The user is in a directory of their own, their virtualenv not activated: the hint must
+    # name this interpreter and this manage.py, not "manage.py" or "python".
+    env = subprocess_env(key_prefix)  # DJANGO_SETTINGS_MODULE=tests.settings
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check", "--database", "default"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stderr
+    printed = re.search(r"Run `([^`]+)` \(run_scheduler", check.stderr)
+    assert printed, check.stderr
+    assert printed[1].endswith("manage.py rebuild_due_index"), printed[1]
+
+    rebuild = subprocess.run(
+        printed[1], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
+    assert index.is_built()
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """How long reconcile takes to heal a lost sync write behind a large bulk write.
 
     python -m benchmarks.reconcile --total 100000
+    python -m benchmarks.reconcile --smoke   # a few seconds on tiny sizes (CI)
 
 Creates ``--total`` schedules, builds the index and lets reconcile catch up. Then it touches
 every row as docs/concepts.md advises for bulk writes (``update(updated_at=DatabaseNow())``),
@@ -26,10 +27,18 @@ def main() -> None:
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="RECONCILE_MAX_SECONDS (default: setting)"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
+    )
     options = parser.parse_args()
 
-    from benchmarks.run import ensure_database
+    from benchmarks.run import ensure_database, use_smoke_services
 
+    if options.smoke:
+        options.total = 2000
+        use_smoke_services()
     ensure_database()
     import django
 

@@ -1,6 +1,7 @@
 """Fire-rate and tick benchmark on PostgreSQL and a real Redis.
 
     python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
+    python -m benchmarks.run --smoke   # a few seconds: the whole path on tiny sizes (CI)
 
 Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
 - fire: one in-process Worker (inline dispatcher, a no-op task) firing every due occurrence,
@@ -16,6 +17,7 @@ import statistics
 import subprocess
 import time
 from datetime import timedelta
+from typing import Any
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -40,6 +42,12 @@ def ensure_database() -> None:
         subprocess.run(["createdb", "-h", "127.0.0.1", "-U", "postgres", name], check=True)
 
 
+def use_smoke_services() -> None:
+    """A smoke run's own database and Redis key prefix: it never touches a real run's data."""
+    os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_smoke")
+    os.environ.setdefault("BENCH_KEY_PREFIX", f"schedulinator-bench-smoke-{os.getpid()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--total", type=int, default=100_000)
@@ -47,25 +55,44 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
     parser.add_argument("--ticks", type=int, default=200)
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
+    )
     options = parser.parse_args()
+    if options.smoke:
+        # The figures mean nothing at this size; what counts is that every step still runs,
+        # on the same services, without touching a real benchmark's data.
+        options.total, options.due, options.batch_size, options.ticks = 2000, 500, 100, 20
+        use_smoke_services()
 
     ensure_database()
     import django
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection
-    from django.utils import timezone
 
-    from django_schedulinator.dispatch.inline import InlineDispatcher
     from django_schedulinator.index import DueIndex
-    from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.rebuild import rebuild_index
-    from django_schedulinator.worker import Worker
 
     call_command("migrate", verbosity=0)
     index = DueIndex()
     index.drop()
+    try:
+        measure(options, index)
+    finally:
+        index.drop()
+
+
+def measure(options: argparse.Namespace, index: Any) -> None:
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.dispatch.inline import InlineDispatcher
+    from django_schedulinator.models import Run, Schedule
+    from django_schedulinator.rebuild import rebuild_index
+    from django_schedulinator.worker import Worker
+
     with connection.cursor() as cursor:
         cursor.execute(
             f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
@@ -132,7 +159,6 @@ def main() -> None:
         f"p99 {samples[int(len(samples) * 0.99) - 1]:.3f} ms over {len(samples)} passes "
         f"with {options.total} schedules indexed"
     )
-    index.drop()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Settings for the benchmarks: PostgreSQL database `schedulinator_bench`, Redis DB 0 under
-its own key prefix. Override with BENCH_PG_* and BENCH_REDIS_URL."""
+its own key prefix. Override with BENCH_PG_*, BENCH_REDIS_URL and BENCH_KEY_PREFIX."""
 
 import os
 
@@ -7,7 +7,13 @@ SECRET_KEY = "bench"
 USE_TZ = True
 TIME_ZONE = "UTC"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-INSTALLED_APPS = ["django.contrib.contenttypes", "django_schedulinator", "benchmarks"]
+# The change log's migration refers to the user model: auth (and its contenttypes) must be here.
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django_schedulinator",
+    "benchmarks",
+]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
@@ -23,4 +29,4 @@ CACHES = {
         "LOCATION": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     }
 }
-SCHEDULINATOR = {"KEY_PREFIX": "schedulinator-bench"}
+SCHEDULINATOR = {"KEY_PREFIX": os.environ.get("BENCH_KEY_PREFIX", "schedulinator-bench")}

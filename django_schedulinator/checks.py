@@ -9,6 +9,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, SETTING_NAME, app_settings
+from .management import run_command
 
 REDIS_BACKEND = "django_redis.cache.RedisCache"
 
@@ -90,7 +91,8 @@ def check_index(
         messages.append(
             Warning(
                 "The due index has not been built in this Redis.",
-                hint="Run `manage.py rebuild_due_index` (run_scheduler also builds it on start).",
+                hint=f"Run {run_command('rebuild_due_index')} (run_scheduler also builds it "
+                "on start).",
                 id="schedulinator.W011",
             )
         )

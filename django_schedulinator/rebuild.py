@@ -112,14 +112,41 @@ def ensure_built(
                 waited = True
             time.sleep(poll)
             continue
-        logger.warning(
-            "The due index was not built in this Redis (first start, or Redis lost its data); "
-            "rebuilt it from %d schedules in %.1fs.",
-            report.rows,
-            report.seconds,
-        )
+        if _ever_dispatched():
+            logger.warning(
+                "The due index was missing from Redis although schedulers have dispatched runs "
+                "from this database before: Redis lost its data (restarted without persistence, "
+                "flushed, evicted) or is a new server, or KEY_PREFIX changed; rebuilt it from "
+                "%d schedules in %.1fs.",
+                report.rows,
+                report.seconds,
+            )
+        else:
+            logger.info(
+                "Built the due index: no scheduler has dispatched a run from this database yet "
+                "(a new install), so nothing was lost; built it from %d schedules in %.1fs.",
+                report.rows,
+                report.seconds,
+            )
         return True
     return False
+
+
+def _ever_dispatched() -> bool:
+    """Whether a scheduler ever dispatched a run from this database, which it can only do
+    from a built index: then a missing marker means the index was lost, else this is its
+    first build.
+
+    The marker lives in Redis, so it cannot tell a first start from a FLUSHALL by itself; the
+    ledger can, with no new state to keep. ``dispatched_at`` is set only when a scheduler
+    records an outcome (runs written by resume, run now or backfill have none until then). One
+    ``LIMIT 1`` query, only on the rare pass that finds the marker missing. An index built
+    but lost before anything was dispatched logs INFO: a rebuild then restores all of it.
+    """
+    from .models import Run
+
+    db = router.db_for_write(Run)
+    return Run.objects.using(db).filter(dispatched_at__isnull=False).exists()
 
 
 def _rebuild(

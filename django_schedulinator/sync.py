@@ -17,6 +17,7 @@ from django.db import models, router
 from . import timing
 from .conf import app_settings
 from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex
+from .management import run_command
 
 logger = logging.getLogger("django_schedulinator.sync")
 
@@ -121,8 +122,8 @@ def resync_after_commit(pk: int, using: str) -> None:
         # The row is committed and stays the truth; only the index lags behind it.
         logger.warning(
             "Could not update the due index for schedule %s after commit; the row is saved. "
-            "Run `manage.py rebuild_due_index` once Redis is reachable to bring the index "
-            "back in line.",
+            "Run %s once Redis is reachable to bring the index back in line.",
             pk,
+            run_command("rebuild_due_index"),
             exc_info=True,
         )

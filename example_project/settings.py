@@ -13,7 +13,7 @@ from example_project import embedded_redis
 BASE_DIR = Path(__file__).resolve().parent.parent
 # DEMO_DIR and DEMO_KEY_PREFIX let a test run the project on a database and Redis keys of
 # its own (tests/test_browser.py).
-DEMO_DIR = Path(os.environ.get("DEMO_DIR") or BASE_DIR / ".demo")
+DEMO_DIR = embedded_redis.DEMO_DIR
 DEMO_DIR.mkdir(parents=True, exist_ok=True)
 
 # A demo, never deployed: a fixed key and DEBUG are fine here.

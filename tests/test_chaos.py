@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -166,17 +167,28 @@ class Fleet:
         """The last counters each process logged (a SIGKILLed one: its last periodic line)."""
         total: dict[str, int] = defaultdict(int)
         for _, log in self.procs:
-            last = None
+            last: dict[str, int] = {}
             for line in log.read_text(errors="replace").splitlines():
-                if " counters: {" in line or " stopped: {" in line:
-                    last = line
-            if last:
-                for name, value in ast.literal_eval(last[last.index("{") :]).items():
-                    total[name] += value
+                if " stopped: {" in line:
+                    last = ast.literal_eval(line[line.index("{") :])
+                elif ": fired " in line:
+                    last = parse_summary(line)
+            for name, value in last.items():
+                total[name] += value
         return dict(total)
 
     def log_text(self) -> str:
         return "\n".join(log.read_text(errors="replace") for _, log in self.procs)
+
+
+def parse_summary(line: str) -> dict[str, int]:
+    """The counters of a periodic line, "Scheduler <id>: fired 1,234 (+120 in the last
+    60 s), lost races 2." (counters left out are zero)."""
+    text = re.sub(r" \(\+[^)]*\)", "", line[line.index(": fired ") + 2 :])
+    return {
+        name.replace(" ", "_"): int(value.replace(",", ""))
+        for name, value in re.findall(r"([a-z][a-z ]*?) (\d[\d,]*\d|\d)", text)
+    }
 
 
 def create_schedules(rng: random.Random, first_ms: int) -> dict[int, list[Segment]]:
@@ -401,7 +413,7 @@ def test_chaos(
                 lines = [
                     line
                     for line in log.read_text().splitlines()
-                    if " counters: " not in line and not line.startswith(" ")
+                    if ": fired " not in line and not line.startswith(" ")
                 ]
                 print(
                     f"--- {log.name} (exit {proc.poll()})", *lines[-12:], sep="\n", file=sys.stderr

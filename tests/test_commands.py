@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import io
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -13,7 +19,7 @@ from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_due, make_schedule
+from .conftest import ROOT, make_due, make_schedule, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,6 +129,61 @@ def test_run_scheduler_once_fires_what_is_due(index: DueIndex) -> None:
     resync_schedules(ids)
     call_command("run_scheduler", "--once", verbosity=0)
     assert Schedule.objects.filter(run_count=1).count() == 5
+
+
+def test_the_command_a_check_hint_prints_runs_as_printed(
+    index: DueIndex, key_prefix: str, tmp_path: Path
+) -> None:
+    # The user is in a directory of their own, their virtualenv not activated: the hint must
+    # name this interpreter and this manage.py, not "manage.py" or "python".
+    env = subprocess_env(key_prefix)  # DJANGO_SETTINGS_MODULE=tests.settings
+    check = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "check", "--database", "default"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stderr
+    printed = re.search(r"Run `([^`]+)` \(run_scheduler", check.stderr)
+    assert printed, check.stderr
+    assert printed[1].endswith("manage.py rebuild_due_index"), printed[1]
+
+    rebuild = subprocess.run(
+        printed[1], shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert rebuild.returncode == 0, rebuild.stdout + rebuild.stderr
+    assert index.is_built()
+
+
+@pytest.fixture
+def scheduler_logs(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """The records of the package logger, whose level run_scheduler sets from -v (and which
+    is put back after the test)."""
+    package = logging.getLogger("django_schedulinator")
+    level = package.level
+    yield caplog
+    package.setLevel(level)
+
+
+@pytest.mark.parametrize("verbosity", [1, 2])
+def test_run_scheduler_summarizes_what_it_fired_and_lists_occurrences_at_v2(
+    index: DueIndex, settings, scheduler_logs: pytest.LogCaptureFixture, verbosity: int
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOG_STATS_SECONDS": 0.001}
+    names = sorted(Schedule.objects.get(pk=pk).name for pk in make_due(3))
+
+    call_command("run_scheduler", "--once", "--worker-id", "w1", verbosity=verbosity)
+
+    messages = [r.getMessage() for r in scheduler_logs.records]
+    summaries = [m for m in messages if m.startswith("Scheduler w1: fired ")]
+    # At the default verbosity: a periodic line that says what was fired.
+    assert summaries, messages
+    assert summaries[-1].startswith("Scheduler w1: fired 3 (+3 in the last "), summaries
+    fired = sorted(m.split()[1] for m in messages if m.startswith("Fired "))
+    # One line per occurrence, at -v 2 only.
+    assert fired == (names if verbosity == 2 else []), messages
 
 
 @pytest.mark.parametrize(

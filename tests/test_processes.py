@@ -125,7 +125,7 @@ def test_a_flushed_index_is_rebuilt_by_exactly_one_scheduler(
         assert proc.wait(timeout=120) == 0
         logs.append(output(proc))
 
-    assert sum("rebuilt it from 300 schedules" in log for log in logs) == 1, logs
+    assert sum("built it from 300 schedules" in log for log in logs) == 1, logs
     assert built_index.is_built()
     assert_exactly_once(300)
 

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from example_project import embedded_redis
+from example_project.commands import manage_py
 
 
 def positive_seconds(value: str) -> float:
@@ -53,7 +54,7 @@ class Command(BaseCommand):
         if embedded:
             self.stdout.write(
                 "The embedded Valkey server keeps running for the next command; stop it with "
-                "`python manage.py embedded_redis stop`."
+                f"`{manage_py('embedded_redis', 'stop')}`."
             )
 
     def _banner(self, embedded: bool, seconds: float | None) -> str:
@@ -78,10 +79,13 @@ class Command(BaseCommand):
             "nominal= is the occurrence's scheduled time, now= when it ran; key= is its",
             "idempotency key, the same on every re-dispatch.",
             "",
-            "Try: `python manage.py run_scheduler` in a second terminal; each occurrence",
-            "still fires exactly once. Admin: `python manage.py createsuperuser`, then",
-            "`python manage.py runserver` and open http://127.0.0.1:8000/admin/ (the REST",
-            "API and its OpenAPI schema: http://127.0.0.1:8000/api/schedulinator/schema/).",
+            "Try in a second terminal, from this directory (each occurrence still fires",
+            "exactly once):",
+            f"  {manage_py('run_scheduler')}",
+            "Admin: create a user, run the web server, then open http://127.0.0.1:8000/admin/",
+            "(the REST API's OpenAPI schema: http://127.0.0.1:8000/api/schedulinator/schema/):",
+            f"  {manage_py('createsuperuser')}",
+            f"  {manage_py('runserver')}",
             "",
             f"{stop} Ctrl-C to stop (the current batch finishes first).",
             "",

@@ -91,6 +91,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     from django_schedulinator.dispatch.inline import InlineDispatcher
     from django_schedulinator.models import Run, Schedule
     from django_schedulinator.rebuild import rebuild_index
+    from django_schedulinator.reconcile import reconcile
     from django_schedulinator.worker import Worker
 
     with connection.cursor() as cursor:
@@ -128,6 +129,10 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         f"setup: {options.total} rows in {created:.1f}s, rebuild {rebuilt:.1f}s "
         f"({options.total / rebuilt:,.0f} rows/s)"
     )
+    # The steady state: reconcile has read the rows just created (as it would within seconds
+    # of their creation). Its catch-up after a bulk write is benchmarks/reconcile.py's.
+    while not reconcile(index).caught_up:
+        pass
 
     worker = Worker(
         batch_size=options.batch_size,

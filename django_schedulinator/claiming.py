@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import router, transaction
+from django.db import OperationalError, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -38,7 +38,7 @@ from .dbclock import DatabaseNow
 from .dispatch.base import Occurrence, Outcome
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
 from .models import Run, Schedule, ScheduleChange, catch_up_policy, occurrence_key
-from .querysets import Advance, NewRun, json_ids
+from .querysets import Advance, NewRun, is_lock_timeout, json_ids
 from .sync import change_for_row, resync_schedules
 
 logger = logging.getLogger("django_schedulinator.claiming")
@@ -315,17 +315,15 @@ class Claimer:
         occurrences: list[Occurrence] = []
         if plan.due:
             now = timing.from_ms(batch.now_ms)
-            with transaction.atomic(using=self.db):
-                moved, locked = Schedule.objects.using(self.db).advance(
-                    [d.advance for d in plan.due], now
-                )
-                new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
-                inserted = Run.objects.using(self.db).insert_runs(
-                    new_runs,
-                    claimed_at=now,
-                    worker_id=self.worker_id,
-                    claim_token=token,
-                    lease_expires_at=now + self.lease,
+            try:
+                moved, locked, inserted = self._advance_and_record(plan, now, token)
+            except OperationalError as exc:
+                if not is_lock_timeout(exc):
+                    raise
+                # Another transaction holds one of the rows: the same transaction again,
+                # skipping the rows that are held instead of waiting for them.
+                moved, locked, inserted = self._advance_and_record(
+                    plan, now, token, skip_locked=True
                 )
             retry_ms = timing.to_ms(now + LOCKED_RETRY)
             for d in plan.due:
@@ -377,6 +375,24 @@ class Claimer:
                 )
         self.index.apply(changes, release_token=token)
         return occurrences, counters
+
+    def _advance_and_record(
+        self, plan: Plan, now: datetime, token: str, *, skip_locked: bool = False
+    ) -> tuple[dict[int, int], set[int], dict[tuple[int, int], int]]:
+        """One transaction: the conditional advance of the due rows and their runs."""
+        with transaction.atomic(using=self.db):
+            moved, locked = Schedule.objects.using(self.db).advance(
+                [d.advance for d in plan.due], now, skip_locked=skip_locked
+            )
+            new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
+            inserted = Run.objects.using(self.db).insert_runs(
+                new_runs,
+                claimed_at=now,
+                worker_id=self.worker_id,
+                claim_token=token,
+                lease_expires_at=now + self.lease,
+            )
+        return moved, locked, inserted
 
     # -- runs waiting in SQL: expired leases, and runs queued for any scheduler ----------
 
@@ -473,6 +489,7 @@ class Claimer:
             for pk, trigger, enabled in Run.objects.using(self.db)
             .unfinished()
             .filter(pk__in=json_ids(ids, self.db), claim_token=token)
+            .order_by()
             .values_list("pk", "trigger", "schedule__enabled")
         }
         paused = [

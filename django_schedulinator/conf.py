@@ -51,10 +51,10 @@ DEFAULTS: dict[str, Any] = {
     # Each reconcile looks this far behind its watermark again: a row saved by a transaction
     # that committed late carries an earlier updated_at.
     "RECONCILE_LOOKBACK_SECONDS": 300.0,
-    # A reconcile pass that is behind (a bulk write touched many rows) keeps reading batches
-    # until it has caught up or this much time has passed (a monotonic clock); the scheduler
-    # that does the pass claims nothing meanwhile.
-    "RECONCILE_MAX_SECONDS": 1.0,
+    # A reconcile pass that is behind (a bulk write touched many rows) reads batches for up
+    # to this long (a monotonic clock), between two claim passes of the scheduler doing it;
+    # that scheduler goes on with slice after slice, without sleeping, until it has caught up.
+    "RECONCILE_MAX_SECONDS": 0.1,
     # How often one of the schedulers compares the index with the rows and logs the result,
     # and how many entries and rows it samples.
     "DRIFT_CHECK_SECONDS": 300.0,

@@ -71,11 +71,12 @@ def batches_as_json(connection: Any) -> bool:
 def json_ids(ids: Sequence[int], using: str) -> RawSQL:
     """A subquery yielding ``ids``, for ``filter(pk__in=json_ids(...))`` on large batches."""
     connection = connections[using]
-    payload = json.dumps(list(ids))
     if connection.vendor == "postgresql":
-        return RawSQL("SELECT (jsonb_array_elements_text(%s::jsonb))::bigint", [payload])
+        # An array, not JSON: the planner knows how many rows unnest() of it yields (it
+        # guessed 100 for a JSON array, and joined them against every unfinished run).
+        return RawSQL("SELECT unnest(%s::bigint[])", [list(ids)])
     if connection.vendor == "sqlite":
-        return RawSQL("SELECT value FROM json_each(%s)", [payload])
+        return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])
     return RawSQL(", ".join(["%s"] * len(ids)), list(ids))  # plain IN list elsewhere
 
 
@@ -122,6 +123,17 @@ INSERT_TYPES = (
 )  # fmt: skip
 
 
+# How long the advance waits for a row lock before it skips the rows that are held, and
+# PostgreSQL's code for that wait running out (lock_not_available).
+FIRST_LOCK_WAIT_MS = 100
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """Whether a database error is a lock wait that ran out (``lock_timeout``)."""
+    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
 class Advanced(NamedTuple):
     moved: dict[int, int]  # schedule id -> new revision, for the rows that moved
     locked: set[int]  # rows another transaction held: not waited for, not moved
@@ -147,15 +159,21 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             list(locked.order_by("pk").select_for_update().values_list("pk", flat=True))
             return super().delete()
 
-    def advance(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:
+    def advance(
+        self, advances: Sequence[Advance], fired_at: datetime, *, skip_locked: bool = False
+    ) -> Advanced:
         """Conditionally advance many schedules in one statement.
 
         Each row moves only if its revision is still the one read by the claimer, so of two
-        processes that claimed the same occurrence exactly one wins. A row that another
-        transaction holds locked (a user's edit, a migration) is skipped, not waited for,
-        where the database has row locks (``SKIP LOCKED``): one held row must not stall the
-        batch, nor every scheduler behind it. Call inside a transaction: the rows that
-        moved stay locked until it ends, so the runs inserted with them wait for nothing.
+        processes that claimed the same occurrence exactly one wins. Call inside a
+        transaction, which the advance's rows then belong to.
+
+        On PostgreSQL a row another transaction holds (a user's edit, a migration) must not
+        stall the batch, nor every scheduler behind it. Almost always none is held, so the
+        plain statement runs, with a short ``lock_timeout`` for the rest of the transaction;
+        should it run out (``is_lock_timeout``), the caller redoes the transaction with
+        ``skip_locked``: the rows are locked first, the held ones skipped (``locked``). Row
+        locks on every row would cost the common case a third of its speed.
         """
         if not advances:
             return Advanced({}, set())
@@ -188,31 +206,39 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         )
         match = f"{table}.{col['id']} = v.sid AND {table}.{col['revision']} = v.rev"
         moved_cols = f"{table}.{col['id']}, {table}.{col['revision']}"
-        if connection.vendor == "postgresql":
-            # Lock first, skipping rows another transaction holds; then advance the locked
-            # rows whose revision still matches. The answer names every row locked here,
-            # with its new revision if it moved (NULL: it changed since it was read).
-            sql = (
-                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
-                f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
-                f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
-                f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
-                f"RETURNING {moved_cols}) "
-                f"SELECT free.id, moved.{col['revision']} FROM free "
-                f"LEFT JOIN moved ON moved.{col['id']} = free.id"
-            )
-        else:  # SQLite: a writer holds the whole database; there are no row locks to skip
-            sql = (
-                f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
-                f"{update} FROM v WHERE {match} RETURNING {moved_cols}"
-            )
+        params = [rows, connection.ops.adapt_datetimefield_value(fired_at)]
+        plain = (
+            f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
+            f"{update} FROM v WHERE {match} RETURNING {moved_cols}"
+        )
+        if connection.vendor != "postgresql":
+            # SQLite: a writer holds the whole database; there are no row locks to skip.
+            with connection.cursor() as cursor:
+                cursor.execute(plain, params)
+                return Advanced({int(sid): int(rev) for sid, rev in cursor.fetchall()}, set())
+        if not skip_locked:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{FIRST_LOCK_WAIT_MS}ms"]
+                )
+                cursor.execute(plain, params)
+                return Advanced({int(sid): int(rev) for sid, rev in cursor.fetchall()}, set())
+        # The rows this statement locks, each with its new revision if it moved (NULL: it
+        # changed since it was read); a row it does not name was held by someone else.
+        skipping = (
+            f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
+            f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
+            f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
+            f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
+            f"RETURNING {moved_cols}) "
+            f"SELECT free.id, moved.{col['revision']} FROM free "
+            f"LEFT JOIN moved ON moved.{col['id']} = free.id"
+        )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [rows, connection.ops.adapt_datetimefield_value(fired_at)])
+            cursor.execute(skipping, params)
             answer = cursor.fetchall()
         moved = {int(sid): int(rev) for sid, rev in answer if rev is not None}
-        locked: set[int] = set()
-        if connection.vendor == "postgresql":
-            locked = {a.schedule_id for a in advances} - {int(sid) for sid, _rev in answer}
+        locked = {a.schedule_id for a in advances} - {int(sid) for sid, _rev in answer}
         return Advanced(moved, locked)
 
     def _advance_row_by_row(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:

@@ -11,8 +11,8 @@ index: any scheduler can take the next turn. The scheduler's own advance does no
 ``updated_at`` and the watermark are times of the database's clock (``dbclock``), never a
 host's: a host whose clock runs ahead would otherwise carry the watermark past the saves of
 every other host. A row stamped ahead of the database anyway (saved by such a host before
-the upgrade, or by a bulk write that used a host's time) is read, but the watermark never
-goes past the database's now.
+the upgrade, or by a bulk write that used a host's time) is read when the database's clock
+reaches its stamp: the watermark never goes past the database's now.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import router
 from django.db.models import Q
@@ -62,12 +62,17 @@ def reconcile(
     using: str | None = None,
     max_seconds: float | None = None,
 ) -> ReconcileReport:
-    """Re-index the rows changed since the watermark, a batch at a time, moving the watermark.
+    """Re-index the rows changed since the watermark, a batch at a time, moving it.
 
-    While behind, the pass keeps reading batches until it has caught up or ``max_seconds``
-    (``RECONCILE_MAX_SECONDS``; 0 reads one batch) have passed on a monotonic clock, so a
-    backlog is worked off at the speed of the database and Redis rather than one batch per
-    ``RECONCILE_SECONDS``.
+    Two cursors walk the rows in (updated_at, id) order, neither past the database's now:
+    the leading one reads each change as soon as it is committed; the trailing one reads
+    each change once more ``lookback`` later, when a transaction that committed late (its
+    ``updated_at`` is older than rows the leading cursor already passed) has committed. So
+    every row is read twice, whatever the volume of changes, not once per pass.
+
+    While behind, a pass reads batches until both have caught up or ``max_seconds``
+    (``RECONCILE_MAX_SECONDS``) have passed on a monotonic clock; the scheduler calls it
+    again after its next claim pass until it has caught up.
     """
     from .models import Schedule
 
@@ -82,12 +87,34 @@ def reconcile(
     deadline = time.monotonic() + budget
     db = using or router.db_for_write(Schedule)
     now = database_now(db)
+    cursor = index.reconcile_cursor() or {}
+    # A first pass, or one after Redis lost the watermark (the index was rebuilt then),
+    # starts ``lookback`` back: sync writes lost just before are still healed.
+    start = (now - lookback).isoformat()
+    lead = Cursor(cursor.get("since", start), int(cursor.get("after_id", 0)))
+    trail = Cursor(cursor.get("trail_since", start), int(cursor.get("trail_after_id", 0)))
     rows = batches = 0
     written = ApplyResult()
-    while True:
-        read, caught_up, result = _batch(index, db, size, lookback, now)
-        rows, batches, written = rows + read, batches + 1, written + result
-        if caught_up or time.monotonic() >= deadline:
+    caught_up = False
+    while not caught_up:
+        # The leading cursor first: it heals what was lost just now.
+        lead, lead_done, read_lead, result = _batch(index, db, size, lead, now)
+        written += result
+        trail_done, read_trail = True, 0
+        if lead_done:
+            trail, trail_done, read_trail, result = _batch(index, db, size, trail, now - lookback)
+            written += result
+        rows, batches = rows + read_lead + read_trail, batches + 1
+        caught_up = lead_done and trail_done
+        index.set_reconcile_cursor(
+            {
+                "since": lead.since,
+                "after_id": lead.after_id,
+                "trail_since": trail.since,
+                "trail_after_id": trail.after_id,
+            }
+        )
+        if time.monotonic() >= deadline:
             break
     return ReconcileReport(
         rows=rows,
@@ -99,30 +126,30 @@ def reconcile(
     )
 
 
-def _batch(
-    index: DueIndex, db: str, size: int, lookback: timedelta, now: datetime
-) -> tuple[int, bool, ApplyResult]:
-    """One batch from the cursor: (rows read, caught up, what the index writes did).
+class Cursor(NamedTuple):
+    """Where a walk of the rows stands: past (``since``, ``after_id``)."""
 
-    Rows are read in (updated_at, id) order from the cursor. Once a batch finds fewer rows
-    than its size the pass has caught up, and the cursor goes back ``lookback`` from the
-    newest change seen (at most the database's ``now``), so a row saved by a transaction
-    that committed late (its ``updated_at`` is older than rows already read) is still picked
-    up by a later pass.
+    since: str  # an updated_at, in ISO 8601
+    after_id: int
+
+
+def _batch(
+    index: DueIndex, db: str, size: int, cursor: Cursor, until: datetime
+) -> tuple[Cursor, bool, int, ApplyResult]:
+    """Re-index one batch of rows after ``cursor`` and changed no later than ``until``:
+    (the cursor after them, caught up, rows read, what the index writes did).
+
+    ``until`` keeps the cursor from passing the database's now: a row stamped ahead of it
+    (saved by a host whose clock ran ahead, before the upgrade) is read once the database's
+    clock reaches it, and does not carry the watermark past the rows saved until then.
     """
     from .models import Schedule
 
-    cursor = index.reconcile_cursor()
-    if cursor is None:
-        # First pass, or Redis lost the watermark with its data (then the index is rebuilt).
-        since, after_id, newest = now - lookback, 0, None
-    else:
-        since = datetime.fromisoformat(cursor["since"])
-        after_id = int(cursor["after_id"])
-        newest = datetime.fromisoformat(cursor["newest"]) if cursor.get("newest") else None
+    since = datetime.fromisoformat(cursor.since)
     rows: list[tuple[Any, ...]] = list(
         Schedule.objects.using(db)
-        .filter(Q(updated_at__gt=since) | Q(updated_at=since, pk__gt=after_id))
+        .filter(Q(updated_at__gt=since) | Q(updated_at=since, pk__gt=cursor.after_id))
+        .filter(updated_at__lte=until)
         .order_by("updated_at", "pk")
         .values_list(*INDEX_FIELDS, "updated_at")[:size]
     )
@@ -132,20 +159,5 @@ def _batch(
         [c._replace(op=HEAL_SET if c.op == SET else HEAL_REMOVE) for c in changes]
     )
     if rows:
-        newest = max(newest, rows[-1][UPDATED_AT]) if newest else rows[-1][UPDATED_AT]
-    caught_up = len(rows) < size
-    if not caught_up:
-        since, after_id = rows[-1][UPDATED_AT], rows[-1][0]
-    elif newest is not None:
-        # A row stamped ahead of the database's clock must not carry the watermark past
-        # the rows saved until the database's clock reaches it: it is read again instead.
-        newest = min(newest, now)
-        since, after_id = newest - lookback, 0
-    index.set_reconcile_cursor(
-        {
-            "since": since.isoformat(),
-            "after_id": after_id,
-            "newest": newest.isoformat() if newest else None,
-        }
-    )
-    return len(rows), caught_up, written
+        cursor = Cursor(rows[-1][UPDATED_AT].isoformat(), rows[-1][0])
+    return cursor, len(rows) < size, len(rows), written

@@ -239,6 +239,9 @@ class Worker:
         self._drift_every = app_settings.DRIFT_CHECK_SECONDS
         self._stats_every = app_settings.LOG_STATS_SECONDS
         self._next_reconcile = 0.0
+        # This process holds reconcile's turn and has not caught up yet: it reads another
+        # slice after each pass, without sleeping between, until it has.
+        self._reconcile_behind = False
         self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
         self._next_stats = time.monotonic() + self._stats_every
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
@@ -282,6 +285,8 @@ class Worker:
                     continue
                 if self.once:
                     break
+                if self._reconcile_behind:
+                    continue  # the next slice of reconcile's backlog, after one more pass
                 self._sleep(self._sleep_seconds(result))
         finally:
             # What was claimed is dispatched and recorded before the process exits.
@@ -414,7 +419,9 @@ class Worker:
 
     def _chores(self) -> None:
         now = time.monotonic()
-        if now >= self._next_reconcile:
+        if self._reconcile_behind:
+            self._chore("reconcile", self._reconcile_every, self._reconcile, turn=False)
+        elif now >= self._next_reconcile:
             self._next_reconcile = now + self._reconcile_every * random.uniform(0.8, 1.0)
             self._chore("reconcile", self._reconcile_every, self._reconcile)
         if now >= self._next_drift:
@@ -436,10 +443,13 @@ class Worker:
         parts += [f"{name.replace('_', ' ')} {n:,}" for name, n in counters.items() if n]
         logger.info("Scheduler %s: %s.", self.worker_id, ", ".join(parts))
 
-    def _chore(self, name: str, every: float, work: Callable[[], None]) -> None:
-        """Do ``work`` if this process wins the period's turn; a failure waits for the next."""
+    def _chore(
+        self, name: str, every: float, work: Callable[[], None], *, turn: bool = True
+    ) -> None:
+        """Do ``work`` if this process wins the period's turn (or goes on with one it has,
+        ``turn=False``); a failure waits for the next."""
         try:
-            if self.index.take_turn(name, every * 0.8, self.worker_id):
+            if not turn or self.index.take_turn(name, every * 0.8, self.worker_id):
                 work()
         except TRANSIENT_ERRORS:
             raise  # the loop backs off and reconnects
@@ -447,7 +457,11 @@ class Worker:
             logger.exception("The %s chore failed; the next period tries again.", name)
 
     def _reconcile(self) -> None:
+        # One slice of at most RECONCILE_MAX_SECONDS between two claim passes: firing waits
+        # that long at most, and a backlog is read slice after slice until it is caught up.
+        self._reconcile_behind = False
         report = reconcile(self.index)
+        self._reconcile_behind = not report.caught_up
         self.counters.reconciled += report.healed
         if report.not_built:
             # Redis lost the index: the claim rebuilds it (and says so); nothing was missed.

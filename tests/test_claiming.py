@@ -261,8 +261,8 @@ def test_a_row_locked_by_another_transaction_costs_only_its_own_occurrence(
     built_index: DueIndex,
 ) -> None:
     """A user's transaction holds one schedule row (an admin edit, a migration): the claim
-    fires the others at once and never waits on that lock; the held row fires on a later
-    pass, once it is free (issue 12, item 7)."""
+    fires the others while it is held, waiting on that lock for a bounded time only; the
+    held row fires on a later pass, once it is free (issue 12, item 7)."""
     held, *others = make_due(4)
     resync_schedules()
     table = Schedule._meta.db_table
@@ -282,22 +282,16 @@ def test_a_row_locked_by_another_transaction_costs_only_its_own_occurrence(
 
     thread = threading.Thread(target=run)
     thread.start()
-    waited = False
-    with connection.cursor() as cursor:
-        for _ in range(600):  # the pass ends, or a backend waits on the user's lock
-            thread.join(0.05)
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock'"
-            )
-            waited = cursor.fetchone()[0] > 0
-            if waited or not thread.is_alive():
-                break
+    # The pass must end while the user still holds the lock (it waits a tenth of a second,
+    # then skips the row); the minute only bounds how long a scheduler that waits on the
+    # lock, as it did before, keeps this test.
+    thread.join(60)
+    finished_while_held = not thread.is_alive()
     user.rollback()  # the user's transaction ends
     thread.join()
     user.close()
 
-    assert not waited, "the scheduler waited on a row lock held by another transaction"
+    assert finished_while_held, "the scheduler waited on a row lock held by another transaction"
     assert set(Run.objects.values_list("schedule_id", flat=True)) == set(others)
     assert worker.counters.busy == 1
     row = Schedule.objects.get(pk=held)

@@ -34,33 +34,19 @@ def main() -> None:
     )
     options = parser.parse_args()
 
-    from benchmarks.run import ensure_database, use_smoke_services
+    from benchmarks.run import start
 
     if options.smoke:
         options.total = 2000
-        use_smoke_services()
-    ensure_database()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.db import connection
+    index = start(smoke=options.smoke)
     from django.utils import timezone
 
     from django_schedulinator.conf import app_settings
     from django_schedulinator.dbclock import DatabaseNow
-    from django_schedulinator.index import DueIndex
-    from django_schedulinator.models import Run, Schedule
+    from django_schedulinator.models import Schedule
     from django_schedulinator.rebuild import rebuild_index
     from django_schedulinator.reconcile import reconcile
 
-    call_command("migrate", verbosity=0)
-    index = DueIndex()
-    index.drop()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
-        )
     later = timezone.now() + timedelta(days=1)
     chunk = 20_000
     for offset in range(0, options.total, chunk):

@@ -48,6 +48,31 @@ def use_smoke_services() -> None:
     os.environ.setdefault("BENCH_KEY_PREFIX", f"schedulinator-bench-smoke-{os.getpid()}")
 
 
+def start(*, smoke: bool) -> Any:
+    """Django set up on the benchmark's database (migrated, its schedules and runs gone) and
+    its due index, empty; a smoke run's own database and key prefix when ``smoke``."""
+    if smoke:
+        use_smoke_services()
+    ensure_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    from django_schedulinator.index import DueIndex
+    from django_schedulinator.models import Run, Schedule
+
+    call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
+        )
+    index = DueIndex()
+    index.drop()
+    return index
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--total", type=int, default=100_000)
@@ -65,19 +90,7 @@ def main() -> None:
         # The figures mean nothing at this size; what counts is that every step still runs,
         # on the same services, without touching a real benchmark's data.
         options.total, options.due, options.batch_size, options.ticks = 2000, 500, 100, 20
-        use_smoke_services()
-
-    ensure_database()
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    from django_schedulinator.index import DueIndex
-
-    call_command("migrate", verbosity=0)
-    index = DueIndex()
-    index.drop()
+    index = start(smoke=options.smoke)
     try:
         measure(options, index)
     finally:
@@ -85,7 +98,6 @@ def main() -> None:
 
 
 def measure(options: argparse.Namespace, index: Any) -> None:
-    from django.db import connection
     from django.utils import timezone
 
     from django_schedulinator.dispatch.inline import InlineDispatcher
@@ -93,11 +105,6 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     from django_schedulinator.rebuild import rebuild_index
     from django_schedulinator.reconcile import reconcile
     from django_schedulinator.worker import Worker
-
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
-        )
 
     now = timezone.now().replace(microsecond=0)
     started = time.perf_counter()

@@ -269,6 +269,13 @@ def audit(history: dict[int, list[Segment]], chaos_end_ms: int) -> tuple[Audit, 
             status="skipped", skip_reason="missed"
         ).values_list("schedule_id", "scheduled_for", "claimed_at")
     }
+    # Runs claimed, then skipped at dispatch because their schedule was paused meanwhile.
+    paused_before_dispatch = set(
+        Run.objects.filter(status="skipped", skip_reason="paused")
+        .exclude(worker_id="resume")
+        .values_list("schedule_id", "scheduled_for")
+    )
+    paused_before_dispatch = {(sid, timing.to_ms(at)) for sid, at in paused_before_dispatch}
     final = dict(Schedule.objects.values_list("pk", "next_run_at"))
     enabled = set(Schedule.objects.filter(enabled=True).values_list("pk", flat=True))
     result, lateness = Audit(), []
@@ -294,7 +301,7 @@ def audit(history: dict[int, list[Segment]], chaos_end_ms: int) -> tuple[Audit, 
             for i, g in enumerate(ordered):
                 if g in nominal_times:
                     continue
-                if g in seg.cancelled:
+                if g in seg.cancelled or (sid, g) in paused_before_dispatch:
                     result.cancelled += 1
                     continue
                 # "latest" may skip g only if the next occurrence was due when g was claimed.
@@ -437,7 +444,7 @@ def test_chaos(
             f"fired {result.fired} occurrences; skipped as missed {result.skipped_missed} "
             f"(catch-up 'latest': a later one was due), "
             f"superseded {result.superseded} (edit, pause, delete); "
-            f"cancelled {result.cancelled} (claimed, then deleted before dispatch); "
+            f"cancelled {result.cancelled} (claimed, then deleted or paused before dispatch); "
             f"missing {len(result.missing)}, early {len(result.early)}, "
             f"off-grid {len(result.off_grid)}, duplicate effects 0 (unique key), "
             f"redeliveries deduped {Redelivery.objects.count()}",

@@ -115,11 +115,12 @@ def test_a_one_off_in_redis_times_future_is_accepted(host_ahead: None) -> None:
 def test_without_redis_save_and_resume_use_the_host_clock_and_say_so(
     settings: object, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock.now()  # Redis answers: no outage so far
+    clock.now()  # Redis answers: no outage so far (an earlier test's ends here, logged)
     schedule = paused_minutely(3)
     schedule.pause()
     lose_redis(settings)
     caplog.set_level(logging.INFO, logger="django_schedulinator.clock")
+    caplog.clear()
 
     created = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
     schedule.resume()

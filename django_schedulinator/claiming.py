@@ -329,8 +329,8 @@ class Claimer:
             for d in plan.due:
                 row = d.row
                 if row.pk in locked:
-                    # Another transaction holds the row: look again shortly, without waiting
-                    # (and without spinning on it while it stays held).
+                    # Another transaction holds the row: look again shortly (not spinning on
+                    # it while it stays held).
                     changes.append(Change(row.pk, row.revision, REQUEUE, retry_ms))
                     counters.busy += 1
                     continue
@@ -369,7 +369,7 @@ class Claimer:
             if counters.busy:
                 logger.info(
                     "%d due schedule row(s) held by another transaction (an edit, a "
-                    "migration): not waited for, looked at again in %gs.",
+                    "migration): skipped after a short wait, looked at again in %gs.",
                     counters.busy,
                     LOCKED_RETRY.total_seconds(),
                 )

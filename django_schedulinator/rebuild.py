@@ -10,6 +10,7 @@ empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -105,13 +106,19 @@ def ensure_built(
         if index.is_built():
             return True
         try:
-            report = rebuild_index(index, built_by=built_by)
+            lock = take_rebuild_lock(index)
         except RebuildInProgress:
             if not waited:
                 logger.info("Waiting for another process to rebuild the due index.")
                 waited = True
             time.sleep(poll)
             continue
+        if index.is_built():
+            # Another process built it between the look above and taking the lock.
+            with contextlib.suppress(LockError):
+                lock.release()
+            return True
+        report = rebuild_index(index, built_by=built_by, lock=lock)
         if _ever_dispatched():
             logger.warning(
                 "The due index was missing from Redis although schedulers have dispatched runs "

@@ -17,6 +17,7 @@ from django_schedulinator.claiming import Claimer
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
 from django_schedulinator.querysets import Advance
+from django_schedulinator.rebuild import ensure_built
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker, bound_lock_waits
 
@@ -215,6 +216,30 @@ def test_missing_marker_triggers_one_rebuild_then_firing(index: DueIndex) -> Non
     assert index.is_built()
     assert worker.counters.fired == 10
     assert Delivery.objects.count() == 10
+
+
+def test_an_index_built_by_another_process_meanwhile_is_not_built_again(
+    index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two schedulers find the marker missing; one builds the index and releases the lock
+    before the other takes it. The other must look again under the lock, not build a second
+    time (test_processes' flushed-index test saw two builds on CI)."""
+    make_due(3)
+    looks = []
+
+    def is_built() -> bool:
+        built = DueIndex.is_built(index)
+        if not looks:  # the other process finishes its build right after our first look
+            index.mark_built({"by": "the other process"})
+        looks.append(built)
+        return built
+
+    monkeypatch.setattr(index, "is_built", is_built)
+
+    assert ensure_built(index, built_by="this process", should_stop=lambda: False)
+
+    assert looks == [False, True]
+    assert index.built_info() == {"by": "the other process"}
 
 
 @pytest.mark.parametrize("jitter", [None, timedelta(minutes=5)])

@@ -32,7 +32,7 @@ from django.db import OperationalError, router, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import timing
+from . import clock, timing
 from .conf import app_settings
 from .dbclock import DatabaseNow
 from .dispatch.base import Occurrence, Outcome
@@ -450,17 +450,7 @@ class Claimer:
         Leases are on Redis TIME like the claims; while Redis is unreachable this host's
         clock stands in, so work already committed is still dispatched.
         """
-        try:
-            now = timing.from_ms(self.now_ms())
-        except Exception as exc:  # whatever Redis did, it did not give the time: unavailable
-            logger.warning(
-                "Could not read Redis TIME to renew %d lease(s) (%s: %s); using this host's "
-                "clock instead.",
-                len(run_ids),
-                type(exc).__name__,
-                exc,
-            )
-            now = timezone.now()
+        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
         until = now + self.lease
         held = (
             Run.objects.using(self.db)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,18 +39,30 @@ def now() -> datetime:
     WARNING once per outage). To the microsecond, like ``timezone.now()``: a caller that
     passes ``timezone.now()`` as the end of a backfill on the Redis host is not refused
     for the part of a millisecond that ``DueIndex.now_ms()`` would drop."""
+    return redis_or_host_time(_read_redis_time)
+
+
+def _read_redis_time() -> datetime:
+    seconds, micros = _quick_client(get_redis()).time()
+    return timing.EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
+
+
+def redis_or_host_time(read: Callable[[], datetime]) -> datetime:
+    """What ``read`` gets from Redis TIME; this host's clock when it fails, whatever the
+    error (unreachable, misconfigured, a broken connection): Redis is then unavailable.
+    Logged once per outage, at WARNING, and again at INFO when Redis answers."""
     global _outage
     try:
-        seconds, micros = _quick_client(get_redis()).time()
-        at = timing.EPOCH + timedelta(seconds=int(seconds), microseconds=int(micros))
-    except Exception as exc:  # unreachable, misconfigured or broken: the host clock will do
+        at = read()
+    except Exception as exc:
         with _lock:
             first, _outage = not _outage, True
         if first:
             logger.warning(
-                "Could not read Redis TIME (%s); deciding what is due by this host's clock "
-                "until Redis answers again. A host clock that is off moves the times that "
-                "saving, resuming, run now and backfill decide.",
+                "Could not read Redis TIME (%s: %s); using this host's clock until Redis "
+                "answers again. A host clock that is off moves the times that saving, "
+                "resuming, run now and backfill decide, and the leases of running tasks.",
+                type(exc).__name__,
                 exc,
             )
         return timezone.now()

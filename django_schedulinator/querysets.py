@@ -136,7 +136,7 @@ def is_lock_timeout(exc: BaseException) -> bool:
 
 class Advanced(NamedTuple):
     moved: dict[int, int]  # schedule id -> new revision, for the rows that moved
-    locked: set[int]  # rows another transaction held: not waited for, not moved
+    locked: set[int]  # rows another transaction held: skipped, not moved
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
@@ -211,16 +211,14 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
             f"{update} FROM v WHERE {match} RETURNING {moved_cols}"
         )
-        if connection.vendor != "postgresql":
-            # SQLite: a writer holds the whole database; there are no row locks to skip.
+        # SQLite has no row locks to skip: a writer holds the whole database.
+        postgresql = connection.vendor == "postgresql"
+        if not (postgresql and skip_locked):
             with connection.cursor() as cursor:
-                cursor.execute(plain, params)
-                return Advanced({int(sid): int(rev) for sid, rev in cursor.fetchall()}, set())
-        if not skip_locked:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('lock_timeout', %s, true)", [f"{FIRST_LOCK_WAIT_MS}ms"]
-                )
+                if postgresql:
+                    cursor.execute(
+                        "SELECT set_config('lock_timeout', %s, true)", [f"{FIRST_LOCK_WAIT_MS}ms"]
+                    )
                 cursor.execute(plain, params)
                 return Advanced({int(sid): int(rev) for sid, rev in cursor.fetchall()}, set())
         # The rows this statement locks, each with its new revision if it moved (NULL: it

@@ -95,17 +95,16 @@ def reconcile(
     trail = Cursor(cursor.get("trail_since", start), int(cursor.get("trail_after_id", 0)))
     rows = batches = 0
     written = ApplyResult()
-    caught_up = False
-    while not caught_up:
+    lead_done = trail_done = False
+    while True:
         # The leading cursor first: it heals what was lost just now.
-        lead, lead_done, read_lead, result = _batch(index, db, size, lead, now)
-        written += result
-        trail_done, read_trail = True, 0
-        if lead_done:
-            trail, trail_done, read_trail, result = _batch(index, db, size, trail, now - lookback)
-            written += result
-        rows, batches = rows + read_lead + read_trail, batches + 1
-        caught_up = lead_done and trail_done
+        if not lead_done:
+            lead, lead_done, read, result = _batch(index, db, size, lead, now)
+            rows, written = rows + read, written + result
+        if lead_done:  # then the trailing one, in the same batch as the lead's last
+            trail, trail_done, read, result = _batch(index, db, size, trail, now - lookback)
+            rows, written = rows + read, written + result
+        batches += 1
         index.set_reconcile_cursor(
             {
                 "since": lead.since,
@@ -114,13 +113,13 @@ def reconcile(
                 "trail_after_id": trail.after_id,
             }
         )
-        if time.monotonic() >= deadline:
+        if (lead_done and trail_done) or time.monotonic() >= deadline:
             break
     return ReconcileReport(
         rows=rows,
         healed=written.changed,
         stale=written.stale,
-        caught_up=caught_up,
+        caught_up=lead_done and trail_done,
         unrecorded=written.unrecorded,
         batches=batches,
     )

@@ -484,7 +484,7 @@ class Worker:
     def _reconcile(self) -> None:
         # One slice of at most RECONCILE_MAX_SECONDS between two claim passes: firing waits
         # that long at most, and a backlog is read slice after slice until it is caught up.
-        self._reconcile_behind = False
+        was_behind, self._reconcile_behind = self._reconcile_behind, False
         report = reconcile(self.index)
         self._reconcile_behind = not report.caught_up
         self.counters.reconciled += report.healed
@@ -505,10 +505,10 @@ class Worker:
                 "restarted empty).",
                 report.unrecorded,
             )
-        if not report.caught_up:
+        if not report.caught_up and not was_behind:  # once per backlog, not every slice
             logger.info(
-                "Reconcile read %d changed rows in %d batches and is still behind; the next "
-                "pass goes on.",
+                "Reconcile read %d changed rows in %d batches and is still behind; it goes on "
+                "after each pass until it has caught up.",
                 report.rows,
                 report.batches,
             )

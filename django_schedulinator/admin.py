@@ -45,9 +45,9 @@ from redis.exceptions import RedisError
 
 from . import actions, changelog, health, rebuild, sync, timing
 from .changelog import Origin
-from .conf import MAX_JSON_DEPTH, app_settings
+from .conf import app_settings
 from .index import ApplyResult, DueIndex
-from .models import JSON_TOO_DEEP, Run, Schedule, ScheduleChange, json_text_too_deep
+from .models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep_error
 from .registry import registry
 
 logger = logging.getLogger("django_schedulinator.admin")
@@ -170,7 +170,7 @@ class PrettyJSONField(forms.JSONField):
         if isinstance(value, str) and not value.strip():
             value = ""  # spaces alone are an empty box, not invalid JSON
         if isinstance(value, str) and json_text_too_deep(value):  # json.loads would recurse
-            raise ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
+            raise json_too_deep_error()
         return super().to_python(value)
 
     def bound_data(self, data: Any, initial: Any) -> Any:

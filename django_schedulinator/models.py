@@ -104,9 +104,13 @@ def _json_string(literal: str) -> str:
     return decoded if isinstance(decoded, str) else literal
 
 
+def json_too_deep_error() -> ValidationError:
+    return ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
+
+
 def validate_json_depth(value: Any) -> None:
     if json_too_deep(value):
-        raise ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
+        raise json_too_deep_error()
 
 
 def validate_json_list(value: Any) -> None:
@@ -624,11 +628,7 @@ class Schedule(models.Model):
         # JSON nested too deep: said before the JSONField's own check recurses through it.
         for name in ("args", "kwargs"):
             if name not in exclude and json_too_deep(getattr(self, name)):
-                errors[name] = [
-                    ValidationError(
-                        JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH}
-                    )
-                ]
+                errors[name] = [json_too_deep_error()]
                 exclude.add(name)
         try:
             super().clean_fields(exclude=exclude)

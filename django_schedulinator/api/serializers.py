@@ -16,9 +16,10 @@ from drf_spectacular.plumbing import build_array_type, build_object_type
 from drf_spectacular.utils import Direction, extend_schema_field
 from rest_framework import serializers
 
-from ..conf import MAX_JSON_DEPTH, MAX_PREVIEW_COUNT, app_settings
-from ..models import JSON_TOO_DEEP, Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
+from ..conf import MAX_PREVIEW_COUNT, app_settings
+from ..models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
 from ..registry import registry
+from .negotiation import too_deep_message
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.
 DURATION_LIMIT = timedelta(days=999_999)
@@ -63,7 +64,7 @@ class JSONField(serializers.JSONField):
         else:
             too_deep = json_too_deep(data)
         if too_deep:
-            raise serializers.ValidationError(JSON_TOO_DEEP % {"limit": MAX_JSON_DEPTH})
+            raise serializers.ValidationError(too_deep_message())
         return super().to_internal_value(data)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -43,10 +43,11 @@ from django.utils.text import Truncator, capfirst
 from django.utils.timesince import timesince, timeuntil
 from redis.exceptions import RedisError
 
-from . import actions, changelog, health, rebuild, sync, timing
+from . import health, rebuild, services, sync, timing
 from .changelog import Origin
 from .conf import app_settings
-from .index import ApplyResult, DueIndex
+from .errors import ServiceError
+from .index import ApplyResult, DueIndex, get_index
 from .models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep_error
 from .registry import registry
 
@@ -660,42 +661,17 @@ class ScheduleAdmin(admin.ModelAdmin):
     def _origin(request: HttpRequest) -> Origin:
         return Origin(getattr(request, "user", None), ScheduleChange.Source.ADMIN)
 
-    @staticmethod
-    def _row_snapshot(pk: int) -> dict[str, Any]:
-        # Read back from the database: values as stored (times in UTC), so that a diff
-        # shows what changed and not how the form spelled it. From the write database: a
-        # read replica cannot see the save of this transaction.
-        db = router.db_for_write(Schedule)
-        return changelog.snapshot(Schedule.objects.using(db).filter(pk=pk).first())
-
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        before = self._row_snapshot(obj.pk) if change and obj.pk is not None else {}
-        obj.save()
-        changes = changelog.diff(before, self._row_snapshot(obj.pk))
-        if change and not changes:
-            return
-        action = ScheduleChange.Action.CHANGED if change else ScheduleChange.Action.CREATED
-        changelog.record(obj, self._origin(request), action, changes)
+        if change:
+            services.update(obj, origin=self._origin(request))
+        else:
+            services.create(obj, origin=self._origin(request))
 
     def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
-        with transaction.atomic(using=router.db_for_write(Schedule)):
-            self._record_deleted(request, [obj])
-            obj.delete()
+        services.delete(obj, origin=self._origin(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        schedules = list(queryset)
-        ids = [s.pk for s in schedules]
-        with transaction.atomic(using=router.db_for_write(Schedule)):
-            self._record_deleted(request, schedules)
-            Schedule.objects.filter(pk__in=ids).delete()
-        # Bulk paths resync explicitly: the entries of rows that are gone leave the index.
-        self._resync_on_commit(request, ids)
-
-    def _record_deleted(self, request: HttpRequest, schedules: Iterable[Schedule]) -> None:
-        origin = self._origin(request)
-        for schedule in schedules:
-            changes = changelog.diff(changelog.snapshot(schedule), {})
-            changelog.record(schedule, origin, ScheduleChange.Action.DELETED, changes)
+        services.delete_many(list(queryset), origin=self._origin(request))
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
@@ -810,8 +786,8 @@ class ScheduleAdmin(admin.ModelAdmin):
                 already.append(schedule)
                 continue
             try:
-                actions.pause(schedule, note, origin=origin)
-            except (actions.ActionError, ValidationError) as exc:
+                services.pause(schedule, note, origin=origin)
+            except (ServiceError, ValidationError) as exc:
                 failed.append((schedule, _error_text(exc)))
                 continue
             paused.append(schedule)
@@ -842,8 +818,8 @@ class ScheduleAdmin(admin.ModelAdmin):
                 running.append(schedule)
                 continue
             try:
-                actions.resume(schedule, origin=origin)
-            except (actions.ActionError, ValidationError) as exc:
+                services.resume(schedule, origin=origin)
+            except (ServiceError, ValidationError) as exc:
                 failed.append((schedule, _error_text(exc)))
                 continue
             resumed.append(schedule)
@@ -867,8 +843,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         failed: list[tuple[Schedule, str]] = []
         for schedule in queryset:
             try:
-                actions.run_now(schedule, origin=origin)
-            except (actions.ActionError, ValidationError) as exc:
+                services.run_now(schedule, origin=origin)
+            except (ServiceError, ValidationError) as exc:
                 failed.append((schedule, _error_text(exc)))
                 continue
             queued.append(schedule)
@@ -886,13 +862,19 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     def resync_index(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         schedules = list(queryset)
-        result = self._resync(request, [s.pk for s in schedules])
-        if result is None:
+        try:
+            result = services.resync(schedules, origin=self._origin(request))
+        except RedisError as exc:
+            logger.warning(
+                "Could not resync the due index for %d schedules: %s", len(schedules), exc
+            )
+            self.message_user(
+                request,
+                f"The due index could not be updated ({exc}). The changes are saved; the "
+                "schedulers' reconcile brings the index in line once Redis is reachable.",
+                messages.ERROR,
+            )
             return
-        origin = self._origin(request)
-        with transaction.atomic(using=router.db_for_write(ScheduleChange)):
-            for schedule in schedules:
-                changelog.record(schedule, origin, ScheduleChange.Action.RESYNCED)
         stale = f"; {result.stale} refused: the index held a newer write" if result.stale else ""
         self.message_user(
             request,
@@ -1083,7 +1065,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def _start_rebuild(self, request: HttpRequest) -> None:
         try:
-            index = DueIndex()
+            index = get_index()
             # Taken here, so the page can say whether the rebuild runs; the thread releases it.
             lock = rebuild.take_rebuild_lock(index)
         except RedisError as exc:

@@ -68,13 +68,13 @@ def check_index(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     from .health import eviction_risk
-    from .index import DueIndex
+    from .index import get_index
 
     if not databases:  # only under `check --database`: it talks to Redis
         return []
 
     try:
-        index = DueIndex()
+        index = get_index()
         built = index.is_built()
     except ImproperlyConfigured:
         return []  # reported by check_settings

@@ -29,17 +29,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import OperationalError, router, transaction
-from django.db.models import F
-from django.utils import timezone
 
-from . import clock, timing
+from . import clock, ledger, services, timing
 from .conf import app_settings
-from .dbclock import DatabaseNow
 from .dispatch.base import Occurrence, Outcome
-from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex
-from .models import Run, Schedule, ScheduleChange, catch_up_policy, occurrence_key
+from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
+from .models import Run, Schedule, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
-from .sync import change_for_row, resync_schedules
+from .sync import belongs_in_index, change_for_row
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
@@ -172,7 +169,7 @@ class Claimer:
         """``clock`` (epoch ms) replaces Redis TIME for tests that control time."""
         self.worker_id = worker_id
         self.lease = timedelta(seconds=lease_seconds)
-        self.index = index or DueIndex()
+        self.index = index or get_index()
         self.db = using or router.db_for_write(Schedule)
         self.clock = clock
 
@@ -218,7 +215,7 @@ class Claimer:
                 plan.changes.append(Change(sid, 0, FORGET))
                 counters.dropped += 1
                 continue
-            if not row.enabled or row.next_run_at is None:
+            if not belongs_in_index(row.enabled, row.next_run_at):
                 plan.changes.append(Change(sid, row.revision, REMOVE))
                 counters.dropped += 1
                 continue
@@ -385,12 +382,13 @@ class Claimer:
                 [d.advance for d in plan.due], now, skip_locked=skip_locked
             )
             new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
-            inserted = Run.objects.using(self.db).insert_runs(
+            inserted = ledger.record_claimed(
                 new_runs,
                 claimed_at=now,
                 worker_id=self.worker_id,
                 claim_token=token,
                 lease_expires_at=now + self.lease,
+                using=self.db,
             )
         return moved, locked, inserted
 
@@ -411,13 +409,13 @@ class Claimer:
         token = new_token()
         if not candidates:
             return [], token
-        # Conditional: of two processes taking over the same run, exactly one matches.
-        runs.filter(pk__in=candidates).lease_expired(now).update(
-            status=Run.Status.PENDING,
+        ledger.take_over(
+            candidates,
+            now=now,
+            lease_expires_at=now + self.lease,
             claim_token=token,
             worker_id=self.worker_id,
-            lease_expires_at=now + self.lease,
-            attempts=F("attempts") + 1,
+            using=self.db,
         )
         taken = runs.pending().filter(pk__in=candidates, claim_token=token).values_list(*RUN_FIELDS)
         occurrences = [
@@ -451,14 +449,7 @@ class Claimer:
         clock stands in, so work already committed is still dispatched.
         """
         now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
-        until = now + self.lease
-        held = (
-            Run.objects.using(self.db)
-            .unfinished()
-            .filter(pk__in=json_ids(run_ids, self.db), claim_token=token)
-        )
-        held.update(lease_expires_at=until)
-        return set(held.values_list("pk", flat=True))
+        return ledger.renew_leases(run_ids, token, until=now + self.lease, using=self.db)
 
     def dispatchable(
         self, occurrences: Sequence[Occurrence], token: str
@@ -477,8 +468,7 @@ class Claimer:
         held = {
             pk: (trigger, enabled)
             for pk, trigger, enabled in Run.objects.using(self.db)
-            .unfinished()
-            .filter(pk__in=json_ids(ids, self.db), claim_token=token)
+            .held_by(token, json_ids(ids, self.db))
             .order_by()
             .values_list("pk", "trigger", "schedule__enabled")
         }
@@ -487,15 +477,7 @@ class Claimer:
             for pk, (trigger, enabled) in held.items()
             if not enabled and trigger == Run.Trigger.SCHEDULE
         ]
-        if paused:
-            Run.objects.using(self.db).unfinished().filter(
-                pk__in=json_ids(paused, self.db), claim_token=token
-            ).update(
-                status=Run.Status.SKIPPED,
-                skip_reason=timing.PAUSED,
-                note="The schedule was paused after this run was claimed, before its dispatch.",
-                lease_expires_at=None,
-            )
+        ledger.cancel_paused(paused, token, using=self.db)
         missing = set(ids) - held.keys()
         deleted = set()
         if missing:  # rare: gone with their schedule, or taken over (those still exist)
@@ -520,9 +502,7 @@ class Claimer:
 
     def mark_running(self, run_ids: Collection[int], token: str) -> None:
         """Record that the dispatcher started these runs (those ``token`` still holds)."""
-        Run.objects.using(self.db).pending().filter(
-            pk__in=json_ids(list(run_ids), self.db), claim_token=token
-        ).update(status=Run.Status.RUNNING)
+        ledger.mark_running(run_ids, token, using=self.db)
 
     # -- 4. record outcomes ---------------------------------------------------------------
 
@@ -533,103 +513,26 @@ class Claimer:
 
         Each schedule's count of failures in a row follows: a success resets it, a failure
         adds one, and a schedule with ``pause_after_failures`` that reaches it is paused
-        (and leaves the index).
+        (and leaves the index) through the service layer, recorded in the change log.
         """
-        finished_at = timezone.now()
-        by_status: dict[str, list[int]] = {}
-        failed: list[Outcome] = []
-        for o in outcomes:
-            if o.status == "failed":
-                failed.append(o)
-            else:
-                by_status.setdefault(o.status, []).append(o.run_id)
-        runs = Run.objects.using(self.db)
-        schedules = Schedule.objects.using(self.db)
-        paused: list[int] = []
         with transaction.atomic(using=self.db):
-            for status, ids in by_status.items():
-                runs.unfinished().filter(pk__in=json_ids(ids, self.db)).update(
-                    status=status,
-                    dispatched_at=dispatched_at,
-                    finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
-                    lease_expires_at=None,
-                )
-            for o in failed:  # one statement each: failures carry their own error text
-                runs.unfinished().filter(pk=o.run_id).update(
-                    status=Run.Status.FAILED,
-                    error=o.error,
-                    dispatched_at=dispatched_at,
-                    finished_at=finished_at,
-                    lease_expires_at=None,
-                )
-            succeeded = [schedule_of[i] for i in by_status.get(Run.Status.SUCCEEDED, ())]
-            if succeeded:
-                schedules.filter(
-                    pk__in=json_ids(sorted(set(succeeded)), self.db), failure_streak__gt=0
-                ).update(failure_streak=0)
-            if failed:
-                paused = self._count_failures({schedule_of[o.run_id] for o in failed})
+            reached = ledger.record_outcomes(
+                outcomes, schedule_of, dispatched_at=dispatched_at, using=self.db
+            )
+            paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=self.db)
         if paused:
             logger.warning(
                 "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",
                 len(paused),
                 paused[:20],
             )
-            resync_schedules(paused, using=self.db, index=self.index)
-
-    def _count_failures(self, schedule_ids: set[int]) -> list[int]:
-        """Add one failure in a row to each schedule; pause those that reach their limit."""
-        schedules = Schedule.objects.using(self.db).filter(pk__in=sorted(schedule_ids))
-        schedules.update(failure_streak=F("failure_streak") + 1)
-        reached = schedules.filter(
-            enabled=True,
-            pause_after_failures__isnull=False,
-            failure_streak__gte=F("pause_after_failures"),
-        )
-        paused = list(reached.values_list("pk", flat=True))
-        if paused:
-            now = timezone.now()
-            Schedule.objects.using(self.db).filter(pk__in=paused).update(
-                enabled=False,
-                paused_at=now,
-                pause_note=AUTO_PAUSE_NOTE,
-                revision=F("revision") + 1,
-                version=F("version") + 1,
-                updated_at=DatabaseNow(),
-            )
-            ScheduleChange.objects.using(self.db).bulk_create(
-                ScheduleChange(
-                    schedule_id=pk,
-                    schedule_name=name,
-                    source=ScheduleChange.Source.SCHEDULER,
-                    action=ScheduleChange.Action.PAUSED,
-                    changes={"enabled": [True, False], "pause_note": AUTO_PAUSE_NOTE},
-                    version=version,
-                    at=now,
-                )
-                for pk, name, version in Schedule.objects.using(self.db)
-                .filter(pk__in=paused)
-                .values_list("pk", "name", "version")
-            )
-        return paused
 
     # -- overlap "buffer" -----------------------------------------------------------------
 
     def release_buffered(self, schedule_ids: Collection[int] | None = None) -> int:
         """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
         or of all); the next claim dispatches them. Returns how many were released."""
-        runs = Run.objects.using(self.db)
-        waiting = runs.filter(status=Run.Status.BUFFERED)
-        if schedule_ids is not None:
-            if not schedule_ids:
-                return 0
-            waiting = waiting.filter(schedule_id__in=json_ids(sorted(schedule_ids), self.db))
-        busy = runs.unfinished().values("schedule_id")
-        released = waiting.exclude(schedule_id__in=busy).update(
-            status=Run.Status.PENDING,
-            attempts=0,
-            lease_expires_at=F("scheduled_for"),  # already expired: any scheduler takes it
-        )
+        released = ledger.release_buffered(schedule_ids, using=self.db)
         if released:
             self.index.wake()
         return released

@@ -16,8 +16,8 @@ from django.db import router
 from django.db.models import Max, Min
 
 from .conf import app_settings
-from .index import DueIndex
-from .sync import change_for_row
+from .index import DueIndex, get_index
+from .sync import IN_INDEX, change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
@@ -55,10 +55,10 @@ def check_drift(
     """Compare the index with the rows: counts, and a random sample in both directions."""
     from .models import Schedule
 
-    index = index or DueIndex()
+    index = index or get_index()
     size = sample or app_settings.DRIFT_SAMPLE_SIZE
     db = using or router.db_for_write(Schedule)
-    indexable = Schedule.objects.using(db).filter(enabled=True, next_run_at__isnull=False)
+    indexable = Schedule.objects.using(db).filter(IN_INDEX)
     report = DriftReport(rows_indexable=indexable.count())
     report.entries_due, report.entries_in_flight = index.counts()
 
@@ -91,7 +91,7 @@ def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[i
     rows = {
         pk: change_for_row(pk, revision, True, next_run_at, due_at, jitter).score_ms
         for pk, revision, next_run_at, due_at, jitter in Schedule.objects.using(db)
-        .filter(pk__in=ordered, enabled=True, next_run_at__isnull=False)
+        .filter(IN_INDEX, pk__in=ordered)
         .values_list("pk", "revision", "next_run_at", "due_at", "jitter")
     }
     scores = index.scores(ordered)
@@ -144,12 +144,12 @@ def index_status(
 
     from .models import Run, Schedule
 
-    index = index or DueIndex()
+    index = index or get_index()
     db = using or router.db_for_write(Schedule)
     counts = Schedule.objects.using(db).aggregate(
         all_rows=Count("pk"),
         enabled_rows=Count("pk", filter=Q(enabled=True)),
-        indexable_rows=Count("pk", filter=Q(enabled=True, next_run_at__isnull=False)),
+        indexable_rows=Count("pk", filter=IN_INDEX),
     )
     entries_due, in_flight = index.counts()
     due_now, earliest_ms, now_ms = index.due_now()

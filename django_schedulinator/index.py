@@ -252,3 +252,11 @@ class DueIndex:
         """Delete every key of this index (``rebuild_due_index --reset``, tests)."""
         keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
         self.client.delete(*keys)
+
+
+def get_index() -> DueIndex:
+    """The due index of this project, as configured now: the one place that chooses it.
+
+    Built per call (cheap: the Redis client is shared) so that it follows the settings;
+    every module takes its index from here, or as an argument that defaults to this."""
+    return DueIndex()

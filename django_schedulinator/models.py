@@ -19,7 +19,7 @@ from django.utils import timezone
 from . import clock, timing
 from .conf import MAX_JSON_DEPTH, app_settings
 from .dbclock import DatabaseClockField
-from .querysets import NewRun, RunQuerySet, ScheduleQuerySet
+from .querysets import RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
 
@@ -401,81 +401,75 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Validate, keep ``next_run_at`` and ``due_at`` right and bump the revision in SQL.
+        """Validate, keep ``next_run_at`` and ``due_at`` consistent, bump the revision in SQL.
 
-        An instance loaded before the scheduler fired it must not write back the old
-        ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields are
-        only written when this instance changed them or the timing changed.
+        A save with ``update_fields`` writes exactly those fields as set (plus the revision,
+        the version and ``updated_at``): the service layer writes its state transitions
+        (pause, resume, run now) that way, having decided every value itself.
 
-        Pausing (``enabled`` cleared) keeps ``next_run_at``: the schedule leaves the index
-        but remembers where it stood. Resuming moves it to its first occurrence after now
-        and records the occurrences of the paused period as skipped, unless ``resume(
-        catch_up=True)`` asked for them to be caught up under the catch-up policy.
+        A whole-row save (no ``update_fields``) of an edited instance derives what the edit
+        implies: changed timing moves ``next_run_at`` to its first occurrence after now;
+        clearing ``enabled`` pauses (``next_run_at`` is kept, the schedule leaves the
+        index); setting it again moves ``next_run_at`` past now on the same grid, so the
+        paused period never fires (``services.resume`` also records it as skipped). An
+        instance loaded before the scheduler fired it must not write back the old
+        ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields
+        are only written when this instance changed them or its timing changed.
         """
         self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
-        now = clock.now()  # Redis TIME: what is due is decided by the schedulers' clock
-        paused_over: list[timing.Moment] = []
-        pause_note = ""
         if self._state.adding:
+            now = clock.now()  # Redis TIME: what is due is decided by the schedulers' clock
             if self.next_run_at is None:
-                self.next_run_at = self._first_run_at(now)
+                self.next_run_at = self.first_run_at(now)
             else:
                 self.next_run_at = timing.truncate_ms(self.next_run_at)
             self.due_at = self.next_run_at  # jitter needs the primary key: set after insert
             if not self.enabled:
                 self.paused_at = self.paused_at or now
         else:
-            loaded = getattr(self, "_loaded", {})
-            checked = self.TIMING_FIELDS if update_fields is None else set(update_fields)
-            changed = {
-                f for f in self.TIMING_FIELDS if f in checked and getattr(self, f) != loaded.get(f)
-            }
-            caller_moved = self.next_run_at != loaded.get("next_run_at")
-            resuming = "enabled" in changed and self.enabled
-            if "enabled" in changed and not self.enabled:
-                self.paused_at = now
-            if resuming:
-                self.paused_at = None
-                pause_note, self.pause_note = self.pause_note, ""
-                # Catch-up keeps next_run_at due for the catch-up policy, if there is one.
-                catch_up = getattr(self, "_catch_up_on_resume", False) and self.next_run_at
-                if not caller_moved and not catch_up and changed == {"enabled"}:
-                    paused_over, self.next_run_at = self._resume_from(self.next_run_at, now)
-                    caller_moved = True
-            if changed - {"enabled"} and not caller_moved:
-                self.next_run_at = self._first_run_at(now)
-            if changed or caller_moved:
-                self.due_at = self._due_at_of(self.next_run_at)
             if update_fields is None:
-                update_fields = [
-                    f.name
-                    for f in self._meta.concrete_fields
-                    if not f.primary_key
-                    and (
-                        f.name not in self.MACHINE_FIELDS
-                        or getattr(self, f.name) != loaded.get(f.name)
-                    )
-                ]
-            extra = {"revision", "version", "updated_at"}
-            if changed or caller_moved:
-                extra |= {"next_run_at", "due_at", "paused_at", "pause_note"}
-            kwargs["update_fields"] = {*update_fields, *extra}
+                update_fields = self._derive_edit(clock.now())
+            kwargs["update_fields"] = {*update_fields, "revision", "version", "updated_at"}
             self.revision = F("revision") + 1
             self.version = F("version") + 1
         jittered = self._state.adding and self.jitter and self.next_run_at is not None
         db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-        with transaction.atomic(using=db) if (jittered or paused_over) else nullcontext():
+        with transaction.atomic(using=db) if jittered else nullcontext():
             super().save(*args, **kwargs)
             if jittered:
-                self.due_at = self._due_at_of(self.next_run_at)
+                self.due_at = self.due_at_for(self.next_run_at)
                 type(self).objects.using(db).filter(pk=self.pk).update(due_at=self.due_at)
-            if paused_over:
-                self._record_paused(paused_over, now, db, pause_note)
         if not isinstance(self.revision, int):
             self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
-        self._catch_up_on_resume = False
+
+    def _derive_edit(self, now: datetime) -> list[str]:
+        """What a whole-row save of an edited instance implies (see ``save``); the fields
+        to write."""
+        loaded = getattr(self, "_loaded", {})
+        changed = {f for f in self.TIMING_FIELDS if getattr(self, f) != loaded.get(f)}
+        caller_moved = self.next_run_at != loaded.get("next_run_at")
+        if "enabled" in changed and not self.enabled:
+            self.paused_at = now
+        if "enabled" in changed and self.enabled:
+            self.paused_at = None
+            self.pause_note = ""
+            if not caller_moved and changed == {"enabled"}:
+                _passed, self.next_run_at = self.resume_plan(now)
+                caller_moved = True
+        if changed - {"enabled"} and not caller_moved:
+            self.next_run_at = self.first_run_at(now)
+        if changed or caller_moved:
+            self.due_at = self.due_at_for(self.next_run_at)
+        return [
+            f.name
+            for f in self._meta.concrete_fields
+            if not f.primary_key
+            and (f.name not in self.MACHINE_FIELDS or getattr(self, f.name) != loaded.get(f.name))
+        ] + (
+            ["next_run_at", "due_at", "paused_at", "pause_note"] if changed or caller_moved else []
+        )
 
     def delete(
         self, using: str | None = None, keep_parents: bool = False
@@ -543,35 +537,6 @@ class Schedule(models.Model):
         """The timing in words, e.g. "At 06:00, Monday through Friday (Europe/Berlin)"."""
         return timing.describe(self.timing_spec)
 
-    # -- operations (see actions.py) ------------------------------------------------------
-
-    def pause(self, note: str = "") -> None:
-        """Stop firing until resumed; the note says why (shown with the skipped runs)."""
-        from . import actions
-
-        actions.pause(self, note)
-
-    def resume(self, *, catch_up: bool = False) -> None:
-        """Fire again from now on. The paused period's occurrences are recorded as skipped,
-        or, with ``catch_up``, handled by the schedule's catch-up policy."""
-        from . import actions
-
-        actions.resume(self, catch_up=catch_up)
-
-    def run_now(self, *, advance: bool = False) -> Run:
-        """Queue a run outside the timing, through the same dispatch path and ledger, with a
-        key of its own. ``advance`` makes it take the place of the next regular run."""
-        from . import actions
-
-        return actions.run_now(self, advance=advance)
-
-    def backfill(self, start: datetime, end: datetime, *, dry_run: bool = False) -> Any:
-        """Fire every occurrence in [start, end] (in the past) that has not fired; running
-        the same backfill again fires nothing new. Returns an ``actions.BackfillReport``."""
-        from . import actions
-
-        return actions.backfill(self, start, end, dry_run=dry_run)
-
     def preview(self, count: int = 10) -> list[timing.PreviewItem]:
         """The next ``count`` occurrences, in local time and UTC, DST changes flagged; for a
         paused schedule, those that would follow a resume now. For an unsaved schedule, or
@@ -583,7 +548,7 @@ class Schedule(models.Model):
         )
         start = self.next_run_at if self.enabled and not edited else None
         if start is None:
-            start = self._first_run_at(clock.now())
+            start = self.first_run_at(clock.now())
         if start is None:
             return []
         return timing.preview(self.timing_spec, start=start, count=count, schedule_id=self.pk or 0)
@@ -666,23 +631,25 @@ class Schedule(models.Model):
 
     # -- timing helpers -------------------------------------------------------------------
 
-    def _first_run_at(self, now: datetime) -> datetime | None:
+    def first_run_at(self, now: datetime) -> datetime | None:
+        """The first occurrence after ``now`` (None: the schedule has finished)."""
         if self.max_runs is not None and self.run_count >= self.max_runs:
             return None  # finished
         return timing.first_run_at(self.timing_spec, now)
 
-    def _due_at_of(self, nominal: datetime | None) -> datetime | None:
+    def due_at_for(self, nominal: datetime | None) -> datetime | None:
+        """When the occurrence at ``nominal`` fires: plus this schedule's jitter."""
         if nominal is None or not self.jitter or self.pk is None:
             return nominal
         return timing.due_time(self.timing_spec, self.pk, nominal)
 
-    def _resume_from(
-        self, stopped_at: datetime | None, now: datetime
-    ) -> tuple[list[timing.Moment], datetime | None]:
-        """The occurrences passed over while paused (the most recent, capped) and the next
-        run after ``now``, on the grid the schedule had (intervals keep their anchor)."""
+    def resume_plan(self, now: datetime) -> tuple[list[timing.Moment], datetime | None]:
+        """What resuming at ``now`` implies: the occurrences passed over while paused (the
+        most recent, capped) and the next run after ``now``, on the grid the schedule had
+        (intervals keep their anchor)."""
+        stopped_at = self.next_run_at
         if stopped_at is None or stopped_at > now:
-            return [], stopped_at if stopped_at is not None else self._first_run_at(now)
+            return [], stopped_at if stopped_at is not None else self.first_run_at(now)
         if self.max_runs is not None and self.run_count >= self.max_runs:
             return [], None
         spec = self.timing_spec
@@ -698,25 +665,6 @@ class Schedule(models.Model):
             timing.occurrences(spec, now, anchor=stopped_at, include_skipped=True), None
         )
         return passed[::-1], following.at if following else None
-
-    def _record_paused(
-        self, passed: list[timing.Moment], now: datetime, db: str, pause_note: str
-    ) -> None:
-        note = f"Paused: {pause_note}" if pause_note else "Paused."
-        Run.objects.using(db).insert_runs(
-            [
-                NewRun.of(
-                    self,
-                    moment.at,
-                    status=Run.Status.SKIPPED,
-                    skip_reason=timing.DST_SKIPPED if moment.skipped else timing.PAUSED,
-                    note=timing.dst_note(self.timing_spec, moment) if moment.skipped else note,
-                )
-                for moment in passed
-            ],
-            claimed_at=now,
-            worker_id="resume",
-        )
 
 
 def catch_up_policy(mode: str, window: timedelta | None) -> timing.CatchUp:
@@ -824,6 +772,7 @@ class ScheduleChange(models.Model):
         API = "api", "REST API"
         COMMAND = "command", "Management command"
         SCHEDULER = "scheduler", "Scheduler"  # auto-pause after failures
+        PYTHON = "python", "Python code"  # a service called by code, with no origin given
 
     class Action(models.TextChoices):
         CREATED = "created", "Created"

@@ -271,6 +271,11 @@ class RunQuerySet(models.QuerySet[Any]):
         """Pending or running: a process holds each under a lease."""
         return self.filter(status__in=("pending", "running"))
 
+    def held_by(self, claim_token: str, ids: Any) -> RunQuerySet:
+        """The unfinished runs among ``ids`` that the claim ``claim_token`` still holds (a
+        run taken over by another process carries that process's token)."""
+        return self.unfinished().filter(pk__in=ids, claim_token=claim_token)
+
     def lease_expired(self, now: datetime) -> RunQuerySet:
         """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
         return self.unfinished().filter(lease_expires_at__lte=now)

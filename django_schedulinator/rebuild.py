@@ -22,7 +22,8 @@ from django.utils import timezone
 from redis.exceptions import LockError
 
 from .conf import app_settings
-from .index import FORGET, SET, ApplyResult, Change, DueIndex
+from .errors import RebuildInProgress
+from .index import FORGET, SET, ApplyResult, Change, DueIndex, get_index
 from .sync import INDEX_FIELDS, change_for_row, keyset_pages
 
 logger = logging.getLogger("django_schedulinator.rebuild")
@@ -30,10 +31,6 @@ logger = logging.getLogger("django_schedulinator.rebuild")
 # The lock outlives any single chunk by far; it is renewed after each chunk.
 LOCK_TIMEOUT_SECONDS = 60.0
 EXAMPLES_KEPT = 20
-
-
-class RebuildInProgress(RuntimeError):
-    pass
 
 
 @dataclass(slots=True)
@@ -69,7 +66,7 @@ def rebuild_index(
     """Rebuild under the lock; raises RebuildInProgress if another rebuild holds it.
 
     ``lock``: the lock already taken by :func:`take_rebuild_lock` (released here)."""
-    index = index or DueIndex()
+    index = index or get_index()
     if dry_run:
         return _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
     lock = lock or take_rebuild_lock(index)

@@ -27,7 +27,7 @@ from django.db.models import Q
 
 from .conf import app_settings
 from .dbclock import database_now
-from .index import HEAL_REMOVE, HEAL_SET, SET, ApplyResult, DueIndex
+from .index import HEAL_REMOVE, HEAL_SET, SET, ApplyResult, DueIndex, get_index
 from .sync import INDEX_FIELDS, change_for_row
 
 # Where updated_at is in the rows read: after the fields of the index entry.
@@ -76,7 +76,7 @@ def reconcile(
     """
     from .models import Schedule
 
-    index = index or DueIndex()
+    index = index or get_index()
     if not index.is_built():
         # Its data is gone (the watermark with it): the rebuild the claim does indexes every
         # row, and healing rows here would call a lost index missed writes.

@@ -15,18 +15,12 @@ from typing import Any, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
+from .errors import UnknownTask
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
 OCCURRENCE_PARAMETER = "occurrence"
-
-
-class UnknownTask(LookupError):
-    """Raised when a task name is not in the registry."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"{name!r} is not a registered task")
-        self.name = name
 
 
 @dataclass(frozen=True, slots=True)

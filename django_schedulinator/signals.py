@@ -5,13 +5,10 @@ A rolled-back edit never reaches Redis because the write happens in ``on_commit`
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from django.db import transaction
-
-from .sync import resync_after_commit
+from .sync import resync_on_commit
 
 
 def schedule_changed(sender: Any, instance: Any, using: str, **kwargs: Any) -> None:
-    transaction.on_commit(partial(resync_after_commit, instance.pk, using), using=using)
+    resync_on_commit([instance.pk], using=using)

@@ -12,16 +12,26 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import models, router
+from django.db import models, router, transaction
+from django.db.models import Q
 
 from . import timing
 from .conf import app_settings
-from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex
+from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex, get_index
 from .management import run_command
 
 logger = logging.getLogger("django_schedulinator.sync")
 
 INDEX_FIELDS = ("pk", "revision", "enabled", "next_run_at", "due_at", "jitter")
+
+# Whether a schedule belongs in the index: the one rule, for rows read in Python and for
+# queries. Sync, the claim's re-check, rebuild, reconcile and the drift check all use it.
+IN_INDEX = Q(enabled=True, next_run_at__isnull=False)
+
+
+def belongs_in_index(enabled: bool, next_run_at: datetime | None) -> bool:
+    """An enabled schedule with a next run has an entry; any other has none."""
+    return bool(enabled) and next_run_at is not None
 
 
 def change_for_row(
@@ -38,7 +48,8 @@ def change_for_row(
     ``next_run_at``; a row whose ``due_at`` does not (a bulk path moved ``next_run_at``
     alone) is scored at its nominal time, and the claim's re-check recomputes its jitter.
     """
-    if enabled and next_run_at is not None:
+    if belongs_in_index(enabled, next_run_at):
+        assert next_run_at is not None  # for mypy: belongs_in_index says so
         due = timing.stored_due_at(next_run_at, due_at, jitter) or next_run_at
         return Change(pk, revision, SET, timing.to_ms(due))
     return Change(pk, revision, REMOVE)
@@ -58,7 +69,7 @@ def resync_schedules(
     """
     from .models import Schedule
 
-    index = index or DueIndex()
+    index = index or get_index()
     db = using or router.db_for_write(Schedule)
     size = app_settings.REBUILD_CHUNK_SIZE
     result = ApplyResult()
@@ -114,16 +125,23 @@ def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
         yield chunk
 
 
-def resync_after_commit(pk: int, using: str) -> None:
-    """on_commit callback of the signal handlers: never raises into the user's request."""
-    try:
-        resync_schedules([pk], using=using)
-    except Exception:
-        # The row is committed and stays the truth; only the index lags behind it.
-        logger.warning(
-            "Could not update the due index for schedule %s after commit; the row is saved. "
-            "Run %s once Redis is reachable to bring the index back in line.",
-            pk,
-            run_command("rebuild_due_index"),
-            exc_info=True,
-        )
+def resync_on_commit(ids: Iterable[int], *, using: str, index: DueIndex | None = None) -> None:
+    """Bring the index entries of ``ids`` in line with their rows once the transaction
+    commits (at once outside one); a rollback writes nothing. Never raises into the caller:
+    the row is committed and stays the truth, only the index lags behind it (reconcile
+    heals it; the warning names the command that rebuilds it)."""
+    pks = list(ids)
+
+    def write() -> None:
+        try:
+            resync_schedules(pks, using=using, index=index)
+        except Exception:
+            logger.warning(
+                "Could not update the due index for schedule(s) %s after commit; the rows are "
+                "saved. Run %s once Redis is reachable to bring the index back in line.",
+                ", ".join(map(str, pks[:20])),
+                run_command("rebuild_due_index"),
+                exc_info=True,
+            )
+
+    transaction.on_commit(write, using=using)

@@ -45,6 +45,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from .errors import TimingError
+
 CRON = "cron"
 INTERVAL = "interval"
 ONCE = "once"
@@ -106,10 +108,6 @@ MAX_WALL_STEPS = 100_000
 MAX_SKIPPED_SPAN = OFFSET_SPAN
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-class TimingError(ValueError):
-    """A schedule's timing cannot be evaluated (bad cron, zone or interval)."""
 
 
 # -- instants ------------------------------------------------------------------------------

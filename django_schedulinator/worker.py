@@ -32,7 +32,7 @@ from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
 from .health import check_drift, eviction_risk
-from .index import DueIndex
+from .index import DueIndex, get_index
 from .management import run_command
 from .rebuild import ensure_built
 from .reconcile import reconcile
@@ -221,7 +221,7 @@ class Worker:
         self.max_seconds = max_seconds
         self.worker_id = worker_id or default_worker_id()
         self.max_sleep = max_sleep or app_settings.MAX_SLEEP_SECONDS
-        self.index = index or DueIndex()
+        self.index = index or get_index()
         self.dispatcher = dispatcher or get_dispatcher()
         self.claimer = Claimer(
             worker_id=self.worker_id,

@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import actions
+from django_schedulinator import services
 from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
@@ -332,7 +332,7 @@ def test_the_preview_marks_a_skipped_occurrence(admin_client: Client) -> None:
 
 def test_the_preview_of_a_paused_schedule_says_so(admin_client: Client) -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
-    actions.pause(schedule, "maintenance")
+    services.pause(schedule, "maintenance")
     html = admin_client.get(change_url(schedule)).content.decode()
     assert "these are the runs that would follow a resume now" in html
     assert 'id="schedulinator-preview"' in html
@@ -432,7 +432,7 @@ def test_the_change_form_shows_runs_and_recent_changes(
 ) -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
     add_runs(schedule, "succeeded", "failed", "succeeded")
-    actions.pause(schedule, "db <migration>", origin=Origin(admin_user, "admin"))
+    services.pause(schedule, "db <migration>", origin=Origin(admin_user, "admin"))
     html = admin_client.get(change_url(schedule)).content.decode()
     runs = reverse("admin:django_schedulinator_run_changelist")
     assert f'href="{runs}?schedule__id__exact={schedule.pk}"' in html
@@ -456,7 +456,7 @@ def test_an_edit_from_a_stale_form_is_refused(admin_client: Client, index: DueIn
     assert started == schedule.version
     assert f'<input type="hidden" name="version" value="{started}"' in page.content.decode()
 
-    actions.pause(schedule, "someone else")  # meanwhile, through another path
+    services.pause(schedule, "someone else")  # meanwhile, through another path
     page = admin_client.post(change_url(schedule), edit_data(schedule, started, cron="0 4 * * *"))
 
     assert page.status_code == 200
@@ -627,7 +627,7 @@ def test_deleting_selected_schedules_records_and_resyncs(
 def test_pause_with_a_note(admin_client: Client, admin_user: User, index: DueIndex) -> None:
     running = make_schedule("running")
     already = make_schedule("already")
-    actions.pause(already, "earlier")
+    services.pause(already, "earlier")
     assert index.scores([running.pk])[running.pk] is not None
 
     page = post_action(admin_client, "pause", [running, already], note="  db migration ")
@@ -635,7 +635,7 @@ def test_pause_with_a_note(admin_client: Client, admin_user: User, index: DueInd
     running.refresh_from_db()
     assert (running.enabled, running.pause_note) == (False, "db migration")
     assert index.scores([running.pk])[running.pk] is None
-    entry = ScheduleChange.objects.get(action="paused")
+    entry = ScheduleChange.objects.get(action="paused", source="admin")
     assert (entry.schedule_id, entry.actor_id, entry.source) == (running.pk, admin_user.pk, "admin")
     assert entry.changes == {"note": "db migration"}
     already.refresh_from_db()
@@ -657,7 +657,7 @@ def test_the_action_form_has_the_note(admin_client: Client) -> None:
 
 def test_resume(admin_client: Client, index: DueIndex) -> None:
     schedule = make_schedule()
-    actions.pause(schedule)
+    services.pause(schedule)
     page = post_action(admin_client, "resume", [schedule])
     schedule.refresh_from_db()
     assert schedule.enabled
@@ -730,7 +730,7 @@ def test_a_bulk_action_writes_the_index_only_once_committed(
 ) -> None:
     schedule = make_schedule()
     if action == "resume":
-        actions.pause(schedule)
+        services.pause(schedule)
     before = index.scores([schedule.pk])[schedule.pk]
     extra = {"post": "yes"} if action == "delete_selected" else {}
 
@@ -826,7 +826,7 @@ def test_runs_and_changes_are_shown_only_with_their_permissions(
 ) -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *", kwargs={"token": "abc"})
     add_runs(schedule, "succeeded")
-    actions.pause(schedule, "maintenance", origin=Origin(admin_user, "admin"))
+    services.pause(schedule, "maintenance", origin=Origin(admin_user, "admin"))
     viewer = staff_client("view_schedule", *codenames)
     runs = reverse("admin:django_schedulinator_run_changelist")
     changes = reverse("admin:django_schedulinator_schedulechange_changelist")
@@ -993,8 +993,8 @@ def test_the_change_log_admin_lists_entries(admin_client: Client, admin_user: Us
     schedule = make_schedule("nightly")
     gone = make_schedule("gone")
     origin = Origin(admin_user, "admin")
-    actions.pause(schedule, "maintenance", origin=origin)
-    actions.pause(gone, origin=Origin(None, "command"))
+    services.pause(schedule, "maintenance", origin=origin)
+    services.pause(gone, origin=Origin(None, "command"))
     gone.delete()
 
     url = reverse("admin:django_schedulinator_schedulechange_changelist")
@@ -1029,7 +1029,7 @@ def test_the_operations_page_needs_its_permission(
     for name in ("a", "b", "c"):
         make_schedule(name)
     paused = make_schedule("paused")
-    actions.pause(paused)
+    services.pause(paused)
     operator = staff_client("view_schedule", "view_operations", username="operator")
     page = operator.get(reverse(OPERATIONS))
     assert page.status_code == 200

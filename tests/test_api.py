@@ -38,7 +38,7 @@ from django.utils import timezone
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.test import APIClient
 
-from django_schedulinator import actions, changelog
+from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
 from django_schedulinator.index import DueIndex
@@ -454,13 +454,13 @@ def test_a_pause_never_undoes_an_edit_made_since_the_schedule_was_read(
     stale = Schedule.objects.get(pk=sid)  # what a concurrent request looked up
     edited = api.patch(f"{API}schedules/{sid}/", {"cron": "0 5 * * *", "version": 1})
     assert edited.status_code == 200, edited.content
-    actions.pause(stale, "why", origin=Origin(None, "api"))
+    services.pause(stale, "why", origin=Origin(None, "api"))
     row = Schedule.objects.get(pk=sid)
     assert (row.cron, row.enabled, row.pause_note, row.version) == ("0 5 * * *", False, "why", 3)
     # The instance takes what the pause wrote, and keeps its own (stale) settings.
     assert (stale.enabled, stale.pause_note, stale.version) == (False, "why", 3)
     assert stale.cron == "0 3 * * *"
-    actions.resume(Schedule.objects.get(pk=sid))
+    services.resume(Schedule.objects.get(pk=sid))
     assert Schedule.objects.get(pk=sid).cron == "0 5 * * *"
     assert index.scores([sid]) == {sid: to_ms(Schedule.objects.get(pk=sid).due_at)}
 
@@ -468,7 +468,7 @@ def test_a_pause_never_undoes_an_edit_made_since_the_schedule_was_read(
 def test_an_action_saves_only_itself_and_keeps_unsaved_edits_of_the_instance() -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *")
     schedule.cron = "0 4 * * *"  # edited, not saved
-    schedule.pause("why")
+    services.pause(schedule, "why")
     row = Schedule.objects.get(pk=schedule.pk)
     assert (row.cron, row.enabled) == ("0 3 * * *", False)  # only the pause was written
     assert (schedule.cron, schedule.enabled, schedule.version) == ("0 4 * * *", False, 2)
@@ -481,7 +481,7 @@ def test_a_run_now_runs_the_arguments_the_row_has(api: APIClient) -> None:
     sid = create(api, args=["old"])["id"]
     stale = Schedule.objects.get(pk=sid)
     api.patch(f"{API}schedules/{sid}/", {"args": ["new"], "version": 1}, format="json")
-    run = actions.run_now(stale)
+    run = services.run_now(stale)
     assert run.args == ["new"]
 
 

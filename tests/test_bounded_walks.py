@@ -23,7 +23,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_schedulinator import actions
+from django_schedulinator import services
 from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
     CRON,
@@ -117,13 +117,16 @@ def test_first_run_preview_and_validation_of_a_cron_that_never_exists_are_quick(
 def test_a_backfill_of_a_cron_that_never_exists_answers_zero_at_once(walls: list[int]) -> None:
     schedule = make_schedule(kind="cron", cron=NEVER.cron, timezone=NEVER.timezone, dst_gap="skip")
     walls[0] = 0
-    report = schedule.backfill(
-        datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1)
+    report = services.backfill(
+        schedule, datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1)
     )
     assert (report.occurrences, report.queued) == (0, 0)
     # Until 1980 the change was not that night: 02:30 existed, one occurrence a year.
-    report = schedule.backfill(
-        datetime(1970, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1), dry_run=True
+    report = services.backfill(
+        schedule,
+        datetime(1970, 1, 1, tzinfo=UTC),
+        timezone.now() - timedelta(minutes=1),
+        dry_run=True,
     )
     assert report.occurrences == 11  # 1970 to 1980 (summer time began on 6 April 1980)
     assert walls[0] <= 2_000
@@ -138,8 +141,10 @@ def test_a_backfill_over_too_many_skipped_times_is_refused_saying_why(
         kind="cron", cron=NEVER_DENSE.cron, timezone=NEVER_DENSE.timezone, dst_gap="skip"
     )
     walls[0] = 0
-    with pytest.raises(actions.ActionError, match="skipped by the DST policy"):
-        schedule.backfill(datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1))
+    with pytest.raises(services.ServiceError, match="skipped by the DST policy"):
+        services.backfill(
+            schedule, datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1)
+        )
     # The first change's seconds, then a few wall times per skipped time up to the limit.
     assert walls[0] <= 2 * 3_600 + 3 * 1_000
 

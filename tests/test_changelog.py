@@ -15,7 +15,7 @@ from django.db import transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
-from django_schedulinator import changelog
+from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
 
@@ -43,9 +43,9 @@ def test_each_change_of_the_settings_bumps_the_version() -> None:
     schedule.cron = "*/7 * * * *"
     schedule.save()
     assert schedule.version == 2
-    schedule.pause("maintenance")
+    services.pause(schedule, "maintenance")
     assert Schedule.objects.get(pk=schedule.pk).version == 3
-    schedule.resume()
+    services.resume(schedule)
     assert Schedule.objects.get(pk=schedule.pk).version == 4
 
 
@@ -82,7 +82,7 @@ def test_the_schedule_command_records_its_actions() -> None:
 def test_a_refused_action_records_nothing() -> None:
     schedule = make_schedule()
     with pytest.raises(Exception, match="at most 500"):
-        schedule.pause("x" * 501)
+        services.pause(schedule, "x" * 501)
     call_command("schedule", "pause", schedule.name)
     call_command("schedule", "pause", schedule.name)  # already paused: nothing new
 

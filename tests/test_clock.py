@@ -17,7 +17,7 @@ import time_machine
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import actions, clock
+from django_schedulinator import clock, services
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
@@ -55,10 +55,10 @@ def paused_minutely(minutes_ago: int) -> Schedule:
 
 def test_resume_skips_only_what_redis_time_has_passed(host_ahead: None) -> None:
     schedule = paused_minutely(3)
-    schedule.pause()
+    services.pause(schedule)
     before = redis_now()
 
-    schedule.resume()
+    services.resume(schedule)
 
     after = redis_now()
     paused = sorted(
@@ -86,21 +86,21 @@ def test_saving_a_new_schedule_plans_from_redis_time(host_ahead: None) -> None:
 
 def test_preview_and_run_now_take_redis_time(host_ahead: None) -> None:
     schedule = paused_minutely(3)
-    schedule.pause()
+    services.pause(schedule)
     before = redis_now()
     # A paused schedule previews what a resume now gives: from Redis TIME on.
     assert schedule.preview(1)[0].at <= next_minute(redis_now())
     assert schedule.preview(1)[0].at >= next_minute(before)
-    run = schedule.run_now()
+    run = services.run_now(schedule)
     assert before <= run.scheduled_for <= redis_now()
 
 
 def test_backfill_refuses_a_range_redis_time_has_not_reached(host_ahead: None) -> None:
     schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
     end = timezone.now() - MINUTE  # in the past for this host, five minutes ahead of Redis
-    with pytest.raises(actions.ActionError, match="must not be after now"):
-        schedule.backfill(end - 2 * AHEAD, end)
-    report = schedule.backfill(redis_now() - 5 * MINUTE, redis_now(), dry_run=True)
+    with pytest.raises(services.ServiceError, match="must not be after now"):
+        services.backfill(schedule, end - 2 * AHEAD, end)
+    report = services.backfill(schedule, redis_now() - 5 * MINUTE, redis_now(), dry_run=True)
     assert report.occurrences in (5, 6)
 
 
@@ -117,13 +117,13 @@ def test_without_redis_save_and_resume_use_the_host_clock_and_say_so(
 ) -> None:
     clock.now()  # Redis answers: no outage so far (an earlier test's ends here, logged)
     schedule = paused_minutely(3)
-    schedule.pause()
+    services.pause(schedule)
     lose_redis(settings)
     caplog.set_level(logging.INFO, logger="django_schedulinator.clock")
     caplog.clear()
 
     created = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
-    schedule.resume()
+    services.resume(schedule)
 
     now = timezone.now()
     assert now < created.next_run_at <= next_minute(now)
@@ -139,7 +139,7 @@ def test_a_backfill_up_to_this_moment_is_accepted() -> None:
     # Redis runs on this host here: its TIME, read after the argument was taken, is later,
     # to the microsecond (a millisecond-truncated "now" refused it).
     schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
-    report = schedule.backfill(timezone.now() - 5 * MINUTE, timezone.now(), dry_run=True)
+    report = services.backfill(schedule, timezone.now() - 5 * MINUTE, timezone.now(), dry_run=True)
     assert report.occurrences in (5, 6)
 
 

@@ -20,7 +20,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import clock, resync_schedules, timing
+from django_schedulinator import clock, resync_schedules, services, timing
 from django_schedulinator.checks import check_index
 from django_schedulinator.claiming import Claimer
 from django_schedulinator.dbclock import DatabaseNow
@@ -416,7 +416,7 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     assert len(occurrences) == 3
     # While the batch waits for the dispatch thread:
     Schedule.objects.get(pk=deleted).delete()
-    Schedule.objects.get(pk=paused).pause("maintenance")
+    services.pause(Schedule.objects.get(pk=paused), "maintenance")
 
     worker._dispatch_now(Leased(occurrences, token, time.monotonic()))
 

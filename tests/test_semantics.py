@@ -20,7 +20,7 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_schedulinator import actions, clock, resync_schedules
+from django_schedulinator import clock, resync_schedules, services
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms, to_ms, truncate_ms
@@ -235,13 +235,13 @@ def test_a_one_off_too_late_for_catch_up_skip_expires(sim: Simulation) -> None:
 
 def test_resume_fires_nothing_from_the_paused_period_and_records_it(sim: Simulation) -> None:
     schedule = make_schedule(kind="cron", cron="*/10 * * * *", timezone="UTC")
-    schedule.pause("database migration")
+    services.pause(schedule, "database migration")
     assert DueIndex().scores([schedule.pk])[schedule.pk] is None
     assert schedule.paused_at == START
 
     sim.at(START + timedelta(hours=1, minutes=5))
     sim.step()  # nothing is due: the schedule is not in the index
-    schedule.resume()
+    services.resume(schedule)
     sim.step()
 
     assert fired(schedule) == []
@@ -256,9 +256,9 @@ def test_resume_fires_nothing_from_the_paused_period_and_records_it(sim: Simulat
 
 def test_resume_with_catch_up_hands_the_paused_period_to_the_policy(sim: Simulation) -> None:
     schedule = make_schedule(kind="cron", cron="*/10 * * * *", timezone="UTC")
-    schedule.pause()
+    services.pause(schedule)
     sim.at(START + timedelta(hours=1, minutes=5))
-    schedule.resume(catch_up=True)
+    services.resume(schedule, catch_up=True)
     sim.step()
 
     assert fired(schedule) == [utc("2026-03-27T13:00")]  # catch-up "latest"
@@ -267,9 +267,9 @@ def test_resume_with_catch_up_hands_the_paused_period_to_the_policy(sim: Simulat
 
 def test_an_interval_keeps_its_grid_across_a_pause(sim: Simulation) -> None:
     schedule = make_schedule(kind="interval", interval=timedelta(minutes=7))
-    schedule.pause()
+    services.pause(schedule)
     sim.at(START + timedelta(minutes=30))
-    schedule.resume()
+    services.resume(schedule)
     # 12:07, 12:14, 12:21, 12:28 were paused; the grid continues at 12:35.
     assert schedule.next_run_at == utc("2026-03-27T12:35")
     assert len(skipped(schedule)) == 4
@@ -435,7 +435,7 @@ def test_a_one_off_fires_once_and_is_kept(sim: Simulation) -> None:
 
 def test_run_now_uses_the_ledger_and_a_key_of_its_own(sim: Simulation) -> None:
     schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
-    run = schedule.run_now()
+    run = services.run_now(schedule)
     sim.step()
 
     run.refresh_from_db()
@@ -445,13 +445,13 @@ def test_run_now_uses_the_ledger_and_a_key_of_its_own(sim: Simulation) -> None:
     assert Delivery.objects.get().key == run.idempotency_key == f"{schedule.pk}:{to_ms(START)}"
     assert Schedule.objects.get(pk=schedule.pk).next_run_at == START + timedelta(hours=1)
     # A second one at the same instant gets a key of its own.
-    again = schedule.run_now()
+    again = services.run_now(schedule)
     assert again.idempotency_key != run.idempotency_key
 
 
 def test_run_now_with_advance_takes_the_place_of_the_next_run(sim: Simulation) -> None:
     schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
-    schedule.run_now(advance=True)
+    services.run_now(schedule, advance=True)
     sim.step()
 
     assert skipped(schedule) == [(START + timedelta(hours=1), "replaced")]
@@ -462,13 +462,13 @@ def test_backfill_fires_each_occurrence_once(sim: Simulation) -> None:
     schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
     start, end = utc("2026-03-26T00:00"), utc("2026-03-26T05:00")
 
-    report = schedule.backfill(start, end)
+    report = services.backfill(schedule, start, end)
     sim.step()
     assert (report.occurrences, report.queued) == (6, 6)
     assert fired(schedule) == [utc(f"2026-03-26T0{h}:00") for h in range(6)]
     assert Delivery.objects.count() == 6
 
-    again = schedule.backfill(start, end)
+    again = services.backfill(schedule, start, end)
     sim.step()
     assert (again.queued, again.requeued, again.already) == (0, 0, 6)
     assert Delivery.objects.count() == 6
@@ -476,7 +476,7 @@ def test_backfill_fires_each_occurrence_once(sim: Simulation) -> None:
 
 def test_backfill_fires_occurrences_that_were_skipped(sim: Simulation) -> None:
     schedule = down_for_an_hour(sim)
-    report = schedule.backfill(utc("2026-03-27T12:01"), utc("2026-03-27T12:10"))
+    report = services.backfill(schedule, utc("2026-03-27T12:01"), utc("2026-03-27T12:10"))
     sim.step()
     assert report.requeued == 10
     assert len(fired(schedule)) == 11
@@ -495,8 +495,8 @@ def test_bad_backfills_are_refused_with_a_reason(
     sim: Simulation, start: str, end: str, fragment: str
 ) -> None:
     schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
-    with pytest.raises(actions.ActionError, match=fragment):
-        schedule.backfill(utc(start), utc(end))
+    with pytest.raises(services.ServiceError, match=fragment):
+        services.backfill(schedule, utc(start), utc(end))
     assert not Run.objects.exists()
 
 
@@ -554,18 +554,18 @@ def test_manual_operations_refuse_a_task_no_longer_registered(sim: Simulation) -
     Schedule.objects.filter(pk=schedule.pk).update(task="gone.task")
     schedule.refresh_from_db()
     with pytest.raises(
-        actions.ActionError, match=re.escape("'gone.task' is not a registered task")
+        services.ServiceError, match=re.escape("'gone.task' is not a registered task")
     ):
-        schedule.run_now()
-    with pytest.raises(actions.ActionError, match="not a registered task"):
-        schedule.backfill(utc("2026-03-26T00:00"), utc("2026-03-26T05:00"))
+        services.run_now(schedule)
+    with pytest.raises(services.ServiceError, match="not a registered task"):
+        services.backfill(schedule, utc("2026-03-26T00:00"), utc("2026-03-26T05:00"))
     assert not Run.objects.exists()
 
 
 def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
     schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
-    with pytest.raises(actions.ActionError, match="start must be a date and time with a time"):
-        schedule.backfill(datetime(2026, 3, 26), utc("2026-03-26T05:00"))
+    with pytest.raises(services.ServiceError, match="start must be a date and time with a time"):
+        services.backfill(schedule, datetime(2026, 3, 26), utc("2026-03-26T05:00"))
     assert not Run.objects.exists()
 
 

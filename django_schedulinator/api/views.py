@@ -26,12 +26,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import actions, changelog
+from .. import services
 from ..changelog import Origin
 from ..conf import app_settings
+from ..errors import ScheduleDeleted, ServiceError
 from ..health import index_status
 from ..models import Run, Schedule, ScheduleChange
-from ..sync import resync_schedules
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
 from .negotiation import NegotiationMixin
@@ -279,14 +279,9 @@ class ScheduleViewSet(
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         try:
-            with transaction.atomic(using=self.db):
-                schedule = serializer.save()
-                changelog.record(
-                    schedule,
-                    self.origin,
-                    ScheduleChange.Action.CREATED,
-                    changelog.diff({}, changelog.snapshot(schedule)),
-                )
+            schedule = self._act(
+                lambda: services.create(serializer.validated_data, origin=self.origin)
+            )
         except IntegrityError:  # a concurrent create took the name after validation
             raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
         response = self._respond(schedule, status.HTTP_201_CREATED)
@@ -307,14 +302,16 @@ class ScheduleViewSet(
                 self._check_version(schedule, required=True)
                 serializer = self.get_serializer(schedule, data=request.data, partial=partial)
                 serializer.is_valid(raise_exception=True)
-                before = changelog.snapshot(schedule)
-                asked = {k: changelog.as_json(v) for k, v in serializer.validated_data.items()}
                 # An update that changes nothing writes nothing: the version stays, so it
                 # does not make other clients' edits stale.
-                if changelog.diff(before, {**before, **asked}):
-                    serializer.save()
-                    changes = changelog.diff(before, changelog.snapshot(schedule))
-                    changelog.record(schedule, self.origin, ScheduleChange.Action.CHANGED, changes)
+                self._act(
+                    lambda: services.update(
+                        schedule,
+                        serializer.validated_data,
+                        expected_version=schedule.version,
+                        origin=self.origin,
+                    )
+                )
         except IntegrityError:
             raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
         return self._respond(schedule)
@@ -338,13 +335,7 @@ class ScheduleViewSet(
         with transaction.atomic(using=self.db):
             schedule = self._locked()
             self._check_version(schedule, required=False)
-            changelog.record(
-                schedule,
-                self.origin,
-                ScheduleChange.Action.DELETED,
-                changelog.diff(changelog.snapshot(schedule), {}),
-            )
-            schedule.delete()
+            self._act(lambda: services.delete(schedule, origin=self.origin))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # -- actions ---------------------------------------------------------------------------
@@ -364,7 +355,9 @@ class ScheduleViewSet(
         body = s.PauseSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         self._act(
-            lambda: actions.pause(schedule, body.validated_data.get("note", ""), origin=self.origin)
+            lambda: services.pause(
+                schedule, body.validated_data.get("note", ""), origin=self.origin
+            )
         )
         return self._respond(schedule)
 
@@ -380,7 +373,7 @@ class ScheduleViewSet(
         body = s.ResumeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         self._act(
-            lambda: actions.resume(
+            lambda: services.resume(
                 schedule, catch_up=body.validated_data["catch_up"], origin=self.origin
             )
         )
@@ -397,7 +390,7 @@ class ScheduleViewSet(
         body = s.RunNowSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         run = self._act(
-            lambda: actions.run_now(
+            lambda: services.run_now(
                 schedule, advance=body.validated_data["advance"], origin=self.origin
             )
         )
@@ -415,7 +408,7 @@ class ScheduleViewSet(
         body.is_valid(raise_exception=True)
         data = body.validated_data
         report = self._act(
-            lambda: actions.backfill(
+            lambda: services.backfill(
                 schedule, data["start"], data["end"], dry_run=data["dry_run"], origin=self.origin
             )
         )
@@ -431,10 +424,9 @@ class ScheduleViewSet(
         """Write this schedule's due-index entry again from its row."""
         schedule = self._action_schedule()
         try:
-            resync_schedules([schedule.pk])
+            services.resync([schedule], origin=self.origin)
         except RedisError as exc:
             raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
-        changelog.record(schedule, self.origin, ScheduleChange.Action.RESYNCED)
         return self._respond(schedule)
 
     @extend_schema(
@@ -481,10 +473,10 @@ class ScheduleViewSet(
         """Run an action; its refusals become 400s that say why."""
         try:
             return run()
-        except actions.ActionError as exc:
-            raise ValidationError({"detail": str(exc)}) from None
-        except Schedule.DoesNotExist:  # deleted since it was looked up
+        except ScheduleDeleted:  # deleted since it was looked up
             raise Http404 from None
+        except ServiceError as exc:
+            raise ValidationError({"detail": str(exc)}) from None
         except DjangoValidationError as exc:
             raise ValidationError(s._as_drf_errors(exc)) from None
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from ..errors import InvalidArguments
+
 OutcomeStatus = Literal["dispatched", "succeeded", "failed"]
 
 
@@ -52,10 +54,6 @@ class Occurrence:
                 "scheduler passes the occurrence itself."
             )
         return list(self.args), dict(self.kwargs)
-
-
-class InvalidArguments(ValueError):
-    """A run's stored args or kwargs cannot be passed to a task."""
 
 
 def _json_type(value: Any) -> str:

@@ -21,9 +21,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime
 
-from ...actions import ActionError, backfill, pause, resume, run_now
 from ...changelog import Origin
+from ...errors import ServiceError
 from ...models import Schedule, ScheduleChange
+from ...services import backfill, pause, resume, run_now
 from ...timing import get_zone
 from .run_scheduler import positive_int
 
@@ -79,7 +80,7 @@ class Command(BaseCommand):
                 self.stdout.write(f"Queued run {run.pk} (key {run.idempotency_key}).")
             elif action == "backfill":
                 self._backfill(schedule, options)
-        except ActionError as exc:
+        except ServiceError as exc:
             raise CommandError(str(exc)) from exc
         except ValidationError as exc:  # e.g. a pause note longer than the field allows
             problems = "; ".join(f"{f}: {' '.join(m)}" for f, m in exc.message_dict.items())

@@ -1,0 +1,47 @@
+"""The app's errors: one base class, so a caller can catch everything the app refuses.
+
+This module imports nothing of the app: every other module may raise these.
+"""
+
+from __future__ import annotations
+
+
+class SchedulinatorError(Exception):
+    """Base of every error the app raises on purpose."""
+
+
+class TimingError(SchedulinatorError, ValueError):
+    """A schedule's timing cannot be evaluated (bad cron, zone or interval)."""
+
+
+class UnknownTask(SchedulinatorError, LookupError):
+    """A task name is not in the registry."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"{name!r} is not a registered task")
+        self.name = name
+
+
+class InvalidArguments(SchedulinatorError, ValueError):
+    """A run's stored args or kwargs cannot be passed to a task."""
+
+
+class RebuildInProgress(SchedulinatorError, RuntimeError):
+    """Another process holds the rebuild lock of the due index."""
+
+
+class ServiceError(SchedulinatorError, ValueError):
+    """A change cannot be made as asked; the message says why (see ``services``)."""
+
+
+class ScheduleDeleted(ServiceError):
+    """The schedule was deleted (or never saved) before the change could be made."""
+
+
+class VersionConflict(ServiceError):
+    """The schedule's settings changed since the caller read them: the edit is refused
+    instead of overwriting the newer one. ``current`` is the version the row holds now."""
+
+    def __init__(self, message: str, *, current: int) -> None:
+        super().__init__(message)
+        self.current = current

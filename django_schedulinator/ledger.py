@@ -1,0 +1,255 @@
+"""The run ledger: every write of ``Run`` rows, named for what happened.
+
+A ``Run`` is one occurrence of a schedule. The unique (schedule, scheduled_for) constraint
+makes an occurrence impossible to record twice, and the idempotency key derives from the
+same pair, so the ledger is what makes "fired exactly once" decidable. Runs enter it when a
+claim fires, buffers or skips occurrences (``record_claimed``), when a resume or a run now
+passes occurrences over (``record_skipped``), and when someone queues work by hand
+(``queue``, ``requeue_skipped``). They leave ``pending`` when a scheduler takes them over
+(``take_over``), starts them (``mark_running``), cancels them (``cancel_paused``) or records
+their outcome (``record_outcomes``); buffered runs are released by ``release_buffered``.
+
+Nothing else in the app writes runs. The SQL of the batched insert lives in
+``RunQuerySet.insert_runs``; the functions here say when and why it is called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db.models import F
+from django.utils import timezone
+
+from . import timing
+from .models import Run, Schedule
+from .querysets import NewRun, json_ids
+
+if TYPE_CHECKING:
+    from .dispatch.base import Outcome
+
+
+def record_claimed(
+    runs: Sequence[NewRun],
+    *,
+    claimed_at: datetime,
+    worker_id: str,
+    claim_token: str,
+    lease_expires_at: datetime,
+    using: str,
+) -> dict[tuple[int, int], int]:
+    """The runs of a claim: fired ones pending under this claim's lease, buffered and
+    skipped ones as such. Occurrences already in the ledger are left out; returns
+    ``{(schedule_id, epoch ms): run_id}`` of those inserted."""
+    return Run.objects.using(using).insert_runs(
+        runs,
+        claimed_at=claimed_at,
+        worker_id=worker_id,
+        claim_token=claim_token,
+        lease_expires_at=lease_expires_at,
+    )
+
+
+def record_skipped(
+    schedule: Any,
+    skipped: Iterable[tuple[datetime, str, str]],
+    *,
+    now: datetime,
+    worker_id: str,
+    using: str,
+) -> dict[tuple[int, int], int]:
+    """Occurrences that did not fire, each ``(nominal time, reason, note)``: the paused
+    period at a resume, the regular run a run now replaced."""
+    return Run.objects.using(using).insert_runs(
+        [
+            NewRun.of(schedule, at, status=Run.Status.SKIPPED, skip_reason=reason, note=note)
+            for at, reason, note in skipped
+        ],
+        claimed_at=now,
+        worker_id=worker_id,
+    )
+
+
+def queue(
+    schedule: Schedule,
+    moments: Iterable[datetime],
+    *,
+    trigger: str,
+    note: str,
+    now: datetime,
+    worker_id: str,
+    using: str,
+) -> dict[tuple[int, int], int]:
+    """Runs queued for any scheduler to take (run now, backfill): pending, their lease over
+    already, no attempt yet, so the next take-over dispatches them with ``attempt == 1``.
+    Occurrences already in the ledger are left out."""
+    return Run.objects.using(using).insert_runs(
+        [
+            NewRun.of(schedule, at, trigger=trigger, attempts=0, lease_expires_at=at, note=note)
+            for at in moments
+        ],
+        claimed_at=now,
+        worker_id=worker_id,
+    )
+
+
+def requeue_skipped(
+    schedule: Schedule, moments: Sequence[datetime], *, trigger: str, note: str, using: str
+) -> int:
+    """Turn skipped occurrences into queued runs (a backfill), with the schedule's task and
+    arguments as they are now. Returns how many were requeued."""
+    if not moments:
+        return 0
+    return (
+        Run.objects.using(using)
+        .filter(schedule_id=schedule.pk, scheduled_for__in=moments, status=Run.Status.SKIPPED)
+        .update(
+            status=Run.Status.PENDING,
+            trigger=trigger,
+            attempts=0,
+            # Expired already by any clock: the occurrence lies in the past.
+            lease_expires_at=F("scheduled_for"),
+            claim_token="",
+            worker_id="backfill",
+            note=note,
+            task=schedule.task,
+            args=schedule.args,
+            kwargs=schedule.kwargs,
+        )
+    )
+
+
+def take_over(
+    candidates: Sequence[int],
+    *,
+    now: datetime,
+    lease_expires_at: datetime,
+    claim_token: str,
+    worker_id: str,
+    using: str,
+) -> int:
+    """Lease the runs among ``candidates`` whose lease expired to this process under a new
+    claim token, one attempt more. Conditional: of two processes taking over the same run,
+    exactly one matches. Returns how many it took."""
+    return (
+        Run.objects.using(using)
+        .filter(pk__in=candidates)
+        .lease_expired(now)
+        .update(
+            status=Run.Status.PENDING,
+            claim_token=claim_token,
+            worker_id=worker_id,
+            lease_expires_at=lease_expires_at,
+            attempts=F("attempts") + 1,
+        )
+    )
+
+
+def renew_leases(
+    run_ids: Sequence[int], claim_token: str, *, until: datetime, using: str
+) -> set[int]:
+    """Extend the leases of the runs ``claim_token`` still holds; their ids."""
+    held = Run.objects.using(using).held_by(claim_token, json_ids(run_ids, using))
+    held.update(lease_expires_at=until)
+    return set(held.values_list("pk", flat=True))
+
+
+def cancel_paused(run_ids: Sequence[int], claim_token: str, *, using: str) -> int:
+    """Scheduled runs whose schedule was paused between their claim and their dispatch are
+    recorded as skipped ("paused") instead of dispatched."""
+    if not run_ids:
+        return 0
+    return (
+        Run.objects.using(using)
+        .held_by(claim_token, json_ids(run_ids, using))
+        .update(
+            status=Run.Status.SKIPPED,
+            skip_reason=timing.PAUSED,
+            note="The schedule was paused after this run was claimed, before its dispatch.",
+            lease_expires_at=None,
+        )
+    )
+
+
+def mark_running(run_ids: Collection[int], claim_token: str, *, using: str) -> int:
+    """The dispatcher started these runs (those ``claim_token`` still holds)."""
+    return (
+        Run.objects.using(using)
+        .pending()
+        .filter(pk__in=json_ids(list(run_ids), using), claim_token=claim_token)
+        .update(status=Run.Status.RUNNING)
+    )
+
+
+def record_outcomes(
+    outcomes: Sequence[Outcome],
+    schedule_of: Mapping[int, int],
+    *,
+    dispatched_at: Any,
+    using: str,
+) -> list[int]:
+    """Store what the dispatcher reported, and each schedule's count of failures in a row
+    (a success resets it, a failure adds one). Call inside a transaction.
+
+    Returns the schedules whose failures in a row reached their ``pause_after_failures``:
+    the caller pauses them (``services.auto_pause``) in the same transaction."""
+    finished_at = timezone.now()
+    by_status: dict[str, list[int]] = {}
+    failed: list[Outcome] = []
+    for o in outcomes:
+        if o.status == "failed":
+            failed.append(o)
+        else:
+            by_status.setdefault(o.status, []).append(o.run_id)
+    runs = Run.objects.using(using)
+    for status, ids in by_status.items():
+        runs.unfinished().filter(pk__in=json_ids(ids, using)).update(
+            status=status,
+            dispatched_at=dispatched_at,
+            finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
+            lease_expires_at=None,
+        )
+    for o in failed:  # one statement each: failures carry their own error text
+        runs.unfinished().filter(pk=o.run_id).update(
+            status=Run.Status.FAILED,
+            error=o.error,
+            dispatched_at=dispatched_at,
+            finished_at=finished_at,
+            lease_expires_at=None,
+        )
+    succeeded = {schedule_of[i] for i in by_status.get(Run.Status.SUCCEEDED, ())}
+    if succeeded:
+        Schedule.objects.using(using).filter(
+            pk__in=json_ids(sorted(succeeded), using), failure_streak__gt=0
+        ).update(failure_streak=0)
+    if not failed:
+        return []
+    schedules = Schedule.objects.using(using).filter(
+        pk__in=sorted({schedule_of[o.run_id] for o in failed})
+    )
+    schedules.update(failure_streak=F("failure_streak") + 1)
+    return list(
+        schedules.filter(
+            enabled=True,
+            pause_after_failures__isnull=False,
+            failure_streak__gte=F("pause_after_failures"),
+        ).values_list("pk", flat=True)
+    )
+
+
+def release_buffered(schedule_ids: Collection[int] | None, *, using: str) -> int:
+    """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
+    or of all); any scheduler's next take-over dispatches them. Returns how many."""
+    runs = Run.objects.using(using)
+    waiting = runs.filter(status=Run.Status.BUFFERED)
+    if schedule_ids is not None:
+        if not schedule_ids:
+            return 0
+        waiting = waiting.filter(schedule_id__in=json_ids(sorted(schedule_ids), using))
+    busy = runs.unfinished().values("schedule_id")
+    return waiting.exclude(schedule_id__in=busy).update(
+        status=Run.Status.PENDING,
+        attempts=0,
+        lease_expires_at=F("scheduled_for"),  # already expired: any scheduler takes it
+    )

@@ -1,0 +1,579 @@
+"""Every change to a schedule, whoever makes it: the one write path.
+
+The admin, the REST API, ``manage.py schedule``, the scheduler's auto-pause and code that
+uses the app all change schedules through these functions. Each one takes who acts (an
+``Origin``: the user, if any, and the source), locks the row it changes, validates with the
+model's rules, writes, records the change in the change log, and has the due index follow
+once the transaction commits (the model's signals for saves; ``sync.resync_on_commit`` for
+bulk writes) — all in one transaction, so a change and its record commit together or not
+at all.
+
+Each function works on the row as it is now, locked until its transaction ends, not on the
+caller's instance: that copy may predate a concurrent edit, which writing it back would undo
+(and a run queued from it would carry stale arguments). The caller's instance then takes
+what was written.
+
+Runs are written by ``ledger``; the model itself (``models.Schedule``) only validates and
+keeps its derived fields consistent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import router, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from . import changelog, clock, ledger, sync, timing
+from .changelog import Origin
+from .conf import app_settings
+from .dbclock import DatabaseNow
+from .errors import ScheduleDeleted, ServiceError, VersionConflict
+from .index import ApplyResult, DueIndex, get_index
+from .models import Run, Schedule, ScheduleChange
+from .registry import registry
+
+__all__ = [
+    "PYTHON",
+    "BackfillReport",
+    "Origin",
+    "ServiceError",
+    "VersionConflict",
+    "auto_pause",
+    "backfill",
+    "create",
+    "delete",
+    "delete_many",
+    "pause",
+    "resume",
+    "resync",
+    "run_now",
+    "update",
+]
+
+logger = logging.getLogger("django_schedulinator.services")
+
+# Who acts when code calls a service without saying.
+PYTHON = Origin(None, ScheduleChange.Source.PYTHON)
+
+# The index scores times as epoch milliseconds: nothing runs before it.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# What pause, resume and run now write to the row: the caller's instance takes these
+# afterwards, and keeps its other values as they were (unsaved edits included).
+WRITTEN_BY_ACTIONS = (
+    "enabled", "pause_note", "paused_at", "next_run_at", "due_at", "revision", "version",
+    "updated_at",
+)  # fmt: skip
+# What an update writes: every setting, and what follows from them.
+WRITTEN_BY_UPDATE = (*Schedule.SETTINGS_FIELDS, *WRITTEN_BY_ACTIONS)
+
+
+# -- create, update, delete ----------------------------------------------------------------
+
+
+def create(
+    schedule: Schedule | Mapping[str, Any], *, origin: Origin = PYTHON, using: str | None = None
+) -> Schedule:
+    """Create a schedule from an unsaved instance or from its fields; validated by the
+    model (a ``ValidationError`` names each bad field). Returns the saved schedule."""
+    instance = schedule if isinstance(schedule, Schedule) else Schedule(**schedule)
+    if not instance._state.adding:
+        raise ServiceError("This schedule is saved already: update it instead.")
+    db = using or _db(instance)
+    with transaction.atomic(using=db):
+        instance.save(using=db)
+        instance.refresh_from_db(using=db)  # the values as stored, for the change log
+        _record(
+            instance,
+            origin,
+            ScheduleChange.Action.CREATED,
+            changelog.diff({}, changelog.snapshot(instance)),
+            db,
+        )
+    return instance
+
+
+def update(
+    schedule: Schedule,
+    changes: Mapping[str, Any] | None = None,
+    *,
+    expected_version: int | None = None,
+    origin: Origin = PYTHON,
+) -> bool:
+    """Change a schedule's settings; returns whether anything changed.
+
+    ``changes`` maps settings (``Schedule.SETTINGS_FIELDS``) to new values; without it, the
+    settings of ``schedule`` as the caller edited them are written. With
+    ``expected_version``, the edit is refused (``VersionConflict``) if the schedule's
+    settings changed since the caller read that version. An edit that changes nothing
+    writes nothing, and the version stays.
+
+    Changed timing moves the next run to its first occurrence after now. Setting
+    ``enabled`` again resumes like ``resume`` (the paused period recorded as skipped);
+    clearing it pauses."""
+    values = (
+        {name: getattr(schedule, name) for name in Schedule.SETTINGS_FIELDS}
+        if changes is None
+        else dict(changes)
+    )
+    unknown = sorted(set(values) - set(Schedule.SETTINGS_FIELDS))
+    if unknown:
+        raise ServiceError(f"Not settings of a schedule: {', '.join(unknown)}.")
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        _check_version(current, expected_version)
+        before = changelog.snapshot(current)
+        resuming = not current.enabled and values.get("enabled") is True
+        paused_note = current.pause_note
+        for name, value in values.items():
+            setattr(current, name, value)
+        asked = changelog.diff(before, changelog.snapshot(current))
+        if not asked:
+            _adopt(schedule, current, WRITTEN_BY_UPDATE)
+            return False
+        if resuming and not set(asked) & (set(Schedule.TIMING_FIELDS) - {"enabled"}):
+            # A resume, as resume() does it: the paused period is recorded as skipped.
+            current.full_clean(validate_unique=False, validate_constraints=False)
+            passed = _resume_moments(current, db)
+            current.save(using=db)
+            _record_paused_over(current, passed, paused_note, db)
+        else:
+            current.save(using=db)
+        current.refresh_from_db(using=db)
+        _record(
+            current,
+            origin,
+            ScheduleChange.Action.CHANGED,
+            changelog.diff(before, changelog.snapshot(current)),
+            db,
+        )
+    _adopt(schedule, current, WRITTEN_BY_UPDATE)
+    return True
+
+
+def delete(
+    schedule: Schedule, *, expected_version: int | None = None, origin: Origin = PYTHON
+) -> None:
+    """Delete a schedule with its runs; the change log keeps its last settings."""
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        _check_version(current, expected_version)
+        _record_deleted([current], origin, db)
+        current.delete(using=db)
+
+
+def delete_many(schedules: Iterable[Schedule], *, origin: Origin = PYTHON) -> int:
+    """Delete several schedules with their runs in one transaction; how many were deleted."""
+    ids = sorted({s.pk for s in schedules if s.pk is not None})
+    if not ids:
+        return 0
+    db = router.db_for_write(Schedule)
+    with transaction.atomic(using=db):
+        rows = Schedule.objects.using(db).filter(pk__in=ids)
+        current = list(rows.order_by("pk").select_for_update())
+        _record_deleted(current, origin, db)
+        rows.delete()
+        # A bulk delete sends no signals: the entries of the rows that are gone leave here.
+        sync.resync_on_commit(ids, using=db)
+    return len(current)
+
+
+# -- pause, resume -------------------------------------------------------------------------
+
+
+def pause(schedule: Schedule, note: str = "", *, origin: Origin = PYTHON) -> None:
+    """Stop firing: the schedule leaves the index and keeps where it stood. Pausing a
+    paused schedule with another note replaces the note.
+
+    A note the model refuses (too long) raises its ValidationError; nothing is written and
+    the instance is left as it was."""
+    if not isinstance(note, str):
+        raise ServiceError("The pause note must be text.")
+    note = note.strip()
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        if current.enabled or current.pause_note != note:
+            if current.enabled:
+                current.paused_at = clock.now()
+            current.enabled, current.pause_note = False, note
+            current.save(using=db, update_fields=["enabled", "pause_note", "paused_at"])
+            _record(current, origin, ScheduleChange.Action.PAUSED, {"note": note}, db)
+    _adopt(schedule, current, WRITTEN_BY_ACTIONS)
+
+
+def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin = PYTHON) -> None:
+    """Fire again. The occurrences of the paused period are recorded as skipped
+    ("paused"), or, with ``catch_up``, left due so the catch-up policy handles them."""
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        if not current.enabled:
+            note = current.pause_note
+            current.enabled, current.paused_at, current.pause_note = True, None, ""
+            passed: list[timing.Moment] = []
+            if not (catch_up and current.next_run_at):
+                passed = _resume_moments(current, db)
+            current.due_at = current.due_at_for(current.next_run_at)
+            current.save(
+                using=db,
+                update_fields=["enabled", "paused_at", "pause_note", "next_run_at", "due_at"],
+            )
+            _record_paused_over(current, passed, note, db)
+            _record(current, origin, ScheduleChange.Action.RESUMED, {"catch_up": catch_up}, db)
+    _adopt(schedule, current, WRITTEN_BY_ACTIONS)
+
+
+def auto_pause(
+    schedule_ids: Sequence[int], *, note: str, using: str, index: DueIndex | None = None
+) -> list[int]:
+    """Pause the schedules whose failures in a row reached ``pause_after_failures`` (the
+    scheduler's own change, recorded with the source "scheduler"); the ids paused. One
+    statement for the batch: the outcome path must stay cheap."""
+    if not schedule_ids:
+        return []
+    now = timezone.now()
+    with transaction.atomic(using=using):
+        rows = Schedule.objects.using(using).filter(pk__in=sorted(schedule_ids), enabled=True)
+        paused = list(rows.values_list("pk", flat=True))
+        if not paused:
+            return []
+        Schedule.objects.using(using).filter(pk__in=paused).update(
+            enabled=False,
+            paused_at=now,
+            pause_note=note,
+            revision=F("revision") + 1,
+            version=F("version") + 1,
+            updated_at=DatabaseNow(),
+        )
+        ScheduleChange.objects.using(using).bulk_create(
+            ScheduleChange(
+                schedule_id=pk,
+                schedule_name=name,
+                source=ScheduleChange.Source.SCHEDULER,
+                action=ScheduleChange.Action.PAUSED,
+                changes={"enabled": [True, False], "pause_note": note},
+                version=version,
+                at=now,
+            )
+            for pk, name, version in Schedule.objects.using(using)
+            .filter(pk__in=paused)
+            .values_list("pk", "name", "version")
+        )
+        sync.resync_on_commit(paused, using=using, index=index)
+    return paused
+
+
+# -- run now, backfill ---------------------------------------------------------------------
+
+
+def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHON) -> Run:
+    """Queue one run now, outside the timing, through the same dispatch path and ledger.
+
+    Its nominal time is now (one millisecond later for each occurrence already at that
+    instant), so it has an idempotency key of its own. The regular next run stays where
+    it is, unless ``advance``: then the run takes its place, and the regular occurrence is
+    recorded as skipped ("replaced")."""
+    db = _db(schedule)
+    now = timing.truncate_ms(clock.now())  # Redis TIME, as the schedulers see it
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        _check_runnable(current)
+        at = now
+        for _attempt in range(1000):
+            inserted = ledger.queue(
+                current,
+                [at],
+                trigger=Run.Trigger.RUN_NOW,
+                note="Queued by run now.",
+                now=now,
+                worker_id="run_now",
+                using=db,
+            )
+            if inserted:
+                break
+            at += timing.ONE_MS
+        else:
+            raise ServiceError("Could not find a free instant for the run; try again.")
+        if advance:
+            _replace_next_run(current, at, db)
+        run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
+        _record(
+            current,
+            origin,
+            ScheduleChange.Action.RUN_NOW,
+            {"run": run.pk, "key": run.idempotency_key, "advance": advance},
+            db,
+        )
+    _adopt(schedule, current, WRITTEN_BY_ACTIONS)
+    _wake_after_commit(db)
+    logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillReport:
+    dry_run: bool
+    occurrences: int  # in the range
+    queued: int  # new runs queued
+    requeued: int  # skipped runs turned into runs
+    already: int  # in the ledger and not skipped: fired, running or queued before
+
+
+def backfill(
+    schedule: Schedule,
+    start: datetime,
+    end: datetime,
+    *,
+    dry_run: bool = False,
+    origin: Origin = PYTHON,
+) -> BackfillReport:
+    """Fire each occurrence of the schedule's timing in [start, end] that has not fired.
+
+    The range must be in the past. An occurrence the ledger holds as skipped fires now; one
+    that fired (or is queued) does not fire again, so running the same backfill twice
+    fires nothing new. Each run has the occurrence's own key."""
+    _check_runnable(schedule)  # before the checks of the range: the first thing to fix
+    for name, value in (("start", start), ("end", end)):
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            raise ServiceError(f"The {name} must be a date and time with a time zone.")
+    now = clock.now()  # "the past" is what the schedulers' clock has passed
+    if start < EPOCH:
+        raise ServiceError("A backfill cannot start before 1970-01-01 UTC.")
+    if end < start:
+        raise ServiceError("The end of a backfill must not be before its start.")
+    if end > now:
+        raise ServiceError("A backfill covers the past: its end must not be after now.")
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        current = _locked(schedule, db)
+        _check_runnable(current)
+        moments = _occurrences_between(current, start, end)
+        recorded = dict(
+            Run.objects.using(db)
+            .filter(schedule_id=schedule.pk, scheduled_for__gte=start, scheduled_for__lte=end)
+            .values_list("scheduled_for", "status")
+        )
+        status_of = {timing.to_ms(at): status for at, status in recorded.items()}
+        new = [at for at in moments if timing.to_ms(at) not in status_of]
+        skipped = [at for at in moments if status_of.get(timing.to_ms(at)) == Run.Status.SKIPPED]
+        report = BackfillReport(
+            dry_run=dry_run,
+            occurrences=len(moments),
+            queued=len(new),
+            requeued=len(skipped),
+            already=len(moments) - len(new) - len(skipped),
+        )
+        if dry_run or not (new or skipped):
+            return report
+        note = f"Queued by a backfill of {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
+        ledger.queue(
+            current,
+            new,
+            trigger=Run.Trigger.BACKFILL,
+            note=note,
+            now=now,
+            worker_id="backfill",
+            using=db,
+        )
+        ledger.requeue_skipped(current, skipped, trigger=Run.Trigger.BACKFILL, note=note, using=db)
+        _record(
+            current,
+            origin,
+            ScheduleChange.Action.BACKFILL,
+            {
+                "start": start.isoformat(),
+                "end": end.isoformat(),
+                "queued": report.queued,
+                "requeued": report.requeued,
+            },
+            db,
+        )
+    _wake_after_commit(db)
+    logger.info(
+        "Backfill of schedule %s queued %d run(s) (%d skipped before).",
+        schedule.pk,
+        report.queued + report.requeued,
+        report.requeued,
+    )
+    return report
+
+
+# -- the index -----------------------------------------------------------------------------
+
+
+def resync(schedules: Sequence[Schedule], *, origin: Origin = PYTHON) -> ApplyResult:
+    """Write the schedules' index entries again from their committed rows, now, and record
+    it. Raises Redis's error when Redis is unreachable (nothing is recorded then)."""
+    if not schedules:
+        return ApplyResult()
+    db = router.db_for_write(Schedule)
+    result = sync.resync_schedules([s.pk for s in schedules], using=db)
+    with transaction.atomic(using=db):
+        for schedule in schedules:
+            _record(schedule, origin, ScheduleChange.Action.RESYNCED, None, db)
+    return result
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _db(schedule: Schedule) -> str:
+    return router.db_for_write(type(schedule), instance=schedule)
+
+
+def _locked(schedule: Schedule, db: str) -> Schedule:
+    """The schedule's row as it is now, locked until the transaction ends."""
+    if schedule.pk is None:
+        raise ScheduleDeleted("Save the schedule first.")
+    try:
+        return type(schedule).objects.using(db).select_for_update().get(pk=schedule.pk)
+    except Schedule.DoesNotExist:
+        raise ScheduleDeleted("The schedule was deleted.") from None
+
+
+def _check_version(current: Schedule, expected: int | None) -> None:
+    if expected is not None and current.version != expected:
+        raise VersionConflict(
+            f"The schedule changed since you read it: it is at version {current.version}, "
+            f"not {expected}. Read it again and apply your change to it.",
+            current=current.version,
+        )
+
+
+def _adopt(schedule: Schedule, current: Schedule, written: Sequence[str]) -> None:
+    """The caller's instance takes what was written to the row, as saved."""
+    if schedule is current:
+        return
+    for name in written:
+        setattr(schedule, name, getattr(current, name))
+    schedule._loaded = {
+        **getattr(schedule, "_loaded", {}),
+        **{f: getattr(current, f) for f in written if f in schedule.LOADED_FIELDS},
+    }
+
+
+def _record(
+    schedule: Schedule, origin: Origin, action: str, changes: dict[str, Any] | None, db: str
+) -> None:
+    changelog.record(schedule, origin, action, changes, using=db)
+
+
+def _record_deleted(schedules: Iterable[Schedule], origin: Origin, db: str) -> None:
+    for schedule in schedules:
+        changes = changelog.diff(changelog.snapshot(schedule), {})
+        _record(schedule, origin, ScheduleChange.Action.DELETED, changes, db)
+
+
+def _resume_moments(current: Schedule, db: str) -> list[timing.Moment]:
+    """Move a schedule being resumed past now on its grid; the occurrences passed over."""
+    passed, current.next_run_at = current.resume_plan(clock.now())
+    current.due_at = current.due_at_for(current.next_run_at)
+    return passed
+
+
+def _record_paused_over(
+    schedule: Schedule, passed: list[timing.Moment], pause_note: str, db: str
+) -> None:
+    """The occurrences of a paused period, recorded as skipped ("paused", or the DST
+    policy's own reason for a local time that does not exist)."""
+    if not passed:
+        return
+    note = f"Paused: {pause_note}" if pause_note else "Paused."
+    spec = schedule.timing_spec
+    ledger.record_skipped(
+        schedule,
+        [
+            (m.at, timing.DST_SKIPPED, timing.dst_note(spec, m))
+            if m.skipped
+            else (m.at, timing.PAUSED, note)
+            for m in passed
+        ],
+        now=clock.now(),
+        worker_id="resume",
+        using=db,
+    )
+
+
+def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> None:
+    """Move the schedule past its next occurrence, recorded as replaced by a run now."""
+    nominal = schedule.next_run_at
+    if not schedule.enabled or nominal is None:
+        return
+    spec = schedule.timing_spec
+    following = next(timing.occurrences(spec, nominal, anchor=nominal, include_skipped=True), None)
+    note = f"Replaced by the run now at {replaced_by:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC."
+    ledger.record_skipped(
+        schedule,
+        [(nominal, timing.REPLACED, note)],
+        now=timezone.now(),
+        worker_id="run_now",
+        using=db,
+    )
+    schedule.next_run_at = following.at if following else None
+    schedule.due_at = schedule.due_at_for(schedule.next_run_at)
+    schedule.save(using=db, update_fields=["next_run_at", "due_at"])
+
+
+def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
+    """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS.
+
+    The walk steps over local times the DST policy skips one by one, so that the range
+    bounds it (and the same limit caps them): it never looks past ``end`` for an
+    occurrence, which for a cron whose matches are all skipped meant the year 9999."""
+    limit = app_settings.MAX_BACKFILL_RUNS
+    anchor = schedule.next_run_at or start
+    moments: list[datetime] = []
+    skipped = 0
+    for moment in timing.occurrences(
+        schedule.timing_spec, start - timing.ONE_MS, anchor=anchor, include_skipped=True
+    ):
+        if moment.at > end:
+            break
+        if moment.skipped:
+            skipped += 1
+            if skipped > limit:
+                raise ServiceError(
+                    f"The range holds more than {limit:,} local times skipped by the DST "
+                    "policy (they do not exist in the schedule's zone; "
+                    "SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+                )
+            continue
+        moments.append(moment.at)
+        if len(moments) > limit:
+            raise ServiceError(
+                f"The range holds more than {limit:,} occurrences "
+                "(SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
+            )
+    return moments
+
+
+def _check_runnable(schedule: Schedule) -> None:
+    if schedule.pk is None:
+        raise ScheduleDeleted("Save the schedule first.")
+    if schedule.task not in registry:
+        raise ServiceError(
+            f"{schedule.task!r} is not a registered task here, so it cannot be run. Register "
+            "it with @django_schedulinator.task."
+        )
+
+
+def _wake_after_commit(db: str) -> None:
+    def wake() -> None:
+        try:
+            get_index().wake()
+        except Exception:  # the runs are committed; a periodic take-over finds them anyway
+            logger.warning(
+                "Could not wake the schedulers; the queued runs start within a quarter of a lease.",
+                exc_info=True,
+            )
+
+    transaction.on_commit(wake, using=db)

@@ -46,7 +46,7 @@ from redis.exceptions import RedisError
 from . import health, rebuild, services, sync, timing
 from .changelog import Origin
 from .conf import app_settings
-from .errors import ServiceError
+from .errors import ScheduleDeleted, ServiceError, VersionConflict
 from .index import ApplyResult, DueIndex, get_index
 from .models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep_error
 from .registry import registry
@@ -271,18 +271,6 @@ class ScheduleForm(forms.ModelForm):
         return cleaned
 
     def _check_version(self, posted: str | None) -> None:
-        # The admin's change view runs in a transaction: the row stays locked until the
-        # save, so no other edit can slip in between this check and the write.
-        db = router.db_for_write(Schedule)
-        with transaction.atomic(using=db):
-            current = list(
-                Schedule.objects.using(db)
-                .select_for_update()
-                .filter(pk=self.instance.pk)
-                .values_list("version", flat=True)[:1]
-            )
-        if not current:
-            raise ValidationError("This schedule was deleted while you edited it.", code="deleted")
         try:
             started_from: int | None = int(posted or "")
         except ValueError:
@@ -293,12 +281,20 @@ class ScheduleForm(forms.ModelForm):
                 "page, then make your change again.",
                 code="no_version",
             )
-        if current[0] != started_from:
+        # The admin's change view runs in a transaction: the service keeps the row locked
+        # until the save, so no other edit can slip in between this check and the write.
+        try:
+            services.lock_for_edit(self.instance, started_from)
+        except ScheduleDeleted:
+            raise ValidationError(
+                "This schedule was deleted while you edited it.", code="deleted"
+            ) from None
+        except VersionConflict as exc:
             raise ValidationError(
                 STALE_EDIT,
                 code="stale",
-                params={"current": current[0], "started": started_from},
-            )
+                params={"current": exc.current, "started": started_from},
+            ) from None
 
 
 PAUSE_NOTE_MAX = Schedule._meta.get_field("pause_note").max_length

@@ -49,6 +49,7 @@ __all__ = [
     "create",
     "delete",
     "delete_many",
+    "lock_for_edit",
     "pause",
     "resume",
     "resync",
@@ -156,6 +157,16 @@ def update(
         )
     _adopt(schedule, current, WRITTEN_BY_UPDATE)
     return True
+
+
+def lock_for_edit(schedule: Schedule, expected_version: int) -> None:
+    """Lock the schedule's row until the caller's transaction ends, and check that its
+    settings are still at ``expected_version`` (``VersionConflict``) and that it exists
+    (``ScheduleDeleted``): for an edit validated in steps before its ``update`` (a form),
+    inside one transaction, so that no other edit slips in between."""
+    db = _db(schedule)
+    with transaction.atomic(using=db):
+        _check_version(_locked(schedule, db), expected_version)
 
 
 def delete(

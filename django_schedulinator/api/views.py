@@ -9,10 +9,11 @@ transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, router
 from django.http import Http404
 from django.urls import reverse
 from django_filters.rest_framework import DjangoFilterBackend
@@ -29,7 +30,7 @@ from rest_framework.views import APIView
 from .. import services
 from ..changelog import Origin
 from ..conf import app_settings
-from ..errors import ScheduleDeleted, ServiceError
+from ..errors import ScheduleDeleted, ServiceError, VersionConflict
 from ..health import index_status
 from ..models import Run, Schedule, ScheduleChange
 from . import serializers as s
@@ -216,34 +217,41 @@ class ScheduleViewSet(
     def db(self) -> str:
         return router.db_for_write(Schedule)
 
-    def _locked(self) -> Schedule:
-        """The schedule, as get_object() finds it (the view's queryset, object permissions),
-        locked until the transaction ends: the precondition and the write see the same
-        version."""
-        lookup = self.kwargs[self.lookup_url_kwarg or self.lookup_field]
-        try:
-            schedule = self.get_queryset().using(self.db).select_for_update().get(pk=int(lookup))
-        except (Schedule.DoesNotExist, ValueError, OverflowError):
-            raise Http404 from None
-        self.check_object_permissions(self.request, schedule)
-        return schedule
-
-    def _check_version(self, schedule: Schedule, *, required: bool) -> None:
+    def _expected_version(
+        self, schedule: Schedule, *, required: bool
+    ) -> tuple[int | None, Callable[[int], APIException]]:
+        """The version the client's edit starts from (If-Match, else ``version`` in the
+        body; None: any), and the refusal for a schedule at another version: 412 for
+        If-Match, 409 for the body. Checked here against the schedule as read, and again
+        by the service under the row's lock, so an edit in between is refused too."""
         header = self.request.headers.get("If-Match")
         if header is not None:
             tags = _tags(header)
-            if "*" not in tags and str(schedule.version) not in tags:
-                raise PreconditionFailed(
-                    f"The schedule changed since you read it: it is at version "
-                    f"{schedule.version} (ETag {etag(schedule)}), not {header.strip()}."
+
+            def failed(current: int) -> APIException:
+                return PreconditionFailed(
+                    f"The schedule changed since you read it: it is at version {current} "
+                    f'(ETag "{current}"), not {header.strip()}.'
                 )
-            return
+
+            if "*" in tags:
+                return None, failed
+            if str(schedule.version) not in tags:
+                raise failed(schedule.version)
+            return schedule.version, failed
         data = self.request.data
         sent = data.get("version") if isinstance(data, dict) else None
+
+        def conflict(current: int) -> APIException:
+            return Conflict(
+                f"The schedule changed since you read it: it is at version {current}, not "
+                f"{sent}. Read it again and apply your change to it."
+            )
+
         if sent is None:
             if required:
                 raise PreconditionRequired()
-            return
+            return None, conflict
         try:
             if isinstance(sent, bool) or not isinstance(sent, int | str):
                 raise ValueError
@@ -251,10 +259,8 @@ class ScheduleViewSet(
         except (ValueError, OverflowError):
             raise ValidationError({"version": ["A valid integer is required."]}) from None
         if version != schedule.version:
-            raise Conflict(
-                f"The schedule changed since you read it: it is at version "
-                f"{schedule.version}, not {sent}. Read it again and apply your change to it."
-            )
+            raise conflict(schedule.version)
+        return version, conflict
 
     def _respond(self, schedule: Schedule, code: int = status.HTTP_200_OK) -> Response:
         schedule.refresh_from_db()
@@ -296,22 +302,22 @@ class ScheduleViewSet(
     )
     def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         partial = kwargs.pop("partial", False)
+        schedule = self.get_object()
+        expected, refusal = self._expected_version(schedule, required=True)
+        serializer = self.get_serializer(schedule, data=request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
         try:
-            with transaction.atomic(using=self.db):
-                schedule = self._locked()
-                self._check_version(schedule, required=True)
-                serializer = self.get_serializer(schedule, data=request.data, partial=partial)
-                serializer.is_valid(raise_exception=True)
-                # An update that changes nothing writes nothing: the version stays, so it
-                # does not make other clients' edits stale.
-                self._act(
-                    lambda: services.update(
-                        schedule,
-                        serializer.validated_data,
-                        expected_version=schedule.version,
-                        origin=self.origin,
-                    )
-                )
+            # An update that changes nothing writes nothing: the version stays, so it does
+            # not make other clients' edits stale.
+            self._act(
+                lambda: services.update(
+                    schedule,
+                    serializer.validated_data,
+                    expected_version=expected,
+                    origin=self.origin,
+                ),
+                refusal,
+            )
         except IntegrityError:
             raise ValidationError({"name": ["A schedule with this name already exists."]}) from None
         return self._respond(schedule)
@@ -332,10 +338,12 @@ class ScheduleViewSet(
         },
     )
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        with transaction.atomic(using=self.db):
-            schedule = self._locked()
-            self._check_version(schedule, required=False)
-            self._act(lambda: services.delete(schedule, origin=self.origin))
+        schedule = self.get_object()
+        expected, refusal = self._expected_version(schedule, required=False)
+        self._act(
+            lambda: services.delete(schedule, expected_version=expected, origin=self.origin),
+            refusal,
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     # -- actions ---------------------------------------------------------------------------
@@ -469,10 +477,17 @@ class ScheduleViewSet(
         result = {"description": schedule.description, "occurrences": items}
         return Response(s.TimingPreviewResultSerializer(result).data)
 
-    def _act(self, run: Any) -> Any:
-        """Run an action; its refusals become 400s that say why."""
+    def _act(
+        self, run: Callable[[], Any], refusal: Callable[[int], APIException] | None = None
+    ) -> Any:
+        """Run a service; its refusals become answers that say why: 400, 404 for a schedule
+        deleted meanwhile, and ``refusal`` (409 or 412) for one edited meanwhile."""
         try:
             return run()
+        except VersionConflict as exc:
+            if refusal is None:
+                raise ValidationError({"detail": str(exc)}) from None
+            raise refusal(exc.current) from None
         except ScheduleDeleted:  # deleted since it was looked up
             raise Http404 from None
         except ServiceError as exc:

@@ -1,0 +1,156 @@
+"""The shape of the package, checked from its source: no import circle, and one write path.
+
+Read with ``ast``, without importing anything: an import inside a function counts (it is
+how a circle hides), one under ``if TYPE_CHECKING:`` does not (it never runs).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = "django_schedulinator"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {
+        _module_name(path): path for path in ROOT.rglob("*.py") if "migrations" not in path.parts
+    }
+
+
+def _type_checking_only(tree: ast.Module) -> set[ast.AST]:
+    """The import nodes under ``if TYPE_CHECKING:``."""
+    hidden: set[ast.AST] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden.update(n for child in node.body for n in ast.walk(child))
+    return hidden
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's modules that ``name`` imports (at any depth of its code)."""
+    tree = ast.parse(path.read_text("utf-8"))
+    hidden = _type_checking_only(tree)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if node in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join([*base, node.module] if node.module else base)
+            else:
+                source = node.module or ""
+            # "from . import timing" imports the module timing, not a name of the package.
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.add(submodule if submodule in known else source)
+    return {module for module in found if module in known and module != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, set(modules)) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every circle of the graph, each once (depth-first search from each module)."""
+    found: set[tuple[str, ...]] = set()
+
+    def visit(node: str, trail: list[str]) -> None:
+        for target in sorted(graph[node]):
+            if target in trail:
+                circle = trail[trail.index(target) :]
+                start = circle.index(min(circle))
+                found.add(tuple(circle[start:] + circle[:start]))
+            elif target > trail[0]:  # each circle is found from its smallest module
+                visit(target, [*trail, target])
+
+    for module in sorted(graph):
+        visit(module, [module])
+    return [list(c) for c in sorted(found)]
+
+
+def test_the_package_has_no_import_circle() -> None:
+    graph = import_graph()
+    assert f"{PACKAGE}.models" in graph
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    # The check above must be able to fail.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
+    graph = import_graph()
+    models = graph[f"{PACKAGE}.models"]
+    for module in ("services", "changelog", "ledger", "claiming", "sync"):
+        assert f"{PACKAGE}.{module}" not in models
+
+
+# What writes a model: a method on an instance or a queryset that saves, deletes or updates
+# rows. The admin and the API call the service layer instead.
+WRITING_CALLS = {
+    "save", "delete", "update", "create", "get_or_create", "update_or_create", "bulk_create",
+    "bulk_update", "insert_runs", "record", "select_for_update",
+}  # fmt: skip
+
+
+def _writes(path: Path) -> list[str]:
+    """``file:line: call`` for each call in ``path`` that writes a model directly."""
+    tree = ast.parse(path.read_text("utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in WRITING_CALLS
+            # services.update(...) and friends are the write path; self.update(...) is a
+            # view's own method (partial_update calls update).
+            and not (
+                isinstance(node.func.value, ast.Name) and node.func.value.id in ("services", "self")
+            )
+            # super().delete_model(...) and the like are not model writes.
+            and not (
+                isinstance(node.func.value, ast.Call)
+                and isinstance(node.func.value.func, ast.Name)
+                and node.func.value.func.id == "super"
+            )
+        ):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_admin_and_the_api_write_only_through_the_services() -> None:
+    sources = [
+        path
+        for folder in ("admin", "api")
+        for path in (
+            sorted((ROOT / folder).rglob("*.py"))
+            if (ROOT / folder).is_dir()
+            else [ROOT / f"{folder}.py"]
+        )
+    ]
+    assert sources
+    writes = [line for path in sources for line in _writes(path)]
+    assert writes == []
+
+
+def test_the_write_check_finds_a_write(tmp_path: Path) -> None:
+    # The check above must be able to fail.
+    source = tmp_path / "module.py"
+    source.write_text("def f(schedule):\n    schedule.save()\n    services.update(schedule)\n")
+    assert _writes(source) == ["module.py:2: schedule.save()"]

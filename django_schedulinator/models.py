@@ -213,14 +213,6 @@ def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
     }
 
 
-def validate_timezone(value: str) -> None:
-    # Kept for migration 0001; clean() reports zone errors (once) through Timing.validate().
-    try:
-        timing.get_zone(value)
-    except timing.TimingError as exc:
-        raise ValidationError(str(exc), code="unknown_timezone") from None
-
-
 class Schedule(models.Model):
     class Kind(models.TextChoices):
         CRON = timing.CRON, "Cron"

@@ -9,6 +9,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+from django.core.management import call_command
+
 PACKAGE = "django_schedulinator"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
@@ -154,3 +157,14 @@ def test_the_write_check_finds_a_write(tmp_path: Path) -> None:
     source = tmp_path / "module.py"
     source.write_text("def f(schedule):\n    schedule.save()\n    services.update(schedule)\n")
     assert _writes(source) == ["module.py:2: schedule.save()"]
+
+
+@pytest.mark.django_db
+def test_the_migrations_match_the_models() -> None:
+    # makemigrations --check exits non-zero when a model change has no migration.
+    call_command("makemigrations", "django_schedulinator", "--check", "--dry-run", verbosity=0)
+    assert _migration_names() == ["0001_initial"]  # squashed before the first release
+
+
+def _migration_names() -> list[str]:
+    return sorted(path.stem for path in (ROOT / "migrations").glob("0*.py"))

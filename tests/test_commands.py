@@ -1,4 +1,4 @@
-"""The management commands and the system checks."""
+"""The management commands (the system checks are in test_checks.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_schedulinator import checks, resync_schedules
+from django_schedulinator import resync_schedules
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
@@ -184,53 +184,6 @@ def test_run_scheduler_summarizes_what_it_fired_and_lists_occurrences_at_v2(
     fired = sorted(m.split()[1] for m in messages if m.startswith("Fired "))
     # One line per occurrence, at -v 2 only.
     assert fired == (names if verbosity == 2 else []), messages
-
-
-@pytest.mark.parametrize(
-    ("overrides", "check_id"),
-    [
-        ({"BATCH_SIZE": 0}, "schedulinator.E001"),
-        ({"KEY_PREFIX": "bad{prefix}"}, "schedulinator.E001"),
-        ({"LEASE_SECONDS": "soon"}, "schedulinator.E001"),
-        ({"BATCH_SIZ": 10}, "schedulinator.W001"),
-        ({"CACHE_ALIAS": "nope"}, "schedulinator.E002"),
-        ({"CACHE_ALIAS": "locmem"}, "schedulinator.E003"),
-        ({"DISPATCHER": "os.system"}, "schedulinator.E004"),
-        ({"DISPATCHER": "no.such.Dispatcher"}, "schedulinator.E004"),
-    ],
-)
-def test_settings_checks(settings, overrides: dict, check_id: str) -> None:
-    settings.CACHES = {
-        **settings.CACHES,
-        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    }
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
-    ids = [m.id for m in checks.check_settings()]
-    assert check_id in ids
-
-
-def test_settings_checks_pass_on_a_good_configuration() -> None:
-    assert checks.check_settings() == []
-
-
-def test_index_check_runs_only_with_databases_and_reports_an_unbuilt_index(
-    index: DueIndex,
-) -> None:
-    assert checks.check_index(databases=None) == []
-    assert [m.id for m in checks.check_index(databases=["default"])] == ["schedulinator.W011"]
-    index.mark_built({})
-    assert checks.check_index(databases=["default"]) == []
-
-
-def test_use_tz_is_required(settings) -> None:
-    settings.USE_TZ = False
-    assert "schedulinator.E005" in [m.id for m in checks.check_settings()]
-
-
-@pytest.mark.parametrize("value", [float("inf"), float("nan"), -1, True])
-def test_lease_must_be_finite_and_positive(settings, value) -> None:
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LEASE_SECONDS": value}
-    assert "schedulinator.E001" in [m.id for m in checks.check_settings()]
 
 
 @pytest.mark.parametrize(

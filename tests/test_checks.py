@@ -1,0 +1,98 @@
+"""The system checks: one small test per check id (``django_schedulinator/checks.py``).
+
+The full table of bad settings behind E001 is in ``test_bad_input.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_schedulinator import checks
+from django_schedulinator.index import DueIndex
+
+from .conftest import lose_redis
+from .redis_server import RedisServer
+
+
+def setting_ids(settings: Any, **overrides: Any) -> list[str]:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
+    return [m.id for m in checks.check_settings()]
+
+
+def test_a_good_configuration_passes() -> None:
+    assert checks.check_settings() == []
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"BATCH_SIZE": 0},
+        {"KEY_PREFIX": "bad{prefix}"},
+        {"LEASE_SECONDS": "soon"},
+        {"LEASE_SECONDS": float("inf")},
+        {"LEASE_SECONDS": float("nan")},
+        {"LEASE_SECONDS": -1},
+        {"LEASE_SECONDS": True},
+    ],
+)
+def test_e001_a_bad_value(settings: Any, overrides: dict[str, Any]) -> None:
+    assert setting_ids(settings, **overrides) == ["schedulinator.E001"]
+
+
+def test_w001_an_unknown_key(settings: Any) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "BATCH_SIZ": 10}
+    (message,) = checks.check_settings()
+    assert message.id == "schedulinator.W001"
+    assert "['BATCH_SIZ'] is not a known setting" in message.msg
+    assert "BATCH_SIZE" in (message.hint or "")
+
+
+def test_e002_a_cache_alias_not_in_caches(settings: Any) -> None:
+    assert setting_ids(settings, CACHE_ALIAS="nope") == ["schedulinator.E002"]
+
+
+def test_e003_a_cache_that_is_not_redis(settings: Any) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    assert setting_ids(settings, CACHE_ALIAS="locmem") == ["schedulinator.E003"]
+
+
+@pytest.mark.parametrize("dispatcher", ["os.system", "no.such.Dispatcher"])
+def test_e004_a_dispatcher_that_is_not_one(settings: Any, dispatcher: str) -> None:
+    assert setting_ids(settings, DISPATCHER=dispatcher) == ["schedulinator.E004"]
+
+
+def test_e005_use_tz_is_required(settings: Any) -> None:
+    settings.USE_TZ = False
+    assert setting_ids(settings) == ["schedulinator.E005"]
+
+
+def test_the_index_checks_run_only_under_check_database(index: DueIndex) -> None:
+    assert checks.check_index(databases=None) == []
+
+
+def test_w010_redis_unreachable(settings: Any) -> None:
+    lose_redis(settings)
+    (message,) = checks.check_index(databases=["default"])
+    assert message.id == "schedulinator.W010"
+    assert "not reachable" in message.msg
+
+
+def test_w011_the_index_is_not_built(index: DueIndex) -> None:
+    (message,) = checks.check_index(databases=["default"])
+    assert message.id == "schedulinator.W011"
+    assert "`rebuild_due_index`" in (message.hint or "")
+    index.mark_built({})
+    assert checks.check_index(databases=["default"]) == []
+
+
+def test_w012_redis_may_evict_the_index(private_redis: RedisServer, key_prefix: str) -> None:
+    private_redis.client().config_set("maxmemory-policy", "allkeys-lru")
+    ids = [m.id for m in checks.check_index(databases=["default"])]
+    assert "schedulinator.W012" in ids
+    private_redis.client().config_set("maxmemory-policy", "volatile-lru")  # TTL keys only
+    assert "schedulinator.W012" not in [m.id for m in checks.check_index(databases=["default"])]

@@ -91,8 +91,9 @@ def test_w011_the_index_is_not_built(index: DueIndex) -> None:
 
 
 def test_w012_redis_may_evict_the_index(private_redis: RedisServer, key_prefix: str) -> None:
-    private_redis.client().config_set("maxmemory-policy", "allkeys-lru")
+    client = private_redis.client()
+    client.config_set("maxmemory-policy", "allkeys-lru")
     ids = [m.id for m in checks.check_index(databases=["default"])]
     assert "schedulinator.W012" in ids
-    private_redis.client().config_set("maxmemory-policy", "volatile-lru")  # TTL keys only
+    client.config_set("maxmemory-policy", "volatile-lru")  # only keys with a TTL: fine
     assert "schedulinator.W012" not in [m.id for m in checks.check_index(databases=["default"])]

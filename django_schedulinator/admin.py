@@ -341,7 +341,7 @@ class LastRunStatusFilter(admin.SimpleListFilter):
     title = "status of last run"
     parameter_name = "last_run_status"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
         return [*Run.Status.choices, (NEVER_RUN, "Never run")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:

@@ -15,12 +15,16 @@ from django.core.exceptions import ValidationError
 from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django.utils.functional import Promise
+from django.utils.translation import gettext_lazy as _
 
 from . import clock, timing
 from .conf import MAX_JSON_DEPTH, app_settings
 from .dbclock import DatabaseClockField
 from .querysets import RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
+
+StrOrPromise = str | Promise  # a message, translated when shown
 
 
 def default_timezone() -> str:
@@ -40,14 +44,16 @@ def validate_registered_task(value: str) -> None:
     if value not in registry:
         known = ", ".join(registry.names()[:10]) or "none registered yet"
         raise ValidationError(
-            "%(value)r is not a registered task (registered: %(known)s). Register it with "
-            "@django_schedulinator.task.",
+            _(
+                "%(value)r is not a registered task (registered: %(known)s). Register it with "
+                "@django_schedulinator.task."
+            ),
             code="unregistered_task",
             params={"value": value, "known": known},
         )
 
 
-JSON_TOO_DEEP = (
+JSON_TOO_DEEP = _(
     "JSON nested more than %(limit)s levels deep is refused (the list or object itself is "
     "the first level)."
 )
@@ -130,7 +136,7 @@ def _validate_strict_json(value: Any) -> None:
         json.dumps(value, allow_nan=False)
     except ValueError:
         raise ValidationError(
-            "NaN and Infinity are not valid JSON numbers.", code="not_json"
+            _("NaN and Infinity are not valid JSON numbers."), code="not_json"
         ) from None
     except TypeError:
         return  # not JSON at all: the field's own validation says so
@@ -138,7 +144,7 @@ def _validate_strict_json(value: Any) -> None:
     # schedule is valid on every database.
     if _holds_nul(value):
         raise ValidationError(
-            "Text in JSON cannot hold the NUL character (\\u0000).", code="nul_character"
+            _("Text in JSON cannot hold the NUL character (\\u0000)."), code="nul_character"
         )
 
 
@@ -166,7 +172,7 @@ def validate_json_object(value: Any) -> None:
         )
     if OCCURRENCE_PARAMETER in value:
         raise ValidationError(
-            "%(name)r is reserved: the scheduler passes the occurrence itself.",
+            _("%(name)r is reserved: the scheduler passes the occurrence itself."),
             code="reserved_kwarg",
             params={"name": OCCURRENCE_PARAMETER},
         )
@@ -177,12 +183,12 @@ def validate_name(value: str) -> None:
     # Spaces and invisible format characters (zero-width space, ...) alone make no name.
     if not any(c.isprintable() and not c.isspace() for c in value):
         raise ValidationError(
-            "Enter a name that is not only spaces or invisible characters.", code="blank_name"
+            _("Enter a name that is not only spaces or invisible characters."), code="blank_name"
         )
     bad = sorted({c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")})
     if bad:
         raise ValidationError(
-            "A name cannot hold control characters or line breaks (found %(chars)s).",
+            _("A name cannot hold control characters or line breaks (found %(chars)s)."),
             code="control_characters",
             params={"chars": ", ".join(f"U+{ord(c):04X}" for c in bad)},
         )
@@ -215,151 +221,185 @@ def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
 
 class Schedule(models.Model):
     class Kind(models.TextChoices):
-        CRON = timing.CRON, "Cron"
-        INTERVAL = timing.INTERVAL, "Interval"
-        ONCE = timing.ONCE, "One-off"
+        CRON = timing.CRON, _("Cron")
+        INTERVAL = timing.INTERVAL, _("Interval")
+        ONCE = timing.ONCE, _("One-off")
 
     class DstGap(models.TextChoices):
-        SHIFT = timing.GAP_SHIFT, "Shift it forward by the gap (02:30 runs at 03:30)"
-        SKIP = timing.GAP_SKIP, "Skip it"
+        SHIFT = timing.GAP_SHIFT, _("Shift it forward by the gap (02:30 runs at 03:30)")
+        SKIP = timing.GAP_SKIP, _("Skip it")
 
     class DstFold(models.TextChoices):
-        FIRST = timing.FOLD_FIRST, "Run at the first"
-        SECOND = timing.FOLD_SECOND, "Run at the second"
-        BOTH = timing.FOLD_BOTH, "Run at both"
+        FIRST = timing.FOLD_FIRST, _("Run at the first")
+        SECOND = timing.FOLD_SECOND, _("Run at the second")
+        BOTH = timing.FOLD_BOTH, _("Run at both")
 
     class CatchUp(models.TextChoices):
-        LATEST = timing.CATCH_UP_LATEST, "Fire the latest missed occurrence once"
-        SKIP = timing.CATCH_UP_SKIP, "Skip missed occurrences"
-        ALL = timing.CATCH_UP_ALL, "Fire all missed within the catch-up window"
+        LATEST = timing.CATCH_UP_LATEST, _("Fire the latest missed occurrence once")
+        SKIP = timing.CATCH_UP_SKIP, _("Skip missed occurrences")
+        ALL = timing.CATCH_UP_ALL, _("Fire all missed within the catch-up window")
 
     class Overlap(models.TextChoices):
-        ALLOW = "allow", "Allow: runs may overlap"
-        SKIP = "skip", "Skip while the previous run is still running"
-        BUFFER = "buffer", "Buffer one: run it when the previous run ends"
+        ALLOW = "allow", _("Allow: runs may overlap")
+        SKIP = "skip", _("Skip while the previous run is still running")
+        BUFFER = "buffer", _("Buffer one: run it when the previous run ends")
 
-    name = models.CharField(max_length=200, unique=True, validators=[validate_name])
+    name = models.CharField(_("name"), max_length=200, unique=True, validators=[validate_name])
     task = models.CharField(
+        _("task"),
         max_length=200,
         validators=[validate_registered_task],
-        help_text="A task registered with @django_schedulinator.task.",
+        help_text=_("A task registered with @django_schedulinator.task."),
     )
-    args = models.JSONField(default=list, blank=True, validators=[validate_json_list])
-    kwargs = models.JSONField(default=dict, blank=True, validators=[validate_json_object])
-    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CRON)
+    args = models.JSONField(_("args"), default=list, blank=True, validators=[validate_json_list])
+    kwargs = models.JSONField(
+        _("kwargs"), default=dict, blank=True, validators=[validate_json_object]
+    )
+    kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.CRON)
     cron = models.CharField(
+        _("cron"),
         max_length=timing.MAX_CRON_LENGTH,
         blank=True,
-        help_text="5 fields (minute hour day month weekday), an optional leading seconds "
-        "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually.",
+        help_text=_(
+            "5 fields (minute hour day month weekday), an optional leading seconds "
+            "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually."
+        ),
     )
-    interval = models.DurationField(null=True, blank=True)
-    run_at = models.DateTimeField(null=True, blank=True, help_text="When a one-off runs.")
+    interval = models.DurationField(_("interval"), null=True, blank=True)
+    run_at = models.DateTimeField(
+        _("run at"), null=True, blank=True, help_text=_("When a one-off runs.")
+    )
     timezone = models.CharField(
+        _("timezone"),
         max_length=64,
         default=default_timezone,
-        help_text="IANA zone in which the cron expression is evaluated.",
+        help_text=_("IANA zone in which the cron expression is evaluated."),
     )
     dst_gap = models.CharField(
-        "when a local time does not exist",
+        _("when a local time does not exist"),
         max_length=8,
         choices=DstGap.choices,
         default=DstGap.SHIFT,
-        help_text="Cron: the clocks spring forward over it (02:30 when 02:00 jumps to 03:00).",
+        help_text=_("Cron: the clocks spring forward over it (02:30 when 02:00 jumps to 03:00)."),
     )
     dst_fold = models.CharField(
-        "when a local time occurs twice",
+        _("when a local time occurs twice"),
         max_length=8,
         choices=DstFold.choices,
         default=DstFold.FIRST,
-        help_text="Cron: the clocks fall back over it (01:30 when 02:00 goes back to 01:00).",
+        help_text=_("Cron: the clocks fall back over it (01:30 when 02:00 goes back to 01:00)."),
     )
     anchor_at = models.DateTimeField(
+        _("anchor at"),
         null=True,
         blank=True,
-        help_text="Interval: fire at this time plus whole intervals (default: the start, "
-        "else when the timing was set).",
+        help_text=_(
+            "Interval: fire at this time plus whole intervals (default: the start, "
+            "else when the timing was set)."
+        ),
     )
     start_at = models.DateTimeField(
-        null=True, blank=True, help_text="No occurrence before this time (cron and interval)."
-    )
-    end_at = models.DateTimeField(
+        _("start at"),
         null=True,
         blank=True,
-        help_text="No occurrence after this time; the schedule then leaves the index.",
+        help_text=_("No occurrence before this time (cron and interval)."),
+    )
+    end_at = models.DateTimeField(
+        _("end at"),
+        null=True,
+        blank=True,
+        help_text=_("No occurrence after this time; the schedule then leaves the index."),
     )
     max_runs = models.PositiveIntegerField(
+        _("max runs"),
         null=True,
         blank=True,
         validators=[validators.MinValueValidator(1)],
-        help_text="Finish after this many runs.",
+        help_text=_("Finish after this many runs."),
     )
     jitter = models.DurationField(
+        _("jitter"),
         null=True,
         blank=True,
-        help_text="Delay each occurrence by up to this much (the same delay on every "
-        "re-dispatch, never past the next occurrence) to spread load.",
+        help_text=_(
+            "Delay each occurrence by up to this much (the same delay on every "
+            "re-dispatch, never past the next occurrence) to spread load."
+        ),
     )
     catch_up = models.CharField(
+        _("catch up"),
         max_length=8,
         choices=CatchUp.choices,
         blank=True,
-        help_text="What fires after downtime; blank: SCHEDULINATOR['CATCH_UP'] (latest).",
+        help_text=_("What fires after downtime; blank: SCHEDULINATOR['CATCH_UP'] (latest)."),
     )
     catch_up_window = models.DurationField(
+        _("catch up window"),
         null=True,
         blank=True,
-        help_text="Catch-up 'all': missed occurrences older than this do not fire "
-        "(blank: SCHEDULINATOR['CATCH_UP_WINDOW_SECONDS']).",
+        help_text=_(
+            "Catch-up 'all': missed occurrences older than this do not fire "
+            "(blank: SCHEDULINATOR['CATCH_UP_WINDOW_SECONDS'])."
+        ),
     )
-    overlap = models.CharField(max_length=8, choices=Overlap.choices, default=Overlap.ALLOW)
+    overlap = models.CharField(
+        _("overlap"), max_length=8, choices=Overlap.choices, default=Overlap.ALLOW
+    )
     enabled = models.BooleanField(
-        default=True, help_text="Clear it to pause the schedule; its missed runs are skipped."
+        _("enabled"),
+        default=True,
+        help_text=_("Clear it to pause the schedule; its missed runs are skipped."),
     )
     pause_note = models.CharField(
-        max_length=500, blank=True, help_text="Why the schedule is paused."
+        _("pause note"), max_length=500, blank=True, help_text=_("Why the schedule is paused.")
     )
     pause_after_failures = models.PositiveIntegerField(
+        _("pause after failures"),
         null=True,
         blank=True,
         validators=[validators.MinValueValidator(1)],
-        help_text="Pause the schedule after this many failed runs in a row.",
+        help_text=_("Pause the schedule after this many failed runs in a row."),
     )
 
     # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
     # earlier is saved again (see save()).
     next_run_at = models.DateTimeField(
+        _("next run at"),
         null=True,
         blank=True,
         editable=False,
         db_index=True,
-        help_text="The nominal time of the next occurrence (kept while paused).",
+        help_text=_("The nominal time of the next occurrence (kept while paused)."),
     )
     due_at = models.DateTimeField(
+        _("due at"),
         null=True,
         blank=True,
         editable=False,
-        help_text="When the next occurrence fires: next_run_at plus its jitter.",
+        help_text=_("When the next occurrence fires: next_run_at plus its jitter."),
     )
-    last_run_at = models.DateTimeField(null=True, blank=True, editable=False)
-    run_count = models.PositiveBigIntegerField(default=0, editable=False)
-    failure_streak = models.PositiveIntegerField(default=0, editable=False)
-    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True, editable=False)
+    run_count = models.PositiveBigIntegerField(_("run count"), default=0, editable=False)
+    failure_streak = models.PositiveIntegerField(_("failure streak"), default=0, editable=False)
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
     # Bumped by every write, the scheduler's advance included: guards the index.
-    revision = models.PositiveBigIntegerField(default=1, editable=False)
+    revision = models.PositiveBigIntegerField(_("revision"), default=1, editable=False)
     # Bumped by every change of the settings (save(), pause, resume, auto-pause), not by the
     # scheduler firing it: the precondition of an edit (the API's ETag, the admin's form), so
     # an edit loses only to another edit, never to a schedule that fired meanwhile.
     version = models.PositiveBigIntegerField(
+        _("version"),
         default=1,
         editable=False,
-        help_text="Bumped by every change of the schedule's settings; send it back with an "
-        "update so that a stale edit is refused instead of overwriting a newer one.",
+        help_text=_(
+            "Bumped by every change of the schedule's settings; send it back with an "
+            "update so that a stale edit is refused instead of overwriting a newer one."
+        ),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     # Set on every save (not by the scheduler's advance) from the database's clock, never a
     # host's: the reconcile watermark.
-    updated_at = DatabaseClockField()
+    updated_at = DatabaseClockField(_("updated at"))
 
     objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -379,10 +419,12 @@ class Schedule(models.Model):
     )  # fmt: skip
 
     class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
         ordering = ("name",)
         permissions = [
-            ("view_operations", "Can view the scheduler's operations page and index health"),
-            ("rebuild_index", "Can rebuild the due index"),
+            ("view_operations", _("Can view the scheduler's operations page and index health")),
+            ("rebuild_index", _("Can rebuild the due index")),
         ]
         indexes = [
             # The reconcile pass pages through rows changed since its watermark.
@@ -576,7 +618,7 @@ class Schedule(models.Model):
             if name not in exclude and value is not None and not isinstance(value, types):
                 errors[name] = [
                     ValidationError(
-                        "Enter %(expected)s, not %(type)s.",
+                        _("Enter %(expected)s, not %(type)s."),
                         code="invalid_type",
                         params={"expected": expected, "type": type(value).__name__},
                     )
@@ -596,7 +638,7 @@ class Schedule(models.Model):
 
     def clean(self) -> None:
         super().clean()
-        errors = self.timing_spec.validate()
+        errors: dict[str, StrOrPromise] = {**self.timing_spec.validate()}
         errors.update(payload_errors(self.args, self.kwargs))
         # clean_fields() skips the validators of blank values: None would break NOT NULL and
         # an empty list or string as kwargs would reach the task.
@@ -609,7 +651,9 @@ class Schedule(models.Model):
                     errors.setdefault(field, exc.messages[0])
         window = self.catch_up_window
         if isinstance(window, timedelta) and window < timedelta(seconds=1):
-            errors.setdefault("catch_up_window", "The catch-up window must be at least 1 second.")
+            errors.setdefault(
+                "catch_up_window", _("The catch-up window must be at least 1 second.")
+            )
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
         if (
             new_one_off
@@ -617,7 +661,7 @@ class Schedule(models.Model):
             and self.run_at
             and self.run_at < clock.now() - timedelta(minutes=1)
         ):
-            errors.setdefault("run_at", "A new one-off must run in the future.")
+            errors.setdefault("run_at", _("A new one-off must run in the future."))
         if errors:
             raise ValidationError(errors)
 
@@ -676,56 +720,72 @@ class Run(models.Model):
     """
 
     class Status(models.TextChoices):
-        PENDING = "pending", "Pending"  # committed, waiting for (or in) dispatch
-        RUNNING = "running", "Running"  # the dispatcher reported it started
-        BUFFERED = "buffered", "Buffered"  # overlap "buffer": waits for the previous run
-        DISPATCHED = "dispatched", "Dispatched"  # handed off to another system
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        SKIPPED = "skipped", "Skipped"
+        PENDING = "pending", _("Pending")  # committed, waiting for (or in) dispatch
+        RUNNING = "running", _("Running")  # the dispatcher reported it started
+        BUFFERED = "buffered", _("Buffered")  # overlap "buffer": waits for the previous run
+        DISPATCHED = "dispatched", _("Dispatched")  # handed off to another system
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        SKIPPED = "skipped", _("Skipped")
 
     class Trigger(models.TextChoices):
-        SCHEDULE = "schedule", "Schedule"
-        RUN_NOW = "run_now", "Run now"
-        BACKFILL = "backfill", "Backfill"
+        SCHEDULE = "schedule", _("Schedule")
+        RUN_NOW = "run_now", _("Run now")
+        BACKFILL = "backfill", _("Backfill")
 
     class SkipReason(models.TextChoices):
-        MISSED = timing.MISSED, "Missed (catch-up policy)"
-        EXPIRED = timing.EXPIRED, "Expired (a one-off too late)"
-        DST = timing.DST_SKIPPED, "Local time does not exist (DST policy)"
-        OVERLAP = timing.OVERLAP, "Previous run still running (overlap policy)"
-        PAUSED = timing.PAUSED, "Schedule paused"
-        REPLACED = timing.REPLACED, "Replaced by a run now"
+        MISSED = timing.MISSED, _("Missed (catch-up policy)")
+        EXPIRED = timing.EXPIRED, _("Expired (a one-off too late)")
+        DST = timing.DST_SKIPPED, _("Local time does not exist (DST policy)")
+        OVERLAP = timing.OVERLAP, _("Previous run still running (overlap policy)")
+        PAUSED = timing.PAUSED, _("Schedule paused")
+        REPLACED = timing.REPLACED, _("Replaced by a run now")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
     UNFINISHED = (Status.PENDING, Status.RUNNING)
 
     # No index of its own: the unique (schedule, scheduled_for) constraint serves lookups.
     schedule = models.ForeignKey(
-        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+        Schedule,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        db_index=False,
+        verbose_name=_("schedule"),
     )
-    scheduled_for = models.DateTimeField(help_text="The nominal time of the occurrence.")
-    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    trigger = models.CharField(max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE)
-    skip_reason = models.CharField(max_length=16, choices=SkipReason.choices, blank=True)
+    scheduled_for = models.DateTimeField(
+        _("scheduled for"), help_text=_("The nominal time of the occurrence.")
+    )
+    status = models.CharField(
+        _("status"), max_length=16, choices=Status.choices, default=Status.PENDING
+    )
+    trigger = models.CharField(
+        _("trigger"), max_length=16, choices=Trigger.choices, default=Trigger.SCHEDULE
+    )
+    skip_reason = models.CharField(
+        _("skip reason"), max_length=16, choices=SkipReason.choices, blank=True
+    )
     # What was dispatched, as it was at claim time: a re-dispatch sends exactly the same.
-    task = models.CharField(max_length=200)
-    args = models.JSONField(default=list)
-    kwargs = models.JSONField(default=dict)
-    claimed_at = models.DateTimeField()
-    dispatched_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    worker_id = models.CharField(max_length=200)
+    task = models.CharField(_("task"), max_length=200)
+    args = models.JSONField(_("args"), default=list)
+    kwargs = models.JSONField(_("kwargs"), default=dict)
+    claimed_at = models.DateTimeField(_("claimed at"))
+    dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    worker_id = models.CharField(_("worker id"), max_length=200)
     # The claim batch that owns an unfinished run; a takeover writes a new one.
-    claim_token = models.CharField(max_length=40)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=1)
-    error = models.TextField(blank=True)
-    note = models.TextField(blank=True, help_text="Why it was skipped, or how it was queued.")
+    claim_token = models.CharField(_("claim token"), max_length=40)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=1)
+    error = models.TextField(_("error"), blank=True)
+    note = models.TextField(
+        _("note"), blank=True, help_text=_("Why it was skipped, or how it was queued.")
+    )
 
     objects: ClassVar[RunQuerySet] = RunQuerySet.as_manager()  # type: ignore[assignment]
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         ordering = ("-scheduled_for",)
         constraints = [
             models.UniqueConstraint(
@@ -760,46 +820,54 @@ class ScheduleChange(models.Model):
     admin, the API and ``manage.py schedule``. Kept when the schedule is deleted."""
 
     class Source(models.TextChoices):
-        ADMIN = "admin", "Admin"
-        API = "api", "REST API"
-        COMMAND = "command", "Management command"
-        SCHEDULER = "scheduler", "Scheduler"  # auto-pause after failures
-        PYTHON = "python", "Python code"  # a service called by code, with no origin given
+        ADMIN = "admin", _("Admin")
+        API = "api", _("REST API")
+        COMMAND = "command", _("Management command")
+        SCHEDULER = "scheduler", _("Scheduler")  # auto-pause after failures
+        PYTHON = "python", _("Python code")  # a service called by code, with no origin given
 
     class Action(models.TextChoices):
-        CREATED = "created", "Created"
-        CHANGED = "changed", "Changed"
-        DELETED = "deleted", "Deleted"
-        PAUSED = "paused", "Paused"
-        RESUMED = "resumed", "Resumed"
-        RUN_NOW = "run_now", "Run now"
-        BACKFILL = "backfill", "Backfill"
-        RESYNCED = "resynced", "Index resynced"
+        CREATED = "created", _("Created")
+        CHANGED = "changed", _("Changed")
+        DELETED = "deleted", _("Deleted")
+        PAUSED = "paused", _("Paused")
+        RESUMED = "resumed", _("Resumed")
+        RUN_NOW = "run_now", _("Run now")
+        BACKFILL = "backfill", _("Backfill")
+        RESYNCED = "resynced", _("Index resynced")
 
     schedule = models.ForeignKey(
-        Schedule, on_delete=models.SET_NULL, null=True, blank=True, related_name="changes"
+        Schedule,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="changes",
+        verbose_name=_("schedule"),
     )
-    schedule_name = models.CharField(max_length=200)
+    schedule_name = models.CharField(_("schedule name"), max_length=200)
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.SET_NULL,
         null=True,
         blank=True,
         related_name="+",
+        verbose_name=_("actor"),
     )
     # The user name at the time: stays readable after the user is deleted or renamed.
-    actor_name = models.CharField(max_length=150, blank=True)
-    source = models.CharField(max_length=16, choices=Source.choices)
-    action = models.CharField(max_length=16, choices=Action.choices)
+    actor_name = models.CharField(_("actor name"), max_length=150, blank=True)
+    source = models.CharField(_("source"), max_length=16, choices=Source.choices)
+    action = models.CharField(_("action"), max_length=16, choices=Action.choices)
     # {field: [before, after]} for created, changed and deleted; what was asked for the
     # other actions (the note of a pause, the range of a backfill, the key of a run now).
-    changes = models.JSONField(default=dict, blank=True)
+    changes = models.JSONField(_("changes"), default=dict, blank=True)
     version = models.PositiveBigIntegerField(
-        null=True, blank=True, help_text="The schedule's version after the change."
+        _("version"), null=True, blank=True, help_text=_("The schedule's version after the change.")
     )
-    at = models.DateTimeField(default=timezone.now, db_index=True)
+    at = models.DateTimeField(_("at"), default=timezone.now, db_index=True)
 
     class Meta:
+        verbose_name = _("schedule change")
+        verbose_name_plural = _("schedule changes")
         ordering = ("-at", "-id")
         indexes = [models.Index(fields=["schedule", "-at"], name="schedulinator_change_of")]
 

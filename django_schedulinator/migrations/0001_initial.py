@@ -34,6 +34,7 @@ class Migration(migrations.Migration):
                         max_length=200,
                         unique=True,
                         validators=[django_schedulinator.models.validate_name],
+                        verbose_name="name",
                     ),
                 ),
                 (
@@ -42,6 +43,7 @@ class Migration(migrations.Migration):
                         help_text="A task registered with @django_schedulinator.task.",
                         max_length=200,
                         validators=[django_schedulinator.models.validate_registered_task],
+                        verbose_name="task",
                     ),
                 ),
                 (
@@ -50,6 +52,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=list,
                         validators=[django_schedulinator.models.validate_json_list],
+                        verbose_name="args",
                     ),
                 ),
                 (
@@ -58,6 +61,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         default=dict,
                         validators=[django_schedulinator.models.validate_json_object],
+                        verbose_name="kwargs",
                     ),
                 ),
                 (
@@ -66,6 +70,7 @@ class Migration(migrations.Migration):
                         choices=[("cron", "Cron"), ("interval", "Interval"), ("once", "One-off")],
                         default="cron",
                         max_length=16,
+                        verbose_name="kind",
                     ),
                 ),
                 (
@@ -74,12 +79,18 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="5 fields (minute hour day month weekday), an optional leading seconds field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually.",
                         max_length=200,
+                        verbose_name="cron",
                     ),
                 ),
-                ("interval", models.DurationField(blank=True, null=True)),
+                ("interval", models.DurationField(blank=True, null=True, verbose_name="interval")),
                 (
                     "run_at",
-                    models.DateTimeField(blank=True, help_text="When a one-off runs.", null=True),
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When a one-off runs.",
+                        null=True,
+                        verbose_name="run at",
+                    ),
                 ),
                 (
                     "timezone",
@@ -87,6 +98,7 @@ class Migration(migrations.Migration):
                         default=django_schedulinator.models.default_timezone,
                         help_text="IANA zone in which the cron expression is evaluated.",
                         max_length=64,
+                        verbose_name="timezone",
                     ),
                 ),
                 (
@@ -122,6 +134,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="Interval: fire at this time plus whole intervals (default: the start, else when the timing was set).",
                         null=True,
+                        verbose_name="anchor at",
                     ),
                 ),
                 (
@@ -130,6 +143,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="No occurrence before this time (cron and interval).",
                         null=True,
+                        verbose_name="start at",
                     ),
                 ),
                 (
@@ -138,6 +152,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="No occurrence after this time; the schedule then leaves the index.",
                         null=True,
+                        verbose_name="end at",
                     ),
                 ),
                 (
@@ -147,6 +162,7 @@ class Migration(migrations.Migration):
                         help_text="Finish after this many runs.",
                         null=True,
                         validators=[django.core.validators.MinValueValidator(1)],
+                        verbose_name="max runs",
                     ),
                 ),
                 (
@@ -155,6 +171,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="Delay each occurrence by up to this much (the same delay on every re-dispatch, never past the next occurrence) to spread load.",
                         null=True,
+                        verbose_name="jitter",
                     ),
                 ),
                 (
@@ -168,6 +185,7 @@ class Migration(migrations.Migration):
                         ],
                         help_text="What fires after downtime; blank: SCHEDULINATOR['CATCH_UP'] (latest).",
                         max_length=8,
+                        verbose_name="catch up",
                     ),
                 ),
                 (
@@ -176,6 +194,7 @@ class Migration(migrations.Migration):
                         blank=True,
                         help_text="Catch-up 'all': missed occurrences older than this do not fire (blank: SCHEDULINATOR['CATCH_UP_WINDOW_SECONDS']).",
                         null=True,
+                        verbose_name="catch up window",
                     ),
                 ),
                 (
@@ -188,6 +207,7 @@ class Migration(migrations.Migration):
                         ],
                         default="allow",
                         max_length=8,
+                        verbose_name="overlap",
                     ),
                 ),
                 (
@@ -195,12 +215,16 @@ class Migration(migrations.Migration):
                     models.BooleanField(
                         default=True,
                         help_text="Clear it to pause the schedule; its missed runs are skipped.",
+                        verbose_name="enabled",
                     ),
                 ),
                 (
                     "pause_note",
                     models.CharField(
-                        blank=True, help_text="Why the schedule is paused.", max_length=500
+                        blank=True,
+                        help_text="Why the schedule is paused.",
+                        max_length=500,
+                        verbose_name="pause note",
                     ),
                 ),
                 (
@@ -210,6 +234,7 @@ class Migration(migrations.Migration):
                         help_text="Pause the schedule after this many failed runs in a row.",
                         null=True,
                         validators=[django.core.validators.MinValueValidator(1)],
+                        verbose_name="pause after failures",
                     ),
                 ),
                 (
@@ -220,6 +245,7 @@ class Migration(migrations.Migration):
                         editable=False,
                         help_text="The nominal time of the next occurrence (kept while paused).",
                         null=True,
+                        verbose_name="next run at",
                     ),
                 ),
                 (
@@ -229,25 +255,57 @@ class Migration(migrations.Migration):
                         editable=False,
                         help_text="When the next occurrence fires: next_run_at plus its jitter.",
                         null=True,
+                        verbose_name="due at",
                     ),
                 ),
-                ("last_run_at", models.DateTimeField(blank=True, editable=False, null=True)),
-                ("run_count", models.PositiveBigIntegerField(default=0, editable=False)),
-                ("failure_streak", models.PositiveIntegerField(default=0, editable=False)),
-                ("paused_at", models.DateTimeField(blank=True, editable=False, null=True)),
-                ("revision", models.PositiveBigIntegerField(default=1, editable=False)),
+                (
+                    "last_run_at",
+                    models.DateTimeField(
+                        blank=True, editable=False, null=True, verbose_name="last run at"
+                    ),
+                ),
+                (
+                    "run_count",
+                    models.PositiveBigIntegerField(
+                        default=0, editable=False, verbose_name="run count"
+                    ),
+                ),
+                (
+                    "failure_streak",
+                    models.PositiveIntegerField(
+                        default=0, editable=False, verbose_name="failure streak"
+                    ),
+                ),
+                (
+                    "paused_at",
+                    models.DateTimeField(
+                        blank=True, editable=False, null=True, verbose_name="paused at"
+                    ),
+                ),
+                (
+                    "revision",
+                    models.PositiveBigIntegerField(
+                        default=1, editable=False, verbose_name="revision"
+                    ),
+                ),
                 (
                     "version",
                     models.PositiveBigIntegerField(
                         default=1,
                         editable=False,
                         help_text="Bumped by every change of the schedule's settings; send it back with an update so that a stale edit is refused instead of overwriting a newer one.",
+                        verbose_name="version",
                     ),
                 ),
-                ("created_at", models.DateTimeField(auto_now_add=True)),
-                ("updated_at", django_schedulinator.dbclock.DatabaseClockField()),
+                ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
+                (
+                    "updated_at",
+                    django_schedulinator.dbclock.DatabaseClockField(verbose_name="updated at"),
+                ),
             ],
             options={
+                "verbose_name": "schedule",
+                "verbose_name_plural": "schedules",
                 "ordering": ("name",),
                 "permissions": [
                     (
@@ -272,7 +330,10 @@ class Migration(migrations.Migration):
                 ),
                 (
                     "scheduled_for",
-                    models.DateTimeField(help_text="The nominal time of the occurrence."),
+                    models.DateTimeField(
+                        help_text="The nominal time of the occurrence.",
+                        verbose_name="scheduled for",
+                    ),
                 ),
                 (
                     "status",
@@ -288,6 +349,7 @@ class Migration(migrations.Migration):
                         ],
                         default="pending",
                         max_length=16,
+                        verbose_name="status",
                     ),
                 ),
                 (
@@ -300,6 +362,7 @@ class Migration(migrations.Migration):
                         ],
                         default="schedule",
                         max_length=16,
+                        verbose_name="trigger",
                     ),
                 ),
                 (
@@ -315,23 +378,35 @@ class Migration(migrations.Migration):
                             ("replaced", "Replaced by a run now"),
                         ],
                         max_length=16,
+                        verbose_name="skip reason",
                     ),
                 ),
-                ("task", models.CharField(max_length=200)),
-                ("args", models.JSONField(default=list)),
-                ("kwargs", models.JSONField(default=dict)),
-                ("claimed_at", models.DateTimeField()),
-                ("dispatched_at", models.DateTimeField(blank=True, null=True)),
-                ("finished_at", models.DateTimeField(blank=True, null=True)),
-                ("worker_id", models.CharField(max_length=200)),
-                ("claim_token", models.CharField(max_length=40)),
-                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
-                ("attempts", models.PositiveIntegerField(default=1)),
-                ("error", models.TextField(blank=True)),
+                ("task", models.CharField(max_length=200, verbose_name="task")),
+                ("args", models.JSONField(default=list, verbose_name="args")),
+                ("kwargs", models.JSONField(default=dict, verbose_name="kwargs")),
+                ("claimed_at", models.DateTimeField(verbose_name="claimed at")),
+                (
+                    "dispatched_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="dispatched at"),
+                ),
+                (
+                    "finished_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="finished at"),
+                ),
+                ("worker_id", models.CharField(max_length=200, verbose_name="worker id")),
+                ("claim_token", models.CharField(max_length=40, verbose_name="claim token")),
+                (
+                    "lease_expires_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="lease expires at"),
+                ),
+                ("attempts", models.PositiveIntegerField(default=1, verbose_name="attempts")),
+                ("error", models.TextField(blank=True, verbose_name="error")),
                 (
                     "note",
                     models.TextField(
-                        blank=True, help_text="Why it was skipped, or how it was queued."
+                        blank=True,
+                        help_text="Why it was skipped, or how it was queued.",
+                        verbose_name="note",
                     ),
                 ),
                 (
@@ -341,10 +416,13 @@ class Migration(migrations.Migration):
                         on_delete=django.db.models.deletion.CASCADE,
                         related_name="runs",
                         to="django_schedulinator.schedule",
+                        verbose_name="schedule",
                     ),
                 ),
             ],
             options={
+                "verbose_name": "run",
+                "verbose_name_plural": "runs",
                 "ordering": ("-scheduled_for",),
                 "indexes": [
                     models.Index(
@@ -374,8 +452,11 @@ class Migration(migrations.Migration):
                         auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
                     ),
                 ),
-                ("schedule_name", models.CharField(max_length=200)),
-                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("schedule_name", models.CharField(max_length=200, verbose_name="schedule name")),
+                (
+                    "actor_name",
+                    models.CharField(blank=True, max_length=150, verbose_name="actor name"),
+                ),
                 (
                     "source",
                     models.CharField(
@@ -387,6 +468,7 @@ class Migration(migrations.Migration):
                             ("python", "Python code"),
                         ],
                         max_length=16,
+                        verbose_name="source",
                     ),
                 ),
                 (
@@ -403,16 +485,25 @@ class Migration(migrations.Migration):
                             ("resynced", "Index resynced"),
                         ],
                         max_length=16,
+                        verbose_name="action",
                     ),
                 ),
-                ("changes", models.JSONField(blank=True, default=dict)),
+                ("changes", models.JSONField(blank=True, default=dict, verbose_name="changes")),
                 (
                     "version",
                     models.PositiveBigIntegerField(
-                        blank=True, help_text="The schedule's version after the change.", null=True
+                        blank=True,
+                        help_text="The schedule's version after the change.",
+                        null=True,
+                        verbose_name="version",
                     ),
                 ),
-                ("at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "at",
+                    models.DateTimeField(
+                        db_index=True, default=django.utils.timezone.now, verbose_name="at"
+                    ),
+                ),
                 (
                     "actor",
                     models.ForeignKey(
@@ -421,6 +512,7 @@ class Migration(migrations.Migration):
                         on_delete=django.db.models.deletion.SET_NULL,
                         related_name="+",
                         to=settings.AUTH_USER_MODEL,
+                        verbose_name="actor",
                     ),
                 ),
                 (
@@ -431,10 +523,13 @@ class Migration(migrations.Migration):
                         on_delete=django.db.models.deletion.SET_NULL,
                         related_name="changes",
                         to="django_schedulinator.schedule",
+                        verbose_name="schedule",
                     ),
                 ),
             ],
             options={
+                "verbose_name": "schedule change",
+                "verbose_name_plural": "schedule changes",
                 "ordering": ("-at", "-id"),
                 "indexes": [
                     models.Index(fields=["schedule", "-at"], name="schedulinator_change_of")

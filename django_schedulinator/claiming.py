@@ -378,8 +378,8 @@ class Claimer:
     ) -> tuple[dict[int, int], set[int], dict[tuple[int, int], int]]:
         """One transaction: the conditional advance of the due rows and their runs."""
         with transaction.atomic(using=self.db):
-            moved, locked = Schedule.objects.using(self.db).advance(
-                [d.advance for d in plan.due], now, skip_locked=skip_locked
+            moved, locked = services.advance(
+                [d.advance for d in plan.due], now, using=self.db, skip_locked=skip_locked
             )
             new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
             inserted = ledger.record_claimed(
@@ -515,11 +515,14 @@ class Claimer:
         adds one, and a schedule with ``pause_after_failures`` that reaches it is paused
         (and leaves the index) through the service layer, recorded in the change log.
         """
+        succeeded = [schedule_of[o.run_id] for o in outcomes if o.status == Run.Status.SUCCEEDED]
+        failed = [schedule_of[o.run_id] for o in outcomes if o.status == Run.Status.FAILED]
         with transaction.atomic(using=self.db):
-            reached = ledger.record_outcomes(
-                outcomes, schedule_of, dispatched_at=dispatched_at, using=self.db
+            ledger.record_outcomes(outcomes, dispatched_at=dispatched_at, using=self.db)
+            reached = services.record_streaks(succeeded, failed, using=self.db)
+            paused = services.auto_pause(
+                reached, note=AUTO_PAUSE_NOTE, using=self.db, index=self.index
             )
-            paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=self.db)
         if paused:
             logger.warning(
                 "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",

@@ -9,13 +9,14 @@ passes occurrences over (``record_skipped``), and when someone queues work by ha
 (``take_over``), starts them (``mark_running``), cancels them (``cancel_paused``) or records
 their outcome (``record_outcomes``); buffered runs are released by ``release_buffered``.
 
-Nothing else in the app writes runs. The SQL of the batched insert lives in
+Nothing else in the app writes runs, and the ledger writes nothing else (the schedules'
+counters are the services' ``record_streaks``). The SQL of the batched insert lives in
 ``RunQuerySet.insert_runs``; the functions here say when and why it is called.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -182,18 +183,8 @@ def mark_running(run_ids: Collection[int], claim_token: str, *, using: str) -> i
     )
 
 
-def record_outcomes(
-    outcomes: Sequence[Outcome],
-    schedule_of: Mapping[int, int],
-    *,
-    dispatched_at: Any,
-    using: str,
-) -> list[int]:
-    """Store what the dispatcher reported, and each schedule's count of failures in a row
-    (a success resets it, a failure adds one). Call inside a transaction.
-
-    Returns the schedules whose failures in a row reached their ``pause_after_failures``:
-    the caller pauses them (``services.auto_pause``) in the same transaction."""
+def record_outcomes(outcomes: Sequence[Outcome], *, dispatched_at: Any, using: str) -> None:
+    """Store what the dispatcher reported for each run (those still unfinished)."""
     finished_at = timezone.now()
     by_status: dict[str, list[int]] = {}
     failed: list[Outcome] = []
@@ -218,24 +209,6 @@ def record_outcomes(
             finished_at=finished_at,
             lease_expires_at=None,
         )
-    succeeded = {schedule_of[i] for i in by_status.get(Run.Status.SUCCEEDED, ())}
-    if succeeded:
-        Schedule.objects.using(using).filter(
-            pk__in=json_ids(sorted(succeeded), using), failure_streak__gt=0
-        ).update(failure_streak=0)
-    if not failed:
-        return []
-    schedules = Schedule.objects.using(using).filter(
-        pk__in=sorted({schedule_of[o.run_id] for o in failed})
-    )
-    schedules.update(failure_streak=F("failure_streak") + 1)
-    return list(
-        schedules.filter(
-            enabled=True,
-            pause_after_failures__isnull=False,
-            failure_streak__gte=F("pause_after_failures"),
-        ).values_list("pk", flat=True)
-    )
 
 
 def release_buffered(schedule_ids: Collection[int] | None, *, using: str) -> int:

@@ -20,7 +20,7 @@ keeps its derived fields consistent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +36,7 @@ from .dbclock import DatabaseNow
 from .errors import ScheduleDeleted, ServiceError, VersionConflict
 from .index import ApplyResult, DueIndex, get_index
 from .models import Run, Schedule, ScheduleChange
+from .querysets import Advance, Advanced, json_ids
 from .registry import registry
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "Origin",
     "ServiceError",
     "VersionConflict",
+    "advance",
     "auto_pause",
     "backfill",
     "create",
@@ -51,6 +53,7 @@ __all__ = [
     "delete_many",
     "lock_for_edit",
     "pause",
+    "record_streaks",
     "resume",
     "resync",
     "run_now",
@@ -241,6 +244,36 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin = PYTHO
             _record_paused_over(current, passed, note, db)
             _record(current, origin, ScheduleChange.Action.RESUMED, {"catch_up": catch_up}, db)
     _adopt(schedule, current, WRITTEN_BY_ACTIONS)
+
+
+def advance(
+    advances: Sequence[Advance], fired_at: datetime, *, using: str, skip_locked: bool = False
+) -> Advanced:
+    """The scheduler's conditional advance of due schedules past what fired (next run, due
+    time, run count, last run; never a setting, so the version stays and the change log is
+    not written): each row moves only if it still holds the revision the claim read."""
+    return Schedule.objects.using(using).advance(advances, fired_at, skip_locked=skip_locked)
+
+
+def record_streaks(succeeded: Collection[int], failed: Collection[int], *, using: str) -> list[int]:
+    """Each schedule's count of failures in a row: a success resets it, a failure adds
+    one. Returns the schedules whose count reached their ``pause_after_failures`` (for
+    ``auto_pause``, in the same transaction)."""
+    if succeeded:
+        Schedule.objects.using(using).filter(
+            pk__in=json_ids(sorted(set(succeeded)), using), failure_streak__gt=0
+        ).update(failure_streak=0)
+    if not failed:
+        return []
+    schedules = Schedule.objects.using(using).filter(pk__in=sorted(set(failed)))
+    schedules.update(failure_streak=F("failure_streak") + 1)
+    return list(
+        schedules.filter(
+            enabled=True,
+            pause_after_failures__isnull=False,
+            failure_streak__gte=F("pause_after_failures"),
+        ).values_list("pk", flat=True)
+    )
 
 
 def auto_pause(

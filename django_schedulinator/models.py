@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
@@ -516,6 +517,18 @@ class Schedule(models.Model):
             locked = type(self)._base_manager.using(db).filter(pk=self.pk).select_for_update()
             list(locked.values_list("pk", flat=True))
             return super().delete(using=db, keep_parents=keep_parents)
+
+    def take_saved(self, saved: Schedule, fields: Iterable[str]) -> None:
+        """Take ``fields`` from ``saved``, a copy of this row just written (a service works on
+        the row locked as it is now, not on the caller's instance), as the row holds them:
+        a later ``save()`` of this instance compares against them."""
+        names = list(fields)
+        for name in names:
+            setattr(self, name, getattr(saved, name))
+        self._loaded = {
+            **getattr(self, "_loaded", {}),
+            **{f: getattr(saved, f) for f in names if f in self.LOADED_FIELDS},
+        }
 
     def refresh_from_db(
         self,

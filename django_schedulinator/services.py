@@ -87,7 +87,7 @@ def create(
     """Create a schedule from an unsaved instance or from its fields; validated by the
     model (a ``ValidationError`` names each bad field). Returns the saved schedule."""
     instance = schedule if isinstance(schedule, Schedule) else Schedule(**schedule)
-    if not instance._state.adding:
+    if not instance._state.adding:  # documented by Django (Model._state)
         raise ServiceError("This schedule is saved already: update it instead.")
     db = using or _db(instance)
     with transaction.atomic(using=db):
@@ -495,14 +495,8 @@ def _check_version(current: Schedule, expected: int | None) -> None:
 
 def _adopt(schedule: Schedule, current: Schedule, written: Sequence[str]) -> None:
     """The caller's instance takes what was written to the row, as saved."""
-    if schedule is current:
-        return
-    for name in written:
-        setattr(schedule, name, getattr(current, name))
-    schedule._loaded = {
-        **getattr(schedule, "_loaded", {}),
-        **{f: getattr(current, f) for f in written if f in schedule.LOADED_FIELDS},
-    }
+    if schedule is not current:
+        schedule.take_saved(current, written)
 
 
 def _record(

@@ -74,6 +74,10 @@ def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
+# A rebuild asked for and never performed (no scheduler ran) is forgotten after a day.
+REQUEST_TTL = 86_400
+
+
 class DueIndex:
     def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
         self.client = client if client is not None else get_redis()
@@ -84,6 +88,7 @@ class DueIndex:
         self.revisions_key = f"{tag}:rev"
         self.marker_key = f"{tag}:built"
         self.lock_key = f"{tag}:rebuild-lock"
+        self.rebuild_request_key = f"{tag}:rebuild-request"
         self.reconcile_key = f"{tag}:reconcile"
         self.wake_key = f"{tag}:wake"
         self._turn_prefix = f"{tag}:turn:"
@@ -98,6 +103,7 @@ class DueIndex:
             self.revisions_key,
             self.marker_key,
             self.lock_key,
+            self.rebuild_request_key,
             self.reconcile_key,
             self.wake_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
@@ -225,6 +231,26 @@ class DueIndex:
 
     def mark_built(self, info: dict[str, Any]) -> None:
         self.client.set(self.marker_key, json.dumps(info, sort_keys=True))
+
+    def request_rebuild(self, info: dict[str, Any]) -> bool:
+        """Ask the schedulers for a rebuild (the admin's button): the first to look performs
+        it. False if one is asked for already (two clicks make one request)."""
+        raw = json.dumps(info, sort_keys=True)
+        return bool(self.client.set(self.rebuild_request_key, raw, nx=True, ex=REQUEST_TTL))
+
+    def rebuild_request(self) -> dict[str, Any] | None:
+        """The rebuild asked for and not yet performed (who asked, when), or None."""
+        raw = self.client.get(self.rebuild_request_key)
+        if not raw:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def clear_rebuild_request(self) -> None:
+        self.client.delete(self.rebuild_request_key)
 
     # -- periodic chores ------------------------------------------------------------------
 

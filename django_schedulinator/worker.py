@@ -31,10 +31,11 @@ from redis import exceptions as redis_errors
 from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
+from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk
 from .index import DueIndex, get_index
 from .management import run_command
-from .rebuild import ensure_built
+from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
 
 logger = logging.getLogger("django_schedulinator.worker")
@@ -55,6 +56,8 @@ MAX_BACKOFF_SECONDS = 5.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
 DISPATCH_QUEUE_BATCHES = 2
+# How often each scheduler looks for a rebuild asked for on the admin's operations page.
+REBUILD_REQUEST_LOOK_SECONDS = 2.0
 
 
 # The threads of the loop (claiming and dispatching, not the tasks): their PostgreSQL
@@ -246,6 +249,7 @@ class Worker:
         self._reconcile_behind = False
         self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
         self._next_stats = time.monotonic() + self._stats_every
+        self._next_rebuild_look = 0.0  # when to look for a rebuild asked for in the admin
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
         # While run() runs, a second thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
@@ -455,6 +459,37 @@ class Worker:
         if now >= self._next_stats:
             self._next_stats = now + self._stats_every
             self._log_summary(now)
+        if now >= self._next_rebuild_look:
+            self._next_rebuild_look = now + REBUILD_REQUEST_LOOK_SECONDS
+            self._chore("rebuild request", 0, self._rebuild_if_asked, turn=False)
+
+    def _rebuild_if_asked(self) -> None:
+        """Perform a rebuild asked for on the admin's operations page, with the function
+        ``manage.py rebuild_due_index`` runs, under its lock: the request only records that
+        it was asked for, and the first scheduler to look does it."""
+        asked = self.index.rebuild_request()
+        if asked is None:
+            return
+        by = str(asked.get("by") or "the operations page")
+        try:
+            report = rebuild_index(self.index, built_by=by)
+        except RebuildInProgress:
+            return  # another process rebuilds right now; the request waits for the next look
+        except TRANSIENT_ERRORS:
+            raise  # the loop backs off; the request waits
+        except Exception:
+            self.index.clear_rebuild_request()  # logged by _chore; asking again retries
+            raise
+        self.index.clear_rebuild_request()
+        logger.info(
+            "Rebuilt the due index as asked by %s: %d schedules, %d entries added, %d fixed, "
+            "%d removed.",
+            by,
+            report.rows,
+            report.added,
+            report.fixed,
+            report.removed,
+        )
 
     def _log_summary(self, now: float) -> None:
         """One line at INFO (run_scheduler's default verbosity) of what this process did:

@@ -25,6 +25,7 @@ from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
+from django_schedulinator.worker import Worker
 
 from .conftest import form_data, make_schedule
 
@@ -1064,9 +1065,10 @@ def test_the_operations_page_highlights_drift(admin_client: Client, index: DueIn
     assert f'<a href="{change_url(schedule)}">{schedule.pk}</a>' in html
 
 
-def test_a_rebuild_from_the_operations_page(
-    staff_client: Callable[..., Client], index: DueIndex
+def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
+    staff_client: Callable[..., Client], built_index: DueIndex
 ) -> None:
+    index = built_index
     schedule = make_schedule()
     index.client.zrem(index.due_key, schedule.pk)
     operator = staff_client(
@@ -1077,31 +1079,45 @@ def test_a_rebuild_from_the_operations_page(
     page = operator.post(reverse(OPERATIONS))
     assert page.status_code == 302
     assert page["Location"] == reverse(OPERATIONS)
-    for thread in threading.enumerate():  # the rebuild runs in the background: wait for it
-        if thread.name == "schedulinator-admin-rebuild":
-            thread.join(timeout=10)
+    # The request only records what was asked for: it rebuilds nothing, starts no thread.
+    assert (index.rebuild_request() or {}).get("by") == "admin:operator"
+    assert index.scores([schedule.pk])[schedule.pk] is None
+    assert not [t for t in threading.enumerate() if "rebuild" in t.name]
+    shown = operator.get(reverse(OPERATIONS))
+    html = shown.content.decode()
+    assert "by admin:operator, waiting for a scheduler" in html
+    assert any(text.startswith("Rebuild asked for:") for _level, text in shown_messages(shown))
+    assert "`rebuild_due_index`" in shown_messages(shown)[0][1]
+
+    Worker(worker_id="w1", once=True).run()  # the first scheduler to look performs it
+
     info = index.built_info()
     assert info is not None
     assert info["by"] == "admin:operator"
     assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.due_at)
-
-    shown = operator.get(reverse(OPERATIONS))
-    assert "by admin:operator" in shown.content.decode()
-    assert any(text.startswith("Rebuild started:") for _level, text in shown_messages(shown))
-    assert not index.rebuild_running()  # the thread released the lock it was handed
+    assert index.rebuild_request() is None
+    assert not index.rebuild_running()
+    assert "by admin:operator" in operator.get(reverse(OPERATIONS)).content.decode()
 
 
-def test_a_second_rebuild_is_not_started(admin_client: Client, index: DueIndex) -> None:
+def test_two_clicks_ask_for_one_rebuild_and_a_running_one_is_waited_for(
+    admin_client: Client, built_index: DueIndex
+) -> None:
+    index = built_index
+    first = admin_client.post(reverse(OPERATIONS), follow=True)
+    second = admin_client.post(reverse(OPERATIONS), follow=True)
+    assert [level for level, _text in shown_messages(first)] == [messages.SUCCESS]
+    assert [level for level, _text in shown_messages(second)] == [messages.WARNING]
+    assert "A rebuild is already asked for" in shown_messages(second)[0][1]
+
     lock = index.rebuild_lock(60)
-    assert lock.acquire(blocking=False)
+    assert lock.acquire(blocking=False)  # another rebuild (the command) runs
     try:
-        page = admin_client.post(reverse(OPERATIONS), follow=True)
+        Worker(worker_id="w1", once=True).run()
+        assert index.rebuild_request() is not None  # waits for the next look
     finally:
         lock.release()
-    assert page.status_code == 200
-    assert [level for level, _text in shown_messages(page)] == [messages.WARNING]
-    assert "A rebuild is already running" in shown_messages(page)[0][1]
-    assert index.built_info() is None
+    assert index.built_info() == {"by": "tests"}
 
 
 @pytest.mark.usefixtures("redis_down")

@@ -1,0 +1,48 @@
+"""The change log in the admin: read-only, written by the changes themselves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Schedule, ScheduleChange
+from .display import summarise_changes
+from .pagination import CappedCountAdmin
+
+
+@admin.register(ScheduleChange)
+class ScheduleChangeAdmin(CappedCountAdmin):
+    list_display = ("at", "schedule_link", "actor_name", "source", "action", "summary")
+    list_filter = ("source", "action")
+    search_fields = ("schedule_name", "actor_name")
+    date_hierarchy = "at"
+
+    @admin.display(description=_("schedule"), ordering="schedule_name")
+    def schedule_link(self, obj: ScheduleChange) -> str:
+        # Not named schedule_name: the model field of that name would take its place.
+        if obj.schedule_id is None:  # deleted since
+            return obj.schedule_name
+        url = reverse(
+            f"admin:{Schedule._meta.app_label}_{Schedule._meta.model_name}_change",
+            args=(quote(obj.schedule_id),),
+        )
+        return format_html('<a href="{}">{}</a>', url, obj.schedule_name)
+
+    @admin.display(description=_("changes"))
+    def summary(self, obj: ScheduleChange) -> str:
+        return summarise_changes(obj.action, obj.changes)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,52 @@
+"""The schedule changelist's filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext_lazy as _
+
+from ..models import Run
+from ..registry import registry
+
+UNREGISTERED = "__unregistered__"
+NEVER_RUN = "never"
+
+
+class TaskFilter(admin.SimpleListFilter):
+    """The registered tasks (the dispatcher is process-wide: the task is what differs)."""
+
+    title = _("task")
+    parameter_name = "task"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [*registry.choices(), (UNREGISTERED, _("Not registered (cannot run)"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == UNREGISTERED:
+            return queryset.exclude(task__in=registry.names())
+        if value:
+            return queryset.filter(task=value)
+        return queryset
+
+
+class LastRunStatusFilter(admin.SimpleListFilter):
+    """The status of each schedule's most recent run (an annotation of the changelist)."""
+
+    title = _("status of last run")
+    parameter_name = "last_run_status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [*Run.Status.choices, (NEVER_RUN, _("Never run"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == NEVER_RUN:
+            return queryset.filter(last_run_status__isnull=True)
+        if value:
+            return queryset.filter(last_run_status=value)
+        return queryset

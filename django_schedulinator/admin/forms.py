@@ -1,0 +1,164 @@
+"""The schedule change form, its JSON editor, and the changelist's action form."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.forms.fields import InvalidJSONInput
+from django.utils.translation import gettext_lazy as _
+
+from .. import services
+from ..errors import ScheduleDeleted, VersionConflict
+from ..models import Schedule, json_text_too_deep, json_too_deep_error
+from ..registry import registry
+
+
+class PrettyJSONField(forms.JSONField):
+    """Shows the value indented, so that args and kwargs can be read and edited."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
+            value = ""  # spaces alone are an empty box, not invalid JSON
+        if isinstance(value, str) and json_text_too_deep(value):  # json.loads would recurse
+            raise json_too_deep_error()
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and json_text_too_deep(data):
+            return InvalidJSONInput(data)  # shown again as typed, with its error
+        return super().bound_data(data, initial)
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, InvalidJSONInput):
+            return value  # what was typed, shown again with its error
+        return json.dumps(value, ensure_ascii=False, indent=2, cls=self.encoder)
+
+
+class JSONEditorWidget(forms.Textarea):
+    """A monospace textarea whose script says at once whether the text is valid JSON (and
+    of the expected type). The model's validation stays the source of truth."""
+
+    template_name = "django_schedulinator/admin/json_editor.html"
+
+    def __init__(self, attrs: dict[str, Any] | None = None, *, json_type: str = "") -> None:
+        defaults = {"class": "schedulinator-json", "cols": "60", "spellcheck": "false"}
+        if json_type:
+            defaults["data-json-type"] = json_type  # "array" or "object"
+        super().__init__({**defaults, **(attrs or {})})
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        lines = str(value or "").count("\n") + 1
+        context["widget"]["attrs"]["rows"] = str(min(max(lines + 1, 3), 20))
+        return context
+
+    class Media:
+        js = ("django_schedulinator/json_editor.js",)
+        css = {"all": ("django_schedulinator/admin.css",)}
+
+
+STALE_EDIT = _(
+    "This schedule was changed by someone else while you edited it (now version "
+    "%(current)s, you started from %(started)s). Reload the page to see their change, then "
+    "make yours again."
+)
+ARGS_EXPECTED = _('Enter a JSON list: [] for no arguments, or for example [1, "a"].')
+KWARGS_EXPECTED = _('Enter a JSON object: {} for no keyword arguments, or for example {"a": 1}.')
+
+# The fields whose values decide the next runs: the preview follows them as they are edited.
+PREVIEW_FIELDS = Schedule.TIMING_FIELDS
+
+
+class ScheduleForm(forms.ModelForm):
+    # The version the form was loaded at: an edit based on an older one is refused. Text,
+    # read in clean(): an error of a hidden field would not be seen.
+    version = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    class Meta:
+        model = Schedule
+        fields = Schedule.SETTINGS_FIELDS
+        field_classes = {"args": PrettyJSONField, "kwargs": PrettyJSONField}
+        widgets = {
+            "args": JSONEditorWidget(json_type="array"),
+            "kwargs": JSONEditorWidget(json_type="object"),
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # A choice list from the registry: a dotted path typed into the admin can never
+        # reach the scheduler. A saved schedule's task stays a choice when it is no longer
+        # registered, so the schedule remains editable; no other unregistered name is one.
+        current = self.instance.task if self.instance.pk is not None else None
+        self.fields["task"] = forms.ChoiceField(
+            choices=[("", "---------"), *registry.choices(current)],
+            help_text=Schedule._meta.get_field("task").help_text,
+        )
+        if "version" in self.fields and self.instance.pk is not None:
+            self.fields["version"].initial = self.instance.version
+
+    # An empty box reaches the model as None, whose error names a Python type: say what
+    # to type instead. Empty is an error, not [] or {}, so that a box cleared by mistake
+    # never drops the arguments silently.
+    def clean_args(self) -> Any:
+        value = self.cleaned_data.get("args")
+        if not isinstance(value, list):
+            raise ValidationError(ARGS_EXPECTED, code="not_a_list")
+        return value
+
+    def clean_kwargs(self) -> Any:
+        value = self.cleaned_data.get("kwargs")
+        if not isinstance(value, dict):
+            raise ValidationError(KWARGS_EXPECTED, code="not_an_object")
+        return value
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.instance.pk is not None and "version" in self.fields:
+            self._check_version(cleaned.get("version"))
+        return cleaned
+
+    def _check_version(self, posted: str | None) -> None:
+        try:
+            started_from: int | None = int(posted or "")
+        except ValueError:
+            started_from = None
+        if started_from is None:
+            raise ValidationError(
+                _(
+                    "The form does not say which version of the schedule it edits. Reload "
+                    "the page, then make your change again."
+                ),
+                code="no_version",
+            )
+        # The admin's change view runs in a transaction: the service keeps the row locked
+        # until the save, so no other edit can slip in between this check and the write.
+        try:
+            services.lock_for_edit(self.instance, started_from)
+        except ScheduleDeleted:
+            raise ValidationError(
+                _("This schedule was deleted while you edited it."), code="deleted"
+            ) from None
+        except VersionConflict as exc:
+            raise ValidationError(
+                STALE_EDIT,
+                code="stale",
+                params={"current": exc.current, "started": started_from},
+            ) from None
+
+
+PAUSE_NOTE_MAX = Schedule._meta.get_field("pause_note").max_length
+
+
+class ScheduleActionForm(helpers.ActionForm):
+    # No max_length here: any error of this form makes Django say "No action selected."
+    # The pause action checks the note with the model's own rules and says what is wrong;
+    # the browser's maxlength only helps while typing.
+    note = forms.CharField(
+        required=False,
+        label=_("Note (for pause)"),
+        widget=forms.TextInput(attrs={"maxlength": str(PAUSE_NOTE_MAX)}),
+    )

@@ -1,0 +1,200 @@
+"""The scheduler's operations page: the state of the due index, and a rebuild on request.
+
+A view with its template, like a dashboard: it reads ``health.index_status()`` and shows it.
+The rebuild button only records the request in Redis; the first scheduler to look performs
+it with the same function as ``manage.py rebuild_due_index``, under the same lock (a
+request never runs the rebuild itself, nor starts a thread that would outlive it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+from redis.exceptions import RedisError
+
+from .. import health
+from ..index import get_index
+from ..management import run_command
+from .display import iso_text
+
+if TYPE_CHECKING:
+    from .schedules import ScheduleAdmin
+
+TEMPLATE = "django_schedulinator/admin/operations.html"
+DRIFT_SHOWN = 20  # late or missing schedules linked from the drift row
+
+
+def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpResponse:
+    opts = model_admin.opts
+    if not request.user.has_perm(f"{opts.app_label}.view_operations"):
+        raise PermissionDenied
+    can_rebuild = request.user.has_perm(f"{opts.app_label}.rebuild_index")
+    if request.method == "POST":
+        if not can_rebuild:
+            raise PermissionDenied
+        ask_for_rebuild(request, model_admin)
+        return HttpResponseRedirect(request.get_full_path())  # POST/redirect/GET
+    status: health.IndexStatus | None = None
+    asked: dict[str, Any] | None = None
+    redis_error = ""
+    try:
+        status = health.index_status()
+        asked = get_index().rebuild_request()
+    except RedisError as exc:
+        redis_error = str(exc) or type(exc).__name__
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": gettext("Scheduler operations"),
+        "opts": opts,
+        "status": status,
+        "checked_at": iso_text(status.checked_at) if status is not None else "",
+        "rows": status_rows(status, asked, opts.app_label) if status is not None else [],
+        "redis_error": redis_error,
+        "can_rebuild": can_rebuild,
+        "rebuild_command": run_command("rebuild_due_index"),
+    }
+    return TemplateResponse(request, TEMPLATE, context)
+
+
+def ask_for_rebuild(request: HttpRequest, model_admin: ScheduleAdmin) -> None:
+    """Record the request; a scheduler performs it (see ``Worker._rebuild_if_asked``)."""
+    by = f"admin:{request.user.get_username()}"
+    try:
+        recorded = get_index().request_rebuild({"by": by, "at": timezone.now().isoformat()})
+    except RedisError as exc:
+        model_admin.message_user(
+            request,
+            gettext("Redis is unreachable, so no rebuild was asked for (%(error)s).")
+            % {"error": exc},
+            messages.ERROR,
+        )
+        return
+    if not recorded:
+        model_admin.message_user(
+            request,
+            gettext(
+                "A rebuild is already asked for; reload this page to see when a scheduler "
+                "has performed it."
+            ),
+            messages.WARNING,
+        )
+        return
+    model_admin.message_user(
+        request,
+        gettext(
+            "Rebuild asked for: the first scheduler to look (within seconds) rebuilds the "
+            "index under the same lock as %(command)s. With no scheduler running, run "
+            "%(command)s instead."
+        )
+        % {"command": run_command("rebuild_due_index")},
+        messages.SUCCESS,
+    )
+
+
+def status_rows(
+    status: health.IndexStatus, asked: dict[str, Any] | None, app_label: str
+) -> list[dict[str, Any]]:
+    lag = status.oldest_due_lag_seconds
+    rows = (
+        ("schedules", _("Schedules"), status.schedules, _("Rows in the database.")),
+        ("enabled", _("Enabled"), status.enabled, _("Not paused.")),
+        (
+            "indexable",
+            _("To index"),
+            status.indexable,
+            _("Enabled with a next run: each calls for one entry in the due index."),
+        ),
+        (
+            "entries",
+            _("Entries in the index"),
+            status.entries_due,
+            _("Entries of the due index, due or not."),
+        ),
+        (
+            "due-now",
+            _("Due now"),
+            status.due_now,
+            _("Entries whose time has come and that no scheduler has claimed yet."),
+        ),
+        (
+            "in-flight",
+            _("In flight (entries)"),
+            status.in_flight,
+            _("Entries claimed by a scheduler and not yet written back."),
+        ),
+        (
+            "runs-in-flight",
+            _("Runs in flight (ledger)"),
+            status.runs_in_flight,
+            _("Runs pending or running."),
+        ),
+        (
+            "lag",
+            _("Oldest due lag"),
+            gettext("none due") if lag is None else f"{lag:.1f} s",
+            _("How late the earliest unclaimed due entry is."),
+        ),
+        ("drift", _("Drift"), drift_html(status.drift, app_label), _("A sampled comparison.")),
+        (
+            "last-rebuild",
+            _("Last rebuild"),
+            rebuild_text(status.last_rebuild),
+            _("The build marker of the due index."),
+        ),
+        (
+            "rebuild-running",
+            _("Rebuild running"),
+            gettext("yes") if status.rebuild_running else gettext("no"),
+            "",
+        ),
+        (
+            "rebuild-asked",
+            _("Rebuild asked for"),
+            asked_text(asked),
+            _("Performed by the first scheduler to look."),
+        ),
+    )
+    return [
+        {"key": key, "label": label, "value": value, "help": help_text}
+        for key, label, value, help_text in rows
+    ]
+
+
+def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
+    if drift is None:
+        return gettext("not checked")
+    late = [
+        (pk, reverse(f"admin:{app_label}_schedule_change", args=(pk,)))
+        for pk in drift.late_or_missing[:DRIFT_SHOWN]
+    ]
+    return render_to_string("django_schedulinator/admin/drift.html", {"drift": drift, "late": late})
+
+
+def rebuild_text(info: dict[str, Any] | None) -> str:
+    if info is None:
+        return gettext("never")
+    if not info:
+        return gettext("unknown (the marker cannot be read)")
+    return gettext("%(when)s: %(rows)s rows, by %(by)s") % {
+        "when": iso_text(info.get("built_at", gettext("unknown time"))),
+        "rows": info.get("rows", "?"),
+        "by": info.get("by", gettext("unknown")),
+    }
+
+
+def asked_text(asked: dict[str, Any] | None) -> str:
+    if asked is None:
+        return gettext("no")
+    return gettext("%(when)s by %(by)s, waiting for a scheduler") % {
+        "when": iso_text(asked.get("at", "?")),
+        "by": asked.get("by", gettext("unknown")),
+    }

@@ -1,0 +1,659 @@
+"""The schedule admin: list, change form with live previews, and the bulk actions.
+
+Tasks are chosen from the registry, never typed. Every change made here goes through the
+services (``django_schedulinator.services``), which record it in the change log in the
+transaction of the change itself; a change made from a stale form is refused: the
+schedule's ``version`` travels with the form.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC
+from functools import partial
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote, unquote
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import router, transaction
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.template.loader import render_to_string
+from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import capfirst
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
+from redis.exceptions import RedisError
+
+from .. import services, sync, timing
+from ..changelog import Origin
+from ..conf import app_settings
+from ..errors import ServiceError
+from ..index import ApplyResult
+from ..models import Run, Schedule, ScheduleChange
+from .display import (
+    CHANGES_SHOWN,
+    COUNT_LIMIT,
+    NAMES_SHOWN,
+    changelist_url,
+    count_at_most,
+    error_text,
+    local_time,
+    may_view,
+    names_text,
+    relative,
+    runs_text,
+    schedules_text,
+    summarise_changes,
+)
+from .filters import LastRunStatusFilter, TaskFilter
+from .forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
+from .operations import operations_view
+
+logger = logging.getLogger("django_schedulinator.admin")
+
+
+# -- deleting -----------------------------------------------------------------------------------
+
+
+class _RunsCountedCollector(NestedObjects):
+    """What a delete takes with it, except the runs: a schedule may have millions, so they
+    are counted rather than listed (and never loaded)."""
+
+    def can_fast_delete(self, objs: Any, from_field: Any = None) -> bool:
+        if hasattr(objs, "_meta"):  # a model (the relations of what is collected)
+            return objs._meta.model is Run
+        if hasattr(objs, "_raw_delete"):  # a queryset
+            return objs.model is Run
+        return False
+
+
+# -- the schedule admin ---------------------------------------------------------------------------
+
+STATE_FIELDS = (
+    "next_run_at",
+    "due_at",
+    "last_run_at",
+    "run_count",
+    "failure_streak",
+    "paused_at",
+    "settings_version",
+    "revision",
+    "created_at",
+    "updated_at",
+)
+
+
+HISTORY = _("History")
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+    action_form = ScheduleActionForm
+    change_list_template = "django_schedulinator/admin/schedule_change_list.html"
+    operations_template = "django_schedulinator/admin/operations.html"
+    actions = ["pause", "resume", "run_now", "resync_index"]
+    list_display = (
+        "name",
+        "task",
+        "kind",
+        "description",
+        "timezone",
+        "next_run",
+        "last_run",
+        "enabled",
+        "runs_link",
+    )
+    list_filter = ("kind", "enabled", TaskFilter, LastRunStatusFilter)
+    search_fields = ("name", "task")
+    readonly_fields = ("description", "preview", "run_ledger", "recent_changes", *STATE_FIELDS)
+    fieldsets = (
+        (
+            None,
+            {"fields": ("name", "task", "args", "kwargs", "enabled", "pause_note", "version")},
+        ),
+        (_("Next runs"), {"fields": ("description", "preview")}),
+        (_("When"), {"fields": ("kind", "cron", "interval", "run_at", "timezone", "anchor_at")}),
+        (_("Daylight saving time (cron)"), {"fields": ("dst_gap", "dst_fold")}),
+        (_("Window and limits"), {"fields": ("start_at", "end_at", "max_runs", "jitter")}),
+        (
+            _("Missed runs, overlap and failures"),
+            {"fields": ("catch_up", "catch_up_window", "overlap", "pause_after_failures")},
+        ),
+        (_("State"), {"fields": STATE_FIELDS}),
+        (HISTORY, {"fields": ("run_ledger", "recent_changes")}),
+    )
+
+    class Media:
+        js = ("django_schedulinator/preview.js",)
+        css = {"all": ("django_schedulinator/admin.css",)}
+
+    # -- queryset and form ----------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Schedule]:
+        # The most recent run of each schedule, as two subqueries served by the unique
+        # (schedule, scheduled_for) index: a page costs the same queries whatever its size.
+        latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-scheduled_for")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_run_status=Subquery(latest.values("status")[:1]),
+                last_run_time=Subquery(latest.values("scheduled_for")[:1]),
+            )
+        )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None:  # nothing to show yet
+            return [fs for fs in fieldsets if fs[0] != HISTORY]
+        # The runs and the change log (before/after values of args and kwargs) only for
+        # those whose permissions open their own pages.
+        hidden = {
+            name
+            for name, model in (("run_ledger", Run), ("recent_changes", ScheduleChange))
+            if not may_view(self.admin_site, request, model)
+        }
+        shown = []
+        for title, options in fieldsets:
+            fields = [f for f in options["fields"] if f not in hidden]
+            if fields:
+                shown.append((title, {**options, "fields": fields}))
+        return shown
+
+    def get_list_display(self, request: HttpRequest) -> list[Any] | tuple[Any, ...]:
+        columns = super().get_list_display(request)
+        if may_view(self.admin_site, request, Run):
+            return columns
+        return [c for c in columns if c != "runs_link"]
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        fields = kwargs.get("fields")
+        if fields is None:
+            fields = flatten_fieldsets(self.get_fieldsets(request, obj))
+        # "version" is the form's own hidden field; as a model field it is not editable, and
+        # naming it would make the form factory refuse it.
+        kwargs["fields"] = [name for name in fields if name != "version"]
+        return super().get_form(request, obj, change, **kwargs)
+
+    # -- changelist columns ---------------------------------------------------------------
+
+    @admin.display(description=_("description"))
+    def description(self, obj: Schedule) -> str:
+        # On the change form, preview.js replaces the text as the timing is edited.
+        text = (
+            obj.description if obj.pk is not None else gettext("Fill in the timing to see it here.")
+        )
+        return format_html('<span id="schedulinator-description">{}</span>', text)
+
+    @admin.display(description=_("next run"), ordering="next_run_at")
+    def next_run(self, obj: Schedule) -> str | None:
+        if obj.next_run_at is None:
+            return None  # finished: the admin's empty value
+        if not obj.enabled:
+            return format_html(
+                '<span class="schedulinator-paused" title="{}">paused</span>', obj.pause_note
+            )
+        # The local nominal time; "in ..." counts to when it fires (jitter included).
+        return format_html(
+            '<span class="schedulinator-time">{}</span><br>'
+            '<span class="schedulinator-relative">{}</span>',
+            local_time(obj.next_run_at, obj.timezone),
+            relative(obj.due_at or obj.next_run_at),
+        )
+
+    @admin.display(description=_("last run"), ordering="last_run_time")
+    def last_run(self, obj: Schedule) -> str:
+        status = getattr(obj, "last_run_status", None)
+        at = getattr(obj, "last_run_time", None)
+        if status is None or at is None:
+            return format_html('<span class="schedulinator-status">{}</span>', gettext("never run"))
+        label = Run.Status(status).label if status in Run.Status.values else status
+        return format_html(
+            '<span class="schedulinator-status schedulinator-status-{}">{}</span><br>'
+            '<span class="schedulinator-time">{}</span><br>'
+            '<span class="schedulinator-relative">{}</span>',
+            status,
+            label,
+            local_time(at, obj.timezone),
+            relative(at),
+        )
+
+    @admin.display(description=_("runs"))
+    def runs_link(self, obj: Schedule) -> str:
+        return format_html(
+            '<a href="{}">{}</a>', changelist_url(Run, schedule__id__exact=obj.pk), gettext("Runs")
+        )
+
+    # -- change form (read-only parts) ----------------------------------------------------
+
+    @admin.display(description=_("next runs"))
+    def preview(self, obj: Schedule) -> str:
+        # preview.js posts the form to preview_url as the timing is edited and puts what
+        # preview_view answers in this box: the next runs before the form is saved.
+        info = self.opts.app_label, self.opts.model_name
+        if obj.pk is None:
+            url = reverse("admin:{}_{}_preview".format(*info))
+            shown = gettext("Fill in the timing to see the next runs here.")
+        else:
+            url = reverse("admin:{}_{}_preview_change".format(*info), args=[quote(obj.pk)])
+            shown = self._preview_html(obj)
+        return format_html(
+            '<div id="schedulinator-preview-box" data-preview-url="{}" data-timing-fields="{}" '
+            'aria-live="polite">{}</div>',
+            url,
+            " ".join(PREVIEW_FIELDS),
+            shown,
+        )
+
+    def _preview_html(self, obj: Schedule) -> str:
+        try:
+            items = obj.preview(app_settings.PREVIEW_COUNT)
+        except (ValueError, TypeError) as exc:  # a form shown again with invalid timing
+            return render_to_string(PREVIEW_TEMPLATE, {"error": exc})
+        return render_to_string(
+            PREVIEW_TEMPLATE,
+            {"paused": not obj.enabled, "items": [self._preview_row(obj, i) for i in items]},
+        )
+
+    @staticmethod
+    def _preview_row(obj: Schedule, item: timing.PreviewItem) -> dict[str, Any]:
+        flagged = bool(item.dst or item.note or item.skipped)
+        if item.skipped:
+            fires = gettext("does not fire")
+        elif item.due_at != item.at:  # jitter
+            fires = local_time(item.due_at, obj.timezone)
+        else:
+            fires = ""
+        return {
+            "classes": " ".join(
+                name for name, applies in (("dst", flagged), ("skipped", item.skipped)) if applies
+            ),
+            "local": f"{item.local:%a %Y-%m-%d %H:%M:%S %Z}",
+            "utc": f"{item.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+            "fires": fires,
+            "flagged": flagged,
+            "note": item.note or gettext("Skipped: this local time does not exist."),
+        }
+
+    @admin.display(description=_("version"))
+    def settings_version(self, obj: Schedule) -> int | None:
+        # Not "version": that name is the form's hidden field, which a read-only field of
+        # the same name would remove.
+        return obj.version if obj.pk is not None else None
+
+    @admin.display(description=_("runs"))
+    def run_ledger(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return ""
+        # One schedule's runs may be many: counted as far as the runs list counts them.
+        count = count_at_most(Run.objects.filter(schedule_id=obj.pk), COUNT_LIMIT + 1)
+        text = (
+            gettext("More than %(count)s runs") % {"count": f"{COUNT_LIMIT:,}"}
+            if count > COUNT_LIMIT
+            else runs_text(count)
+        )
+        return format_html(
+            '<a href="{}" id="schedulinator-runs-link">{}</a>',
+            changelist_url(Run, schedule__id__exact=obj.pk),
+            text,
+        )
+
+    @admin.display(description=_("change log"))
+    def recent_changes(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return ""
+        entries = [
+            {
+                "when": f"{timezone.localtime(entry.at):%Y-%m-%d %H:%M:%S %Z}",
+                "who": entry.actor_name or "—",
+                "source": entry.get_source_display(),
+                "action": entry.get_action_display(),
+                "summary": summarise_changes(entry.action, entry.changes),
+            }
+            for entry in ScheduleChange.objects.filter(schedule_id=obj.pk)[:CHANGES_SHOWN]
+        ]
+        url = changelist_url(ScheduleChange, schedule__id__exact=obj.pk)
+        return render_to_string(
+            "django_schedulinator/admin/recent_changes.html", {"entries": entries, "url": url}
+        )
+
+    # -- saving and deleting: recorded in the change log, in the same transaction ---------
+
+    @staticmethod
+    def _origin(request: HttpRequest) -> Origin:
+        return Origin(getattr(request, "user", None), ScheduleChange.Source.ADMIN)
+
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        if change:
+            services.update(obj, origin=self._origin(request))
+        else:
+            services.create(obj, origin=self._origin(request))
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        services.delete(obj, origin=self._origin(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        services.delete_many(list(queryset), origin=self._origin(request))
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """Django's list of what a delete takes with it, with the runs counted: they are
+        the schedules' own ledger (read-only in the admin) and go with their schedule."""
+        objs = list(objs)
+        if not objs:
+            return [], {}, set(), []
+        collector = _RunsCountedCollector(using=router.db_for_write(Schedule), origin=objs)
+        collector.collect(objs)
+        perms_needed: set[str] = set()
+
+        def describe(obj: Any) -> str:
+            opts = obj._meta
+            if not self.admin_site.is_registered(type(obj)):
+                return f"{capfirst(opts.verbose_name)}: {obj}"
+            if not self.admin_site.get_model_admin(type(obj)).has_delete_permission(request, obj):
+                perms_needed.add(str(opts.verbose_name))
+            try:
+                url = reverse(
+                    f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change",
+                    args=(quote(obj.pk),),
+                )
+            except NoReverseMatch:
+                return f"{capfirst(opts.verbose_name)}: {obj}"
+            return format_html('{}: <a href="{}">{}</a>', capfirst(opts.verbose_name), url, obj)
+
+        to_delete = collector.nested(describe)
+        protected = [describe(obj) for obj in collector.protected]
+        collected: dict[Any, Any] = collector.model_objs  # typed loosely by the stubs
+        model_count = {
+            str(model._meta.verbose_name_plural): len(instances)
+            for model, instances in collected.items()
+        }
+        runs = sum(qs.count() for qs in collector.fast_deletes if qs.model is Run)
+        if runs:
+            model_count[str(Run._meta.verbose_name_plural)] = runs
+            to_delete.append(
+                gettext("%(runs)s: the ledger of the schedules above")
+                % {"runs": capfirst(runs_text(runs))}
+            )
+        return to_delete, model_count, perms_needed, protected
+
+    # -- actions --------------------------------------------------------------------------
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # An action the user may not run is refused outright rather than ignored.
+        action = request.POST.get("action") if request.method == "POST" else None
+        if action and action not in self.get_actions(request):
+            raise PermissionDenied
+        extra_context = {
+            **(extra_context or {}),
+            "can_view_operations": request.user.has_perm(f"{self.opts.app_label}.view_operations"),
+        }
+        return super().changelist_view(request, extra_context)
+
+    def _resync(self, request: HttpRequest, ids: list[int]) -> ApplyResult | None:
+        """Bring the index entries of ``ids`` in line with their committed rows, or say
+        why not."""
+        if not ids:
+            return None
+        db = router.db_for_write(Schedule)
+        try:
+            return sync.resync_schedules(ids, using=db)
+        except RedisError as exc:
+            logger.warning("Could not update the due index for schedules %s: %s", ids, exc)
+            self.message_user(
+                request,
+                index_not_updated(exc),
+                messages.ERROR,
+            )
+            return None
+
+    def _resync_on_commit(self, request: HttpRequest, ids: list[int]) -> None:
+        """``_resync`` once the action's changes are committed: at once in autocommit, at
+        the end of the request's transaction under ATOMIC_REQUESTS (still before the
+        messages are stored, so a failure is reported; it is logged in any case). Before the
+        commit it would index rows that may yet roll back."""
+        if ids:
+            db = router.db_for_write(Schedule)
+            # robust: the rows are committed by then, so no error may turn into a 500.
+            transaction.on_commit(partial(self._resync, request, ids), using=db, robust=True)
+
+    def _report_failures(self, request: HttpRequest, failed: list[tuple[Schedule, str]]) -> None:
+        for schedule, error in failed[:NAMES_SHOWN]:
+            self.message_user(request, f"{schedule.name}: {error}", messages.ERROR)
+        if len(failed) > NAMES_SHOWN:
+            self.message_user(
+                request,
+                ngettext(
+                    "And %(count)d more schedule failed: %(names)s.",
+                    "And %(count)d more schedules failed: %(names)s.",
+                    len(failed) - NAMES_SHOWN,
+                )
+                % {
+                    "count": len(failed) - NAMES_SHOWN,
+                    "names": names_text([s for s, _error in failed[NAMES_SHOWN:]]),
+                },
+                messages.ERROR,
+            )
+
+    @admin.action(description=_("Pause selected schedules"), permissions=("change",))
+    def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        note = str(request.POST.get("note", "")).strip()
+        try:  # once, with the model's rules: the same error for every schedule says nothing
+            Schedule._meta.get_field("pause_note").clean(note, None)
+        except ValidationError as exc:
+            self.message_user(
+                request,
+                gettext("Nothing was paused. Note (for pause): %(error)s")
+                % {"error": error_text(exc)},
+                messages.ERROR,
+            )
+            return
+        origin = self._origin(request)
+        paused: list[Schedule] = []
+        already: list[Schedule] = []
+        failed: list[tuple[Schedule, str]] = []
+        for schedule in queryset:
+            if not schedule.enabled:
+                already.append(schedule)
+                continue
+            try:
+                services.pause(schedule, note, origin=origin)
+            except (ServiceError, ValidationError) as exc:
+                failed.append((schedule, error_text(exc)))
+                continue
+            paused.append(schedule)
+        if paused:
+            done = {"schedules": schedules_text(len(paused)), "names": names_text(paused)}
+            self.message_user(
+                request,
+                gettext('Paused %(schedules)s with the note "%(note)s": %(names)s.')
+                % {**done, "note": note}
+                if note
+                else gettext("Paused %(schedules)s: %(names)s.") % done,
+                messages.SUCCESS,
+            )
+        if already:
+            self.message_user(
+                request,
+                gettext("Already paused, left as they were: %(names)s.")
+                % {"names": names_text(already)},
+                messages.WARNING,
+            )
+        self._report_failures(request, failed)
+        self._resync_on_commit(request, [s.pk for s in paused])
+
+    @admin.action(description=_("Resume selected schedules"), permissions=("change",))
+    def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        origin = self._origin(request)
+        resumed: list[Schedule] = []
+        running: list[Schedule] = []
+        failed: list[tuple[Schedule, str]] = []
+        for schedule in queryset:
+            if schedule.enabled:
+                running.append(schedule)
+                continue
+            try:
+                services.resume(schedule, origin=origin)
+            except (ServiceError, ValidationError) as exc:
+                failed.append((schedule, error_text(exc)))
+                continue
+            resumed.append(schedule)
+        if resumed:
+            self.message_user(
+                request,
+                gettext("Resumed %(schedules)s: %(names)s.")
+                % {"schedules": schedules_text(len(resumed)), "names": names_text(resumed)},
+                messages.SUCCESS,
+            )
+        if running:
+            self.message_user(
+                request,
+                gettext("Not paused, left as they were: %(names)s.")
+                % {"names": names_text(running)},
+                messages.WARNING,
+            )
+        self._report_failures(request, failed)
+        self._resync_on_commit(request, [s.pk for s in resumed])
+
+    @admin.action(description=_("Run selected schedules now"), permissions=("change",))
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        origin = self._origin(request)
+        queued: list[Schedule] = []
+        failed: list[tuple[Schedule, str]] = []
+        for schedule in queryset:
+            try:
+                services.run_now(schedule, origin=origin)
+            except (ServiceError, ValidationError) as exc:
+                failed.append((schedule, error_text(exc)))
+                continue
+            queued.append(schedule)
+        if queued:
+            self.message_user(
+                request,
+                gettext(
+                    "Queued %(runs)s now: %(names)s. A running scheduler dispatches them at once."
+                )
+                % {"runs": runs_text(len(queued)), "names": names_text(queued)},
+                messages.SUCCESS,
+            )
+        self._report_failures(request, failed)
+
+    @admin.action(
+        description=_("Resync the due index for selected schedules"), permissions=("change",)
+    )
+    def resync_index(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        schedules = list(queryset)
+        try:
+            result = services.resync(schedules, origin=self._origin(request))
+        except RedisError as exc:
+            logger.warning(
+                "Could not resync the due index for %d schedules: %s", len(schedules), exc
+            )
+            self.message_user(
+                request,
+                index_not_updated(exc),
+                messages.ERROR,
+            )
+            return
+        done = {
+            "schedules": schedules_text(len(schedules)),
+            "changed": result.changed,
+            "stale": result.stale,
+            "names": names_text(schedules),
+        }
+        self.message_user(
+            request,
+            gettext(
+                "Resynced the due index for %(schedules)s (%(changed)s index entries added, "
+                "moved or removed; %(stale)s refused: the index held a newer write): %(names)s."
+            )
+            % done
+            if result.stale
+            else gettext(
+                "Resynced the due index for %(schedules)s (%(changed)s index entries added, "
+                "moved or removed): %(names)s."
+            )
+            % done,
+            messages.SUCCESS,
+        )
+
+    # -- the operations page --------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path(
+                "operations/",
+                self.admin_site.admin_view(self.operations_view),
+                name="{}_{}_operations".format(*info),
+            ),
+            path(
+                "preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name="{}_{}_preview".format(*info),
+            ),
+            path(
+                "<path:object_id>/preview/",
+                self.admin_site.admin_view(self.preview_view),
+                name="{}_{}_preview_change".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    def preview_view(self, request: HttpRequest, object_id: str | None = None) -> HttpResponse:
+        """The description and next runs of the timing in a posted add or change form, not
+        saved: validated by the form's own rules (the model's), so what it shows is what
+        saving would give. Writes nothing; needs the permission to save that form."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = None
+        if object_id is not None:
+            obj = self.get_object(request, unquote(object_id))
+            if obj is None:
+                raise Http404(gettext("No such schedule."))
+            if not self.has_change_permission(request, obj):
+                raise PermissionDenied
+        elif not self.has_add_permission(request):
+            raise PermissionDenied
+        form = self.get_form(request, obj, change=obj is not None)(request.POST, instance=obj)
+        form.is_valid()  # sets on the instance what is valid, and collects the errors
+        errors = [
+            (form.fields[name].label if name in form.fields else name, message)
+            for name, messages_ in form.errors.items()
+            if name in PREVIEW_FIELDS
+            for message in messages_
+        ]
+        if errors:
+            return JsonResponse(
+                {
+                    "description": "",
+                    "preview": render_to_string(
+                        "django_schedulinator/admin/preview_invalid.html", {"errors": errors}
+                    ),
+                }
+            )
+        schedule = form.instance
+        return JsonResponse(
+            {"description": schedule.description, "preview": self._preview_html(schedule)}
+        )
+
+    def operations_view(self, request: HttpRequest) -> HttpResponse:
+        return operations_view(request, self)
+
+
+PREVIEW_TEMPLATE = "django_schedulinator/admin/preview.html"
+
+
+def index_not_updated(exc: Exception) -> str:
+    return gettext(
+        "The due index could not be updated (%(error)s). The changes are saved; the "
+        "schedulers' reconcile brings the index in line once Redis is reachable."
+    ) % {"error": exc}

@@ -33,6 +33,7 @@ from django.db import OperationalError, router, transaction
 from . import clock, ledger, services, timing
 from .conf import app_settings
 from .dispatch.base import Occurrence, Outcome
+from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .models import Run, Schedule, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
@@ -252,7 +253,7 @@ class Claimer:
                     runs_left=runs_left,
                     skips_recorded=skips_recorded,
                 )
-            except (timing.TimingError, OverflowError) as exc:
+            except (TimingError, OverflowError) as exc:
                 logger.error("Schedule %s (%r) cannot be evaluated: %s", sid, row.name, exc)
                 retry_ms = timing.to_ms(now + INVALID_RETRY)
                 plan.changes.append(Change(sid, row.revision, REQUEUE, retry_ms))
@@ -515,8 +516,8 @@ class Claimer:
         adds one, and a schedule with ``pause_after_failures`` that reaches it is paused
         (and leaves the index) through the service layer, recorded in the change log.
         """
-        succeeded = [schedule_of[o.run_id] for o in outcomes if o.status == Run.Status.SUCCEEDED]
-        failed = [schedule_of[o.run_id] for o in outcomes if o.status == Run.Status.FAILED]
+        succeeded = [schedule_of[o.run_id] for o in outcomes if o.status == "succeeded"]
+        failed = [schedule_of[o.run_id] for o in outcomes if o.status == "failed"]
         with transaction.atomic(using=self.db):
             ledger.record_outcomes(outcomes, dispatched_at=dispatched_at, using=self.db)
             reached = services.record_streaks(succeeded, failed, using=self.db)

@@ -9,10 +9,11 @@ database, in the statement that writes the row, and reconcile reads the same clo
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models
 from django.db.models import signals
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
@@ -54,7 +55,13 @@ def database_now(using: str) -> datetime:
     return value
 
 
-class DatabaseClockField(models.DateTimeField):
+if TYPE_CHECKING:
+    _DateTimeField = models.DateTimeField[datetime | Combinable, datetime]
+else:  # Django's fields take no type arguments at run time
+    _DateTimeField = models.DateTimeField
+
+
+class DatabaseClockField(_DateTimeField):
     """A ``DateTimeField(auto_now=True)`` that takes the database's clock, not the host's.
 
     Every insert and update writes ``DatabaseNow()`` in its own statement (``bulk_create``

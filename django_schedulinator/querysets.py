@@ -14,7 +14,7 @@ from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
 if TYPE_CHECKING:
-    from .models import Schedule  # noqa: F401 - named in a string below
+    from .models import Run, Schedule  # noqa: F401 - named in strings below
 
 
 class Advance(NamedTuple):
@@ -263,7 +263,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return Advanced(moved, locked)
 
 
-class RunQuerySet(models.QuerySet[Any]):
+class RunQuerySet(models.QuerySet["Run"]):
     def pending(self) -> RunQuerySet:
         return self.filter(status="pending")
 
@@ -357,7 +357,7 @@ class RunQuerySet(models.QuerySet[Any]):
         from .timing import to_ms
 
         wanted = {(r.schedule_id, to_ms(r.scheduled_for)) for r in runs}
-        before = set(self._ids_of(wanted))
+        before = set(self._ids_of(wanted).values())  # the ids of the runs there already
         self.bulk_create(
             [
                 self.model(

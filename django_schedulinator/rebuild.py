@@ -22,7 +22,7 @@ from django.utils import timezone
 from redis.exceptions import LockError
 
 from .conf import app_settings
-from .errors import RebuildInProgress
+from .errors import RebuildInProgress as RebuildInProgress  # its home was here
 from .index import FORGET, SET, ApplyResult, Change, DueIndex, get_index
 from .sync import INDEX_FIELDS, change_for_row, keyset_pages
 

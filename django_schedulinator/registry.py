@@ -15,7 +15,7 @@ from typing import Any, TypeVar, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .errors import UnknownTask
+from .errors import UnknownTask as UnknownTask  # its home was here
 
 F = TypeVar("F", bound=Callable[..., Any])
 

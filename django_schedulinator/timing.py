@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .errors import TimingError
+from .errors import TimingError as TimingError  # its home was here
 
 CRON = "cron"
 INTERVAL = "interval"

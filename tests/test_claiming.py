@@ -16,7 +16,7 @@ from django_schedulinator import resync_schedules, timing
 from django_schedulinator.claiming import Claimer
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
-from django_schedulinator.querysets import Advance
+from django_schedulinator.querysets import Advance, NewRun
 from django_schedulinator.rebuild import ensure_built
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker, bound_lock_waits
@@ -353,3 +353,18 @@ def test_the_loop_waits_on_row_locks_for_a_bounded_time_and_tasks_keep_theirs(
     resync_schedules()
     run_once()
     assert Delivery.objects.get().payload == {"lock_timeout": "0"}  # the task's own default
+
+
+def test_the_portable_insert_returns_only_the_runs_it_inserted() -> None:
+    """The insert used on databases without JSON batches (not PostgreSQL or SQLite) said
+    every run was new, those already in the ledger too: their ids were compared with the
+    ledger's keys. Called directly here, on the database at hand."""
+    schedule = make_schedule()
+    now = timezone.now()
+    first = NewRun.of(schedule, now - timedelta(minutes=2))
+    second = NewRun.of(schedule, now - timedelta(minutes=1))
+    runs = Run.objects.all()
+    inserted = runs._insert_runs_portable([first], now, "w", "", None)
+    assert len(inserted) == 1
+    again = runs._insert_runs_portable([first, second], now, "w", "", None)
+    assert list(again) == [(schedule.pk, to_ms(second.scheduled_for))]

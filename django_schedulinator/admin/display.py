@@ -19,6 +19,7 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext, ngettext
 
 from .. import timing
+from ..errors import TimingError
 from ..models import ScheduleChange
 
 # Shown in messages; longer selections end in "and N more".
@@ -32,7 +33,7 @@ COUNT_LIMIT = 10_000  # rows a long list counts past the start of its page
 def _zone(name: str) -> Any:
     try:
         return timing.get_zone(name)
-    except timing.TimingError:  # a row saved before its zone left tzdata: still show it
+    except TimingError:  # a row saved before its zone left tzdata: still show it
         return UTC
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib.admin import helpers
@@ -73,7 +73,13 @@ KWARGS_EXPECTED = _('Enter a JSON object: {} for no keyword arguments, or for ex
 PREVIEW_FIELDS = Schedule.TIMING_FIELDS
 
 
-class ScheduleForm(forms.ModelForm):
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[Schedule]
+else:  # not generic at run time
+    _ModelForm = forms.ModelForm
+
+
+class ScheduleForm(_ModelForm):
     # The version the form was loaded at: an edit based on an older one is refused. Text,
     # read in clean(): an error of a hidden field would not be seen.
     version = forms.CharField(required=False, widget=forms.HiddenInput)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import PAGE_VAR, ChangeList
@@ -14,8 +14,15 @@ from django.utils.translation import gettext
 
 from .display import COUNT_LIMIT, count_at_most
 
+if TYPE_CHECKING:
+    _Paginator = Paginator[Any]
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:  # not generic at run time
+    _Paginator = Paginator
+    _ModelAdmin = admin.ModelAdmin
 
-class CappedCountPaginator(Paginator):
+
+class CappedCountPaginator(_Paginator):
     """Counts at most ``limit`` rows: ``count`` is exact below it, and ``capped`` says that
     there are at least ``limit`` rows (more than ``limit - 1``)."""
 
@@ -60,7 +67,7 @@ class CappedChangeList(ChangeList):
         return list(self.paginator.get_elided_page_range(self.page_num))
 
 
-class CappedCountAdmin(admin.ModelAdmin):
+class CappedCountAdmin(_ModelAdmin):
     """A list that may grow large: each page counts at most ``count_limit`` rows past its
     start (the next pages stay reachable, a deep page costs its own OFFSET and no more), and
     nothing counts the whole table: no full count, no counts by filter choice."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote, unquote
@@ -89,9 +89,14 @@ STATE_FIELDS = (
 
 HISTORY = _("History")
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Schedule]
+else:  # not generic at run time
+    _ModelAdmin = admin.ModelAdmin
+
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(_ModelAdmin):
     form = ScheduleForm
     action_form = ScheduleActionForm
     change_list_template = "django_schedulinator/admin/schedule_change_list.html"

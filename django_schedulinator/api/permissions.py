@@ -111,12 +111,12 @@ class SchedulesFilteredByPermissionsMixin:
 
     # The path from the view's model to its schedule; "" for the schedules themselves.
     schedule_lookup = ""
-    request: Request
-    action: str | None
 
     def get_queryset(self) -> QuerySet[Any]:
         queryset: QuerySet[Any] = super().get_queryset()  # type: ignore[misc]
-        visible = visible_schedules(self.request, self, listing=self.action == "list")
+        view: Any = self  # a DRF view: it has the request and (viewsets) the action
+        listing = getattr(view, "action", None) == "list"
+        visible = visible_schedules(view.request, view, listing=listing)
         if visible is None:
             return queryset
         lookup = f"{self.schedule_lookup}__in" if self.schedule_lookup else "pk__in"

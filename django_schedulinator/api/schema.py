@@ -7,11 +7,12 @@ the users the API's permission classes admit (staff by default): it lists the ta
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from drf_spectacular import utils
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.schemas.inspectors import ViewInspector
 
 from .. import __version__
 from .permissions import ConfiguredPermissionsMixin
@@ -23,22 +24,26 @@ class DescribedBySpectacular:
     """The API's views are described by drf-spectacular's AutoSchema, whatever the project's
     REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] (DRF's own by default, which cannot)."""
 
-    schema = AutoSchema()
+    schema: ViewInspector | None = AutoSchema()
 
 
-def extend_schema(**kwargs: Any) -> Callable[[Any], Any]:
+Target = TypeVar("Target")
+
+
+def extend_schema(**kwargs: Any) -> Callable[[Target], Target]:
     """drf-spectacular's extend_schema, built on its AutoSchema. Its own builds on the class
     the view or method already has, else on DEFAULT_SCHEMA_CLASS as it is when the views are
     imported: in a project that does not set it, DRF's AutoSchema, and the schema was a 500
     ("Incompatible AutoSchema")."""
     decorate = utils.extend_schema(**kwargs)
 
-    def decorator(target: Any) -> Any:
+    def decorator(target: Target) -> Target:
         if getattr(target, "schema", None) is None and "schema" not in getattr(
             target, "kwargs", {}
         ):
-            target.schema = AutoSchema  # the base that extend_schema looks for first
-        return decorate(target)
+            target.schema = AutoSchema  # type: ignore[attr-defined]  # the base it looks for first
+        decorated: Target = decorate(cast(Any, target))
+        return decorated
 
     return decorator
 

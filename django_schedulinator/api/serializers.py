@@ -30,7 +30,7 @@ class DurationField(serializers.DurationField):
     Taken as seconds (a number, or a string of one), "HH:MM:SS", "D HH:MM:SS" or ISO 8601
     ("PT1H30M", "P1DT2H")."""
 
-    def to_representation(self, value: timedelta) -> int | float:
+    def to_representation(self, value: timedelta) -> int | float:  # type: ignore[override]
         if value.microseconds:
             return value.total_seconds()
         return value.days * 86_400 + value.seconds
@@ -191,7 +191,9 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
         # Read at request time: the registry is filled when the apps are ready. A schedule
         # keeps the task it has even when that is no longer registered (as in the model).
         current = self.instance.task if isinstance(self.instance, Schedule) else None
-        self.fields["task"].choices = registry.choices(current)
+        task = self.fields["task"]
+        assert isinstance(task, serializers.ChoiceField)
+        task.choices = registry.choices(current)
 
     @extend_schema_field(serializers.URLField())
     def get_runs_url(self, schedule: Schedule) -> str:

@@ -70,7 +70,9 @@ class IndexUnavailable(APIException):
 class SizedFromSettings:
     """Page sizes read from the settings per request (so override_settings works)."""
 
-    page_size_query_param = "page_size"
+    page_size_query_param: str | None = "page_size"
+    page_size: int | None
+    max_page_size: int | None
 
     def __init__(self) -> None:
         self.page_size = app_settings.API_PAGE_SIZE
@@ -579,7 +581,7 @@ class IndexHealthView(
         data = {
             **{
                 field: getattr(report, field)
-                for field in s.IndexStatusSerializer().fields
+                for field in list(s.IndexStatusSerializer().fields)
                 if field != "drift"
             },
             "drift": None

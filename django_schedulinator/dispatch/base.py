@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from ..errors import InvalidArguments
+from ..errors import InvalidArguments as InvalidArguments  # its home was here
 
 OutcomeStatus = Literal["dispatched", "succeeded", "failed"]
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from django.db import close_old_connections
 
 from ..conf import app_settings
-from ..registry import UnknownTask, registry
-from .base import BaseDispatcher, InvalidArguments, Occurrence, Outcome, Progress
+from ..errors import InvalidArguments, UnknownTask
+from ..registry import registry
+from .base import BaseDispatcher, Occurrence, Outcome, Progress
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 

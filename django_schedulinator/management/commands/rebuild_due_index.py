@@ -9,8 +9,9 @@ from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
 from ...conf import MAX_CHUNK_SIZE
+from ...errors import RebuildInProgress
 from ...models import Schedule
-from ...rebuild import RebuildInProgress, rebuild_index
+from ...rebuild import rebuild_index
 from .run_scheduler import positive_int
 
 

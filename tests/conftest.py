@@ -11,9 +11,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import Atomic
 from django.utils import timezone
 
 from django_schedulinator.connection import get_redis
@@ -35,6 +38,54 @@ def key_prefix(settings: Any) -> Iterator[str]:
     keys = list(client.scan_iter(match=f"{{{prefix}}}*", count=1000))
     if keys:
         client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def commits_at_block_end(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a test that runs inside a rolled-back transaction (``django_db`` without
+    ``transaction=True``), ``on_commit`` callbacks (the index writes after a save, the
+    schedulers' wake) run when the code's outermost atomic block ends, as a real commit
+    would run them, or at once outside any block, as in autocommit; a block that rolls back
+    drops its callbacks, as Django does. Without this they would never run (Django's
+    TestCase keeps them for ``captureOnCommitCallbacks``).
+
+    Only tests that need more than this take ``transaction=True`` and its table flush:
+    other connections (threads, subprocesses) seeing the commit, or the commit itself."""
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or marker.kwargs.get("transaction") or (marker.args and marker.args[0]):
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")  # the test's transaction is open now
+    depth = {alias: len(connections[alias].atomic_blocks) for alias in connections}
+    original_on_commit = BaseDatabaseWrapper.on_commit
+    original_exit = Atomic.__exit__
+
+    def on_commit(self: BaseDatabaseWrapper, func: Any, robust: bool = False) -> None:
+        if len(self.atomic_blocks) <= depth.get(self.alias, 0):
+            func()  # outside the code's blocks: autocommit runs it at once
+        else:
+            original_on_commit(self, func, robust)
+
+    def exit_block(self: Atomic, exc_type: Any, exc: Any, tb: Any) -> Any:
+        result = original_exit(self, exc_type, exc, tb)
+        conn = connections[self.using or DEFAULT_DB_ALIAS]
+        if exc_type is None and len(conn.atomic_blocks) == depth.get(conn.alias, 0):
+            callbacks, conn.run_on_commit = conn.run_on_commit, []
+            for _sids, func, robust in callbacks:
+                if robust:
+                    try:
+                        func()
+                    except Exception:
+                        continue
+                else:
+                    func()
+        return result
+
+    with (
+        mock.patch.object(BaseDatabaseWrapper, "on_commit", on_commit),
+        mock.patch.object(Atomic, "__exit__", exit_block),
+    ):
+        yield
 
 
 @pytest.fixture
@@ -218,3 +269,17 @@ def lose_redis(settings: Any) -> None:
 def redis_down(settings: Any) -> None:
     """The app's Redis is unreachable for the whole test (see lose_redis)."""
     lose_redis(settings)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest tests first (the chaos test, then real processes and browsers): with
+    pytest-xdist they start at once and run beside the rest instead of after it."""
+
+    def weight(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        if item.get_closest_marker("subprocess"):
+            return 1
+        return 2
+
+    items.sort(key=weight)  # stable: the order within each group stays

@@ -29,7 +29,7 @@ from django_schedulinator.worker import Worker
 
 from .conftest import form_data, make_schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 BERLIN = ZoneInfo("Europe/Berlin")
 CHANGELIST = "admin:django_schedulinator_schedule_changelist"
@@ -1065,6 +1065,7 @@ def test_the_operations_page_highlights_drift(admin_client: Client, index: DueIn
     assert f'<a href="{change_url(schedule)}">{schedule.pk}</a>' in html
 
 
+@pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
 def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
     staff_client: Callable[..., Client], built_index: DueIndex
 ) -> None:
@@ -1100,6 +1101,7 @@ def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
     assert "by admin:operator" in operator.get(reverse(OPERATIONS)).content.decode()
 
 
+@pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
 def test_two_clicks_ask_for_one_rebuild_and_a_running_one_is_waited_for(
     admin_client: Client, built_index: DueIndex
 ) -> None:

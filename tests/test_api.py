@@ -48,7 +48,7 @@ from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 API = "/api/schedulinator/"
 NEW: dict[str, Any] = {
@@ -548,6 +548,7 @@ def test_edit_preconditions(
     assert ScheduleChange.objects.filter(action="changed").count() == (status == 200)
 
 
+@pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
 def test_a_schedule_firing_meanwhile_does_not_make_the_etag_stale(
     api: APIClient, built_index: DueIndex
 ) -> None:
@@ -602,6 +603,7 @@ def test_of_two_edits_from_the_same_version_the_second_is_refused(
     ]
 
 
+@pytest.mark.django_db(transaction=True)  # two threads, two connections: real commits
 def test_two_edits_racing_from_the_same_version_let_exactly_one_through(admin: User) -> None:
     """At the same time, each in its own thread and database connection: the row lock
     makes the second wait for the first and see the new version. Without it both could

@@ -68,7 +68,7 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 
 from .conftest import lose_redis
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 API = "/api/schedulinator/"
 USERNAME, PASSWORD = "fuzzer", "fuzzer-password"

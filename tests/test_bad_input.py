@@ -229,7 +229,7 @@ def full_clean(schedule: Schedule) -> None:
     "path",
     [
         # save() commits: a sync to Redis (on commit) could happen, were anything saved.
-        pytest.param(save, id="save", marks=pytest.mark.django_db(transaction=True)),
+        pytest.param(save, id="save", marks=pytest.mark.django_db),
         # full_clean() writes nothing by itself: a rolled-back test transaction will do.
         pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
     ],
@@ -249,7 +249,7 @@ def test_model_rejects_bad_input(
     assert_nothing_written(redis_client, key_prefix)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
     # Created in bulk: no signal, so the index stays empty and any key would be new.
     Schedule.objects.bulk_create([Schedule(**model_fields())])
@@ -349,7 +349,7 @@ ADMIN_CASES = [
 ]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.usefixtures("small_payload_limit")
 @pytest.mark.parametrize(("overrides", "field", "fragment"), ADMIN_CASES)
 def test_admin_form_rejects_bad_input(
@@ -366,7 +366,7 @@ def test_admin_form_rejects_bad_input(
     assert_nothing_written(redis_client, key_prefix)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_admin_form_rejects_a_duplicate_name(
     admin_client: Client, key_prefix: str, redis_client: Any
 ) -> None:
@@ -610,7 +610,7 @@ ODD_NAMES = [
 ]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
     schedule = Schedule(**model_fields(name=name))
@@ -621,7 +621,7 @@ def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIn
     assert members == [str(schedule.pk).encode()]
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_an_odd_name_added_in_the_admin_is_indexed(admin_client: Client, index: DueIndex) -> None:
     name = "{tag} über *?"
     page = admin_client.post(reverse(ADD_URL), form_data(name=name))
@@ -642,7 +642,7 @@ def deep_value(field: str, levels: int) -> Any:
     return value
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.parametrize("field", ["args", "kwargs"])
 @pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
 def test_admin_form_names_args_nested_too_deep(
@@ -661,7 +661,7 @@ def test_admin_form_names_args_nested_too_deep(
     assert_nothing_written(redis_client, key_prefix)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 @pytest.mark.parametrize("field", ["args", "kwargs"])
 @pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
 def test_model_validation_names_args_nested_too_deep(

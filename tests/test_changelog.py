@@ -23,9 +23,10 @@ from .conftest import make_schedule
 from .test_admin import change_url, edit_data
 from .test_semantics import START, Simulation, sim  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
+@pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
 def test_firing_advances_the_revision_but_not_the_version(sim: Simulation) -> None:  # noqa: F811
     schedule = make_schedule(kind="interval", interval=timedelta(minutes=1))
     before = Schedule.objects.get(pk=schedule.pk)
@@ -49,6 +50,7 @@ def test_each_change_of_the_settings_bumps_the_version() -> None:
     assert Schedule.objects.get(pk=schedule.pk).version == 4
 
 
+@pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
 def test_the_automatic_pause_is_recorded_as_the_schedulers(sim: Simulation) -> None:  # noqa: F811
     schedule = make_schedule(
         kind="interval", interval=timedelta(minutes=1), task="tests.boom", pause_after_failures=2
@@ -116,7 +118,7 @@ def replica_router(settings: Any) -> None:
     settings.DATABASE_ROUTERS = ["tests.routers.ReadReplicaRouter"]
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])  # a mirror: real commits
 def test_an_admin_edit_is_recorded_with_a_read_replica_router(replica_router: None) -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *")
     client = Client()
@@ -129,7 +131,7 @@ def test_an_admin_edit_is_recorded_with_a_read_replica_router(replica_router: No
     assert entry.version == 2
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])  # a mirror: real commits
 def test_an_api_edit_records_its_version_with_a_read_replica_router(replica_router: None) -> None:
     schedule = make_schedule(kind="cron", cron="0 3 * * *")
     api = APIClient()
@@ -143,7 +145,7 @@ def test_an_api_edit_records_its_version_with_a_read_replica_router(replica_rout
     assert entry.changes == {"cron": ["0 3 * * *", "0 4 * * *"]}
 
 
-@pytest.mark.django_db(transaction=True, databases=["default", "replica"])
+@pytest.mark.django_db(transaction=True, databases=["default", "replica"])  # a mirror: real commits
 def test_a_save_inside_a_transaction_reads_its_own_version_with_a_read_replica_router(
     replica_router: None,
 ) -> None:

@@ -24,7 +24,7 @@ from django_schedulinator.worker import Worker, bound_lock_waits
 from .conftest import make_due, make_schedule
 from .models import Delivery
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
 
 def run_once(**options) -> Worker:

@@ -21,7 +21,7 @@ from django_schedulinator.timing import to_ms
 
 from .conftest import ROOT, make_due, make_schedule, subprocess_env
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
 
 def snapshot(index: DueIndex) -> tuple[list, list, bool]:

@@ -35,7 +35,7 @@ from .models import Delivery, Receipt, Redelivery
 from .redis_server import RedisServer
 from .test_processes import output, wait_for
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
 
 def entry(index: DueIndex, schedule: Schedule) -> int | None:

@@ -29,7 +29,7 @@ from django_schedulinator.worker import Worker
 from .conftest import make_schedule
 from .models import Delivery
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 

@@ -16,7 +16,7 @@ from django_schedulinator.timing import to_ms
 
 from .conftest import make_due, make_schedule
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def score(index: DueIndex, schedule: Schedule) -> int | None:

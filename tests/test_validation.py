@@ -14,7 +14,7 @@ from django_schedulinator.models import Schedule
 
 from .conftest import model_fields
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize(

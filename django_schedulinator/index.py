@@ -249,8 +249,25 @@ class DueIndex:
             return {}
         return info if isinstance(info, dict) else {}
 
-    def clear_rebuild_request(self) -> None:
-        self.client.delete(self.rebuild_request_key)
+    def take_rebuild_request(self) -> dict[str, Any] | None:
+        """The rebuild asked for, removed in the same step (GET and DEL in one MULTI): of
+        several schedulers that look at once, one gets it."""
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(self.rebuild_request_key)
+        pipe.delete(self.rebuild_request_key)
+        raw, _deleted = pipe.execute()
+        if not raw:
+            return None
+        try:
+            info = json.loads(raw)
+        except ValueError:
+            return {}
+        return info if isinstance(info, dict) else {}
+
+    def give_back_rebuild_request(self, info: dict[str, Any]) -> None:
+        """Put a request taken with ``take_rebuild_request`` back (its rebuild could not run
+        now), unless a newer one was made meanwhile."""
+        self.request_rebuild(info)
 
     # -- periodic chores ------------------------------------------------------------------
 

@@ -466,21 +466,26 @@ class Worker:
     def _rebuild_if_asked(self) -> None:
         """Perform a rebuild asked for on the admin's operations page, with the function
         ``manage.py rebuild_due_index`` runs, under its lock: the request only records that
-        it was asked for, and the first scheduler to look does it."""
-        asked = self.index.rebuild_request()
+        it was asked for, and the first scheduler to take it does it."""
+        asked = self.index.take_rebuild_request()
         if asked is None:
             return
         by = str(asked.get("by") or "the operations page")
         try:
             report = rebuild_index(self.index, built_by=by)
         except RebuildInProgress:
-            return  # another process rebuilds right now; the request waits for the next look
+            self.index.give_back_rebuild_request(asked)  # another process rebuilds right now
+            return
         except TRANSIENT_ERRORS:
-            raise  # the loop backs off; the request waits
-        except Exception:
-            self.index.clear_rebuild_request()  # logged by _chore; asking again retries
+            self.index.give_back_rebuild_request(asked)  # Redis or the database went away
             raise
-        self.index.clear_rebuild_request()
+        except Exception:
+            logger.exception(
+                "The rebuild of the due index asked for by %s failed; it is not tried again "
+                "until someone asks again.",
+                by,
+            )
+            return
         logger.info(
             "Rebuilt the due index as asked by %s: %d schedules, %d entries added, %d fixed, "
             "%d removed.",

@@ -283,3 +283,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 2
 
     items.sort(key=weight)  # stable: the order within each group stays
+    if os.environ.get("SCHEDULINATOR_DATABASE_TESTS_ONLY"):
+        # scripts/test sets it for its second database: the tests that use no database
+        # (timing rules, properties, DST, schema) gave their answer on the first already.
+        independent = [
+            item
+            for item in items
+            if item.get_closest_marker("django_db") is None
+            and item.get_closest_marker("subprocess") is None
+            and "live_server" not in getattr(item, "fixturenames", ())
+        ]
+        if independent:
+            config.hook.pytest_deselected(items=independent)
+            chosen = set(map(id, independent))
+            items[:] = [item for item in items if id(item) not in chosen]

@@ -217,14 +217,7 @@ class DueIndex:
 
     def built_info(self) -> dict[str, Any] | None:
         """What the last rebuild recorded (built_at, rows, by), or None if never built."""
-        raw = self.client.get(self.marker_key)
-        if not raw:
-            return None
-        try:
-            info = json.loads(raw)
-        except ValueError:
-            return {}
-        return info if isinstance(info, dict) else {}
+        return _json_record(self.client.get(self.marker_key))
 
     def rebuild_running(self) -> bool:
         return bool(self.client.exists(self.lock_key))
@@ -240,14 +233,7 @@ class DueIndex:
 
     def rebuild_request(self) -> dict[str, Any] | None:
         """The rebuild asked for and not yet performed (who asked, when), or None."""
-        raw = self.client.get(self.rebuild_request_key)
-        if not raw:
-            return None
-        try:
-            info = json.loads(raw)
-        except ValueError:
-            return {}
-        return info if isinstance(info, dict) else {}
+        return _json_record(self.client.get(self.rebuild_request_key))
 
     def take_rebuild_request(self) -> dict[str, Any] | None:
         """The rebuild asked for, removed in the same step (GET and DEL in one MULTI): of
@@ -256,13 +242,7 @@ class DueIndex:
         pipe.get(self.rebuild_request_key)
         pipe.delete(self.rebuild_request_key)
         raw, _deleted = pipe.execute()
-        if not raw:
-            return None
-        try:
-            info = json.loads(raw)
-        except ValueError:
-            return {}
-        return info if isinstance(info, dict) else {}
+        return _json_record(raw)
 
     def give_back_rebuild_request(self, info: dict[str, Any]) -> None:
         """Put a request taken with ``take_rebuild_request`` back (its rebuild could not run
@@ -295,6 +275,18 @@ class DueIndex:
         """Delete every key of this index (``rebuild_due_index --reset``, tests)."""
         keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
         self.client.delete(*keys)
+
+
+def _json_record(raw: Any) -> dict[str, Any] | None:
+    """A JSON object kept in Redis (a marker, a request): None if there is none, {} if it
+    cannot be read."""
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw)
+    except ValueError:
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def get_index() -> DueIndex:

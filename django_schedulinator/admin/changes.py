@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Schedule, ScheduleChange
 from .display import summarise_changes
-from .pagination import CappedCountAdmin
+from .pagination import ReadOnlyAdmin
 
 
 @admin.register(ScheduleChange)
-class ScheduleChangeAdmin(CappedCountAdmin):
+class ScheduleChangeAdmin(ReadOnlyAdmin):
     list_display = ("at", "schedule_link", "actor_name", "source", "action", "summary")
     list_filter = ("source", "action")
     search_fields = ("schedule_name", "actor_name")
@@ -37,12 +34,3 @@ class ScheduleChangeAdmin(CappedCountAdmin):
     @admin.display(description=_("changes"))
     def summary(self, obj: ScheduleChange) -> str:
         return summarise_changes(obj.action, obj.changes)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

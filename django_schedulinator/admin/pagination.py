@@ -98,3 +98,17 @@ class CappedCountAdmin(_ModelAdmin):
         return CappedCountPaginator(
             queryset, per_page, orphans, allow_empty_first_page, limit=limit
         )
+
+
+class ReadOnlyAdmin(CappedCountAdmin):
+    """A record the app writes (the run ledger, the change log): nobody adds, edits or
+    deletes its rows by hand."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

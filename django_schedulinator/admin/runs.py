@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Run
-from .pagination import CappedCountAdmin
+from .pagination import ReadOnlyAdmin
 
 
 @admin.register(Run)
-class RunAdmin(CappedCountAdmin):
+class RunAdmin(ReadOnlyAdmin):
     list_display = (
         "schedule",
         "scheduled_for",
@@ -42,13 +40,3 @@ class RunAdmin(CappedCountAdmin):
     @admin.display(description=_("note"))
     def short_note(self, obj: Run) -> str:
         return Truncator(obj.note).chars(80)
-
-    # Nobody adds, edits or deletes runs by hand.
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False

@@ -9,6 +9,7 @@ schedule's ``version`` travels with the form.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from datetime import UTC
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -462,19 +463,11 @@ class ScheduleAdmin(_ModelAdmin):
             )
             return
         origin = self._origin(request)
-        paused: list[Schedule] = []
-        already: list[Schedule] = []
-        failed: list[tuple[Schedule, str]] = []
-        for schedule in queryset:
-            if not schedule.enabled:
-                already.append(schedule)
-                continue
-            try:
-                services.pause(schedule, note, origin=origin)
-            except (ServiceError, ValidationError) as exc:
-                failed.append((schedule, error_text(exc)))
-                continue
-            paused.append(schedule)
+        paused, already, failed = _each(
+            queryset,
+            lambda schedule: services.pause(schedule, note, origin=origin),
+            skip=lambda schedule: not schedule.enabled,
+        )
         if paused:
             done = {"schedules": schedules_text(len(paused)), "names": names_text(paused)}
             self.message_user(
@@ -498,19 +491,11 @@ class ScheduleAdmin(_ModelAdmin):
     @admin.action(description=_("Resume selected schedules"), permissions=("change",))
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         origin = self._origin(request)
-        resumed: list[Schedule] = []
-        running: list[Schedule] = []
-        failed: list[tuple[Schedule, str]] = []
-        for schedule in queryset:
-            if schedule.enabled:
-                running.append(schedule)
-                continue
-            try:
-                services.resume(schedule, origin=origin)
-            except (ServiceError, ValidationError) as exc:
-                failed.append((schedule, error_text(exc)))
-                continue
-            resumed.append(schedule)
+        resumed, running, failed = _each(
+            queryset,
+            lambda schedule: services.resume(schedule, origin=origin),
+            skip=lambda schedule: schedule.enabled,
+        )
         if resumed:
             self.message_user(
                 request,
@@ -531,15 +516,9 @@ class ScheduleAdmin(_ModelAdmin):
     @admin.action(description=_("Run selected schedules now"), permissions=("change",))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         origin = self._origin(request)
-        queued: list[Schedule] = []
-        failed: list[tuple[Schedule, str]] = []
-        for schedule in queryset:
-            try:
-                services.run_now(schedule, origin=origin)
-            except (ServiceError, ValidationError) as exc:
-                failed.append((schedule, error_text(exc)))
-                continue
-            queued.append(schedule)
+        queued, _skipped, failed = _each(
+            queryset, lambda schedule: services.run_now(schedule, origin=origin)
+        )
         if queued:
             self.message_user(
                 request,
@@ -662,3 +641,27 @@ def index_not_updated(exc: Exception) -> str:
         "The due index could not be updated (%(error)s). The changes are saved; the "
         "schedulers' reconcile brings the index in line once Redis is reachable."
     ) % {"error": exc}
+
+
+def _each(
+    schedules: Iterable[Schedule],
+    act: Callable[[Schedule], Any],
+    *,
+    skip: Callable[[Schedule], bool] = lambda schedule: False,
+) -> tuple[list[Schedule], list[Schedule], list[tuple[Schedule, str]]]:
+    """Run a bulk action's service on each schedule: those it acted on, those skipped (left
+    as they were), and those it refused with why."""
+    done: list[Schedule] = []
+    skipped: list[Schedule] = []
+    failed: list[tuple[Schedule, str]] = []
+    for schedule in schedules:
+        if skip(schedule):
+            skipped.append(schedule)
+            continue
+        try:
+            act(schedule)
+        except (ServiceError, ValidationError) as exc:
+            failed.append((schedule, error_text(exc)))
+            continue
+        done.append(schedule)
+    return done, skipped, failed

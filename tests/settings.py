@@ -4,6 +4,7 @@ Subprocesses started by the tests (real run_scheduler processes) get the test da
 and the test's Redis key prefix through the environment, so they see what the test sees.
 """
 
+import hashlib
 import os
 import tempfile
 
@@ -49,6 +50,10 @@ TEMPLATES = [
 ]
 
 DB_VENDOR = os.environ.get("SCHEDULINATOR_TEST_DB", "sqlite")
+# Two checkouts (a CI clone beside a working tree) may run their suites at once against the
+# same PostgreSQL server: each test process's database is named for its checkout too.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+CHECKOUT = hashlib.sha256(os.path.dirname(os.path.abspath(__file__)).encode()).hexdigest()[:8]
 # Set for subprocesses: the database the parent test run created.
 DB_NAME = os.environ.get("SCHEDULINATOR_TEST_DB_NAME")
 
@@ -61,7 +66,7 @@ if DB_VENDOR == "postgres":
             "PASSWORD": os.environ.get("PGPASSWORD", ""),
             "HOST": os.environ.get("PGHOST", "127.0.0.1"),
             "PORT": os.environ.get("PGPORT", "5432"),
-            "TEST": {"NAME": f"test_schedulinator_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"},
+            "TEST": {"NAME": f"test_schedulinator_{CHECKOUT}_{XDIST_WORKER}"},
             # Lets a test find (and terminate) the backends of the schedulers it started.
             "OPTIONS": {"application_name": os.environ.get("SCHEDULINATOR_TEST_APP_NAME", "tests")},
         }

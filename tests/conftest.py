@@ -10,20 +10,26 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import pytest
+import time_machine
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import Atomic
 from django.utils import timezone
 
+from django_schedulinator import clock
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
+from django_schedulinator.timing import truncate_ms
 
 from .redis_server import RedisServer, free_port
+
+if TYPE_CHECKING:
+    from .simulation import Simulation
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,6 +104,19 @@ def built_index(index: DueIndex) -> DueIndex:
     """An index whose build marker is set, as after rebuild_due_index."""
     index.mark_built({"by": "tests"})
     return index
+
+
+@pytest.fixture
+def sim(built_index: DueIndex, monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulation]:
+    """A scheduler in this process on a travelling clock that starts at ``simulation.START``."""
+    from .simulation import START, Simulation  # simulation.py imports this module
+
+    # The actions' "now" is Redis TIME: in the simulation, the travelling clock stands in.
+    monkeypatch.setattr(clock, "now", lambda: truncate_ms(timezone.now()))
+    with time_machine.travel(START, tick=False) as traveller:
+        simulation = Simulation(traveller)
+        yield simulation
+        simulation.worker.dispatcher.close()
 
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:

@@ -27,6 +27,7 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
+from .admin_pages import change_url, edit_data
 from .conftest import form_data, make_schedule
 
 pytestmark = pytest.mark.django_db
@@ -98,20 +99,6 @@ def shown_messages(page: Any) -> list[tuple[int, str]]:
 
 def listed(page: Any) -> set[str]:
     return {s.name for s in page.context["cl"].result_list}
-
-
-def change_url(schedule: Schedule) -> str:
-    return reverse("admin:django_schedulinator_schedule_change", args=[schedule.pk])
-
-
-def edit_data(schedule: Schedule, version: int, **overrides: str) -> dict[str, str]:
-    """The change form's POST data for ``schedule`` (a cron schedule in Berlin)."""
-    data = form_data(name=schedule.name, cron=schedule.cron, version=str(version))
-    if not schedule.enabled:
-        data.pop("enabled")
-        data["pause_note"] = schedule.pause_note
-    data.update(overrides)
-    return data
 
 
 # -- the form: registered tasks, validation, the index ------------------------------------------

@@ -19,15 +19,15 @@ from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
 
+from .admin_pages import change_url, edit_data
 from .conftest import make_schedule
-from .test_admin import change_url, edit_data
-from .test_semantics import START, Simulation, sim  # noqa: F401 - the fixture
+from .simulation import START, Simulation
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
-def test_firing_advances_the_revision_but_not_the_version(sim: Simulation) -> None:  # noqa: F811
+def test_firing_advances_the_revision_but_not_the_version(sim: Simulation) -> None:
     schedule = make_schedule(kind="interval", interval=timedelta(minutes=1))
     before = Schedule.objects.get(pk=schedule.pk)
     sim.run_until(START + timedelta(minutes=3))
@@ -51,7 +51,7 @@ def test_each_change_of_the_settings_bumps_the_version() -> None:
 
 
 @pytest.mark.django_db(transaction=True)  # a scheduler's threads: real commits
-def test_the_automatic_pause_is_recorded_as_the_schedulers(sim: Simulation) -> None:  # noqa: F811
+def test_the_automatic_pause_is_recorded_as_the_schedulers(sim: Simulation) -> None:
     schedule = make_schedule(
         kind="interval", interval=timedelta(minutes=1), task="tests.boom", pause_after_failures=2
     )

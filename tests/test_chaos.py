@@ -47,8 +47,8 @@ from django_schedulinator.models import Run, Schedule
 
 from .conftest import ROOT, subprocess_env
 from .models import Receipt, Redelivery
+from .processes import wait_for
 from .redis_server import RedisServer
-from .test_processes import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import signal
-import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -20,20 +19,9 @@ from django_schedulinator.models import Run, Schedule
 
 from .conftest import Schedulers, make_due, make_schedule
 from .models import Delivery
+from .processes import output, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
-
-
-def wait_for(condition, timeout: float = 60.0, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {condition.__doc__}")
-        time.sleep(interval)
-
-
-def output(proc: subprocess.Popen[str]) -> str:
-    return proc.stdout.read() if proc.stdout else ""
 
 
 def assert_exactly_once(expected: int) -> None:

@@ -32,8 +32,8 @@ from django_schedulinator.worker import Leased, Worker
 
 from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Delivery, Receipt, Redelivery
+from .processes import output, wait_for
 from .redis_server import RedisServer
-from .test_processes import output, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

@@ -11,87 +11,24 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from django_schedulinator import clock, resync_schedules, services
+from django_schedulinator import resync_schedules, services
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import from_ms, to_ms, truncate_ms
+from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
 from .models import Delivery
+from .simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
-
-START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
-
-
-def utc(text: str) -> datetime:
-    return datetime.fromisoformat(text).replace(tzinfo=UTC)
-
-
-class Simulation:
-    """A scheduler whose "now" is the travelling clock."""
-
-    def __init__(self, traveller: Any) -> None:
-        self.traveller = traveller
-        self.worker = Worker(worker_id="sim", clock=lambda: to_ms(timezone.now()))
-
-    def at(self, when: datetime) -> None:
-        self.traveller.move_to(when)
-
-    def step(self) -> Any:
-        return self.worker.run_pass()
-
-    def run_until(self, end: datetime) -> None:
-        """Fire everything due up to ``end``, jumping from one due time to the next."""
-        index = self.worker.index
-        while True:
-            result = self.step()
-            if result.full:
-                continue
-            # The earliest entry once the pass wrote its new next runs back.
-            head = index.client.zrange(index.due_key, 0, 0, withscores=True)
-            if not head or head[0][1] > to_ms(end):
-                self.at(end)
-                self.step()
-                return
-            self.at(from_ms(max(int(head[0][1]), result.now_ms)))
-
-
-@pytest.fixture
-def sim(built_index: DueIndex, monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulation]:
-    # The actions' "now" is Redis TIME: in the simulation, the travelling clock stands in.
-    monkeypatch.setattr(clock, "now", lambda: truncate_ms(timezone.now()))
-    with time_machine.travel(START, tick=False) as traveller:
-        simulation = Simulation(traveller)
-        yield simulation
-        simulation.worker.dispatcher.close()
-
-
-def fired(schedule: Schedule) -> list[datetime]:
-    return sorted(
-        Run.objects.filter(schedule=schedule)
-        .exclude(status=Run.Status.SKIPPED)
-        .values_list("scheduled_for", flat=True)
-    )
-
-
-def skipped(schedule: Schedule) -> list[tuple[datetime, str]]:
-    return sorted(
-        Run.objects.filter(schedule=schedule, status=Run.Status.SKIPPED).values_list(
-            "scheduled_for", "skip_reason"
-        )
-    )
-
 
 # -- DST, through the whole scheduler -------------------------------------------------------
 
@@ -162,15 +99,6 @@ def test_lord_howe_shifts_by_half_an_hour(sim: Simulation) -> None:
 
 
 # -- catch-up after downtime ----------------------------------------------------------------
-
-
-def down_for_an_hour(sim: Simulation, **fields: Any) -> Schedule:
-    """A minutely schedule, then no scheduler for an hour and a half minute."""
-    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC", **fields)
-    sim.at(START + timedelta(hours=1, seconds=30))
-    sim.step()
-    schedule.refresh_from_db()
-    return schedule
 
 
 def test_catch_up_latest_fires_the_latest_missed_once(sim: Simulation) -> None:

@@ -16,10 +16,11 @@ from django.core.management.base import CommandError
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index import SET, Change, DueIndex
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms
 
 from .conftest import ROOT, make_due, make_schedule, subprocess_env
+from .simulation import Simulation
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -203,3 +204,52 @@ def test_run_scheduler_validates_options_given_through_call_command(options, mes
 def test_rebuild_rejects_bad_chunk_sizes(value: str, message: str) -> None:
     with pytest.raises(CommandError, match=message):
         call_command("rebuild_due_index", "--chunk-size", value)
+
+
+# -- manage.py schedule, on a controlled clock (tests/simulation.py) --------------------------
+
+
+def test_the_schedule_command(sim: Simulation, capsys: pytest.CaptureFixture[str]) -> None:
+    schedule = make_schedule(
+        name="nightly", kind="cron", cron="30 2 * * *", timezone="Europe/Berlin"
+    )
+    call_command("schedule", "preview", "nightly", "--count", "2")
+    out = capsys.readouterr().out
+    assert "At 02:30 (Europe/Berlin)" in out
+    assert "2026-03-29 03:30:00 CEST" in out
+    assert "does not exist" in out
+
+    call_command("schedule", "pause", "nightly", "--note", "upgrade")
+    assert not Schedule.objects.get(pk=schedule.pk).enabled
+    call_command("schedule", "resume", str(schedule.pk))
+    assert Schedule.objects.get(pk=schedule.pk).enabled
+    call_command("schedule", "run-now", "nightly")
+    assert Run.objects.filter(trigger="run_now").count() == 1
+    call_command("schedule", "backfill", "nightly", "--from", "2026-03-20T00:00", "--to",
+                 "2026-03-22T00:00", "--dry-run")  # fmt: skip
+    assert "Would queue 2 new" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["preview", "no-such-schedule"], "No schedule is named 'no-such-schedule'"),
+        (["backfill", "nightly", "--from", "yesterday", "--to", "2026-03-20T00:00"],
+         "--from 'yesterday' is not an ISO 8601 date and time"),
+        (["backfill", "nightly", "--from", "2026-03-20T00:00", "--to", "2026-04-20T00:00"],
+         "must not be after now"),
+        (["preview", "nightly", "--count", "5000"], "--count must be at most 1000"),
+        (["pause", "nightly", "--note", "n" * 501],
+         "pause_note: Ensure this value has at most 500"),
+    ],
+)  # fmt: skip
+def test_the_schedule_command_reports_mistakes(
+    sim: Simulation, argv: list[str], fragment: str
+) -> None:
+    from django.core.management.base import CommandError
+
+    make_schedule(name="nightly", kind="cron", cron="30 2 * * *", timezone="Europe/Berlin")
+    with pytest.raises(CommandError, match=re.escape(fragment)):
+        call_command("schedule", *argv)
+    assert not Run.objects.exists()
+    assert Schedule.objects.get(name="nightly").enabled  # a refused pause changes nothing

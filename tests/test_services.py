@@ -1,16 +1,17 @@
 """The service layer (``django_schedulinator/services.py``): every change to a schedule, with
 its change-log entry and the index following once the transaction commits.
 
-Pause, resume, run now and backfill through the whole scheduler are in
-``test_semantics.py``; the admin and the API, which call these services, have their own
-tests. Here: what each service guarantees on its own.
+First what each service guarantees on its own; then pause, resume, the failure count, run now
+and backfill through a real scheduler on a controlled clock (``tests/simulation.py``). The
+admin and the API, which call these services, have their own tests.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,8 +22,11 @@ from django_schedulinator import errors, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.timing import to_ms
 
 from .conftest import lose_redis, make_schedule
+from .models import Delivery
+from .simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
 
 pytestmark = pytest.mark.django_db
 
@@ -202,3 +206,177 @@ def test_the_apps_errors_share_one_base() -> None:
     assert issubclass(errors.ServiceError, ValueError)
     assert issubclass(TimingError, ValueError)
     assert issubclass(UnknownTask, LookupError)
+
+
+# -- pause and resume, through a real scheduler on a controlled clock -------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_resume_fires_nothing_from_the_paused_period_and_records_it(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="*/10 * * * *", timezone="UTC")
+    services.pause(schedule, "database migration")
+    assert DueIndex().scores([schedule.pk])[schedule.pk] is None
+    assert schedule.paused_at == START
+
+    sim.at(START + timedelta(hours=1, minutes=5))
+    sim.step()  # nothing is due: the schedule is not in the index
+    services.resume(schedule)
+    sim.step()
+
+    assert fired(schedule) == []
+    paused = skipped(schedule)
+    assert [at.minute for at, _r in paused] == [10, 20, 30, 40, 50, 0]
+    assert {reason for _at, reason in paused} == {"paused"}
+    assert Run.objects.filter(schedule=schedule).first().note == "Paused: database migration"
+    assert schedule.next_run_at == utc("2026-03-27T13:10")
+    assert schedule.pause_note == ""
+    assert schedule.paused_at is None
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_resume_with_catch_up_hands_the_paused_period_to_the_policy(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="*/10 * * * *", timezone="UTC")
+    services.pause(schedule)
+    sim.at(START + timedelta(hours=1, minutes=5))
+    services.resume(schedule, catch_up=True)
+    sim.step()
+
+    assert fired(schedule) == [utc("2026-03-27T13:00")]  # catch-up "latest"
+    assert {reason for _at, reason in skipped(schedule)} == {"missed"}
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_an_interval_keeps_its_grid_across_a_pause(sim: Simulation) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(minutes=7))
+    services.pause(schedule)
+    sim.at(START + timedelta(minutes=30))
+    services.resume(schedule)
+    # 12:07, 12:14, 12:21, 12:28 were paused; the grid continues at 12:35.
+    assert schedule.next_run_at == utc("2026-03-27T12:35")
+    assert len(skipped(schedule)) == 4
+
+
+# -- failures in a row (record_streaks, auto_pause), through a real scheduler -----------------
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_auto_pause_after_failures_in_a_row(sim: Simulation) -> None:
+    schedule = make_schedule(
+        kind="interval", interval=timedelta(minutes=1), task="tests.boom", pause_after_failures=2
+    )
+    sim.run_until(START + timedelta(minutes=5))
+    schedule.refresh_from_db()
+
+    assert not schedule.enabled
+    assert schedule.failure_streak == 2
+    assert "pause_after_failures" in schedule.pause_note
+    assert Run.objects.filter(schedule=schedule, status="failed").count() == 2
+    assert DueIndex().scores([schedule.pk])[schedule.pk] is None
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_a_success_resets_the_failure_streak(sim: Simulation) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(minutes=1), task="tests.boom")
+    sim.run_until(START + timedelta(minutes=2))
+    assert Schedule.objects.get(pk=schedule.pk).failure_streak == 2
+    schedule.task = "tests.record"
+    schedule.save()
+    sim.run_until(START + timedelta(minutes=4))
+    assert Schedule.objects.get(pk=schedule.pk).failure_streak == 0
+
+
+# -- run now and backfill, through a real scheduler -------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_run_now_uses_the_ledger_and_a_key_of_its_own(sim: Simulation) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
+    run = services.run_now(schedule)
+    sim.step()
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.trigger == Run.Trigger.RUN_NOW
+    assert run.attempts == 1
+    assert Delivery.objects.get().key == run.idempotency_key == f"{schedule.pk}:{to_ms(START)}"
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == START + timedelta(hours=1)
+    # A second one at the same instant gets a key of its own.
+    again = services.run_now(schedule)
+    assert again.idempotency_key != run.idempotency_key
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_run_now_with_advance_takes_the_place_of_the_next_run(sim: Simulation) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
+    services.run_now(schedule, advance=True)
+    sim.step()
+
+    assert skipped(schedule) == [(START + timedelta(hours=1), "replaced")]
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == START + timedelta(hours=2)
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_backfill_fires_each_occurrence_once(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    start, end = utc("2026-03-26T00:00"), utc("2026-03-26T05:00")
+
+    report = services.backfill(schedule, start, end)
+    sim.step()
+    assert (report.occurrences, report.queued) == (6, 6)
+    assert fired(schedule) == [utc(f"2026-03-26T0{h}:00") for h in range(6)]
+    assert Delivery.objects.count() == 6
+
+    again = services.backfill(schedule, start, end)
+    sim.step()
+    assert (again.queued, again.requeued, again.already) == (0, 0, 6)
+    assert Delivery.objects.count() == 6
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_backfill_fires_occurrences_that_were_skipped(sim: Simulation) -> None:
+    schedule = down_for_an_hour(sim)
+    report = services.backfill(schedule, utc("2026-03-27T12:01"), utc("2026-03-27T12:10"))
+    sim.step()
+    assert report.requeued == 10
+    assert len(fired(schedule)) == 11
+    assert len(skipped(schedule)) == 49
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+@pytest.mark.parametrize(
+    ("start", "end", "fragment"),
+    [
+        ("2026-03-27T10:00", "2026-03-27T09:00", "not be before its start"),
+        ("2026-03-27T10:00", "2026-03-28T09:00", "must not be after now"),
+        ("2025-03-27T00:00", "2026-03-27T00:00", "more than 10,000 occurrences"),
+    ],
+)
+def test_bad_backfills_are_refused_with_a_reason(
+    sim: Simulation, start: str, end: str, fragment: str
+) -> None:
+    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+    with pytest.raises(services.ServiceError, match=fragment):
+        services.backfill(schedule, utc(start), utc(end))
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_manual_operations_refuse_a_task_no_longer_registered(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    Schedule.objects.filter(pk=schedule.pk).update(task="gone.task")
+    schedule.refresh_from_db()
+    with pytest.raises(
+        services.ServiceError, match=re.escape("'gone.task' is not a registered task")
+    ):
+        services.run_now(schedule)
+    with pytest.raises(services.ServiceError, match="not a registered task"):
+        services.backfill(schedule, utc("2026-03-26T00:00"), utc("2026-03-26T05:00"))
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    with pytest.raises(services.ServiceError, match="start must be a date and time with a time"):
+        services.backfill(schedule, datetime(2026, 3, 26), utc("2026-03-26T05:00"))
+    assert not Run.objects.exists()

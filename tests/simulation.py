@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms, to_ms
 from django_schedulinator.worker import Worker
@@ -80,3 +81,7 @@ def down_for_an_hour(sim: Simulation, **fields: Any) -> Schedule:
     sim.step()
     schedule.refresh_from_db()
     return schedule
+
+
+def entry(index: DueIndex, schedule: Schedule) -> int | None:
+    return index.scores([schedule.pk])[schedule.pk]

@@ -12,17 +12,18 @@ from django.db import connection, connections
 from django.db.models import F
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules, timing
+from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.claiming import Claimer
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
 from django_schedulinator.querysets import Advance, NewRun
 from django_schedulinator.rebuild import ensure_built
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Worker, bound_lock_waits
+from django_schedulinator.worker import Leased, Worker, bound_lock_waits
 
 from .conftest import make_due, make_schedule
 from .models import Delivery
+from .simulation import entry
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -368,3 +369,50 @@ def test_the_portable_insert_returns_only_the_runs_it_inserted() -> None:
     assert len(inserted) == 1
     again = runs._insert_runs_portable([first, second], now, "w", "", None)
     assert list(again) == [(schedule.pk, to_ms(second.scheduled_for))]
+
+
+# -- rows that cannot be evaluated, and batches that wait -------------------------------------
+
+
+def test_a_row_with_broken_timing_is_set_aside(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = make_schedule(kind=Schedule.Kind.CRON, next_run_at=timezone.now())
+    Schedule.objects.filter(pk=broken.pk).update(cron="61 * * * *")  # around validation
+    fine = make_schedule(next_run_at=timezone.now())
+
+    worker = Worker(once=True)
+    worker.run()
+
+    assert worker.counters.invalid == 1
+    assert "cannot be evaluated" in caplog.text
+    assert not Run.objects.filter(schedule=broken).exists()
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+    later = entry(built_index, broken)
+    assert later is not None
+    assert later > timing.to_ms(timezone.now()) + 30_000
+
+
+def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
+    built_index: DueIndex,
+) -> None:
+    """A committed batch waits in the dispatch queue; schedules deleted or paused meanwhile
+    do not run (issue 12, item 2). One query per batch looks, and the paused run says why."""
+    kept, deleted, paused = make_due(3)
+    resync_schedules()
+    worker = Worker(worker_id="test")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _ = worker.claimer.advance(batch, token)
+    assert len(occurrences) == 3
+    # While the batch waits for the dispatch thread:
+    Schedule.objects.get(pk=deleted).delete()
+    services.pause(Schedule.objects.get(pk=paused), "maintenance")
+
+    worker._dispatch_now(Leased(occurrences, token, time.monotonic()))
+
+    assert set(Delivery.objects.values_list("schedule_id", flat=True)) == {kept}
+    run = Run.objects.get(schedule_id=paused)
+    assert (run.status, run.skip_reason) == (Run.Status.SKIPPED, Run.SkipReason.PAUSED)
+    assert "paused" in run.note
+    assert not Run.objects.filter(schedule_id=deleted).exists()
+    assert worker.counters.cancelled == 2

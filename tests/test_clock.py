@@ -2,7 +2,8 @@
 one-off check) take Redis TIME, the clock the schedulers claim by, not the web host's.
 
 A web host whose clock runs ten minutes ahead is made with time-machine, which moves this
-process's clock only; Redis TIME stays real.
+process's clock only; Redis TIME stays real. Last, the scheduler's lease renewals, which take
+Redis TIME the same way (``clock.redis_or_host_time``).
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
+import redis
 import time_machine
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import clock, services
+from django_schedulinator import clock, resync_schedules, services
+from django_schedulinator.claiming import Claimer
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms
 
-from .conftest import lose_redis, make_schedule
+from .conftest import lose_redis, make_due, make_schedule
 from .redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db
@@ -162,4 +165,36 @@ def test_a_redis_that_does_not_answer_costs_a_short_timeout(
     now = timezone.now()
     assert now < schedule.next_run_at <= next_minute(now)
     assert "Timeout" in caplog.text
+    assert "this host's clock" in caplog.text
+
+
+# -- lease renewals ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
+    private_redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Redis that answers TIME with an error nobody expected (here: an ACL refusal) is
+    treated as unreachable: the leases are renewed on this host's clock, and it is logged,
+    instead of the error dropping the batch (issue 12, item 6)."""
+    clock.now()  # an earlier test's outage ends here: this one is logged anew
+    index = DueIndex()
+    index.mark_built({"by": "tests"})
+    make_due(2)
+    resync_schedules()
+    claimer = Claimer(worker_id="test", lease_seconds=30, index=index)
+    batch, token = claimer.claim(10)
+    occurrences, _ = claimer.advance(batch, token)
+    private_redis.client().acl_setuser(
+        "no-time", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-time"]
+    )
+    refused = redis.Redis(port=private_redis.port, username="no-time", socket_timeout=5)
+    renewing = Claimer(
+        worker_id="test", lease_seconds=30, index=DueIndex(client=refused, prefix=index.prefix)
+    )
+
+    held = renewing.renew_leases([o.run_id for o in occurrences], token)
+
+    assert held == {o.run_id for o in occurrences}
     assert "this host's clock" in caplog.text

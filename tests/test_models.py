@@ -3,7 +3,18 @@ descriptions)."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.db.models import F
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_schedulinator.models import Run, Schedule
 
 from .conftest import make_schedule
 from .simulation import Simulation, utc
@@ -23,3 +34,85 @@ def test_preview_shows_local_and_utc_times_and_flags_dst(sim: Simulation) -> Non
     assert [i.dst for i in items] == ["", "shifted", ""]
     assert "runs at 03:30 CEST instead" in items[1].note
     assert schedule.description == "At 02:30 (Europe/Berlin)"
+
+
+# -- a delete racing a scheduler --------------------------------------------------------------
+
+
+def _delete_by(how: str, schedule: Schedule) -> None:
+    if how == "model":
+        schedule.delete()
+    elif how == "queryset":
+        Schedule.objects.filter(pk=schedule.pk).delete()
+    else:
+        client = Client()
+        client.force_login(User.objects.create_superuser("admin", "a@example.com", None))
+        if how == "admin":
+            url = reverse("admin:django_schedulinator_schedule_delete", args=[schedule.pk])
+            response = client.post(url, {"post": "yes"})
+        else:  # the changelist's bulk delete
+            response = client.post(
+                reverse("admin:django_schedulinator_schedule_changelist"),
+                {"action": "delete_selected", "_selected_action": [schedule.pk], "post": "yes"},
+            )
+        assert response.status_code == 302, response.content
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="needs real row locks: SQLite serialises whole write transactions",
+)
+@pytest.mark.parametrize("how", ["model", "queryset", "admin", "admin bulk"])
+def test_a_delete_racing_a_schedulers_run_insert_deletes_both(how: str) -> None:
+    """A scheduler's transaction advances the schedule and inserts a run of it while the
+    delete runs: the delete waits for it and takes the run with it,
+    instead of failing at commit on the run's deferred foreign key (IntegrityError, a 500
+    in the admin) and leaving the schedule in place."""
+    schedule = make_schedule()
+    inserted, saw_delete_waiting = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def scheduler() -> None:
+        # A real second connection (Django gives each thread its own), as a scheduler's.
+        try:
+            with transaction.atomic():
+                # The scheduler's shape: the conditional advance of the row (which locks
+                # it), then the run, whose foreign key is checked at commit.
+                Schedule.objects.filter(pk=schedule.pk).update(revision=F("revision") + 1)
+                Run.objects.create(
+                    schedule_id=schedule.pk,
+                    scheduled_for=timezone.now(),
+                    task=schedule.task,
+                    claimed_at=timezone.now(),
+                    worker_id="racing-scheduler",
+                )
+                inserted.set()
+                # Commit only once the delete waits on this transaction's lock.
+                with connection.cursor() as cursor:
+                    for _ in range(600):
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = "
+                            "'Lock' AND datname = current_database() AND pid <> pg_backend_pid()"
+                        )
+                        if cursor.fetchone()[0]:
+                            saw_delete_waiting.set()
+                            break
+                        time.sleep(0.05)
+        except BaseException as exc:  # reported by the test thread
+            errors.append(exc)
+            inserted.set()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=scheduler)
+    thread.start()
+    assert inserted.wait(30)
+    try:
+        _delete_by(how, schedule)
+    finally:
+        thread.join(60)
+    assert not errors, errors
+    assert saw_delete_waiting.is_set()  # the race did happen
+    assert not Schedule.objects.filter(pk=schedule.pk).exists()
+    assert not Run.objects.filter(schedule_id=schedule.pk).exists()

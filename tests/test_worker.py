@@ -1,0 +1,157 @@
+"""The scheduler's loop (``django_schedulinator/worker.py``): Redis and the database going away
+under a running scheduler, and its recovery from a failed pass."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError, connection, connections
+from django.db.models import Count
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Schedule
+from django_schedulinator.worker import Worker
+
+from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .models import Receipt, Redelivery
+from .processes import output, wait_for
+from .redis_server import RedisServer
+
+pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+
+
+# -- services going away under a running scheduler --------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_a_redis_outage_is_logged_once_survived_and_healed(
+    private_redis: RedisServer, key_prefix: str, schedulers: Schedulers
+) -> None:
+    env = subprocess_env(
+        key_prefix, SCHEDULINATOR_TEST_REDIS_URL=private_redis.url, SCHEDULINATOR_TEST_RECONCILE="1"
+    )
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    before = [make_schedule(task="tests.receipt", next_run_at=timezone.now()) for _ in range(5)]
+    wait_for(lambda: Receipt.objects.count() == 5, timeout=30)
+
+    private_redis.stop()
+    # Saved while Redis is down: the rows commit, their sync writes are lost.
+    during = [make_schedule(task="tests.receipt", next_run_at=timezone.now()) for _ in range(5)]
+    time.sleep(3)
+    private_redis.start()  # the same data (append-only file), minus the lost writes
+
+    wait_for(lambda: Receipt.objects.count() == 10, timeout=60)
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    log = output(proc)
+    assert log.count("Scheduler pass failed") == 1, log
+    assert "Connections are back" in log
+    # New rows whose sync writes were lost: the index had no record of them at all.
+    assert "Reconcile indexed 5 schedules the index had no record of" in log
+    assert {r.schedule_id for r in Receipt.objects.all()} == {s.pk for s in before + during}
+    assert Redelivery.objects.count() == 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+def test_terminated_database_connections_are_reopened(
+    built_index: DueIndex, key_prefix: str, schedulers: Schedulers
+) -> None:
+    app_name = f"sched-{key_prefix}"
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_APP_NAME=app_name)
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    for _ in range(3):
+        make_schedule(
+            task="tests.receipt", kind=Schedule.Kind.INTERVAL, interval=timedelta(seconds=1)
+        )
+    wait_for(lambda: Receipt.objects.count() >= 6, timeout=30)
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            [app_name],
+        )
+        (terminated,) = cursor.fetchone()
+    assert terminated >= 1
+    seen = Receipt.objects.count()
+    wait_for(lambda: Receipt.objects.count() >= seen + 6, timeout=30)
+
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    assert not Receipt.objects.values("key").annotate(n=Count("id")).filter(n__gt=1).exists()
+
+
+@pytest.mark.subprocess
+def test_a_read_only_redis_is_waited_out(
+    private_redis: RedisServer, key_prefix: str, schedulers: Schedulers
+) -> None:
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_REDIS_URL=private_redis.url)
+    proc = schedulers.start("--max-seconds", "120", env=env)
+    make_schedule(task="tests.receipt", next_run_at=timezone.now())
+    wait_for(lambda: Receipt.objects.count() == 1, timeout=30)
+
+    # Indexed now, due while the server is read-only: claiming it needs a write.
+    make_schedule(task="tests.receipt", next_run_at=timezone.now() + timedelta(seconds=1))
+    # What a failover looks like to a client: the server it talks to became a replica.
+    client = private_redis.client()
+    client.replicaof("127.0.0.1", "1")
+    time.sleep(3)
+    client.replicaof("NO", "ONE")  # promoted again
+
+    wait_for(lambda: Receipt.objects.count() == 2, timeout=60)
+    assert proc.poll() is None, "the loop must not die"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0
+    log = output(proc)
+    assert "ReadOnlyError" in log
+    assert "Connections are back" in log
+
+
+def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed pass the loop reconnects; closing connections that the dispatch
+    thread is using broke its lease renewal mid-command (a TypeError from redis-py) and
+    dropped its batch (issue 12, item 6). The other thread must see no error at all."""
+    make_due(1)
+    resync_schedules()
+    worker = Worker(worker_id="test")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _ = worker.claimer.advance(batch, token)
+    run_ids = [o.run_id for o in occurrences]
+    monkeypatch.setattr(worker, "_sleep", lambda seconds: None)  # no back-off pauses
+    errors: list[BaseException] = []
+    renewals = 0
+    done = threading.Event()
+
+    def renew() -> None:  # what the dispatch thread does for a running batch
+        nonlocal renewals
+        try:
+            while not done.is_set():
+                try:
+                    worker.claimer.renew_leases(run_ids, token)
+                    renewals += 1
+                except Exception as exc:
+                    errors.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=renew)
+    thread.start()
+    for _ in range(300):
+        worker._recover(OperationalError("the pass failed"), 2)
+        worker.index.now_ms()  # the main thread's next pass uses the pool too
+    done.set()
+    thread.join()
+
+    assert errors == []
+    assert renewals > 0

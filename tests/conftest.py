@@ -27,6 +27,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.timing import truncate_ms
 
 from .redis_server import RedisServer, free_port
+from .rejections import PAYLOAD_LIMIT
 
 if TYPE_CHECKING:
     from .simulation import Simulation
@@ -117,6 +118,23 @@ def sim(built_index: DueIndex, monkeypatch: pytest.MonkeyPatch) -> Iterator[Simu
         simulation = Simulation(traveller)
         yield simulation
         simulation.worker.dispatcher.close()
+
+
+@pytest.fixture
+def fast_password_hashing(settings: Any) -> None:
+    """pytest-django's admin_client fixture creates a superuser: hash its password cheaply."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def redis_client(key_prefix: str) -> Any:
+    """The Redis client, taken before a test points the settings somewhere unusable."""
+    return get_redis()
+
+
+@pytest.fixture
+def small_payload_limit(settings: Any, key_prefix: str) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_PAYLOAD_BYTES": PAYLOAD_LIMIT}
 
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:

@@ -1,6 +1,6 @@
 """The system checks: one small test per check id (``django_schedulinator/checks.py``).
 
-The full table of bad settings behind E001 is in ``test_bad_input.py``.
+The full table of bad settings (``rejections.SETTINGS_CASES``) is run by the last test.
 """
 
 from __future__ import annotations
@@ -8,12 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.core.checks import ERROR, run_checks
 
 from django_schedulinator import checks
 from django_schedulinator.index import DueIndex
 
 from .conftest import lose_redis
 from .redis_server import RedisServer
+from .rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
 
 
 def setting_ids(settings: Any, **overrides: Any) -> list[str]:
@@ -97,3 +99,29 @@ def test_w012_redis_may_evict_the_index(private_redis: RedisServer, key_prefix: 
     assert "schedulinator.W012" in ids
     client.config_set("maxmemory-policy", "volatile-lru")  # only keys with a TTL: fine
     assert "schedulinator.W012" not in [m.id for m in checks.check_index(databases=["default"])]
+
+
+# -- bad settings: the bad-input matrix (tests/rejections.py) ---------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("key", "value", "fragment", "check_id"), SETTINGS_CASES)
+def test_system_checks_reject_bad_settings(
+    settings: Any,
+    key: Any,
+    value: Any,
+    fragment: str,
+    check_id: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    if key is NOT_A_DICT:
+        settings.SCHEDULINATOR = value
+        named = "SCHEDULINATOR"
+    else:
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, key: value}
+        named = f"SCHEDULINATOR[{key!r}]"
+    errors = [m for m in run_checks() if m.id == check_id and m.level >= ERROR]
+    assert errors, f"no {check_id}"
+    assert any(named in e.msg and fragment in e.msg for e in errors), [e.msg for e in errors]
+    assert_nothing_written(redis_client, key_prefix)

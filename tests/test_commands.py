@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -20,6 +21,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms
 
 from .conftest import ROOT, make_due, make_schedule, subprocess_env
+from .rejections import COMMAND_CASES, SUBPROCESS_CASES, assert_nothing_written
 from .simulation import Simulation
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
@@ -253,3 +255,55 @@ def test_the_schedule_command_reports_mistakes(
         call_command("schedule", *argv)
     assert not Run.objects.exists()
     assert Schedule.objects.get(name="nightly").enabled  # a refused pause changes nothing
+
+
+# -- bad options: the bad-input matrix (tests/rejections.py) ----------------------------------
+
+
+@pytest.mark.django_db  # the commands write to Redis directly, not on commit
+@pytest.mark.parametrize(("command", "argv", "kw", "named", "fragment"), COMMAND_CASES)
+def test_command_rejects_bad_options(
+    command: str,
+    argv: tuple[str, ...],
+    kw: dict[str, Any],
+    named: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    with pytest.raises(CommandError) as caught:
+        call_command(command, *argv, **kw)
+    message = str(caught.value)
+    assert named in message, message
+    assert fragment in message, message
+    assert_nothing_written(redis_client, key_prefix)
+
+
+def run_manage(key_prefix: str, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "django", *argv],
+        cwd=ROOT,
+        env=subprocess_env(key_prefix, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the subprocess sees the test database
+@pytest.mark.parametrize(("argv", "env", "expected"), SUBPROCESS_CASES)
+def test_command_line_rejects_bad_options_without_a_traceback(
+    argv: list[str],
+    env: dict[str, str],
+    expected: list[str],
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    done = run_manage(key_prefix, *argv, **env)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    for fragment in expected:
+        assert fragment in done.stderr, output
+    assert "Traceback" not in output
+    assert_nothing_written(redis_client, key_prefix)

@@ -5,18 +5,31 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_schedulinator.conf import MAX_JSON_DEPTH
+from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import to_ms
 
-from .conftest import make_schedule
+from .conftest import make_schedule, model_fields
+from .rejections import (
+    DEEP,
+    MODEL_CASES,
+    ODD_NAMES,
+    assert_field_error,
+    assert_nothing_written,
+    deep_value,
+)
 from .simulation import Simulation, utc
 
 # -- previews and descriptions ----------------------------------------------------------------
@@ -116,3 +129,81 @@ def test_a_delete_racing_a_schedulers_run_insert_deletes_both(how: str) -> None:
     assert saw_delete_waiting.is_set()  # the race did happen
     assert not Schedule.objects.filter(pk=schedule.pk).exists()
     assert not Run.objects.filter(schedule_id=schedule.pk).exists()
+
+
+# -- validation: the bad-input matrix (tests/rejections.py) -----------------------------------
+
+
+def save(schedule: Schedule) -> None:
+    schedule.save()
+
+
+def full_clean(schedule: Schedule) -> None:
+    schedule.full_clean()
+
+
+@pytest.mark.usefixtures("small_payload_limit")
+@pytest.mark.parametrize(
+    "path",
+    [
+        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
+        pytest.param(save, id="save", marks=pytest.mark.django_db),
+        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
+        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
+    ],
+)
+@pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)
+def test_model_rejects_bad_input(
+    path: Any,
+    overrides: dict[str, Any],
+    field: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        path(Schedule(**model_fields(**overrides)))
+    assert_field_error(caught.value.message_dict, field, fragment)
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db
+def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
+    # Created in bulk: no signal, so the index stays empty and any key would be new.
+    Schedule.objects.bulk_create([Schedule(**model_fields())])
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**model_fields(cron="0 4 * * *")).full_clean()
+    assert_field_error(caught.value.message_dict, "name", "already exists")
+    assert_nothing_written(redis_client, key_prefix, schedules=1)
+
+
+# -- positive controls: odd names are data, never part of a Redis key or script ---------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
+    schedule = Schedule(**model_fields(name=name))
+    schedule.save()
+    assert Schedule.objects.get(pk=schedule.pk).name == name
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
+    members = index.client.zrange(index.due_key, 0, -1)
+    assert members == [str(schedule.pk).encode()]
+
+
+# -- JSON nested deeper than Python's json (and the databases) can take -----------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_model_validation_names_args_nested_too_deep(
+    key_prefix: str, redis_client: Any, field: str, levels: int
+) -> None:
+    schedule = Schedule(**model_fields(**{field: deep_value(field, levels)}))
+    with pytest.raises(ValidationError) as caught:
+        schedule.full_clean()
+    assert f"{MAX_JSON_DEPTH} levels" in " ".join(caught.value.message_dict[field])
+    with pytest.raises(ValidationError):
+        schedule.save()
+    assert_nothing_written(redis_client, key_prefix)

@@ -1,58 +1,38 @@
-"""The bad-input matrix: every way in (model, admin, commands, settings) rejects bad values.
+"""The bad-input matrix's tables: every way in (model, admin, commands, settings) rejects bad
+values.
 
 Each rejected case proves three things: the error names the field, option or setting key and
-says what is wrong; nothing reached SQL or Redis; and no traceback reached the user. The last
-tests are positive controls: odd but valid names are stored and indexed by id only.
+says what is wrong; nothing reached SQL or Redis (``assert_nothing_written``); and no traceback
+reached the user. Each table is run by a test in the file of the module it reaches:
+
+- ``MODEL_CASES``: ``test_models.py::test_model_rejects_bad_input`` (``save()`` and
+  ``full_clean()``);
+- ``ADMIN_CASES``: ``test_admin_forms.py::test_admin_form_rejects_bad_input`` (the add form);
+- ``COMMAND_CASES`` and ``SUBPROCESS_CASES``: ``test_commands.py::test_command_rejects_bad_options``
+  and ``test_commands.py::test_command_line_rejects_bad_options_without_a_traceback``;
+- ``SETTINGS_CASES``: ``test_checks.py::test_system_checks_reject_bad_settings``.
+
+``ODD_NAMES`` are positive controls: odd but valid names are stored and indexed by id only
+(``test_models.py::test_odd_but_valid_names_are_saved_and_indexed_by_id``). ``deep_value``
+builds JSON nested deeper than Python's json (and the databases) can take.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.core.checks import ERROR, run_checks
-from django.core.exceptions import ValidationError
-from django.core.management import call_command
-from django.core.management.base import CommandError
-from django.test import Client
-from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator.conf import MAX_JSON_DEPTH
-from django_schedulinator.connection import get_redis
-from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import to_ms
 
-from .conftest import ROOT, form_data, model_fields, subprocess_env
-
-ADD_URL = "admin:django_schedulinator_schedule_add"
 PAYLOAD_LIMIT = 1024  # SCHEDULINATOR['MAX_PAYLOAD_BYTES'] while the matrix runs
 HUGE = "x" * 2000  # more than PAYLOAD_LIMIT bytes of JSON
 PAST = timezone.now() - timedelta(days=1)
 START = datetime(2100, 1, 1, tzinfo=UTC)
 LAST_HOUR = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    """The admin_client fixture creates a superuser: hash its password cheaply."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def redis_client(key_prefix: str) -> Any:
-    """The Redis client, taken before a test points the settings somewhere unusable."""
-    return get_redis()
-
-
-@pytest.fixture
-def small_payload_limit(settings: Any, key_prefix: str) -> None:
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_PAYLOAD_BYTES": PAYLOAD_LIMIT}
 
 
 def assert_nothing_written(client: Any, key_prefix: str, schedules: int = 0) -> None:
@@ -71,7 +51,7 @@ def bad(case_id: str, field: str, fragment: str, **overrides: Any) -> Any:
     return pytest.param(overrides, field, fragment, id=case_id)
 
 
-# -- 1. the model: save() and full_clean() -------------------------------------------------
+# -- 1. the model: save() and full_clean() ----------------------------------------------------
 
 
 def interval(value: Any) -> dict[str, Any]:
@@ -216,50 +196,7 @@ MODEL_CASES = [
 ]
 
 
-def save(schedule: Schedule) -> None:
-    schedule.save()
-
-
-def full_clean(schedule: Schedule) -> None:
-    schedule.full_clean()
-
-
-@pytest.mark.usefixtures("small_payload_limit")
-@pytest.mark.parametrize(
-    "path",
-    [
-        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
-        pytest.param(save, id="save", marks=pytest.mark.django_db),
-        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
-        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
-    ],
-)
-@pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)
-def test_model_rejects_bad_input(
-    path: Any,
-    overrides: dict[str, Any],
-    field: str,
-    fragment: str,
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    with pytest.raises(ValidationError) as caught:
-        path(Schedule(**model_fields(**overrides)))
-    assert_field_error(caught.value.message_dict, field, fragment)
-    assert_nothing_written(redis_client, key_prefix)
-
-
-@pytest.mark.django_db
-def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
-    # Created in bulk: no signal, so the index stays empty and any key would be new.
-    Schedule.objects.bulk_create([Schedule(**model_fields())])
-    with pytest.raises(ValidationError) as caught:
-        Schedule(**model_fields(cron="0 4 * * *")).full_clean()
-    assert_field_error(caught.value.message_dict, "name", "already exists")
-    assert_nothing_written(redis_client, key_prefix, schedules=1)
-
-
-# -- 2. the admin add form -------------------------------------------------------------------
+# -- 2. the admin add form --------------------------------------------------------------------
 
 
 def at(field: str, date: str, time: str = "00:00:00") -> dict[str, str]:
@@ -349,35 +286,7 @@ ADMIN_CASES = [
 ]
 
 
-@pytest.mark.django_db
-@pytest.mark.usefixtures("small_payload_limit")
-@pytest.mark.parametrize(("overrides", "field", "fragment"), ADMIN_CASES)
-def test_admin_form_rejects_bad_input(
-    admin_client: Client,
-    overrides: dict[str, str],
-    field: str,
-    fragment: str,
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    page = admin_client.post(reverse(ADD_URL), form_data(**overrides))
-    assert page.status_code == 200  # the form again: not a redirect, not a 500
-    assert_field_error(page.context["adminform"].form.errors, field, fragment)
-    assert_nothing_written(redis_client, key_prefix)
-
-
-@pytest.mark.django_db
-def test_admin_form_rejects_a_duplicate_name(
-    admin_client: Client, key_prefix: str, redis_client: Any
-) -> None:
-    Schedule.objects.bulk_create([Schedule(**model_fields())])  # no signal: nothing indexed
-    page = admin_client.post(reverse(ADD_URL), form_data(cron="0 4 * * *"))
-    assert page.status_code == 200
-    assert_field_error(page.context["adminform"].form.errors, "name", "already exists")
-    assert_nothing_written(redis_client, key_prefix, schedules=1)
-
-
-# -- 3. management command options ---------------------------------------------------------
+# -- 3. management command options ------------------------------------------------------------
 
 
 def option(case_id: str, command: str, named: str, fragment: str, *argv: str, **kw: Any) -> Any:
@@ -387,7 +296,10 @@ def option(case_id: str, command: str, named: str, fragment: str, *argv: str, **
 
 
 RUN = "run_scheduler"
+
+
 REBUILD = "rebuild_due_index"
+
 
 COMMAND_CASES = [
     option("batch-size-0", RUN, "--batch-size", "at least 1", "--batch-size", "0"),
@@ -436,36 +348,6 @@ COMMAND_CASES = [
 ]
 
 
-@pytest.mark.django_db  # the commands write to Redis directly, not on commit
-@pytest.mark.parametrize(("command", "argv", "kw", "named", "fragment"), COMMAND_CASES)
-def test_command_rejects_bad_options(
-    command: str,
-    argv: tuple[str, ...],
-    kw: dict[str, Any],
-    named: str,
-    fragment: str,
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    with pytest.raises(CommandError) as caught:
-        call_command(command, *argv, **kw)
-    message = str(caught.value)
-    assert named in message, message
-    assert fragment in message, message
-    assert_nothing_written(redis_client, key_prefix)
-
-
-def run_manage(key_prefix: str, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "django", *argv],
-        cwd=ROOT,
-        env=subprocess_env(key_prefix, **env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 SUBPROCESS_CASES = [
     pytest.param(
         [RUN, "--batch-size", "0"], {}, ["--batch-size", "at least 1"], id="run-batch-size-0"
@@ -492,26 +374,8 @@ SUBPROCESS_CASES = [
 ]
 
 
-@pytest.mark.subprocess
-@pytest.mark.django_db(transaction=True)  # the subprocess sees the test database
-@pytest.mark.parametrize(("argv", "env", "expected"), SUBPROCESS_CASES)
-def test_command_line_rejects_bad_options_without_a_traceback(
-    argv: list[str],
-    env: dict[str, str],
-    expected: list[str],
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    done = run_manage(key_prefix, *argv, **env)
-    output = done.stdout + done.stderr
-    assert done.returncode != 0, output
-    for fragment in expected:
-        assert fragment in done.stderr, output
-    assert "Traceback" not in output
-    assert_nothing_written(redis_client, key_prefix)
-
-
 # -- 4. settings, through the system checks ---------------------------------------------------
+
 
 NOT_A_DICT = object()  # marks the cases that replace SCHEDULINATOR itself
 
@@ -575,30 +439,8 @@ SETTINGS_CASES = [
 ]
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize(("key", "value", "fragment", "check_id"), SETTINGS_CASES)
-def test_system_checks_reject_bad_settings(
-    settings: Any,
-    key: Any,
-    value: Any,
-    fragment: str,
-    check_id: str,
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    if key is NOT_A_DICT:
-        settings.SCHEDULINATOR = value
-        named = "SCHEDULINATOR"
-    else:
-        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, key: value}
-        named = f"SCHEDULINATOR[{key!r}]"
-    errors = [m for m in run_checks() if m.id == check_id and m.level >= ERROR]
-    assert errors, f"no {check_id}"
-    assert any(named in e.msg and fragment in e.msg for e in errors), [e.msg for e in errors]
-    assert_nothing_written(redis_client, key_prefix)
+# -- positive controls: odd names are data, never part of a Redis key or script ---------------
 
-
-# -- positive controls: odd names are data, never part of a Redis key or script --------------
 
 ODD_NAMES = [
     pytest.param("Bericht über Zürich 📅", id="unicode"),
@@ -610,27 +452,8 @@ ODD_NAMES = [
 ]
 
 
-@pytest.mark.django_db
-@pytest.mark.parametrize("name", ODD_NAMES)
-def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
-    schedule = Schedule(**model_fields(name=name))
-    schedule.save()
-    assert Schedule.objects.get(pk=schedule.pk).name == name
-    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
-    members = index.client.zrange(index.due_key, 0, -1)
-    assert members == [str(schedule.pk).encode()]
+# -- JSON nested deeper than Python's json (and the databases) can take -----------------------
 
-
-@pytest.mark.django_db
-def test_an_odd_name_added_in_the_admin_is_indexed(admin_client: Client, index: DueIndex) -> None:
-    name = "{tag} über *?"
-    page = admin_client.post(reverse(ADD_URL), form_data(name=name))
-    assert page.status_code == 302
-    schedule = Schedule.objects.get(name=name)
-    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
-
-
-# -- JSON nested deeper than Python's json (and the databases) can take ----------------------
 
 DEEP = 50_000
 
@@ -640,37 +463,3 @@ def deep_value(field: str, levels: int) -> Any:
     for _ in range(levels - 1):
         value = [value] if field == "args" else {"a": value}
     return value
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("field", ["args", "kwargs"])
-@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
-def test_admin_form_names_args_nested_too_deep(
-    admin_client: Client, key_prefix: str, redis_client: Any, field: str, levels: int
-) -> None:
-    text = json.dumps(deep_value(field, min(levels, 500)))
-    if levels > 500:  # json.dumps itself cannot write it: spell it out
-        text = (
-            "[" * levels + "]" * levels
-            if field == "args"
-            else '{"a": ' * (levels - 1) + "{}" + "}" * (levels - 1)
-        )
-    page = admin_client.post(reverse(ADD_URL), form_data(**{field: text}))
-    assert page.status_code == 200  # the form again: not a redirect, not a 500
-    assert_field_error(page.context["adminform"].form.errors, field, f"{MAX_JSON_DEPTH} levels")
-    assert_nothing_written(redis_client, key_prefix)
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("field", ["args", "kwargs"])
-@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
-def test_model_validation_names_args_nested_too_deep(
-    key_prefix: str, redis_client: Any, field: str, levels: int
-) -> None:
-    schedule = Schedule(**model_fields(**{field: deep_value(field, levels)}))
-    with pytest.raises(ValidationError) as caught:
-        schedule.full_clean()
-    assert f"{MAX_JSON_DEPTH} levels" in " ".join(caught.value.message_dict[field])
-    with pytest.raises(ValidationError):
-        schedule.save()
-    assert_nothing_written(redis_client, key_prefix)

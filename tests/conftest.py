@@ -21,6 +21,7 @@ from django.db.transaction import Atomic
 from django.utils import timezone
 
 from django_schedulinator import clock
+from django_schedulinator import timing as timing_module
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
@@ -28,6 +29,7 @@ from django_schedulinator.timing import truncate_ms
 
 from .redis_server import RedisServer, free_port
 from .rejections import PAYLOAD_LIMIT
+from .walks import TooMuchWork
 
 if TYPE_CHECKING:
     from .simulation import Simulation
@@ -135,6 +137,24 @@ def redis_client(key_prefix: str) -> Any:
 @pytest.fixture
 def small_payload_limit(settings: Any, key_prefix: str) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_PAYLOAD_BYTES": PAYLOAD_LIMIT}
+
+
+@pytest.fixture
+def walls() -> Iterator[list[int]]:
+    """Counts the wall times examined; a walk past 20,000 of them fails at once."""
+    timing_module._cron_next.cache_clear()  # a cold cache: count the real work
+    timing_module._cron_prev.cache_clear()
+    examined = [0]
+    moments_of_wall = timing_module._moments_of_wall
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        examined[0] += 1
+        if examined[0] > 20_000:
+            raise TooMuchWork("examined more than 20,000 wall times")
+        return moments_of_wall(*args, **kwargs)
+
+    with mock.patch.object(timing_module, "_moments_of_wall", counting):
+        yield examined
 
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:

@@ -47,6 +47,7 @@ from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
+from .walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
 
@@ -1414,3 +1415,30 @@ def test_the_api_works_in_a_fresh_project_from_the_readme_alone(
     }, done.stderr[-3000:]
     assert paths
     assert all(path.startswith(API) for path in paths)
+
+
+# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+
+
+@pytest.mark.django_db
+def test_the_api_answers_a_backfill_of_skipped_times_at_once(
+    walls: list[int], admin_client: Any, settings: Any
+) -> None:
+    never = make_schedule(kind="cron", cron=NEVER.cron, timezone=NEVER.timezone, dst_gap="skip")
+    span = {
+        "start": "2000-01-01T00:00:00Z",
+        "end": (timezone.now() - timedelta(minutes=1)).isoformat(),
+    }
+    url = f"/api/schedulinator/schedules/{never.pk}/backfill/"
+    response = admin_client.post(url, span, content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert response.json()["occurrences"] == 0
+
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_BACKFILL_RUNS": 1000}
+    dense = make_schedule(
+        kind="cron", cron=NEVER_DENSE.cron, timezone=NEVER_DENSE.timezone, dst_gap="skip"
+    )
+    url = f"/api/schedulinator/schedules/{dense.pk}/backfill/"
+    response = admin_client.post(url, span, content_type="application/json")
+    assert response.status_code == 400
+    assert "skipped by the DST policy" in response.json()["detail"]

@@ -8,12 +8,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index import SET, Change, DueIndex
@@ -23,6 +25,7 @@ from django_schedulinator.timing import to_ms
 from .conftest import ROOT, make_due, make_schedule, subprocess_env
 from .rejections import COMMAND_CASES, SUBPROCESS_CASES, assert_nothing_written
 from .simulation import Simulation
+from .walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -307,3 +310,44 @@ def test_command_line_rejects_bad_options_without_a_traceback(
         assert fragment in done.stderr, output
     assert "Traceback" not in output
     assert_nothing_written(redis_client, key_prefix)
+
+
+# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+
+
+@pytest.mark.django_db
+def test_the_command_answers_a_backfill_of_skipped_times_at_once(walls: list[int]) -> None:
+    schedule = make_schedule(kind="cron", cron=NEVER.cron, timezone=NEVER.timezone, dst_gap="skip")
+    out = io.StringIO()
+    call_command(
+        "schedule",
+        "backfill",
+        schedule.name,
+        "--from",
+        "2000-01-01T00:00:00Z",
+        "--to",
+        (timezone.now() - timedelta(minutes=1)).isoformat(),
+        stdout=out,
+    )
+    assert out.getvalue().startswith("0 occurrence(s)")
+
+
+@pytest.mark.django_db
+def test_the_command_refuses_a_backfill_over_too_many_skipped_times(
+    walls: list[int], settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_BACKFILL_RUNS": 1000}
+    schedule = make_schedule(
+        kind="cron", cron=NEVER_DENSE.cron, timezone=NEVER_DENSE.timezone, dst_gap="skip"
+    )
+    with pytest.raises(CommandError, match="skipped by the DST policy"):
+        call_command(
+            "schedule",
+            "backfill",
+            schedule.name,
+            "--from",
+            "2000-01-01T00:00:00Z",
+            "--to",
+            (timezone.now() - timedelta(minutes=1)).isoformat(),
+            stdout=io.StringIO(),
+        )

@@ -11,11 +11,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_schedulinator import errors, services
@@ -27,6 +28,7 @@ from django_schedulinator.timing import to_ms
 from .conftest import lose_redis, make_schedule
 from .models import Delivery
 from .simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
+from .walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
 
@@ -380,3 +382,42 @@ def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
     with pytest.raises(services.ServiceError, match="start must be a date and time with a time"):
         services.backfill(schedule, datetime(2026, 3, 26), utc("2026-03-26T05:00"))
     assert not Run.objects.exists()
+
+
+# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+
+
+@pytest.mark.django_db
+def test_a_backfill_of_a_cron_that_never_exists_answers_zero_at_once(walls: list[int]) -> None:
+    schedule = make_schedule(kind="cron", cron=NEVER.cron, timezone=NEVER.timezone, dst_gap="skip")
+    walls[0] = 0
+    report = services.backfill(
+        schedule, datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1)
+    )
+    assert (report.occurrences, report.queued) == (0, 0)
+    # Until 1980 the change was not that night: 02:30 existed, one occurrence a year.
+    report = services.backfill(
+        schedule,
+        datetime(1970, 1, 1, tzinfo=UTC),
+        timezone.now() - timedelta(minutes=1),
+        dry_run=True,
+    )
+    assert report.occurrences == 11  # 1970 to 1980 (summer time began on 6 April 1980)
+    assert walls[0] <= 2_000
+
+
+@pytest.mark.django_db
+def test_a_backfill_over_too_many_skipped_times_is_refused_saying_why(
+    walls: list[int], settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MAX_BACKFILL_RUNS": 1000}
+    schedule = make_schedule(
+        kind="cron", cron=NEVER_DENSE.cron, timezone=NEVER_DENSE.timezone, dst_gap="skip"
+    )
+    walls[0] = 0
+    with pytest.raises(services.ServiceError, match="skipped by the DST policy"):
+        services.backfill(
+            schedule, datetime(2000, 1, 1, tzinfo=UTC), timezone.now() - timedelta(minutes=1)
+        )
+    # The first change's seconds, then a few wall times per skipped time up to the limit.
+    assert walls[0] <= 2 * 3_600 + 3 * 1_000

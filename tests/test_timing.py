@@ -1,5 +1,5 @@
 """The next-run rules: parsing, zones, intervals, catch-up plans (DST: test_dst.py; properties:
-test_timing_properties.py)."""
+test_timing_properties.py; bounded walks over skipped times: test_timing_walks.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""The models (``django_schedulinator/models.py``): what a row derives on its own (previews,
-descriptions)."""
+"""The models (``django_schedulinator/models.py``): validation (a field-named error and
+nothing written, for every bad value of the matrix in ``tests/rejections.py``), what a row
+derives on its own (previews, descriptions), and a delete racing a scheduler."""
 
 from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -31,6 +33,136 @@ from .rejections import (
     deep_value,
 )
 from .simulation import Simulation, utc
+
+# -- validation: a field-named error, and nothing written -------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("overrides", "field", "fragment"),
+    [
+        ({"cron": "61 * * * *"}, "cron", "Bad minute"),
+        ({"cron": "* * *"}, "cron", "has 3"),
+        ({"cron": ""}, "cron", "Enter a cron expression"),
+        ({"cron": "@fortnightly"}, "cron", "Unknown cron alias"),
+        ({"cron": "0 0 30 2 *"}, "cron", "Bad day-of-month"),
+        ({"cron": "* * */20 * 1L"}, "cron", "never matches"),
+        ({"cron": "* " * 300}, "cron", "at most 200"),
+        ({"timezone": "Mars/Olympus_Mons"}, "timezone", "Unknown time zone"),
+        ({"timezone": "../../etc/passwd"}, "timezone", "Unknown time zone"),
+        ({"task": "os.system"}, "task", "not a registered task"),
+        ({"task": "tests.nope"}, "task", "not a registered task"),
+        ({"args": {"a": 1}}, "args", "JSON list"),
+        ({"args": "[1, 2"}, "args", "JSON list"),
+        ({"args": [object()]}, "args", "valid JSON"),
+        ({"kwargs": [1]}, "kwargs", "JSON object"),
+        ({"kwargs": {"occurrence": 1}}, "kwargs", "reserved"),
+        ({"kind": "interval", "interval": timedelta(0)}, "interval", "at least"),
+        ({"kind": "interval", "interval": None}, "interval", "needs an interval"),
+        ({"kind": "once", "run_at": None}, "run_at", "needs a time"),
+        ({"kind": "once", "run_at": timezone.now() - timedelta(days=1)}, "run_at", "future"),
+        ({"kind": "weekly"}, "kind", "not a valid choice"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(
+    overrides: dict[str, Any], field: str, fragment: str, index: DueIndex
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**model_fields(**overrides)).save()
+    errors = caught.value.message_dict
+    assert field in errors, errors
+    assert any(fragment in message for message in errors[field]), errors
+    assert not Schedule.objects.exists()
+    assert index.client.zcard(index.due_key) == 0
+
+
+@pytest.mark.django_db
+def test_valid_schedule_is_saved_with_its_next_run() -> None:
+    schedule = Schedule(**model_fields())
+    schedule.save()
+    schedule.refresh_from_db()
+    assert schedule.next_run_at is not None
+    assert schedule.next_run_at > timezone.now()
+    assert schedule.revision == 1
+
+
+# -- validation: the bad-input matrix (tests/rejections.py) -----------------------------------
+
+
+def save(schedule: Schedule) -> None:
+    schedule.save()
+
+
+def full_clean(schedule: Schedule) -> None:
+    schedule.full_clean()
+
+
+@pytest.mark.usefixtures("small_payload_limit")
+@pytest.mark.parametrize(
+    "path",
+    [
+        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
+        pytest.param(save, id="save", marks=pytest.mark.django_db),
+        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
+        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
+    ],
+)
+@pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)
+def test_model_rejects_bad_input(
+    path: Any,
+    overrides: dict[str, Any],
+    field: str,
+    fragment: str,
+    key_prefix: str,
+    redis_client: Any,
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        path(Schedule(**model_fields(**overrides)))
+    assert_field_error(caught.value.message_dict, field, fragment)
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db
+def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
+    # Created in bulk: no signal, so the index stays empty and any key would be new.
+    Schedule.objects.bulk_create([Schedule(**model_fields())])
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**model_fields(cron="0 4 * * *")).full_clean()
+    assert_field_error(caught.value.message_dict, "name", "already exists")
+    assert_nothing_written(redis_client, key_prefix, schedules=1)
+
+
+# -- positive controls: odd names are data, never part of a Redis key or script ---------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ODD_NAMES)
+def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
+    schedule = Schedule(**model_fields(name=name))
+    schedule.save()
+    assert Schedule.objects.get(pk=schedule.pk).name == name
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
+    members = index.client.zrange(index.due_key, 0, -1)
+    assert members == [str(schedule.pk).encode()]
+
+
+# -- JSON nested deeper than Python's json (and the databases) can take -----------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("field", ["args", "kwargs"])
+@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
+def test_model_validation_names_args_nested_too_deep(
+    key_prefix: str, redis_client: Any, field: str, levels: int
+) -> None:
+    schedule = Schedule(**model_fields(**{field: deep_value(field, levels)}))
+    with pytest.raises(ValidationError) as caught:
+        schedule.full_clean()
+    assert f"{MAX_JSON_DEPTH} levels" in " ".join(caught.value.message_dict[field])
+    with pytest.raises(ValidationError):
+        schedule.save()
+    assert_nothing_written(redis_client, key_prefix)
+
 
 # -- previews and descriptions ----------------------------------------------------------------
 
@@ -129,81 +261,3 @@ def test_a_delete_racing_a_schedulers_run_insert_deletes_both(how: str) -> None:
     assert saw_delete_waiting.is_set()  # the race did happen
     assert not Schedule.objects.filter(pk=schedule.pk).exists()
     assert not Run.objects.filter(schedule_id=schedule.pk).exists()
-
-
-# -- validation: the bad-input matrix (tests/rejections.py) -----------------------------------
-
-
-def save(schedule: Schedule) -> None:
-    schedule.save()
-
-
-def full_clean(schedule: Schedule) -> None:
-    schedule.full_clean()
-
-
-@pytest.mark.usefixtures("small_payload_limit")
-@pytest.mark.parametrize(
-    "path",
-    [
-        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
-        pytest.param(save, id="save", marks=pytest.mark.django_db),
-        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
-        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
-    ],
-)
-@pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)
-def test_model_rejects_bad_input(
-    path: Any,
-    overrides: dict[str, Any],
-    field: str,
-    fragment: str,
-    key_prefix: str,
-    redis_client: Any,
-) -> None:
-    with pytest.raises(ValidationError) as caught:
-        path(Schedule(**model_fields(**overrides)))
-    assert_field_error(caught.value.message_dict, field, fragment)
-    assert_nothing_written(redis_client, key_prefix)
-
-
-@pytest.mark.django_db
-def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client: Any) -> None:
-    # Created in bulk: no signal, so the index stays empty and any key would be new.
-    Schedule.objects.bulk_create([Schedule(**model_fields())])
-    with pytest.raises(ValidationError) as caught:
-        Schedule(**model_fields(cron="0 4 * * *")).full_clean()
-    assert_field_error(caught.value.message_dict, "name", "already exists")
-    assert_nothing_written(redis_client, key_prefix, schedules=1)
-
-
-# -- positive controls: odd names are data, never part of a Redis key or script ---------------
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("name", ODD_NAMES)
-def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
-    schedule = Schedule(**model_fields(name=name))
-    schedule.save()
-    assert Schedule.objects.get(pk=schedule.pk).name == name
-    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
-    members = index.client.zrange(index.due_key, 0, -1)
-    assert members == [str(schedule.pk).encode()]
-
-
-# -- JSON nested deeper than Python's json (and the databases) can take -----------------------
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("field", ["args", "kwargs"])
-@pytest.mark.parametrize("levels", [DEEP, MAX_JSON_DEPTH + 1])
-def test_model_validation_names_args_nested_too_deep(
-    key_prefix: str, redis_client: Any, field: str, levels: int
-) -> None:
-    schedule = Schedule(**model_fields(**{field: deep_value(field, levels)}))
-    with pytest.raises(ValidationError) as caught:
-        schedule.full_clean()
-    assert f"{MAX_JSON_DEPTH} levels" in " ".join(caught.value.message_dict[field])
-    with pytest.raises(ValidationError):
-        schedule.save()
-    assert_nothing_written(redis_client, key_prefix)

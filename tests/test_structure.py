@@ -1,4 +1,5 @@
-"""The shape of the package, checked from its source: no import circle, and one write path.
+"""The shape of the package, checked from its source: no import circle, and one write path;
+and the docs cite only tests that exist.
 
 Read with ``ast``, without importing anything: an import inside a function counts (it is
 how a circle hides), one under ``if TYPE_CHECKING:`` does not (it never runs).
@@ -7,6 +8,7 @@ how a circle hides), one under ``if TYPE_CHECKING:`` does not (it never runs).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -168,3 +170,54 @@ def test_the_migrations_match_the_models() -> None:
 
 def _migration_names() -> list[str]:
     return sorted(path.stem for path in (ROOT / "migrations").glob("0*.py"))
+
+
+# -- the docs cite tests that exist -------------------------------------------------------------
+
+TESTS = ROOT.parent / "tests"
+# `tests/test_claiming.py`, `tests/rejections.py`, `test_claiming.py::test_name[param]`: a
+# file under tests/, and maybe a test function in it (a parametrized id is left out).
+CITATION = re.compile(
+    r"(?<![\w/.-])(?:tests/(?P<path>[\w/.-]+?\.py)|(?P<name>test_\w+\.py))(?:::(?P<test>\w+))?"
+)
+
+
+def _documents() -> list[Path]:
+    return [*sorted((ROOT.parent / "docs").glob("*.md")), ROOT.parent / "README.md",
+            ROOT.parent / "CHANGELOG.md"]  # fmt: skip
+
+
+def _functions(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+
+
+def _missing_citations(text: str) -> list[str]:
+    """What ``text`` cites under tests/ that does not exist: a file, or a test in a file."""
+    missing = []
+    for match in CITATION.finditer(text):
+        path = TESTS / (match["path"] or match["name"])
+        if not path.is_file():
+            missing.append(f"no file tests/{path.relative_to(TESTS)}")
+        elif match["test"] and match["test"] not in _functions(path):
+            missing.append(f"no {match['test']} in tests/{path.relative_to(TESTS)}")
+    return missing
+
+
+def test_the_docs_name_tests_that_exist() -> None:
+    # The check must be able to fail.
+    assert _missing_citations(
+        "`test_structure.py::test_nothing_like_it`, `tests/test_nowhere.py`, "
+        "`test_processes.py::test_a_scheduler_killed_mid_way_loses_nothing_and_fires_once[claim]`"
+    ) == ["no test_nothing_like_it in tests/test_structure.py", "no file tests/test_nowhere.py"]
+
+    missing = {
+        f"{document.relative_to(ROOT.parent)}: {problem}"
+        for document in _documents()
+        for problem in _missing_citations(document.read_text("utf-8"))
+    }
+    assert sorted(missing) == []

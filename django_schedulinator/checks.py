@@ -54,13 +54,38 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="schedulinator.E005",
             )
         )
-    try:
-        from .dispatch import dispatcher_class
-
-        dispatcher_class()
-    except ImproperlyConfigured as exc:
-        messages.append(Error(str(exc), id="schedulinator.E004"))
+    messages += dispatcher_messages(connect=False)
     return messages
+
+
+def dispatcher_messages(*, connect: bool) -> list[CheckMessage]:
+    """Each dispatcher alias: its BACKEND and OPTIONS (E004), then its own checks; with
+    ``connect``, whether what it hands off to can be reached."""
+    from .dispatch import dispatchers
+
+    messages: list[CheckMessage] = []
+    for alias in dispatchers.aliases():
+        try:
+            dispatcher = dispatchers[alias]
+        except ImproperlyConfigured as exc:
+            if not connect:  # said once, by the check without --database
+                messages.append(Error(str(exc), id="schedulinator.E004"))
+            continue
+        messages += dispatcher.check(connect=connect)
+    return messages
+
+
+@register(Tags.database)
+def check_dispatchers(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    if not databases:  # only under `check --database`: it talks to brokers and receivers
+        return []
+    try:
+        app_settings.DISPATCHERS  # noqa: B018 - a bad setting is check_settings' E001
+    except ImproperlyConfigured:
+        return []
+    return dispatcher_messages(connect=True)
 
 
 @register(Tags.database)

@@ -30,9 +30,9 @@ from typing import Any
 
 from django.db import OperationalError, router, transaction
 
-from . import clock, ledger, services, timing
+from . import clock, ledger, outcomes, services, timing
 from .conf import app_settings
-from .dispatch.base import Occurrence, Outcome
+from .dispatch.base import BaseDispatcher, Occurrence, Outcome
 from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .models import Run, Schedule, catch_up_policy, occurrence_key
@@ -45,20 +45,19 @@ ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
     "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
-    "kwargs", "name",
+    "kwargs", "dispatcher", "dispatch_options", "name",
 )  # fmt: skip
 # The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window).
 PLAN_FIELDS = slice(ROW_FIELDS.index("next_run_at"), ROW_FIELDS.index("overlap"))
 RUN_FIELDS = (
-    "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "scheduled_for",
-    "attempts",
+    "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
+    "dispatch_options", "scheduled_for", "attempts",
 )  # fmt: skip
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
 # A due row that another transaction holds locked is looked at again after this long.
 LOCKED_RETRY = timedelta(seconds=1)
-AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
 
 
 def new_token() -> str:
@@ -86,6 +85,8 @@ class Counters:
     auto_paused: int = 0  # schedules paused after too many failures in a row
     # Committed runs not dispatched: their schedule was deleted or paused before dispatch.
     cancelled: int = 0
+    # Runs left pending because their dispatcher's lane was full: a take-over sends them.
+    lane_full: int = 0
 
     def add(self, other: Counters) -> None:
         for f in fields(self):
@@ -247,7 +248,10 @@ class Claimer:
                     timing_of(row),
                     policy,
                     schedule_id=sid,
-                    nominal=row.next_run_at,
+                    # Whole milliseconds, like every instant the app writes: a row written
+                    # around save() may hold more, and the occurrence (its key, its run)
+                    # must be the one the key names.
+                    nominal=timing.truncate_ms(row.next_run_at),
                     due_at=stored,
                     now=now,
                     runs_left=runs_left,
@@ -281,10 +285,8 @@ class Claimer:
         waiting: set[int] = set()
         for sid, status in (
             Run.objects.using(self.db)
-            .filter(
-                schedule_id__in=json_ids([d.row.pk for d in guarded], self.db),
-                status__in=(*Run.UNFINISHED, Run.Status.BUFFERED),
-            )
+            .in_progress(timing.from_ms(plan.batch.now_ms))
+            .filter(schedule_id__in=json_ids([d.row.pk for d in guarded], self.db))
             .values_list("schedule_id", "status")
         ):
             (waiting if status == Run.Status.BUFFERED else busy).add(sid)
@@ -359,6 +361,8 @@ class Claimer:
                             attempt=1,
                             args=row.args,
                             kwargs=row.kwargs,
+                            dispatcher=row.dispatcher,
+                            dispatch_options=row.dispatch_options,
                         )
                     )
                 counters.skipped += len(d.plan.skips)
@@ -430,9 +434,14 @@ class Claimer:
                 attempt=attempts,
                 args=args,
                 kwargs=kwargs,
+                dispatcher=dispatcher,
+                dispatch_options=options,
             )
-            for pk, schedule_id, name, task, args, kwargs, scheduled_for, attempts in taken
-        ]
+            for (
+                pk, schedule_id, name, task, args, kwargs, dispatcher, options, scheduled_for,
+                attempts,
+            ) in taken
+        ]  # fmt: skip
         again = sum(1 for o in occurrences if o.attempt > 1)
         if again:
             logger.warning(
@@ -508,35 +517,35 @@ class Claimer:
     # -- 4. record outcomes ---------------------------------------------------------------
 
     def record(
-        self, outcomes: Sequence[Outcome], schedule_of: Mapping[int, int], dispatched_at: Any
-    ) -> None:
-        """Store what the dispatcher reported, in one transaction.
-
-        Each schedule's count of failures in a row follows: a success resets it, a failure
-        adds one, and a schedule with ``pause_after_failures`` that reaches it is paused
-        (and leaves the index) through the service layer, recorded in the change log.
-        """
-        succeeded = [schedule_of[o.run_id] for o in outcomes if o.status == "succeeded"]
-        failed = [schedule_of[o.run_id] for o in outcomes if o.status == "failed"]
-        with transaction.atomic(using=self.db):
-            ledger.record_outcomes(outcomes, dispatched_at=dispatched_at, using=self.db)
-            reached = services.record_streaks(succeeded, failed, using=self.db)
-            paused = services.auto_pause(
-                reached, note=AUTO_PAUSE_NOTE, using=self.db, index=self.index
-            )
-        if paused:
-            logger.warning(
-                "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",
-                len(paused),
-                paused[:20],
-            )
+        self,
+        results: Sequence[Outcome],
+        schedule_of: Mapping[int, int],
+        dispatched_at: Any,
+        dispatcher: BaseDispatcher,
+    ) -> set[int]:
+        """Store what ``dispatcher`` returned, in one transaction (``outcomes.record``): the
+        ledger, each schedule's failures in a row and auto-pause. Returns the schedules
+        whose runs ended."""
+        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
+        return outcomes.record(
+            results,
+            schedule_of,
+            dispatcher=dispatcher,
+            dispatched_at=dispatched_at,
+            now=now,
+            using=self.db,
+            index=self.index,
+        )
 
     # -- overlap "buffer" -----------------------------------------------------------------
 
     def release_buffered(self, schedule_ids: Collection[int] | None = None) -> int:
         """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
         or of all); the next claim dispatches them. Returns how many were released."""
-        released = ledger.release_buffered(schedule_ids, using=self.db)
-        if released:
-            self.index.wake()
-        return released
+        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
+        return outcomes.release_buffered(
+            None if schedule_ids is None else set(schedule_ids),
+            now=now,
+            using=self.db,
+            index=self.index,
+        )

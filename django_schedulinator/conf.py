@@ -20,8 +20,10 @@ DEFAULTS: dict[str, Any] = {
     "CACHE_ALIAS": "default",
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
     "KEY_PREFIX": "schedulinator",
-    # Dotted path of the dispatcher class (a subclass of dispatch.base.BaseDispatcher).
-    "DISPATCHER": "django_schedulinator.dispatch.inline.InlineDispatcher",
+    # Dispatchers by alias, shaped like CACHES: {"alias": {"BACKEND": dotted path of a
+    # dispatch.base.BaseDispatcher subclass, "OPTIONS": {...}}}. Each schedule names one
+    # (Schedule.dispatcher); "default" is the inline dispatcher unless set here.
+    "DISPATCHERS": {},
     # The scheduler's own statements wait at most this long for a row lock that another
     # transaction holds (PostgreSQL's lock_timeout on its connections; tasks keep theirs).
     # Due rows held locked are skipped, not waited for; this bounds every other wait.
@@ -85,6 +87,11 @@ DEFAULTS: dict[str, Any] = {
 
 CATCH_UP_MODES = ("skip", "latest", "all")
 
+INLINE_DISPATCHER = "django_schedulinator.dispatch.inline.InlineDispatcher"
+DISPATCHER_ALIAS_RE = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+# Settings that were replaced, and what replaced them: named in the error, not ignored.
+REPLACED = {"DISPATCHER": "DISPATCHERS (an alias 'default' with BACKEND and OPTIONS)"}
+
 # Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 MAX_BATCH_SIZE = 5000
@@ -116,7 +123,10 @@ class Settings:
         return self._user.get(key, DEFAULTS[key])
 
     def unknown_keys(self) -> list[str]:
-        return sorted(set(self._user) - set(DEFAULTS))
+        return sorted(set(self._user) - set(DEFAULTS) - set(REPLACED))
+
+    def replaced_keys(self) -> list[str]:
+        return sorted(set(self._user) & set(REPLACED))
 
     def _positive_int(self, key: str, maximum: int | None = None) -> int:
         value = self._get(key)
@@ -165,8 +175,34 @@ class Settings:
         return value
 
     @property
-    def DISPATCHER(self) -> str:
-        return self._string("DISPATCHER")
+    def DISPATCHERS(self) -> dict[str, dict[str, Any]]:
+        """Every alias with its BACKEND and OPTIONS; "default" is always there."""
+        value = self._get("DISPATCHERS")
+        if not isinstance(value, dict):
+            raise _error("DISPATCHERS", f"must be a dict of aliases, got {value!r}")
+        aliases: dict[str, dict[str, Any]] = {
+            "default": {"BACKEND": INLINE_DISPATCHER, "OPTIONS": {}}
+        }
+        for alias, config in value.items():
+            if not isinstance(alias, str) or not DISPATCHER_ALIAS_RE.match(alias):
+                raise _error(
+                    "DISPATCHERS",
+                    f"has the alias {alias!r}; an alias is 1-100 characters from A-Z a-z 0-9 _ -",
+                )
+            if not isinstance(config, dict) or set(config) - {"BACKEND", "OPTIONS"}:
+                raise _error(
+                    "DISPATCHERS",
+                    f"[{alias!r}] must be a dict with BACKEND (a dotted path) and OPTIONS (a "
+                    f"dict), got {config!r}",
+                )
+            backend = config.get("BACKEND")
+            options = config.get("OPTIONS", {})
+            if not isinstance(backend, str) or not backend:
+                raise _error("DISPATCHERS", f"[{alias!r}]['BACKEND'] must be a dotted path")
+            if not isinstance(options, dict):
+                raise _error("DISPATCHERS", f"[{alias!r}]['OPTIONS'] must be a dict")
+            aliases[alias] = {"BACKEND": backend, "OPTIONS": options}
+        return aliases
 
     @property
     def LOCK_TIMEOUT_SECONDS(self) -> float:
@@ -298,6 +334,8 @@ class Settings:
                 getattr(self, key)
             except ImproperlyConfigured as exc:
                 problems.append(exc)
+        for key in self.replaced_keys():
+            problems.append(_error(key, f"was replaced by {REPLACED[key]}; see docs/dispatch.md"))
         return problems
 
 

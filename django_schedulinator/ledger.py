@@ -7,7 +7,9 @@ claim fires, buffers or skips occurrences (``record_claimed``), when a resume or
 passes occurrences over (``record_skipped``), and when someone queues work by hand
 (``queue``, ``requeue_skipped``). They leave ``pending`` when a scheduler takes them over
 (``take_over``), starts them (``mark_running``), cancels them (``cancel_paused``) or records
-their outcome (``record_outcomes``); buffered runs are released by ``release_buffered``.
+their outcome (``record_outcomes``; a hand-off that failed goes back to pending after a
+backoff), and when a worker reports on a handed-off run by its key (``record_started``,
+``record_reported_end``); buffered runs are released by ``release_buffered``.
 
 Nothing else in the app writes runs, and the ledger writes nothing else (the schedules'
 counters are the services' ``record_streaks``). The SQL of the batched insert lives in
@@ -16,12 +18,14 @@ counters are the services' ``record_streaks``). The SQL of the batched insert li
 
 from __future__ import annotations
 
+import random
 from collections.abc import Collection, Iterable, Sequence
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import F
-from django.utils import timezone
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 
 from . import timing
 from .models import Run, Schedule
@@ -117,6 +121,8 @@ def requeue_skipped(
             task=schedule.task,
             args=schedule.args,
             kwargs=schedule.kwargs,
+            dispatcher=schedule.dispatcher,
+            dispatch_options=schedule.dispatch_options,
         )
     )
 
@@ -183,44 +189,187 @@ def mark_running(run_ids: Collection[int], claim_token: str, *, using: str) -> i
     )
 
 
-def record_outcomes(outcomes: Sequence[Outcome], *, dispatched_at: Any, using: str) -> None:
-    """Store what the dispatcher reported for each run (those still unfinished)."""
-    finished_at = timezone.now()
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """How a failed hand-off is tried again: ``max_attempts`` in all, each delay doubling
+    from ``backoff`` up to ``backoff_max`` seconds, half of it random (so that runs failed
+    together do not all come back at once)."""
+
+    max_attempts: int
+    backoff: float
+    backoff_max: float
+
+    def delay(self, attempt: int) -> timedelta:
+        ceiling = min(self.backoff_max, self.backoff * 2 ** max(0, attempt - 1))
+        return timedelta(seconds=ceiling / 2 + random.uniform(0, ceiling / 2))
+
+
+NO_RETRY = Retry(max_attempts=1, backoff=1.0, backoff_max=1.0)
+
+
+def record_outcomes(
+    outcomes: Sequence[Outcome],
+    *,
+    dispatched_at: datetime,
+    now: datetime,
+    using: str,
+    outcome_due_by: datetime | None = None,
+    retry: Retry = NO_RETRY,
+) -> list[Outcome]:
+    """Store what the dispatcher said of each run (those still unfinished), in one
+    transaction (the caller's). Returns the outcomes that ended runs (succeeded or failed,
+    the hand-offs given up on included), for the schedules' failure streaks.
+
+    - ``dispatched``: handed off. A run a report already moved on (started, or ended) keeps
+      that status. ``outcome_due_by`` (when the dispatcher learns outcomes) is how long it
+      counts as in progress for overlap.
+    - ``retry``: the hand-off may pass later. Below ``retry.max_attempts`` the run goes back
+      to pending, no process holding it, with a lease that ends after the backoff: a
+      take-over dispatches it again then, with the same key. At the limit it fails.
+    - ``succeeded``/``failed``: ended.
+    """
+    runs = Run.objects.using(using)
+    ended: list[Outcome] = []
     by_status: dict[str, list[int]] = {}
     failed: list[Outcome] = []
+    retries: list[Outcome] = []
     for o in outcomes:
         if o.status == "failed":
             failed.append(o)
+        elif o.status == "retry":
+            retries.append(o)
         else:
             by_status.setdefault(o.status, []).append(o.run_id)
-    runs = Run.objects.using(using)
-    for status, ids in by_status.items():
+    handed_off = by_status.pop("dispatched", [])
+    if handed_off:
+        handed = json_ids(handed_off, using)
+        runs.pending().filter(pk__in=handed).update(
+            status=Run.Status.DISPATCHED,
+            dispatched_at=dispatched_at,
+            outcome_due_by=outcome_due_by,
+            lease_expires_at=None,
+            error="",
+        )
+        # Reported started before this was recorded: no longer leased, and awaited.
+        runs.filter(pk__in=handed, status=Run.Status.RUNNING).update(
+            dispatched_at=dispatched_at, lease_expires_at=None
+        )
+    for status, ids in by_status.items():  # succeeded
+        ended += [o for o in outcomes if o.status == status]
         runs.unfinished().filter(pk__in=json_ids(ids, using)).update(
             status=status,
             dispatched_at=dispatched_at,
-            finished_at=finished_at if status == Run.Status.SUCCEEDED else None,
+            finished_at=now,
             lease_expires_at=None,
+            error="",
         )
+    if retries:
+        attempts = dict(
+            runs.unfinished()
+            .filter(pk__in=json_ids([o.run_id for o in retries], using))
+            .values_list("pk", "attempts")
+        )
+        for o in retries:
+            attempt = attempts.get(o.run_id)
+            if attempt is None:
+                continue  # taken over, or ended meanwhile
+            if attempt >= retry.max_attempts:
+                failed.append(
+                    replace(
+                        o,
+                        status="failed",
+                        error=f"Handed off {attempt} time(s) without success; the last "
+                        f"error: {o.error}",
+                    )
+                )
+                continue
+            runs.unfinished().filter(pk=o.run_id).update(
+                status=Run.Status.PENDING,
+                claim_token="",
+                lease_expires_at=now + retry.delay(attempt),
+                error=o.error,
+                response_status=o.response_status,
+            )
     for o in failed:  # one statement each: failures carry their own error text
-        runs.unfinished().filter(pk=o.run_id).update(
-            status=Run.Status.FAILED,
-            error=o.error,
-            dispatched_at=dispatched_at,
-            finished_at=finished_at,
-            lease_expires_at=None,
+        if (
+            runs.unfinished()
+            .filter(pk=o.run_id)
+            .update(
+                status=Run.Status.FAILED,
+                error=o.error,
+                dispatched_at=dispatched_at,
+                finished_at=now,
+                lease_expires_at=None,
+            )
+        ):
+            ended.append(o)
+    _store_receipts([o for o in outcomes if o.status != "retry"], using)
+    return ended
+
+
+def _store_receipts(outcomes: Sequence[Outcome], using: str) -> None:
+    """What receivers said of their hand-offs (ids, HTTP statuses), one statement."""
+    receipts = [
+        Run(pk=o.run_id, external_id=o.external_id[:255], response_status=o.response_status)
+        for o in outcomes
+        if o.external_id or o.response_status is not None
+    ]
+    if receipts:
+        Run.objects.using(using).bulk_update(receipts, ["external_id", "response_status"])
+
+
+# -- outcomes reported from the worker side, by occurrence key ---------------------------
+
+# A report changes these runs: not yet ended, and not skipped or waiting (buffered).
+REPORTABLE = ("pending", "running", "dispatched")
+
+
+def record_started(
+    schedule_id: int, scheduled_for: datetime, *, outcome_due_by: datetime, using: str
+) -> int:
+    """A worker started the run: it is running, no longer leased to a scheduler (which
+    would hand it off again), and counts as in progress until ``outcome_due_by``."""
+    return (
+        Run.objects.using(using)
+        .filter(
+            schedule_id=schedule_id,
+            scheduled_for=scheduled_for,
+            status__in=("pending", "dispatched"),
         )
+        .update(status=Run.Status.RUNNING, lease_expires_at=None, outcome_due_by=outcome_due_by)
+    )
 
 
-def release_buffered(schedule_ids: Collection[int] | None, *, using: str) -> int:
-    """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
-    or of all); any scheduler's next take-over dispatches them. Returns how many."""
+def record_reported_end(
+    schedule_id: int, scheduled_for: datetime, *, succeeded: bool, error: str, now: datetime,
+    using: str,
+) -> bool:  # fmt: skip
+    """A worker finished the run; whether this report ended it (a second report of the
+    same end, or one for a run that is not awaited, changes nothing)."""
+    return bool(
+        Run.objects.using(using)
+        .filter(schedule_id=schedule_id, scheduled_for=scheduled_for, status__in=REPORTABLE)
+        .update(
+            status=Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED,
+            error="" if succeeded else error,
+            finished_at=now,
+            lease_expires_at=None,
+            dispatched_at=Coalesce("dispatched_at", Value(now)),
+        )
+    )
+
+
+def release_buffered(schedule_ids: Collection[int] | None, *, now: datetime, using: str) -> int:
+    """Queue the buffered runs of schedules with no run in progress at ``now`` (of
+    ``schedule_ids``, or of all); any scheduler's next take-over dispatches them. Returns
+    how many."""
     runs = Run.objects.using(using)
     waiting = runs.filter(status=Run.Status.BUFFERED)
     if schedule_ids is not None:
         if not schedule_ids:
             return 0
         waiting = waiting.filter(schedule_id__in=json_ids(sorted(schedule_ids), using))
-    busy = runs.unfinished().values("schedule_id")
+    busy = runs.in_progress(now).exclude(status=Run.Status.BUFFERED).values("schedule_id")
     return waiting.exclude(schedule_id__in=busy).update(
         status=Run.Status.PENDING,
         attempts=0,

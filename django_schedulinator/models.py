@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core import validators
-from django.core.exceptions import ValidationError
+from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 from . import clock, timing
 from .conf import MAX_JSON_DEPTH, app_settings
 from .dbclock import DatabaseClockField
+from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
 from .querysets import RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_PARAMETER, registry
 
@@ -361,6 +362,20 @@ class Schedule(models.Model):
         validators=[validators.MinValueValidator(1)],
         help_text=_("Pause the schedule after this many failed runs in a row."),
     )
+    dispatcher = models.CharField(
+        _("dispatcher"),
+        max_length=100,
+        default=DEFAULT_ALIAS,
+        help_text=_(
+            "The alias in SCHEDULINATOR['DISPATCHERS'] that runs or hands off its occurrences."
+        ),
+    )
+    dispatch_options = models.JSONField(
+        _("dispatch options"),
+        default=dict,
+        blank=True,
+        help_text=_('What the dispatcher supports, such as {"queue": "reports", "priority": 5}.'),
+    )
 
     # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
     # earlier is saved again (see save()).
@@ -410,13 +425,14 @@ class Schedule(models.Model):
     )  # fmt: skip
     MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
     # Remembered as loaded (``_loaded``): save() compares against them.
-    LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task")
+    LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task", "dispatcher")
     # What people set, in the order forms and the API show it; the change log diffs these.
     SETTINGS_FIELDS = (
         "name", "task", "args", "kwargs", "enabled", "pause_note",
         "kind", "cron", "interval", "run_at", "timezone", "anchor_at", "dst_gap", "dst_fold",
         "start_at", "end_at", "max_runs", "jitter",
         "catch_up", "catch_up_window", "overlap", "pause_after_failures",
+        "dispatcher", "dispatch_options",
     )  # fmt: skip
 
     class Meta:
@@ -675,8 +691,44 @@ class Schedule(models.Model):
             and self.run_at < clock.now() - timedelta(minutes=1)
         ):
             errors.setdefault("run_at", _("A new one-off must run in the future."))
+        for field, message in self.dispatch_errors().items():
+            errors.setdefault(field, message)
         if errors:
             raise ValidationError(errors)
+
+    def dispatch_errors(self) -> dict[str, str]:
+        """What the schedule's dispatcher cannot do for it, by field: an alias that is not
+        configured (unless the saved schedule keeps it: its runs then fail saying so),
+        options it does not take, or policies that need outcomes it never learns."""
+        try:
+            dispatcher = dispatchers[self.dispatcher]
+        except UnknownDispatcher as exc:
+            kept = getattr(self, "_loaded", {}).get("dispatcher") == self.dispatcher
+            return {} if kept and not self._state.adding else {"dispatcher": str(exc)}
+        except ImproperlyConfigured as exc:  # the alias's BACKEND or OPTIONS (check E004)
+            return {"dispatcher": str(exc)}
+        errors: dict[str, str] = {}
+        problems = dispatcher.schedule_option_errors(self.dispatch_options)
+        if problems:
+            errors["dispatch_options"] = "; ".join(problems).capitalize() + "."
+        if not dispatcher.reports_outcomes:
+            params = {"alias": self.dispatcher, "backend": type(dispatcher).__name__}
+            if self.overlap != self.Overlap.ALLOW:
+                errors["overlap"] = _(
+                    "Overlap %(overlap)r needs to know when the previous run ended, and the "
+                    "dispatcher %(alias)r (%(backend)s) never learns when a run ends; use "
+                    "'allow', or a dispatcher that reports outcomes."
+                ) % {**params, "overlap": self.overlap}
+            if self.pause_after_failures:
+                errors["pause_after_failures"] = (
+                    _(
+                        "Pause after failures needs to know how runs ended, and the dispatcher "
+                        "%(alias)r (%(backend)s) never learns when a run ends; leave it blank, or "
+                        "use a dispatcher that reports outcomes."
+                    )
+                    % params
+                )
+        return errors
 
     # -- timing helpers -------------------------------------------------------------------
 
@@ -781,6 +833,8 @@ class Run(models.Model):
     task = models.CharField(_("task"), max_length=200)
     args = models.JSONField(_("args"), default=list)
     kwargs = models.JSONField(_("kwargs"), default=dict)
+    dispatcher = models.CharField(_("dispatcher"), max_length=100, default=DEFAULT_ALIAS)
+    dispatch_options = models.JSONField(_("dispatch options"), default=dict)
     claimed_at = models.DateTimeField(_("claimed at"))
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
@@ -789,6 +843,17 @@ class Run(models.Model):
     claim_token = models.CharField(_("claim token"), max_length=40)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=1)
+    # What the receiving system said of a hand-off: its id for it, the HTTP status.
+    external_id = models.CharField(
+        _("external id"),
+        max_length=255,
+        blank=True,
+        help_text=_("The id the receiving system gave it: a task result id, a job id."),
+    )
+    response_status = models.PositiveSmallIntegerField(_("response status"), null=True, blank=True)
+    # A handed-off run counts as in progress (for overlap) until its outcome is reported or
+    # this time passes; then it stays "dispatched", its outcome unknown.
+    outcome_due_by = models.DateTimeField(_("outcome due by"), null=True, blank=True)
     error = models.TextField(_("error"), blank=True)
     note = models.TextField(
         _("note"), blank=True, help_text=_("Why it was skipped, or how it was queued.")
@@ -812,10 +877,12 @@ class Run(models.Model):
                 condition=Q(status__in=["pending", "running"]),
                 name="schedulinator_run_lease",
             ),
-            # The overlap policies ask whether a schedule has a run in progress or waiting.
+            # The overlap policies ask whether a schedule has a run in progress or waiting
+            # (RunQuerySet.in_progress): handed-off runs awaiting their outcome included.
             models.Index(
                 fields=["schedule"],
-                condition=Q(status__in=["pending", "running", "buffered"]),
+                condition=Q(status__in=["pending", "running", "buffered"])
+                | Q(status="dispatched", outcome_due_by__isnull=False),
                 name="schedulinator_run_active",
             ),
         ]

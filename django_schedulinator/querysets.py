@@ -35,6 +35,8 @@ class NewRun(NamedTuple):
     task: str
     args: Any
     kwargs: Any
+    dispatcher: str
+    dispatch_options: Any
     status: str = "pending"
     trigger: str = "schedule"
     skip_reason: str = ""
@@ -46,9 +48,19 @@ class NewRun(NamedTuple):
 
     @classmethod
     def of(cls, source: Any, at: datetime, **fields: Any) -> NewRun:
-        """A run of ``source`` (a Schedule, or a row with its pk, task, args and kwargs) at
-        ``at``: what it runs is a snapshot of the schedule's task and arguments."""
-        return cls(source.pk, at, source.task, source.args, source.kwargs, **fields)
+        """A run of ``source`` (a Schedule, or a row with its pk, task, args, kwargs,
+        dispatcher and dispatch options) at ``at``: what it runs, and where, is a snapshot
+        of the schedule's."""
+        return cls(
+            source.pk,
+            at,
+            source.task,
+            source.args,
+            source.kwargs,
+            source.dispatcher,
+            source.dispatch_options,
+            **fields,
+        )
 
 
 # The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
@@ -118,9 +130,11 @@ def _names(model: Any, connection: Any) -> tuple[str, dict[str, str]]:
 
 # The JSON row types of NewRun, in field order.
 INSERT_TYPES = (
-    "bigint", "timestamp", "text", "json", "json", "text", "text", "text", "text", "bigint",
-    "timestamp",
+    "bigint", "timestamp", "text", "json", "json", "text", "json", "text", "text", "text",
+    "text", "bigint", "timestamp",
 )  # fmt: skip
+# Where NewRun's fields after the snapshot of the schedule begin.
+PLAIN_FROM = 7
 
 
 # How long the advance waits for a row lock before it skips the rows that are held, and
@@ -276,6 +290,16 @@ class RunQuerySet(models.QuerySet["Run"]):
         run taken over by another process carries that process's token)."""
         return self.unfinished().filter(pk__in=ids, claim_token=claim_token)
 
+    def in_progress(self, now: datetime) -> RunQuerySet:
+        """Runs that hold back their schedule's next one (overlap): pending or buffered;
+        running in a scheduler (under a lease); or handed off, or reported started, with
+        their outcome still expected (``outcome_due_by`` not passed)."""
+        return self.filter(
+            models.Q(status__in=("pending", "buffered"))
+            | models.Q(status="running", outcome_due_by__isnull=True)
+            | models.Q(status__in=("running", "dispatched"), outcome_due_by__gt=now)
+        )
+
     def lease_expired(self, now: datetime) -> RunQuerySet:
         """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
         return self.unfinished().filter(lease_expires_at__lte=now)
@@ -306,32 +330,34 @@ class RunQuerySet(models.QuerySet["Run"]):
             )
         table, col = _names(self.model, connection)
         names = (
-            "schedule", "scheduled_for", "task", "args", "kwargs", "status", "trigger",
-            "skip_reason", "note", "attempts", "lease_expires_at", "claimed_at", "worker_id",
-            "claim_token", "error",
+            "schedule", "scheduled_for", "task", "args", "kwargs", "dispatcher",
+            "dispatch_options", "status", "trigger", "skip_reason", "note", "attempts",
+            "lease_expires_at", "claimed_at", "worker_id", "claim_token", "error",
+            "external_id",
         )  # fmt: skip
         t = functools.partial(_json_time, connection)
         # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
-        # bulk of a claim) sends its first five only; the SQL fills in the defaults.
+        # bulk of a claim) sends the schedule's snapshot only; the SQL fills in the defaults.
         rows = json.dumps(
             [
-                [r.schedule_id, t(r.scheduled_for), r.task, r.args, r.kwargs]
-                if r[5:] == PLAIN_RUN
-                else [r.schedule_id, t(r.scheduled_for), *r[2:10], t(r.lease_expires_at)]
+                [r.schedule_id, t(r.scheduled_for), *r[2:PLAIN_FROM]]
+                if r[PLAIN_FROM:] == PLAIN_RUN
+                else [r.schedule_id, t(r.scheduled_for), *r[2:-1], t(r.lease_expires_at)]
                 for r in runs
             ]
         )
         values = _json_rows(connection, *INSERT_TYPES)
         returned_at = _epoch_ms(connection, col["scheduled_for"])
         sql = (
-            f"WITH v(sid, sf, task, args, kwargs, status, trig, reason, note, attempts, lease) "
-            f"AS ({values}) "
+            f"WITH v(sid, sf, task, args, kwargs, disp, dopts, status, trig, reason, note, "
+            f"attempts, lease) AS ({values}) "
             f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
-            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, COALESCE(v.status, 'pending'), "
+            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, v.disp, v.dopts, "
+            f"COALESCE(v.status, 'pending'), "
             f"COALESCE(v.trig, 'schedule'), COALESCE(v.reason, ''), COALESCE(v.note, ''), "
             f"COALESCE(v.attempts, 1), "
             f"CASE WHEN COALESCE(v.status, 'pending') = 'pending' THEN COALESCE(v.lease, %s) END, "
-            f"%s, %s, %s, '' "
+            f"%s, %s, %s, '', '' "
             # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
             f"FROM v WHERE true "
             f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
@@ -366,6 +392,8 @@ class RunQuerySet(models.QuerySet["Run"]):
                     task=r.task,
                     args=r.args,
                     kwargs=r.kwargs,
+                    dispatcher=r.dispatcher,
+                    dispatch_options=r.dispatch_options,
                     status=r.status,
                     trigger=r.trigger,
                     skip_reason=r.skip_reason,

@@ -22,6 +22,7 @@ from datetime import datetime
 from types import FrameType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
@@ -30,7 +31,7 @@ from redis import exceptions as redis_errors
 
 from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
-from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress, get_dispatcher
+from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk
 from .index import DueIndex, get_index
@@ -56,6 +57,9 @@ MAX_BACKOFF_SECONDS = 5.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
 DISPATCH_QUEUE_BATCHES = 2
+# The longest a claim waits for a lane whose queue is full before it leaves the lane's runs
+# to a take-over.
+LANE_WAIT_SECONDS = 1.0
 # How often each scheduler looks for a rebuild asked for on the admin's operations page.
 REBUILD_REQUEST_LOOK_SECONDS = 2.0
 
@@ -96,6 +100,14 @@ def bound_lock_waits(enabled: bool = True) -> None:
                 _set_lock_timeout(connection, reset=not enabled)
 
 
+def _build_dispatcher(alias: str) -> BaseDispatcher:
+    try:
+        return dispatchers.create(alias)
+    except ImproperlyConfigured as exc:
+        logger.error("Runs of the dispatcher %r fail until this is fixed: %s", alias, exc)
+        return Unavailable(alias, str(exc))
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -126,12 +138,14 @@ class BatchProgress(Progress):
     def __init__(
         self,
         worker: Worker,
+        dispatcher: BaseDispatcher,
         occurrences: list[Occurrence],
         token: str,
         renewed: float,
         release: set[int],
     ) -> None:
         self.worker = worker
+        self.dispatcher = dispatcher
         self.token = token
         self.release = release  # schedules whose buffered run waits for these runs
         self.run_ids = [o.run_id for o in occurrences]
@@ -183,14 +197,44 @@ class BatchProgress(Progress):
         if not new:
             return
         if retry:
-            self.worker.record_outcomes(new, self.schedule_of, self.dispatched_at)
+            ended = self.worker.record_outcomes(
+                new, self.schedule_of, self.dispatched_at, self.dispatcher
+            )
         else:
-            self.worker.claimer.record(new, self.schedule_of, self.dispatched_at)
+            ended = self.worker.claimer.record(
+                new, self.schedule_of, self.dispatched_at, self.dispatcher
+            )
         self.recorded.update(o.run_id for o in new)
-        ended = {self.schedule_of[o.run_id] for o in new} & self.release
+        ended &= self.release
         if ended:
             # Their previous run is recorded: a buffered run of theirs may go now.
             self.worker.claimer.release_buffered(ended)
+
+
+class Unavailable(BaseDispatcher):
+    """Stands in for an alias that cannot be built (not configured, a missing extra, bad
+    options): its runs fail with the reason, and the other aliases go on."""
+
+    def __init__(self, alias: str, reason: str) -> None:
+        super().__init__(alias)
+        self.reason = reason
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        return [Outcome(o.run_id, "failed", self.reason) for o in occurrences]
+
+
+@dataclass(eq=False, slots=True)
+class Lane:
+    """One dispatcher alias in a running scheduler: its dispatcher, the batches waiting for
+    it, and the thread that hands them over. A slow or failing dispatcher holds up only
+    its own lane; the claim loop and the other lanes go on."""
+
+    alias: str
+    dispatcher: BaseDispatcher
+    outbox: queue.Queue[Leased | None] = field(
+        default_factory=lambda: queue.Queue(DISPATCH_QUEUE_BATCHES)
+    )
+    thread: threading.Thread | None = None
 
 
 class Worker:
@@ -225,7 +269,11 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.max_sleep = max_sleep or app_settings.MAX_SLEEP_SECONDS
         self.index = index or get_index()
-        self.dispatcher = dispatcher or get_dispatcher()
+        # One dispatcher given (tests, benchmarks, embedding) serves every alias.
+        self._one_dispatcher = dispatcher is not None
+        self.dispatcher = dispatcher or _build_dispatcher(DEFAULT_ALIAS)
+        self._lanes: dict[str, Lane] = {DEFAULT_ALIAS: Lane(DEFAULT_ALIAS, self.dispatcher)}
+        self._lanes_running = False
         self.claimer = Claimer(
             worker_id=self.worker_id,
             lease_seconds=self.lease_seconds,
@@ -250,11 +298,11 @@ class Worker:
         self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
         self._next_stats = time.monotonic() + self._stats_every
         self._next_rebuild_look = 0.0  # when to look for a rebuild asked for in the admin
+        # How long the claim waits for a lane that is behind (back-pressure, bounded).
+        self._lane_wait = min(LANE_WAIT_SECONDS, self.lease_seconds / 4)
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
-        # While run() runs, a second thread dispatches and records batch N while this one
+        # While run() runs, each lane's thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
-        self._outbox: queue.Queue[Leased | None] = queue.Queue(DISPATCH_QUEUE_BATCHES)
-        self._dispatch_thread: threading.Thread | None = None
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -268,10 +316,9 @@ class Worker:
             self.batch_size,
             self.lease_seconds,
         )
-        self._dispatch_thread = threading.Thread(
-            target=self._dispatch_loop, name="schedulinator-dispatch", daemon=True
-        )
-        self._dispatch_thread.start()
+        self._lanes_running = True
+        for lane in self._lanes.values():
+            self._start(lane)
         bound_lock_waits()
         self._warn_about_eviction()
         try:
@@ -296,10 +343,14 @@ class Worker:
                 self._sleep(self._sleep_seconds(result))
         finally:
             # What was claimed is dispatched and recorded before the process exits.
-            self._outbox.put(None)
-            self._dispatch_thread.join()
-            self._dispatch_thread = None
-            self.dispatcher.close()
+            self._lanes_running = False
+            for lane in self._lanes.values():
+                lane.outbox.put(None)
+            for lane in self._lanes.values():
+                if lane.thread is not None:
+                    lane.thread.join()
+                    lane.thread = None
+            self.close()
             bound_lock_waits(False)
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
@@ -344,19 +395,62 @@ class Worker:
         )
 
     def _dispatch(self, leased: Leased) -> None:
-        if not leased.occurrences:
-            return
-        if self._dispatch_thread is not None:
-            self._outbox.put(leased)  # blocks when the dispatch thread is behind
-        else:
-            self._dispatch_now(leased)
+        """Hand each part of a committed batch to its dispatcher's lane (at once when the
+        loop is not running: ``run_pass`` called on its own)."""
+        by_alias: dict[str, list[Occurrence]] = {}
+        for o in leased.occurrences:
+            by_alias.setdefault(DEFAULT_ALIAS if self._one_dispatcher else o.dispatcher, []).append(
+                o
+            )
+        for alias, occurrences in by_alias.items():
+            part = Leased(occurrences, leased.token, leased.leased_at, leased.release)
+            lane = self._lane(alias)
+            if not self._lanes_running:
+                self._dispatch_now(lane, part)
+                continue
+            try:
+                # A lane that is behind slows the claim down a little (back-pressure), never
+                # for long: its runs stay pending, and once their lease expires a take-over
+                # (here or in another scheduler) dispatches them with the same keys.
+                lane.outbox.put(part, timeout=self._lane_wait)
+            except queue.Full:
+                self.counters.lane_full += len(occurrences)
+                logger.warning(
+                    "The dispatcher %r is behind: %d run(s) wait for their lease to expire "
+                    "and are dispatched then, with the same keys.",
+                    alias,
+                    len(occurrences),
+                )
 
-    def _dispatch_loop(self) -> None:
+    def _lane(self, alias: str) -> Lane:
+        lane = self._lanes.get(alias)
+        if lane is None:
+            lane = self._lanes[alias] = Lane(alias, _build_dispatcher(alias))
+            if self._lanes_running:
+                self._start(lane)
+        return lane
+
+    def _start(self, lane: Lane) -> None:
+        lane.thread = threading.Thread(
+            target=self._dispatch_loop,
+            args=(lane,),
+            name=f"schedulinator-dispatch-{lane.alias}",
+            daemon=True,
+        )
+        lane.thread.start()
+
+    def close(self) -> None:
+        """Close every dispatcher this scheduler built or was given."""
+        for lane in self._lanes.values():
+            with contextlib.suppress(Exception):
+                lane.dispatcher.close()
+
+    def _dispatch_loop(self, lane: Lane) -> None:
         bound_lock_waits()
         try:
-            while (leased := self._outbox.get()) is not None:
+            while (leased := lane.outbox.get()) is not None:
                 try:
-                    self._dispatch_now(leased)
+                    self._dispatch_now(lane, leased)
                 except TRANSIENT_ERRORS as exc:
                     logger.warning(
                         "Could not dispatch or record %d run(s) (%s); they stay pending and "
@@ -375,7 +469,7 @@ class Worker:
         finally:
             connections.close_all()  # this thread's connections
 
-    def _dispatch_now(self, leased: Leased) -> None:
+    def _dispatch_now(self, lane: Lane, leased: Leased) -> None:
         occurrences, token = leased.occurrences, leased.token
         renew_every = self.lease_seconds / 3
         renewed = leased.leased_at
@@ -391,8 +485,8 @@ class Worker:
         self.counters.cancelled += cancelled
         if not occurrences:
             return
-        progress = BatchProgress(self, occurrences, token, renewed, leased.release)
-        outcomes = self.dispatcher.dispatch(occurrences, progress)
+        progress = BatchProgress(self, lane.dispatcher, occurrences, token, renewed, leased.release)
+        outcomes = lane.dispatcher.dispatch(occurrences, progress)
         progress.record(outcomes, retry=True)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
@@ -421,16 +515,19 @@ class Worker:
             return occurrences, 0
 
     def record_outcomes(
-        self, outcomes: list[Outcome], schedule_of: dict[int, int], dispatched_at: datetime
-    ) -> None:
+        self,
+        outcomes: list[Outcome],
+        schedule_of: dict[int, int],
+        dispatched_at: datetime,
+        dispatcher: BaseDispatcher,
+    ) -> set[int]:
         """Record outcomes, retrying through a database blip: every outcome recorded before
-        the lease ends is a second delivery avoided."""
+        the lease ends is a second delivery avoided. The schedules whose runs ended."""
         deadline = time.monotonic() + self.lease_seconds
         attempt = 0
         while True:
             try:
-                self.claimer.record(outcomes, schedule_of, dispatched_at)
-                return
+                return self.claimer.record(outcomes, schedule_of, dispatched_at, dispatcher)
             except TRANSIENT_ERRORS as exc:
                 connections.close_all()
                 attempt += 1

@@ -235,6 +235,8 @@ def form_data(**overrides: str) -> dict[str, str]:
         "overlap": "allow",
         "pause_note": "",
         "pause_after_failures": "",
+        "dispatcher": "default",
+        "dispatch_options": "{}",
     }
     data.update(overrides)
     return data

@@ -105,3 +105,9 @@ def show_lock_timeout(*, occurrence: Occurrence):
         attempt=occurrence.attempt,
         payload={"lock_timeout": value},
     )
+
+
+@task(name="billing.invoice_run")
+def invoice_run(*args, **kwargs):
+    """The task the examples in docs/dispatch.md schedule (tests/doc_examples.py runs them)."""
+    return None

@@ -65,7 +65,8 @@ def test_e003_a_cache_that_is_not_redis(settings: Any) -> None:
 
 @pytest.mark.parametrize("dispatcher", ["os.system", "no.such.Dispatcher"])
 def test_e004_a_dispatcher_that_is_not_one(settings: Any, dispatcher: str) -> None:
-    assert setting_ids(settings, DISPATCHER=dispatcher) == ["schedulinator.E004"]
+    alias = {"default": {"BACKEND": dispatcher}}
+    assert setting_ids(settings, DISPATCHERS=alias) == ["schedulinator.E004"]
 
 
 def test_e005_use_tz_is_required(settings: Any) -> None:

@@ -408,7 +408,7 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     Schedule.objects.get(pk=deleted).delete()
     services.pause(Schedule.objects.get(pk=paused), "maintenance")
 
-    worker._dispatch_now(Leased(occurrences, token, time.monotonic()))
+    worker._dispatch_now(worker._lane("default"), Leased(occurrences, token, time.monotonic()))
 
     assert set(Delivery.objects.values_list("schedule_id", flat=True)) == {kept}
     run = Run.objects.get(schedule_id=paused)
@@ -416,3 +416,26 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     assert "paused" in run.note
     assert not Run.objects.filter(schedule_id=deleted).exists()
     assert worker.counters.cancelled == 2
+
+
+def test_a_next_run_written_around_save_with_microseconds_fires_at_once_with_its_key(
+    built_index: DueIndex,
+) -> None:
+    """Every instant the app writes is a whole millisecond; a bulk write may store more.
+    The occurrence the claim makes of such a row is the whole millisecond its key names:
+    on PostgreSQL a row with .276854 s made a run at .276854 whose key said .276 (the
+    insert's RETURNING rounded it to .277), so the claim took it for a duplicate and left
+    it pending until its lease ran out, half a minute late."""
+    [sid] = make_due(1)
+    at = timezone.now().replace(microsecond=276_854) - timedelta(seconds=2)
+    Schedule.objects.filter(pk=sid).update(next_run_at=at, due_at=None)
+    resync_schedules([sid])
+
+    worker = run_once()
+
+    assert worker.counters.fired == 1
+    assert worker.counters.duplicates == 0
+    run = Run.objects.get(schedule_id=sid)
+    assert run.status == Run.Status.SUCCEEDED
+    assert run.scheduled_for == timing.truncate_ms(at)
+    assert Delivery.objects.get(schedule_id=sid).key == occurrence_key(sid, at)

@@ -12,6 +12,7 @@ from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from .. import services
+from ..dispatch import DEFAULT_ALIAS, dispatchers
 from ..errors import ScheduleDeleted, VersionConflict
 from ..models import Schedule, json_text_too_deep, json_too_deep_error
 from ..registry import registry
@@ -87,10 +88,15 @@ class ScheduleForm(_ModelForm):
     class Meta:
         model = Schedule
         fields = Schedule.SETTINGS_FIELDS
-        field_classes = {"args": PrettyJSONField, "kwargs": PrettyJSONField}
+        field_classes = {
+            "args": PrettyJSONField,
+            "kwargs": PrettyJSONField,
+            "dispatch_options": PrettyJSONField,
+        }
         widgets = {
             "args": JSONEditorWidget(json_type="array"),
             "kwargs": JSONEditorWidget(json_type="object"),
+            "dispatch_options": JSONEditorWidget(json_type="object"),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -102,6 +108,19 @@ class ScheduleForm(_ModelForm):
         self.fields["task"] = forms.ChoiceField(
             choices=[("", "---------"), *registry.choices(current)],
             help_text=Schedule._meta.get_field("task").help_text,
+        )
+        # Likewise the dispatcher: an alias from the settings, or the one the schedule has.
+        alias = self.instance.dispatcher if self.instance.pk is not None else None
+        aliases = dispatchers.aliases()
+        self.fields["dispatcher"] = forms.ChoiceField(
+            choices=[(a, a) for a in aliases]
+            + (
+                [(alias, _("%s (not configured)") % alias)]
+                if alias and alias not in aliases
+                else []
+            ),
+            initial=DEFAULT_ALIAS,
+            help_text=Schedule._meta.get_field("dispatcher").help_text,
         )
         if "version" in self.fields and self.instance.pk is not None:
             self.fields["version"].initial = self.instance.version
@@ -120,6 +139,10 @@ class ScheduleForm(_ModelForm):
         if not isinstance(value, dict):
             raise ValidationError(KWARGS_EXPECTED, code="not_an_object")
         return value
+
+    def clean_dispatch_options(self) -> Any:
+        value = self.cleaned_data.get("dispatch_options")
+        return {} if value is None else value  # an empty box: no options
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -130,6 +130,7 @@ class ScheduleAdmin(_ModelAdmin):
             _("Missed runs, overlap and failures"),
             {"fields": ("catch_up", "catch_up_window", "overlap", "pause_after_failures")},
         ),
+        (_("Dispatch"), {"fields": ("dispatcher", "dispatch_options")}),
         (_("State"), {"fields": STATE_FIELDS}),
         (HISTORY, {"fields": ("run_ledger", "recent_changes")}),
     )

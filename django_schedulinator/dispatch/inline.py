@@ -14,15 +14,16 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..errors import InvalidArguments, UnknownTask
 from ..registry import registry
-from .base import BaseDispatcher, Occurrence, Outcome, Progress
+from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
@@ -55,19 +56,53 @@ class _Batch:
 
 
 class InlineDispatcher(BaseDispatcher):
-    def __init__(self, max_workers: int | None = None, timeout: float | None = None) -> None:
-        self.max_workers = max_workers or app_settings.INLINE_MAX_WORKERS
-        self.default_timeout = timeout or app_settings.TASK_TIMEOUT_SECONDS
+    """The default: registered functions called in the scheduler process, in its pool."""
+
+    reports_outcomes = True
+    runs_in_process = True
+    options = {
+        "MAX_WORKERS": Option(
+            int,
+            "Threads in the pool (default: SCHEDULINATOR['INLINE_MAX_WORKERS']).",
+            minimum=1,
+            maximum=256,
+        ),
+        "TIMEOUT_SECONDS": Option(
+            float,
+            "A task running longer is cut off and recorded as failed (default: "
+            "SCHEDULINATOR['TASK_TIMEOUT_SECONDS']; @task(timeout=...) wins).",
+            minimum=0.001,
+        ),
+    }
+
+    def __init__(
+        self,
+        alias: str = DEFAULT_ALIAS,
+        options: Mapping[str, Any] | None = None,
+        *,
+        max_workers: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(alias, options)
+        self.max_workers = (
+            max_workers or self.settings["MAX_WORKERS"] or app_settings.INLINE_MAX_WORKERS
+        )
+        self.default_timeout = (
+            timeout or self.settings["TIMEOUT_SECONDS"] or app_settings.TASK_TIMEOUT_SECONDS
+        )
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._abandoned: list[threading.Thread] = []
-        for _ in range(self.max_workers):
-            self._spawn()
+        self._started = False  # the pool starts with the first batch, not when built
 
     def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
         # Tasks always run on pool threads: the calling thread stays free to report
         # progress (leases, running, finished) and to enforce timeouts. A batch that ends
         # within a second reports nothing along the way: its outcomes come back at once.
+        if not self._started:
+            self._started = True
+            for _ in range(self.max_workers):
+                self._spawn()
         batch = _Batch(outcomes=[None] * len(occurrences), remaining=len(occurrences))
         for position, occurrence in enumerate(occurrences):
             self._jobs.put(_Job(occurrence, position, batch, self._timeout_of(occurrence)))
@@ -95,6 +130,7 @@ class InlineDispatcher(BaseDispatcher):
         return [o for o in batch.outcomes if o is not None]
 
     def close(self) -> None:
+        self._started = False
         for _ in self._threads:
             self._jobs.put(None)
         for thread in self._threads:

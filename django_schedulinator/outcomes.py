@@ -1,0 +1,173 @@
+"""What became of runs: outcomes a dispatcher returns, and reports from the worker side.
+
+A scheduler records what its dispatcher returned for a batch (``record``). A run handed off
+to another system (Celery, RQ, Django tasks) ends over there: the worker reports its start
+and its end by the occurrence key (``report_started``, ``report_finished``), so overlap,
+auto-pause, the ledger and the admin see real outcomes for handed-off work. The
+integrations in ``dispatch/`` call these from their workers' hooks; anything else that
+runs handed-off work may call them too, with the key it received. Both kinds go the same
+way: the ledger, then each schedule's failures in a row (and auto-pause), then a buffered
+run that was waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import router, transaction
+
+from . import clock, ledger, services, timing
+from .errors import SchedulinatorError
+from .models import Run
+
+if TYPE_CHECKING:
+    from .dispatch.base import BaseDispatcher, Outcome
+    from .index import DueIndex
+
+logger = logging.getLogger("django_schedulinator.outcomes")
+
+AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
+MAX_ERROR_CHARS = 4000
+
+
+class InvalidKey(SchedulinatorError, ValueError):
+    """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
+
+
+def parse_key(key: str) -> tuple[int, datetime]:
+    """The schedule id and nominal time an occurrence key stands for."""
+    schedule, sep, ms = str(key).partition(":")
+    if not (sep and schedule.isdigit() and ms.lstrip("-").isdigit()):
+        raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
+    return int(schedule), timing.from_ms(int(ms))
+
+
+def retry_of(dispatcher: BaseDispatcher) -> ledger.Retry:
+    options = dispatcher.settings
+    return ledger.Retry(
+        max_attempts=options["MAX_ATTEMPTS"],
+        backoff=options["RETRY_BACKOFF_SECONDS"],
+        backoff_max=options["RETRY_BACKOFF_MAX_SECONDS"],
+    )
+
+
+def outcome_timeout(alias: str) -> timedelta:
+    """How long a handed-off run of ``alias`` counts as in progress without a report."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .dispatch import COMMON_OPTIONS, dispatchers
+
+    try:
+        seconds = dispatchers[alias].settings["OUTCOME_TIMEOUT_SECONDS"]
+    except ImproperlyConfigured:  # the alias is gone from the settings: the default
+        seconds = COMMON_OPTIONS["OUTCOME_TIMEOUT_SECONDS"].default
+    return timedelta(seconds=seconds)
+
+
+def record(
+    outcomes: Sequence[Outcome],
+    schedule_of: Mapping[int, int],
+    *,
+    dispatcher: BaseDispatcher,
+    dispatched_at: datetime,
+    now: datetime,
+    using: str,
+    index: DueIndex | None = None,
+) -> set[int]:
+    """Store what ``dispatcher`` returned for a batch, in one transaction; the schedules
+    whose runs ended (their buffered run may go now)."""
+    awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
+    due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
+    with transaction.atomic(using=using):
+        ended = ledger.record_outcomes(
+            outcomes,
+            dispatched_at=dispatched_at,
+            now=now,
+            using=using,
+            outcome_due_by=due_by if awaited else None,
+            retry=retry_of(dispatcher),
+        )
+        _streaks(
+            [schedule_of[o.run_id] for o in ended if o.status == "succeeded"],
+            [schedule_of[o.run_id] for o in ended if o.status == "failed"],
+            using=using,
+            index=index,
+        )
+    return {schedule_of[o.run_id] for o in ended}
+
+
+def report_started(key: str) -> bool:
+    """Record that the run of occurrence ``key`` started on a worker. Returns whether a
+    run changed (False: unknown key, or the run is no longer awaited)."""
+    schedule_id, at = parse_key(key)
+    db = router.db_for_write(Run)
+    alias = (
+        Run.objects.using(db)
+        .filter(schedule_id=schedule_id, scheduled_for=at)
+        .values_list("dispatcher", flat=True)
+        .first()
+    )
+    if alias is None:
+        logger.warning("A start was reported for %s, which is not in the ledger.", key)
+        return False
+    due_by = clock.now() + outcome_timeout(alias)
+    return bool(ledger.record_started(schedule_id, at, outcome_due_by=due_by, using=db))
+
+
+def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
+    """Record that the run of occurrence ``key`` ended on a worker, ``succeeded`` or not
+    (``error``: what went wrong, its last 4,000 characters kept). Returns whether this
+    ended the run: a second report of the same run, or a report for an unknown key or a
+    run that is not awaited, changes nothing and returns False."""
+    schedule_id, at = parse_key(key)
+    db = router.db_for_write(Run)
+    now = clock.now()
+    with transaction.atomic(using=db):
+        ended = ledger.record_reported_end(
+            schedule_id,
+            at,
+            succeeded=succeeded,
+            error=str(error)[-MAX_ERROR_CHARS:],
+            now=now,
+            using=db,
+        )
+        if ended:
+            _streaks(
+                [schedule_id] if succeeded else [], [] if succeeded else [schedule_id], using=db
+            )
+    if not ended:
+        logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
+        return False
+    release_buffered({schedule_id}, now=now, using=db)
+    return True
+
+
+def release_buffered(
+    schedule_ids: set[int] | None, *, now: datetime, using: str, index: DueIndex | None = None
+) -> int:
+    """Queue the buffered runs of these schedules (of all: None) that no longer wait for a
+    run in progress, and tell the schedulers; how many."""
+    released = ledger.release_buffered(schedule_ids, now=now, using=using)
+    if released:
+        from .index import get_index
+
+        (index or get_index()).wake()
+    return released
+
+
+def _streaks(
+    succeeded: Sequence[int], failed: Sequence[int], *, using: str, index: DueIndex | None = None
+) -> None:
+    """Each schedule's failures in a row; those that reach ``pause_after_failures`` pause
+    (through the service layer, in the caller's transaction)."""
+    reached = services.record_streaks(succeeded, failed, using=using)
+    paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)
+    if paused:
+        logger.warning(
+            "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",
+            len(paused),
+            paused[:20],
+        )

@@ -1,0 +1,24 @@
+"""The configurations shown in the docs, run by the tests: a block of Python in a page, right
+after a marker line ``<!-- example: NAME -->``, is executed and its names returned. A test
+that uses it proves that the block, copied as it is, works (it may point the block's URLs at
+the test's own receivers and brokers)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def example(name: str, page: str = "dispatch.md") -> dict[str, Any]:
+    text = (DOCS / page).read_text()
+    match = re.search(
+        rf"<!-- example: {re.escape(name)} -->\s*```python\n(.*?)\n```", text, re.DOTALL
+    )
+    if match is None:
+        raise LookupError(f"docs/{page} has no example {name!r}")
+    namespace: dict[str, Any] = {}
+    exec(compile(match.group(1), f"docs/{page} example {name}", "exec"), namespace)
+    return namespace

@@ -1,0 +1,224 @@
+"""The webhook dispatcher (``dispatch/webhook.py``) against a real HTTP receiver on
+127.0.0.1 that verifies each signature with the Standard Webhooks library."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+from standardwebhooks import Webhook
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.checks import check_settings
+from django_schedulinator.dispatch.webhook import sign
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_schedule
+from .dispatchers import HandOff
+from .doc_examples import example
+from .redis_server import free_port
+from .webhook_receiver import SECRET, Receiver, webhook_receiver
+
+pytestmark = pytest.mark.django_db
+
+WEBHOOK = "django_schedulinator.dispatch.webhook.WebhookDispatcher"
+FAST_RETRIES = {"RETRY_BACKOFF_SECONDS": 0.05, "TIMEOUT_SECONDS": 2}
+
+
+def hooks(url: str, **options: Any) -> dict[str, Any]:
+    """A webhook alias with the targets "billing" (at ``url``/hook) and "elsewhere"."""
+    targets = {
+        "billing": {"URL": f"{url}/hook", "SECRET": SECRET},
+        "elsewhere": {"URL": f"{url}/elsewhere", "SECRET": SECRET},
+    }
+    return {"BACKEND": WEBHOOK, "OPTIONS": {"TARGETS": targets, **FAST_RETRIES, **options}}
+
+
+@pytest.fixture
+def receiver(settings: Any, built_index: DueIndex) -> Iterator[Receiver]:
+    with webhook_receiver() as receiver:
+        settings.SCHEDULINATOR = {
+            **settings.SCHEDULINATOR,
+            "DISPATCHERS": {"hooks": hooks(receiver.url)},
+        }
+        yield receiver
+
+
+def due(**fields: Any) -> Schedule:
+    fields.setdefault("dispatcher", "hooks")
+    fields.setdefault("dispatch_options", {"target": "billing"})
+    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def until_ended(worker: Worker, schedule: Schedule, seconds: float = 15) -> Run:
+    deadline = time.monotonic() + seconds
+    while True:
+        run = Run.objects.get(schedule=schedule)
+        if run.status not in Run.UNFINISHED:
+            return run
+        assert time.monotonic() < deadline, f"still {run.status}: {run.error}"
+        worker._next_takeover = 0.0  # take over at every pass
+        worker.run_pass()
+        time.sleep(0.05)
+
+
+def test_the_signature_is_the_one_the_specification_library_computes() -> None:
+    body = b'{"a":1}'
+    at = datetime(2026, 11, 24, tzinfo=UTC)
+    expected = Webhook(SECRET).sign("12:34", at, body.decode())
+    assert sign(SECRET, "12:34", int(at.timestamp()), body) == expected
+
+
+def test_an_occurrence_is_posted_signed_with_its_key(receiver: Receiver) -> None:
+    schedule = due(args=[1, "a"], kwargs={"invoice": 7})
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.response_status) == ("succeeded", 204)
+    [request] = receiver.received
+    assert request.verified
+    assert request.headers["webhook-id"] == run.idempotency_key
+    assert request.body == {
+        "type": "schedule.occurrence",
+        "key": run.idempotency_key,
+        "schedule": schedule.name,
+        "schedule_id": schedule.pk,
+        "task": "tests.record",
+        "scheduled_for": run.scheduled_for.isoformat(),
+        "scheduled_for_ms": int(run.scheduled_for.timestamp() * 1000),
+        "attempt": 1,
+        "args": [1, "a"],
+        "kwargs": {"invoice": 7},
+    }
+
+
+def test_a_5xx_is_retried_with_the_same_key_until_it_passes(receiver: Receiver) -> None:
+    receiver.answer("/hook", 503, 500)
+    schedule = due()
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+
+    run = until_ended(worker, schedule)
+    worker.close()
+
+    assert (run.status, run.response_status, run.attempts) == ("succeeded", 204, 3)
+    assert receiver.keys() == [run.idempotency_key] * 3
+    assert [r.body["attempt"] for r in receiver.received] == [1, 2, 3]
+
+
+def test_a_4xx_fails_the_run_at_once(receiver: Receiver) -> None:
+    receiver.answer("/hook", 422)
+    schedule = due()
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.response_status) == ("failed", 422)
+    assert "The target 'billing' answered HTTP 422" in run.error
+    assert len(receiver.received) == 1
+
+
+def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
+    receiver.answer("/hook", 302)
+    receiver.redirect_to = f"{receiver.url}/elsewhere"
+    schedule = due()
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.response_status) == ("failed", 302)
+    assert "redirects are not followed" in run.error
+    assert receiver.keys("/elsewhere") == []
+
+
+def test_a_receiver_that_is_down_fails_its_runs_visibly_while_others_fire(
+    settings: Any, built_index: DueIndex
+) -> None:
+    HandOff.received.clear()
+    down = f"http://127.0.0.1:{free_port()}"
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "hooks": hooks(down, MAX_ATTEMPTS=3),
+            "queue": {"BACKEND": "tests.dispatchers.HandOff"},
+        },
+    }
+    schedule = due()
+    other = due(dispatcher="queue", dispatch_options={})
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+
+    assert Run.objects.get(schedule=other).status == "dispatched"
+    run = until_ended(worker, schedule)
+    worker.close()
+    assert (run.status, run.attempts) == ("failed", 3)
+    assert run.error.startswith("Handed off 3 time(s) without success; the last error: Connect")
+
+
+def test_a_schedule_picks_a_target_by_name_never_a_url(receiver: Receiver) -> None:
+    with pytest.raises(ValidationError) as missing:
+        due(dispatch_options={})
+    assert "'target' is required: one of billing, elsewhere" in str(missing.value)
+    with pytest.raises(ValidationError) as unknown:
+        due(dispatch_options={"target": "https://attacker.example/"})
+    assert "must be one of billing, elsewhere" in str(unknown.value)
+    with pytest.raises(ValidationError) as url:
+        due(dispatch_options={"target": "billing", "url": "https://attacker.example/"})
+    assert "has no option 'url' (options it takes: target)" in str(url.value)
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        ({}, "'TARGETS' must name at least one target"),
+        ({"b": {"URL": "ftp://x/", "SECRET": SECRET}}, "URL must be an http:// or https:// URL"),
+        ({"b": {"URL": "https://x/", "SECRET": "s3cret"}}, "SECRET must be a 'whsec_' secret"),
+        ({"b": {"URL": "https://x/", "SECRET": "whsec_YQ=="}}, "24 to 64 bytes"),
+        ({"b": {"URL": "https://x/"}}, "must be a dict with URL and SECRET"),
+    ],
+)
+def test_bad_targets_are_e004(settings: Any, targets: Any, message: str) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"hooks": {"BACKEND": WEBHOOK, "OPTIONS": {"TARGETS": targets}}},
+    }
+    [error] = check_settings()
+    assert error.id == "schedulinator.E004"
+    assert message in error.msg
+
+
+def test_the_configuration_in_the_docs_works_as_written(
+    settings: Any, built_index: DueIndex
+) -> None:
+    with webhook_receiver() as receiver:
+        config = example("webhook")["SCHEDULINATOR"]
+        config["DISPATCHERS"]["partners"]["OPTIONS"]["TARGETS"]["billing"]["URL"] = (
+            f"{receiver.url}/hook"
+        )
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+        schedule = example("webhook-schedule")["schedule"]
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+        worker = Worker(worker_id="t")
+        worker.run_pass()
+        worker.close()
+
+    run = Run.objects.get(schedule=schedule)
+    assert run.status == "succeeded"
+    [request] = receiver.received
+    assert request.verified
+    assert request.body["task"] == "billing.invoice_run"

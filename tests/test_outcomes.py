@@ -1,0 +1,163 @@
+"""Outcomes reported from the worker side by occurrence key (``outcomes.py``): what a
+handed-off run becomes, and what overlap, auto-pause and the buffer make of it."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_schedulinator import outcomes, resync_schedules
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_schedule
+from .dispatchers import HandOff
+
+pytestmark = pytest.mark.django_db
+
+REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+
+
+@pytest.fixture(autouse=True)
+def reporting(settings: Any, built_index: DueIndex) -> None:
+    HandOff.received.clear()
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
+
+
+def handed_off(**fields: Any) -> tuple[Schedule, Run]:
+    """A schedule of the reporting dispatcher, due, claimed and handed off."""
+    schedule = make_schedule(
+        dispatcher="queue",
+        kind="interval",
+        interval=timedelta(minutes=1),
+        next_run_at=timezone.now() - timedelta(seconds=5),
+        **fields,
+    )
+    Worker(worker_id="t").run_pass()
+    return schedule, Run.objects.get(schedule=schedule)
+
+
+def fire_again(schedule: Schedule) -> list[Run]:
+    """Make the schedule due again and run a pass; its runs, oldest first."""
+    Schedule.objects.filter(pk=schedule.pk).update(
+        next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+    )
+    resync_schedules([schedule.pk])
+    Worker(worker_id="t").run_pass()
+    return list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+
+
+def test_a_handed_off_run_reports_its_start_and_its_end_by_key() -> None:
+    _schedule, run = handed_off()
+    assert run.status == "dispatched"
+
+    assert outcomes.report_started(run.idempotency_key)
+    run.refresh_from_db()
+    assert (run.status, run.lease_expires_at) == ("running", None)
+
+    assert outcomes.report_finished(run.idempotency_key, succeeded=True)
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert run.finished_at is not None
+    # A second report of the same end (a redelivered task) changes nothing.
+    assert not outcomes.report_finished(run.idempotency_key, succeeded=False, error="late")
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("succeeded", "")
+
+
+def test_a_reported_failure_counts_towards_auto_pause() -> None:
+    schedule, run = handed_off(pause_after_failures=1)
+
+    assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="x" * 5000)
+
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.error == "x" * 4000  # the end of it, bounded
+    schedule.refresh_from_db()
+    assert not schedule.enabled
+    assert ScheduleChange.objects.filter(
+        schedule_id=schedule.pk, action="paused", source="scheduler"
+    ).exists()
+
+
+def test_overlap_skip_waits_for_the_reported_end_of_a_handed_off_run() -> None:
+    schedule, first = handed_off(overlap="skip")
+
+    second = fire_again(schedule)[-1]
+    assert (second.status, second.skip_reason) == ("skipped", "overlap")
+
+    outcomes.report_finished(first.idempotency_key, succeeded=True)
+    third = fire_again(schedule)[-1]
+    assert third.status == "dispatched"
+
+
+def test_overlap_buffer_releases_its_run_when_the_end_is_reported() -> None:
+    schedule, first = handed_off(overlap="buffer")
+    buffered = fire_again(schedule)[-1]
+    assert buffered.status == "buffered"
+
+    outcomes.report_finished(first.idempotency_key, succeeded=True)
+
+    buffered.refresh_from_db()
+    assert buffered.status == "pending"  # queued for the next take-over
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    buffered.refresh_from_db()
+    assert buffered.status == "dispatched"
+
+
+def test_a_run_never_reported_stops_holding_back_its_schedule_after_the_outcome_timeout(
+    settings: Any,
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"queue": {**REPORTING, "OPTIONS": {"REPORTS": True,
+                                                           "OUTCOME_TIMEOUT_SECONDS": 1}}},
+    }  # fmt: skip
+    schedule, first = handed_off(overlap="skip")
+    time.sleep(1.1)
+
+    second = fire_again(schedule)[-1]
+
+    assert second.status == "dispatched"  # fired: the first no longer counts
+    first.refresh_from_db()
+    assert first.status == "dispatched"  # its outcome stays unknown
+
+
+def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
+    schedule = make_schedule(dispatcher="queue", next_run_at=timezone.now() - timedelta(seconds=5))
+    worker = Worker(worker_id="t")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    [occurrence] = occurrences
+    # The worker is quicker than the scheduler's record of the hand-off.
+    assert outcomes.report_started(occurrence.key)
+    worker._dispatch_now(worker._lane("queue"), _leased(occurrences, token))
+
+    run = Run.objects.get(schedule=schedule)
+    assert run.status == "running"
+    assert run.dispatched_at is not None
+    assert run.lease_expires_at is None  # no scheduler hands it off again
+
+
+def _leased(occurrences: Any, token: str) -> Any:
+    from django_schedulinator.worker import Leased
+
+    return Leased(occurrences, token, time.monotonic())
+
+
+@pytest.mark.parametrize("key", ["", "abc", "12", "12:", ":5", "1:2:3", "x:1"])
+def test_a_report_with_something_that_is_not_a_key_is_refused(key: str) -> None:
+    with pytest.raises(outcomes.InvalidKey, match="is not an occurrence key"):
+        outcomes.report_finished(key, succeeded=True)
+
+
+def test_a_report_for_an_occurrence_not_in_the_ledger_changes_nothing() -> None:
+    assert not outcomes.report_started("999999:1000")
+    assert not outcomes.report_finished("999999:1000", succeeded=True)

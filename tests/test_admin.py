@@ -468,6 +468,36 @@ def test_an_edit_from_a_stale_form_is_refused(admin_client: Client, index: DueIn
     assert schedule.cron == "0 4 * * *"
 
 
+def test_the_dispatcher_is_a_choice_of_the_configured_aliases(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff"}},
+    }
+    html = admin_client.get(reverse("admin:django_schedulinator_schedule_add")).content.decode()
+    assert '<option value="default" selected>default</option>' in html
+    assert '<option value="queue">queue</option>' in html
+    page = admin_client.post(
+        reverse("admin:django_schedulinator_schedule_add"),
+        form_data(dispatcher="queue", dispatch_options='{"queue": "reports"}'),
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    schedule = Schedule.objects.get(name="nightly")
+    assert (schedule.dispatcher, schedule.dispatch_options) == ("queue", {"queue": "reports"})
+
+    # The alias leaves the settings: the schedule keeps it, and stays editable.
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {}}
+    html = admin_client.get(change_url(schedule)).content.decode()
+    assert '<option value="queue" selected>queue (not configured)</option>' in html
+    page = admin_client.post(
+        change_url(schedule),
+        edit_data(schedule, 1, dispatcher="queue", dispatch_options='{"queue": "reports"}',
+                  cron="0 4 * * *"),
+    )  # fmt: skip
+    assert page.status_code == 302, page.context["adminform"].form.errors
+
+
 def test_a_schedule_whose_task_is_gone_can_still_be_edited(admin_client: Client) -> None:
     schedule = make_schedule("broken", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
     Schedule.objects.filter(pk=schedule.pk).update(task="gone.task")  # removed from the code

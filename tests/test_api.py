@@ -368,6 +368,9 @@ def test_the_schema_describes_durations_as_seconds_and_what_requests_may_send(
         ({"max_runs": 0}, "max_runs"),
         ({"jitter": "2 00:00:00"}, "jitter"),
         ({"kind": "sometimes"}, "kind"),
+        ({"dispatcher": "https://attacker.example/"}, "dispatcher"),  # an alias, never a URL
+        ({"dispatch_options": {"queue": "x"}}, "dispatch_options"),  # inline takes none
+        ({"dispatch_options": ["x"]}, "dispatch_options"),
     ],
 )
 def test_invalid_input_names_the_field_and_writes_nothing(
@@ -1442,3 +1445,31 @@ def test_the_api_answers_a_backfill_of_skipped_times_at_once(
     response = admin_client.post(url, span, content_type="application/json")
     assert response.status_code == 400
     assert "skipped by the DST policy" in response.json()["detail"]
+
+
+def test_a_schedule_names_its_dispatcher_and_its_runs_show_the_hand_off(
+    api: APIClient, settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff"}},
+    }
+    body = create(api, dispatcher="queue", dispatch_options={"queue": "reports", "priority": 3})
+    assert (body["dispatcher"], body["dispatch_options"]) == (
+        "queue",
+        {"queue": "reports", "priority": 3},
+    )
+    schedule = Schedule.objects.get(pk=body["id"])
+    add_run(
+        schedule,
+        timezone.now(),
+        status=Run.Status.DISPATCHED,
+        dispatcher="queue",
+        external_id="job-1",
+    )
+    [run] = api.get(f"{API}runs/", {"schedule": schedule.pk}).json()["results"]
+    assert (run["dispatcher"], run["external_id"], run["status"]) == (
+        "queue",
+        "job-1",
+        "dispatched",
+    )

@@ -19,15 +19,16 @@ class RunAdmin(ReadOnlyAdmin):
         "status",
         "trigger",
         "skip_reason",
+        "dispatcher",
         "attempts",
         "worker_id",
         "claimed_at",
         "finished_at",
         "short_note",
     )
-    list_filter = ("status", "skip_reason", "trigger")
+    list_filter = ("status", "skip_reason", "trigger", "dispatcher")
     list_select_related = ("schedule",)
-    search_fields = ("schedule__name", "task")
+    search_fields = ("schedule__name", "task", "=external_id")
 
     def get_ordering(self, request: HttpRequest) -> tuple[str, ...]:
         # Orders an index can serve, so a page never sorts the whole ledger: one schedule's

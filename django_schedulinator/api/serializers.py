@@ -346,12 +346,17 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "task",
             "args",
             "kwargs",
+            "dispatcher",
+            "dispatch_options",
             "claimed_at",
             "dispatched_at",
             "finished_at",
             "worker_id",
             "attempts",
             "lease_expires_at",
+            "external_id",
+            "response_status",
+            "outcome_due_by",
             "error",
         )
         read_only_fields = fields

@@ -865,6 +865,9 @@ class Run(models.Model):
         verbose_name = _("run")
         verbose_name_plural = _("runs")
         ordering = ("-scheduled_for",)
+        permissions = [
+            ("report_run", _("Can report the outcome of handed-off runs (worker services)")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["schedule", "scheduled_for"], name="schedulinator_run_once"

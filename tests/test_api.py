@@ -66,7 +66,8 @@ DELETE = "django_schedulinator.delete_schedule"
 VIEW_RUN = "django_schedulinator.view_run"
 VIEW_CHANGES = "django_schedulinator.view_schedulechange"
 VIEW_OPERATIONS = "django_schedulinator.view_operations"
-ALL_PERMS = (VIEW, ADD, CHANGE, DELETE, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS)
+REPORT_RUN = "django_schedulinator.report_run"
+ALL_PERMS = (VIEW, ADD, CHANGE, DELETE, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS, REPORT_RUN)
 PAST = datetime(2025, 1, 1, tzinfo=UTC)
 POSTGRES = django_settings.DB_VENDOR == "postgres"
 
@@ -132,7 +133,7 @@ def world(admin: User) -> dict[str, int]:
     schedule = make_schedule(**{**NEW, "name": "existing"})
     run = add_run(schedule, PAST)
     change = changelog.record(schedule, Origin(admin, "admin"), ScheduleChange.Action.CREATED)
-    return {"s": schedule.pk, "r": run.pk, "c": change.pk}
+    return {"s": schedule.pk, "r": run.pk, "c": change.pk, "k": run.idempotency_key}
 
 
 # (method, path, body): every endpoint; {s}, {r}, {c}: the ids of the world fixture.
@@ -160,6 +161,7 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "change": ("get", "changes/{c}/", None),
     "index": ("get", "index/", None),
     "schema": ("get", "schema/?format=json", None),
+    "report": ("post", "runs/report/", {"key": "{k}", "status": "succeeded"}),
 }
 # What each endpoint needs with the default permission class (besides being active staff).
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -182,13 +184,16 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "change": (VIEW_CHANGES,),
     "index": (VIEW_OPERATIONS,),
     "schema": (),
+    "report": (REPORT_RUN,),
 }
 WRITES = ["create", "update", "partial_update", "delete", "pause", "resume", "run_now"]
-WRITES += ["backfill", "resync"]
+WRITES += ["backfill", "resync", "report"]
 
 
 def call(client: APIClient, endpoint: str, ids: dict[str, int]) -> Any:
     method, path, body = ENDPOINTS[endpoint]
+    if isinstance(body, dict):
+        body = {k: v.format(**ids) if isinstance(v, str) else v for k, v in body.items()}
     return getattr(client, method)(API + path.format(**ids), body, format="json")
 
 
@@ -1473,3 +1478,39 @@ def test_a_schedule_names_its_dispatcher_and_its_runs_show_the_hand_off(
         "job-1",
         "dispatched",
     )
+
+
+def test_a_worker_reports_a_handed_off_run_by_its_key(world: dict[str, int]) -> None:
+    Run.objects.filter(pk=world["r"]).update(status=Run.Status.DISPATCHED)
+    worker = client_for(make_user("worker", REPORT_RUN))
+    url = f"{API}runs/report/"
+
+    started = worker.post(url, {"key": world["k"], "status": "started"}, format="json")
+    assert started.json() == {"key": world["k"], "changed": True, "run_status": "running"}
+    failed = worker.post(
+        url, {"key": world["k"], "status": "failed", "error": "disk full"}, format="json"
+    )
+    assert failed.json()["run_status"] == "failed"
+    assert Run.objects.get(pk=world["r"]).error == "disk full"
+    # Repeated, or for an occurrence not in the ledger: nothing changes, and it says so.
+    again = worker.post(url, {"key": world["k"], "status": "succeeded"}, format="json")
+    assert again.json() == {"key": world["k"], "changed": False, "run_status": "failed"}
+    unknown = worker.post(url, {"key": "999999:1", "status": "succeeded"}, format="json")
+    assert unknown.json() == {"key": "999999:1", "changed": False, "run_status": None}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"key": "not-a-key", "status": "succeeded"}, "key"),
+        ({"key": "1:2", "status": "done"}, "status"),
+        ({"status": "succeeded"}, "key"),
+    ],
+)
+def test_a_report_that_is_not_one_names_the_field(
+    world: dict[str, int], body: dict[str, Any], field: str
+) -> None:
+    worker = client_for(make_user("worker", REPORT_RUN))
+    response = worker.post(f"{API}runs/report/", body, format="json")
+    assert response.status_code == 400
+    assert field in response.json()

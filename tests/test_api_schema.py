@@ -84,6 +84,7 @@ OPERATIONS = [
     "GET /api/schedulinator/index/",
     "GET /api/schedulinator/runs/",
     "GET /api/schedulinator/runs/{id}/",
+    "POST /api/schedulinator/runs/report/",
     "GET /api/schedulinator/schedules/",
     "POST /api/schedulinator/schedules/",
     "GET /api/schedulinator/schedules/{id}/",

@@ -222,3 +222,31 @@ def test_the_configuration_in_the_docs_works_as_written(
     [request] = receiver.received
     assert request.verified
     assert request.body["task"] == "billing.invoice_run"
+
+
+def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
+    receiver: Receiver, admin_user: Any
+) -> None:
+    from rest_framework.test import APIClient
+
+    receiver.answer("/hook", 202)
+    schedule = due(overlap="skip")
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.response_status) == ("dispatched", 202)
+    assert run.outcome_due_by is not None  # awaited: overlap waits for it
+
+    client = APIClient()
+    client.force_authenticate(admin_user)
+    report = {"key": run.idempotency_key, "status": "succeeded"}
+    response = client.post("/api/schedulinator/runs/report/", report, format="json")
+    assert response.status_code == 200, response.content
+    assert response.json() == {
+        "key": run.idempotency_key,
+        "changed": True,
+        "run_status": "succeeded",
+    }
+    again = client.post("/api/schedulinator/runs/report/", report, format="json")
+    assert again.json()["changed"] is False

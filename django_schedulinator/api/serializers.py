@@ -407,6 +407,35 @@ class IndexStatusSerializer(serializers.Serializer[Any]):
     checked_at = serializers.DateTimeField()
 
 
+class OutcomeReportSerializer(serializers.Serializer[Any]):
+    """What a worker that ran a handed-off occurrence says of it, by the occurrence key."""
+
+    key = serializers.CharField(
+        max_length=64, help_text="The occurrence key the run was handed off with."
+    )
+    status = serializers.ChoiceField(
+        choices=["started", "succeeded", "failed"], help_text="What happened to the run."
+    )
+    error = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=100_000,
+        help_text="What went wrong (failed); its last 4,000 characters are kept.",
+    )
+
+
+class OutcomeReceiptSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField()
+    changed = serializers.BooleanField(
+        help_text="Whether the report changed the run: false for a repeated report, a run "
+        "that already ended, or a key not in the ledger."
+    )
+    run_status = serializers.CharField(
+        allow_null=True, help_text="The run's status now; null when the key is not in the ledger."
+    )
+
+
 class ErrorSerializer(serializers.Serializer[Any]):
     """A refusal of the request as a whole (401, 403, 404, 409, 412, 428, 503)."""
 

@@ -4,6 +4,7 @@ schedules/                      list (filter, search, paginate), create
 schedules/{id}/                 retrieve, update, partial update, delete
 schedules/{id}/pause/ resume/ run-now/ backfill/ resync/ preview/
 runs/, runs/{id}/               the ledger, read-only
+runs/report/                    POST: a worker reports a handed-off run's start or end
 changes/, changes/{id}/         the change log, read-only
 index/                          index health, read-only
 schema/                         the OpenAPI 3 schema of these endpoints
@@ -15,7 +16,13 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from .schema import SchemaView
-from .views import IndexHealthView, RunViewSet, ScheduleChangeViewSet, ScheduleViewSet
+from .views import (
+    IndexHealthView,
+    OutcomeReportView,
+    RunViewSet,
+    ScheduleChangeViewSet,
+    ScheduleViewSet,
+)
 
 app_name = "schedulinator-api"
 
@@ -26,6 +33,8 @@ router.register("changes", ScheduleChangeViewSet, basename="change")
 
 urlpatterns = [
     path("index/", IndexHealthView.as_view(), name="index-health"),
+    # Before the router's runs/{id}/.
+    path("runs/report/", OutcomeReportView.as_view(), name="run-report"),
     path("schema/", SchemaView.as_view(), name="schema"),
     *router.urls,
 ]

@@ -27,7 +27,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import services
+from .. import outcomes, services
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import ScheduleDeleted, ServiceError, VersionConflict
@@ -555,6 +555,47 @@ class ScheduleChangeViewSet(
     pagination_class = NewestFirstCursorPagination
     filter_backends = [DjangoFilterBackend]
     filterset_class = ScheduleChangeFilter
+
+
+class OutcomeReportView(
+    DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView
+):
+    """Report the start or the end of a handed-off run by its occurrence key: for workers
+    that are not Python (``outcomes.report_started``/``report_finished`` are the same in
+    Python). A repeated report changes nothing and says so. Needs the report_run
+    permission, and sees only the schedules the permission classes let the user see."""
+
+    required_perms = {"POST": ["django_schedulinator.report_run"]}
+
+    @extend_schema(
+        tags=["runs"],
+        request=s.OutcomeReportSerializer,
+        responses={200: s.OutcomeReceiptSerializer, **INVALID, **REFUSED},
+    )
+    def post(self, request: Request) -> Response:
+        body = s.OutcomeReportSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        key, reported = body.validated_data["key"], body.validated_data["status"]
+        try:
+            schedule_id, at = outcomes.parse_key(key)
+        except outcomes.InvalidKey as exc:
+            raise ValidationError({"key": [str(exc)]}) from None
+        schedule = Schedule.objects.filter(pk=schedule_id).first()
+        if schedule is not None:
+            self.check_object_permissions(request, schedule)
+        if reported == "started":
+            changed = outcomes.report_started(key)
+        else:
+            changed = outcomes.report_finished(
+                key, succeeded=reported == "succeeded", error=body.validated_data["error"]
+            )
+        run_status = (
+            Run.objects.filter(schedule_id=schedule_id, scheduled_for=at)
+            .values_list("status", flat=True)
+            .first()
+        )
+        receipt = {"key": key, "changed": changed, "run_status": run_status}
+        return Response(s.OutcomeReceiptSerializer(receipt).data)
 
 
 class IndexHealthView(

@@ -9,9 +9,10 @@ Headers: ``webhook-id`` is the occurrence key (the same on every retry: receiver
 it), ``webhook-timestamp`` the Unix time of this attempt, ``webhook-signature``
 ``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` with the target's ``whsec_`` secret.
 
-A 2xx answer is success; network errors, timeouts, 408, 429 and 5xx are retried with
-backoff and jitter (the alias's ``MAX_ATTEMPTS``); other answers fail the run at once. The
-status is stored on the run. httpx (the ``[webhook]`` extra) sends them: explicit timeouts
+A 2xx answer is success, except 202 Accepted: the receiver took the work and reports its end
+later by the key (the REST API's ``runs/report/``). Network errors, timeouts, 408, 429 and
+5xx are retried with backoff and jitter (the alias's ``MAX_ATTEMPTS``); other answers fail
+the run at once. The status is stored on the run. httpx (the ``[webhook]`` extra) sends them: explicit timeouts
 for connect, read and write, connection reuse, and no redirects unless asked.
 """
 
@@ -202,6 +203,10 @@ class WebhookDispatcher(BaseDispatcher):
         except httpx.HTTPError as exc:
             return Outcome(run_id, "retry", f"{type(exc).__name__}: {exc or 'no detail'}")
         status = response.status_code
+        if status == 202:
+            # Accepted, not done: the receiver reports the end later (POST runs/report/ of
+            # the REST API, or outcomes.report_finished), by the key.
+            return Outcome(run_id, "dispatched", response_status=status)
         if 200 <= status < 300:
             return Outcome(run_id, "succeeded", response_status=status)
         text = f"The target {name!r} answered HTTP {status}: {response.text[:MAX_ERROR_CHARS]}"

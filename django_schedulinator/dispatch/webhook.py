@@ -12,8 +12,9 @@ it), ``webhook-timestamp`` the Unix time of this attempt, ``webhook-signature``
 A 2xx answer is success, except 202 Accepted: the receiver took the work and reports its end
 later by the key (the REST API's ``runs/report/``). Network errors, timeouts, 408, 429 and
 5xx are retried with backoff and jitter (the alias's ``MAX_ATTEMPTS``); other answers fail
-the run at once. The status is stored on the run. httpx (the ``[webhook]`` extra) sends them: explicit timeouts
-for connect, read and write, connection reuse, and no redirects unless asked.
+the run at once. The status is stored on the run. httpx (the ``[webhook]`` extra) sends
+them: explicit timeouts for connect, read and write, connection reuse, and no redirects
+unless asked.
 """
 
 from __future__ import annotations

@@ -125,12 +125,14 @@ def test_without_redis_save_and_resume_use_the_host_clock_and_say_so(
     caplog.set_level(logging.INFO, logger="django_schedulinator.clock")
     caplog.clear()
 
+    before = timezone.now()
     created = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
     services.resume(schedule)
+    after = timezone.now()
 
-    now = timezone.now()
-    assert now < created.next_run_at <= next_minute(now)
-    assert now < schedule.next_run_at <= next_minute(now)
+    # The host's clock was read between the two (a minute may begin meanwhile).
+    assert next_minute(before) <= created.next_run_at <= next_minute(after)
+    assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
     assert Run.objects.filter(schedule=schedule, skip_reason="paused").count() in (3, 4)
     warnings = [r for r in caplog.records if r.name == "django_schedulinator.clock"]
     # Once per outage, not once per decision.
@@ -159,11 +161,13 @@ def test_a_redis_that_does_not_answer_costs_a_short_timeout(
     private_redis.proc.send_signal(signal.SIGSTOP)
     try:
         quick.connection_pool.disconnect()  # a new connection: the stopped server's backlog
+        before = timezone.now()
         schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
+        after = timezone.now()
     finally:
         private_redis.proc.send_signal(signal.SIGCONT)
-    now = timezone.now()
-    assert now < schedule.next_run_at <= next_minute(now)
+    # The host's clock was read between the two (a minute may begin meanwhile).
+    assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
     assert "Timeout" in caplog.text
     assert "this host's clock" in caplog.text
 

@@ -299,3 +299,28 @@ def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
     assert run.error == (
         "Handed off 2 time(s) without success; the last error: broker down (attempt 2)"
     )
+
+
+@pytest.mark.django_db
+def test_run_now_and_backfill_go_through_the_schedules_dispatcher(
+    configure: Any, built_index: DueIndex
+) -> None:
+    configure(queue={"BACKEND": HAND_OFF})
+    schedule = make_schedule(
+        dispatcher="queue",
+        dispatch_options={"queue": "reports"},
+        kind="interval",
+        interval=timedelta(minutes=10),
+    )
+    queued = services.run_now(schedule)
+    now = timezone.now()
+    services.backfill(schedule, now - timedelta(minutes=25), now - timedelta(minutes=1))
+
+    Worker(worker_id="t").run_pass()  # a take-over pass: it sends the queued runs
+
+    sent = {o.key: (alias, o.dispatch_options) for alias, o in HandOff.received}
+    runs = Run.objects.filter(schedule=schedule).exclude(status="skipped")
+    assert {r.trigger for r in runs} == {"run_now", "backfill"}
+    assert set(sent) == {r.idempotency_key for r in runs}
+    assert all(value == ("queue", {"queue": "reports"}) for value in sent.values())
+    assert Run.objects.get(pk=queued.pk).status == "dispatched"

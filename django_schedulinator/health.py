@@ -190,3 +190,61 @@ def eviction_risk(client: Any) -> str | None:
         "rebuild restores them. Use 'noeviction' or a volatile-* policy, or give the index a "
         "Redis of its own."
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherStatus:
+    """One dispatcher alias: what it is, and its runs that wait on someone else."""
+
+    alias: str
+    backend: str  # the class name, or why it cannot be built
+    reports_outcomes: bool | None  # None: it cannot be built
+    awaiting: int  # handed off, their outcome still expected
+    past_deadline: int  # handed off, never reported within OUTCOME_TIMEOUT_SECONDS
+    retrying: int  # hand-offs that failed, waiting for their backoff to end
+
+
+def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStatus]:
+    """Every configured alias, and every alias runs still name: three counts per alias from
+    the runs in flight (the partial indexes of unfinished and awaited runs serve them)."""
+    from django.core.exceptions import ImproperlyConfigured
+    from django.db.models import Count, Q
+
+    from .dispatch import dispatchers
+    from .models import Run
+
+    db = using or router.db_for_write(Run)
+    counts = {
+        row["dispatcher"]: row
+        for row in Run.objects.using(db)
+        .filter(
+            Q(status="dispatched", outcome_due_by__isnull=False)
+            | Q(status="pending", claim_token="", attempts__gt=0)
+        )
+        .exclude(status="pending", error="")
+        .values("dispatcher")
+        .annotate(
+            awaiting=Count("pk", filter=Q(status="dispatched", outcome_due_by__gt=now)),
+            past_deadline=Count("pk", filter=Q(status="dispatched", outcome_due_by__lte=now)),
+            retrying=Count("pk", filter=Q(status="pending")),
+        )
+    }
+    rows = []
+    for alias in sorted(set(dispatchers.aliases()) | set(counts)):
+        try:
+            dispatcher = dispatchers[alias]
+            backend, reports = type(dispatcher).__name__, dispatcher.reports_outcomes
+        except ImproperlyConfigured as exc:
+            backend, reports = str(exc), None
+        found: dict[str, Any] = counts.get(alias, {})
+        rows.append(
+            DispatcherStatus(
+                alias,
+                backend,
+                reports,
+                found.get("awaiting", 0),
+                found.get("past_deadline", 0),
+                found.get("retrying", 0),
+            )
+        )
+    return rows

@@ -1149,3 +1149,41 @@ def test_the_operations_page_while_redis_is_down(admin_client: Client) -> None:
     assert "Redis is unreachable" in html
     page = admin_client.post(reverse(OPERATIONS), follow=True)
     assert [level for level, _text in shown_messages(page)] == [messages.ERROR]
+
+
+def test_the_operations_page_counts_the_runs_waiting_on_each_dispatcher(
+    admin_client: Client, settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+        },
+    }
+    schedule = make_schedule(dispatcher="queue")
+    now = timezone.now()
+
+    def run(minutes: int, **fields: Any) -> None:
+        Run.objects.create(
+            schedule=schedule,
+            scheduled_for=now - timedelta(minutes=minutes),
+            task=schedule.task,
+            claimed_at=now,
+            worker_id="t",
+            dispatcher="queue",
+            **fields,
+        )
+
+    run(1, status="dispatched", outcome_due_by=now + timedelta(hours=1))
+    run(2, status="dispatched", outcome_due_by=now + timedelta(hours=1))
+    run(3, status="dispatched", outcome_due_by=now - timedelta(minutes=1))
+    run(4, status="pending", claim_token="", attempts=2, error="broker down",
+        lease_expires_at=now + timedelta(seconds=30))  # fmt: skip
+
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+
+    row = re.search(r'id="schedulinator-dispatcher-queue">(.*?)</tr>', html, re.DOTALL)
+    assert row is not None
+    cells = re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row.group(1), re.DOTALL)
+    assert [c.strip() for c in cells] == ["queue", "HandOff", "yes", "2", "1", "1"]
+    assert 'id="schedulinator-dispatcher-default"' in html

@@ -58,6 +58,7 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "status": status,
         "checked_at": iso_text(status.checked_at) if status is not None else "",
         "rows": status_rows(status, asked, opts.app_label) if status is not None else [],
+        "dispatchers": health.dispatcher_status(timezone.now()),
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
         "rebuild_command": run_command("rebuild_due_index"),

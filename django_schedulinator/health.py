@@ -214,8 +214,8 @@ def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStat
     from .models import Run
 
     db = using or router.db_for_write(Run)
-    counts = {
-        row["dispatcher"]: row
+    counts: dict[str, dict[str, Any]] = {
+        row["dispatcher"]: dict(row)
         for row in Run.objects.using(db)
         .filter(
             Q(status="dispatched", outcome_due_by__isnull=False)
@@ -236,7 +236,7 @@ def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStat
             backend, reports = type(dispatcher).__name__, dispatcher.reports_outcomes
         except ImproperlyConfigured as exc:
             backend, reports = str(exc), None
-        found: dict[str, Any] = counts.get(alias, {})
+        found = counts.get(alias, {})
         rows.append(
             DispatcherStatus(
                 alias,

@@ -710,7 +710,8 @@ class Schedule(models.Model):
         errors: dict[str, str] = {}
         problems = dispatcher.schedule_option_errors(self.dispatch_options)
         if problems:
-            errors["dispatch_options"] = "; ".join(problems).capitalize() + "."
+            text = "; ".join(problems)
+            errors["dispatch_options"] = text[:1].upper() + text[1:] + "."
         if not dispatcher.reports_outcomes:
             params = {"alias": self.dispatcher, "backend": type(dispatcher).__name__}
             if self.overlap != self.Overlap.ALLOW:

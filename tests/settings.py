@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "django_rq",  # its rqworker command, for the RQ dispatcher's tests
     "django_schedulinator",
     "tests",
 ]
@@ -104,6 +105,15 @@ CACHES = {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": REDIS_URL,
     }
+}
+
+# RQ (tests/test_dispatch_rq.py): a queue of each test process's own in the shared Redis (the
+# rqworker subprocess computes the same name: it inherits PYTEST_XDIST_WORKER), and one on a
+# port where nothing listens.
+RQ_TEST_QUEUE = f"schedtest-{CHECKOUT}-{XDIST_WORKER}"
+RQ_QUEUES = {
+    RQ_TEST_QUEUE: {"URL": REDIS_URL},
+    "down": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 1},
 }
 
 SCHEDULINATOR = {

@@ -1,0 +1,223 @@
+"""RQ through django-rq: each occurrence becomes one job, its id derived from the key.
+
+The job runs ``run_registered``, which looks the task up by its registered name in the
+worker's registry (nothing from a schedule is ever imported) and calls it as the inline
+dispatcher would, with the occurrence when the function asks for it. The job reports its
+start itself; RQ's success and failure callbacks report its end (``outcomes``), so a worker
+needs nothing but this app installed.
+
+A second enqueue of the same id: RQ alone overwrites the job's hash and pushes the id onto
+the queue again, so the job runs twice. This dispatcher enqueues with ``unique=True``
+instead: while the job's hash lives (queued, running, and ``KEEP_SECONDS`` after it ended)
+a re-delivery of the occurrence is refused by RQ (``DuplicateJobError``) and recorded as
+handed off, so it runs once.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning
+
+from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+
+logger = logging.getLogger("django_schedulinator.dispatch.rq")
+
+RUNNER = "django_schedulinator.dispatch.rq.run_registered"
+MAX_ERROR_CHARS = 4000
+
+
+def job_id(key: str) -> str:
+    """The RQ job id of an occurrence (RQ takes A-Z a-z 0-9 _ - only)."""
+    return "schedulinator-" + key.replace(":", "-")
+
+
+class RQDispatcher(BaseDispatcher):
+    """Enqueues each occurrence on an RQ queue of django-rq's ``RQ_QUEUES``."""
+
+    reports_outcomes = True
+    dedupes_by_key = True
+    extra = "rq"
+    options = {
+        "QUEUE": Option(
+            str, "The RQ_QUEUES name used when a schedule names none.", default="default"
+        ),
+        "KEEP_SECONDS": Option(
+            int,
+            "How long RQ keeps an ended job (result_ttl and failure_ttl): a re-delivery of "
+            "the occurrence within it is dropped.",
+            minimum=1,
+            default=86_400,
+        ),
+    }
+    schedule_options = {
+        "queue": Option(str, "A queue of RQ_QUEUES."),
+        "timeout": Option(int, "The job's timeout in seconds (RQ's job_timeout).", minimum=1),
+    }
+
+    def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
+        super().__init__(alias, options)
+
+    def schedule_option_errors(self, options: Any) -> list[str]:
+        errors = super().schedule_option_errors(options)
+        queue = options.get("queue") if isinstance(options, dict) else None
+        if not errors and isinstance(queue, str) and queue not in _queues():
+            errors.append(
+                f"the option 'queue' must be one of RQ_QUEUES ({', '.join(sorted(_queues()))}), "
+                f"got {queue!r}"
+            )
+        return errors
+
+    def check(self, *, connect: bool = False) -> list[CheckMessage]:
+        try:
+            import django_rq
+        except ImportError:
+            return [
+                Error(
+                    f"The dispatcher {self.alias!r} enqueues with django-rq, which is not "
+                    "installed.",
+                    hint="pip install 'django-schedulinator[rq]'",
+                    id="schedulinator.E022",
+                )
+            ]
+        queue = self.settings["QUEUE"]
+        if queue not in _queues():
+            return [
+                Error(
+                    f"The dispatcher {self.alias!r} uses the RQ queue {queue!r}, which is not in "
+                    f"RQ_QUEUES ({', '.join(sorted(_queues())) or 'none'}).",
+                    id="schedulinator.E022",
+                )
+            ]
+        if connect:
+            try:
+                django_rq.get_queue(queue).connection.ping()
+            except Exception as exc:
+                return [
+                    Warning(
+                        f"The Redis of the RQ queue {queue!r} (dispatcher {self.alias!r}) "
+                        f"cannot be reached: {exc}",
+                        id="schedulinator.W022",
+                    )
+                ]
+        return []
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        import django_rq
+        from redis.exceptions import ConnectionError, TimeoutError
+        from rq import Callback
+        from rq.exceptions import DuplicateJobError
+
+        keep = self.settings["KEEP_SECONDS"]
+        outcomes: list[Outcome] = []
+        down: str = ""  # once the broker is down, the rest of the batch waits for its retry
+        for occurrence in occurrences:
+            if down:
+                outcomes.append(Outcome(occurrence.run_id, "retry", down))
+                continue
+            options = occurrence.dispatch_options
+            queue_name = options.get("queue") or self.settings["QUEUE"]
+            ident = job_id(occurrence.key)
+            try:
+                queue = django_rq.get_queue(queue_name)
+                queue.enqueue_call(
+                    RUNNER,
+                    args=[_payload(occurrence)],
+                    job_id=ident,
+                    timeout=options.get("timeout"),
+                    result_ttl=keep,
+                    failure_ttl=keep,
+                    on_success=Callback(report_success),
+                    on_failure=Callback(report_failure),
+                    unique=True,
+                )
+            except DuplicateJobError:
+                # Handed off before (the scheduler died before recording it, or its lease
+                # ran out): the job is there, and RQ runs it once.
+                logger.info("Job %s is in RQ already; not enqueued twice.", ident)
+            except (ConnectionError, TimeoutError) as exc:
+                down = f"The Redis of the RQ queue {queue_name!r} cannot be reached: {exc}"
+                outcomes.append(Outcome(occurrence.run_id, "retry", down))
+                continue
+            except KeyError:
+                outcomes.append(
+                    Outcome(
+                        occurrence.run_id,
+                        "failed",
+                        f"The RQ queue {queue_name!r} is not in RQ_QUEUES.",
+                    )
+                )
+                continue
+            outcomes.append(Outcome(occurrence.run_id, "dispatched", external_id=ident))
+            progress.keepalive()
+        return outcomes
+
+
+def _queues() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(getattr(settings, "RQ_QUEUES", None) or {})
+
+
+def _payload(occurrence: Occurrence) -> dict[str, Any]:
+    """What the job carries: the occurrence, as plain values."""
+    return {
+        "key": occurrence.key,
+        "run_id": occurrence.run_id,
+        "schedule_id": occurrence.schedule_id,
+        "schedule_name": occurrence.schedule_name,
+        "task": occurrence.task,
+        "scheduled_for": occurrence.scheduled_for.isoformat(),
+        "attempt": occurrence.attempt,
+        "args": occurrence.args,
+        "kwargs": occurrence.kwargs,
+    }
+
+
+# -- the worker's side -------------------------------------------------------------------
+
+
+def run_registered(payload: dict[str, Any]) -> Any:
+    """The job: report the start, then run the registered task by its name."""
+    from .. import outcomes
+    from ..registry import registry
+
+    occurrence = Occurrence(
+        key=payload["key"],
+        run_id=payload["run_id"],
+        schedule_id=payload["schedule_id"],
+        schedule_name=payload["schedule_name"],
+        task=payload["task"],
+        scheduled_for=datetime.fromisoformat(payload["scheduled_for"]),
+        attempt=payload["attempt"],
+        args=payload["args"],
+        kwargs=payload["kwargs"],
+    )
+    try:
+        outcomes.report_started(occurrence.key)
+    except Exception:  # the task runs all the same; its end is reported by the callback
+        logger.exception("Could not report the start of %s.", occurrence.key)
+    registered = registry.get(occurrence.task)  # UnknownTask: the job fails, and says so
+    args, kwargs = occurrence.call_arguments()
+    if registered.takes_occurrence:
+        kwargs["occurrence"] = occurrence
+    return registered.func(*args, **kwargs)
+
+
+def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:
+    from .. import outcomes
+
+    outcomes.report_finished(job.args[0]["key"], succeeded=True)
+
+
+def report_failure(
+    job: Any, connection: Any, kind: Any, value: Any, tb: Any, *args: Any, **kwargs: Any
+) -> None:
+    from .. import outcomes
+
+    error = "".join(traceback.format_exception(kind, value, tb))[-MAX_ERROR_CHARS:]
+    outcomes.report_finished(job.args[0]["key"], succeeded=False, error=error)

@@ -1,0 +1,240 @@
+"""The RQ dispatcher (``dispatch/rq.py``) with a real ``rqworker`` subprocess on the real
+Redis: a queue of this test process's own (tests/settings.py, RQ_TEST_QUEUE)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import django_rq
+import pytest
+from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.checks import check_dispatchers, check_settings
+from django_schedulinator.dispatch.rq import job_id
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import ROOT, make_schedule, subprocess_env
+from .doc_examples import example
+from .models import Delivery
+
+QUEUE = django_settings.RQ_TEST_QUEUE
+RQ = "django_schedulinator.dispatch.rq.RQDispatcher"
+
+
+@pytest.fixture
+def rq_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
+    """The docs' configuration, on this test process's queue; the queue emptied after."""
+    config = example("rq")["SCHEDULINATOR"]
+    config["DISPATCHERS"]["jobs"]["OPTIONS"]["QUEUE"] = QUEUE
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+    queue = django_rq.get_queue(QUEUE)
+    queue.empty()
+    yield
+    queue.empty()
+    for registry in (queue.finished_job_registry, queue.failed_job_registry):
+        for ident in registry.get_job_ids():
+            registry.remove(ident, delete_job=True)
+
+
+@pytest.fixture
+def rqworker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "rqworker", QUEUE],
+            cwd=ROOT,
+            env=subprocess_env(key_prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        output, _ = proc.communicate(timeout=30)
+        print("--- rqworker", output)
+
+
+def due(**fields: Any) -> Schedule:
+    fields.setdefault("dispatcher", "jobs")
+    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def until(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def status_of(schedule: Schedule) -> str:
+    return Run.objects.filter(schedule=schedule).values_list("status", flat=True).get()
+
+
+def fire(schedule: Schedule | None = None) -> Worker:
+    if schedule is not None:
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+    return worker
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the worker writes the outcome
+def test_a_job_runs_the_registered_task_with_its_key_and_reports_its_end(
+    rq_alias: None, rqworker: Any
+) -> None:
+    ok = due(task="tests.record", args=[1], kwargs={"a": "b"})
+    bad = due(task="tests.boom")
+    fire()
+    run = Run.objects.get(schedule=ok)
+    assert (run.status, run.external_id) == ("dispatched", job_id(run.idempotency_key))
+
+    rqworker()
+    until(lambda: status_of(ok) == "succeeded" and status_of(bad) == "failed")
+
+    delivery = Delivery.objects.get(schedule_id=ok.pk)
+    assert delivery.key == run.idempotency_key
+    assert delivery.payload == {"args": [1], "kwargs": {"a": "b"}}
+    failed = Run.objects.get(schedule=bad)
+    assert "RuntimeError: boom" in failed.error
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_overlap_skip_holds_while_the_job_runs_and_fires_once_it_ended(
+    rq_alias: None, rqworker: Any
+) -> None:
+    schedule = due(
+        task="tests.slow", kwargs={"seconds": 3}, overlap="skip",
+        kind="interval", interval=timedelta(minutes=1),
+    )  # fmt: skip
+    fire()
+    rqworker()
+    until(lambda: status_of(schedule) == "running")
+
+    fire(schedule)  # due again while the job runs
+    runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+    assert [(r.status, r.skip_reason) for r in runs] == [("running", ""), ("skipped", "overlap")]
+
+    until(lambda: runs[0].__class__.objects.get(pk=runs[0].pk).status == "succeeded")
+    fire(schedule)
+    assert Run.objects.filter(schedule=schedule).latest("scheduled_for").status in (
+        "dispatched",
+        "running",
+        "succeeded",
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_redelivery_keeps_its_job_id_and_runs_once(rq_alias: None, rqworker: Any) -> None:
+    schedule = due(task="tests.record")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    # The scheduler's lease ran out before it recorded the hand-off: another takes it over.
+    Run.objects.filter(pk=run.pk).update(
+        status="pending", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    worker = Worker(worker_id="other")
+    worker.run_pass()
+    worker.close()
+    run.refresh_from_db()
+    assert (run.attempts, run.external_id) == (2, job_id(run.idempotency_key))
+    assert django_rq.get_queue(QUEUE).count == 1  # RQ refused the second job
+
+    rqworker()
+    until(lambda: status_of(schedule) == "succeeded")
+    assert Delivery.objects.filter(key=run.idempotency_key).count() == 1
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_rq_alone_runs_a_second_enqueue_of_the_same_id_twice(rq_alias: None, rqworker: Any) -> None:
+    """What the dispatcher guards against: without unique=True, RQ overwrites the job and
+    queues its id again, and the worker runs it twice."""
+    schedule = due(task="tests.record")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    queue = django_rq.get_queue(QUEUE)
+    job = queue.fetch_job(run.external_id)
+    assert job is not None
+    queue.enqueue_call(job.func_name, args=job.args, job_id=job.id)  # plain, as RQ allows
+    assert queue.count == 2
+
+    rqworker()
+    until(lambda: Delivery.objects.filter(key=run.idempotency_key).count() == 2)
+
+
+@pytest.mark.django_db
+def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
+    rq_alias: None, settings: Any
+) -> None:
+    settings.SCHEDULINATOR["DISPATCHERS"]["down"] = {
+        "BACKEND": RQ,
+        "OPTIONS": {"QUEUE": "down", "MAX_ATTEMPTS": 2, "RETRY_BACKOFF_SECONDS": 0.05},
+    }
+    lost = [due(dispatcher="down", task="tests.record") for _ in range(2)]
+    other = due(task="tests.record")
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    assert status_of(other) == "dispatched"
+    assert {status_of(s) for s in lost} == {"pending"}  # waiting for their retry
+
+    deadline = time.monotonic() + 20
+    while {status_of(s) for s in lost} != {"failed"}:
+        assert time.monotonic() < deadline
+        worker._next_takeover = 0.0
+        worker.run_pass()
+        time.sleep(0.05)
+    worker.close()
+    error = Run.objects.get(schedule=lost[0]).error
+    assert error.startswith("Handed off 2 time(s) without success; the last error: The Redis")
+    assert "'down' cannot be reached" in error
+
+
+@pytest.mark.django_db
+def test_a_schedule_asking_what_rq_does_not_do_is_refused(rq_alias: None) -> None:
+    with pytest.raises(ValidationError) as unknown:
+        due(dispatch_options={"priority": 5})
+    assert "has no option 'priority' (options it takes: queue, timeout)" in str(unknown.value)
+    with pytest.raises(ValidationError) as queue:
+        due(dispatch_options={"queue": "nowhere"})
+    assert "The option 'queue' must be one of RQ_QUEUES (down, schedtest-" in str(queue.value)
+
+
+def test_checks_name_a_missing_queue_and_an_unreachable_redis(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "nowhere": {"BACKEND": RQ, "OPTIONS": {"QUEUE": "nowhere"}},
+            "down": {"BACKEND": RQ, "OPTIONS": {"QUEUE": "down"}},
+        },
+    }
+    [missing] = check_settings()
+    assert missing.id == "schedulinator.E022"
+    assert "'nowhere', which is not in RQ_QUEUES" in missing.msg
+    unreachable = [
+        m for m in check_dispatchers(databases=["default"]) if m.id == "schedulinator.W022"
+    ]
+    assert len(unreachable) == 1
+    assert "queue 'down'" in unreachable[0].msg

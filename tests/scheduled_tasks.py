@@ -111,3 +111,16 @@ def show_lock_timeout(*, occurrence: Occurrence):
 def invoice_run(*args, **kwargs):
     """The task the examples in docs/dispatch.md schedule (tests/doc_examples.py runs them)."""
     return None
+
+
+# The Celery tasks of tests/celery_app.py, registered for scheduling under their Celery names.
+def _register_celery_tasks() -> None:
+    from .celery_app import boom as celery_boom
+    from .celery_app import record as celery_record
+    from .celery_app import slow as celery_slow
+
+    for celery_task in (celery_record, celery_boom, celery_slow):
+        task(name=celery_task.name)(celery_task)
+
+
+_register_celery_tasks()

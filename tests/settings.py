@@ -110,7 +110,8 @@ CACHES = {
 # RQ (tests/test_dispatch_rq.py): a queue of each test process's own in the shared Redis (the
 # rqworker subprocess computes the same name: it inherits PYTEST_XDIST_WORKER), and one on a
 # port where nothing listens.
-RQ_TEST_QUEUE = f"schedtest-{CHECKOUT}-{XDIST_WORKER}"
+TEST_QUEUE = f"schedtest-{CHECKOUT}-{XDIST_WORKER}"  # RQ and Celery
+RQ_TEST_QUEUE = TEST_QUEUE
 RQ_QUEUES = {
     RQ_TEST_QUEUE: {"URL": REDIS_URL},
     "down": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 1},

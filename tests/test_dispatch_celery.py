@@ -1,0 +1,245 @@
+"""The Celery dispatcher (``dispatch/celery.py``) with a real ``celery worker`` subprocess on
+the real RabbitMQ, on a queue of this test process's own (tests/settings.py, TEST_QUEUE)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.checks import check_dispatchers, check_settings
+from django_schedulinator.dispatch.celery import task_id
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .celery_app import app
+from .conftest import ROOT, make_schedule, subprocess_env
+from .doc_examples import example
+from .models import Delivery
+from .redis_server import free_port
+
+QUEUE = django_settings.TEST_QUEUE
+CELERY = "django_schedulinator.dispatch.celery.CeleryDispatcher"
+
+
+def purge() -> None:
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        channel.queue_declare(QUEUE, durable=True, auto_delete=False)
+        channel.queue_purge(QUEUE)
+
+
+@pytest.fixture
+def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
+    """The docs' configuration, sending to this test process's queue, emptied after."""
+    config = example("celery")["SCHEDULINATOR"]
+    config["DISPATCHERS"]["celery"]["OPTIONS"]["APP"] = "tests.celery_app.app"
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+    purge()
+    yield
+    purge()
+
+
+@pytest.fixture
+def celery_worker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "-P", "solo",
+                "-Q", QUEUE, "--without-heartbeat", "--without-gossip", "--without-mingle",
+                "-l", "INFO"]  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=subprocess_env(key_prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        output, _ = proc.communicate(timeout=30)
+        print("--- celery worker", output)
+
+
+def due(**fields: Any) -> Schedule:
+    fields.setdefault("dispatcher", "celery")
+    fields.setdefault("dispatch_options", {"queue": QUEUE})
+    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def until(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def status_of(schedule: Schedule) -> str:
+    return Run.objects.filter(schedule=schedule).latest("scheduled_for").status
+
+
+def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
+    if schedule is not None:
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+    worker = Worker(worker_id=worker_id)
+    worker.run_pass()
+    worker.close()
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the worker writes the outcome
+def test_a_task_gets_its_key_and_the_hook_reports_its_end(
+    celery_alias: None, celery_worker: Any
+) -> None:
+    ok = due(task="tests.celery.record", args=[1], kwargs={"a": "b"})
+    bad = due(task="tests.celery.boom")
+    fire()
+    run = Run.objects.get(schedule=ok)
+    assert (run.status, run.external_id) == ("dispatched", task_id(run.idempotency_key))
+
+    celery_worker()
+    until(lambda: status_of(ok) == "succeeded" and status_of(bad) == "failed")
+
+    delivery = Delivery.objects.get(schedule_id=ok.pk)
+    assert delivery.key == run.idempotency_key
+    assert delivery.payload == {"args": [1], "kwargs": {"a": "b"}, "task_id": run.external_id}
+    assert "RuntimeError" in Run.objects.get(schedule=bad).error
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_overlap_skip_holds_while_the_task_runs(celery_alias: None, celery_worker: Any) -> None:
+    schedule = due(
+        task="tests.celery.slow", kwargs={"seconds": 3}, overlap="skip",
+        kind="interval", interval=timedelta(minutes=1),
+    )  # fmt: skip
+    fire()
+    celery_worker()
+    until(lambda: status_of(schedule) == "running")
+
+    fire(schedule)
+    runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+    assert [(r.status, r.skip_reason) for r in runs] == [("running", ""), ("skipped", "overlap")]
+
+    until(lambda: Run.objects.get(pk=runs[0].pk).status == "succeeded")
+    fire(schedule)
+    latest = Run.objects.filter(schedule=schedule).latest("scheduled_for")
+    assert latest.skip_reason == ""
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_redelivery_carries_the_same_key_and_task_id_and_celery_runs_it_again(
+    celery_alias: None, celery_worker: Any
+) -> None:
+    schedule = due(task="tests.celery.record")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    # The first scheduler's lease ran out before it recorded the hand-off: another takes over.
+    Run.objects.filter(pk=run.pk).update(
+        status="pending", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    fire(worker_id="other")
+    run.refresh_from_db()
+    assert (run.attempts, run.external_id) == (2, task_id(run.idempotency_key))
+
+    celery_worker()
+    until(lambda: Delivery.objects.filter(key=run.idempotency_key).count() == 2)
+    # Celery ran both messages, with the same id and key; the second end report was a no-op.
+    ids = {d.payload["task_id"] for d in Delivery.objects.filter(key=run.idempotency_key)}
+    assert ids == {run.external_id}
+    until(lambda: status_of(schedule) == "succeeded")
+
+
+@pytest.mark.django_db
+def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
+    celery_alias: None, settings: Any
+) -> None:
+    settings.SCHEDULINATOR["DISPATCHERS"]["down"] = {
+        "BACKEND": CELERY,
+        "OPTIONS": {"APP": "tests.test_dispatch_celery.DOWN", "MAX_ATTEMPTS": 2,
+                    "RETRY_BACKOFF_SECONDS": 0.05},
+    }  # fmt: skip
+    lost = due(dispatcher="down", task="tests.celery.record", dispatch_options={})
+    other = due(task="tests.celery.record")
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    assert status_of(other) == "dispatched"
+
+    deadline = time.monotonic() + 30
+    while status_of(lost) != "failed":
+        assert time.monotonic() < deadline, Run.objects.get(schedule=lost).error
+        worker._next_takeover = 0.0
+        worker.run_pass()
+        time.sleep(0.05)
+    worker.close()
+    error = Run.objects.get(schedule=lost).error
+    assert error.startswith("Handed off 2 time(s) without success; the last error: The Celery")
+
+
+def _down_app() -> Any:
+    from celery import Celery
+
+    down = Celery("down", broker=f"amqp://guest:guest@127.0.0.1:{free_port()}//")
+    down.conf.broker_connection_timeout = 1
+    return down
+
+
+DOWN = _down_app()
+
+
+@pytest.mark.django_db
+def test_a_schedule_asking_what_celery_does_not_do_is_refused(celery_alias: None) -> None:
+    with pytest.raises(ValidationError) as unknown:
+        due(dispatch_options={"queue": QUEUE, "timeout": 5})
+    assert "has no option 'timeout' (options it takes: expires, priority, queue, routing_key)" in (
+        str(unknown.value)
+    )
+
+
+@pytest.mark.django_db
+def test_overlap_needs_the_workers_hook(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"celery": {"BACKEND": CELERY, "OPTIONS": {"APP": "tests.celery_app.app"}}},
+    }
+    with pytest.raises(ValidationError, match="never learns when a run ends"):
+        make_schedule(dispatcher="celery", task="tests.celery.record", overlap="skip")
+
+
+def test_checks_name_a_missing_app_and_an_unreachable_broker(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "nowhere": {"BACKEND": CELERY, "OPTIONS": {"APP": "no.such.app"}},
+            "down": {"BACKEND": CELERY, "OPTIONS": {"APP": "tests.test_dispatch_celery.DOWN"}},
+            "empty": {"BACKEND": CELERY},
+        },
+    }
+    messages = {m.id: m.msg for m in check_settings()}
+    assert "'no.such.app', which cannot be imported" in messages["schedulinator.E021"]
+    assert "'APP' must name your Celery app" in messages["schedulinator.E004"]
+    unreachable = [
+        m for m in check_dispatchers(databases=["default"]) if m.id == "schedulinator.W021"
+    ]
+    assert len(unreachable) == 1
+    assert "'down'" in unreachable[0].msg

@@ -26,6 +26,8 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     task_acks_late=False,
     worker_hijack_root_logger=False,
+    # No remote control: workers of parallel tests share the broker, not a control queue.
+    worker_enable_remote_control=False,
 )
 report_outcomes(app)  # the documented one line, as a project puts it in its celery.py
 

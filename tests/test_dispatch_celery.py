@@ -56,9 +56,10 @@ def celery_worker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str
     started: list[subprocess.Popen[str]] = []
 
     def start() -> subprocess.Popen[str]:
+        # A node name of its own: workers of parallel tests must not share one.
         argv = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "-P", "solo",
-                "-Q", QUEUE, "--without-heartbeat", "--without-gossip", "--without-mingle",
-                "-l", "INFO"]  # fmt: skip
+                "-Q", QUEUE, "-n", f"{QUEUE}-{len(started)}@%h", "--without-heartbeat",
+                "--without-gossip", "--without-mingle", "-l", "INFO"]  # fmt: skip
         proc = subprocess.Popen(
             argv,
             cwd=ROOT,

@@ -21,3 +21,7 @@ class SchedulinatorConfig(AppConfig):
         post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
         post_delete.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete")
         autodiscover_modules(app_settings.TASKS_MODULE)
+        # Outcomes of Django tasks come back through that framework's signals, if installed.
+        from .dispatch.tasks import connect_signals
+
+        connect_signals()

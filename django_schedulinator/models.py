@@ -24,7 +24,7 @@ from .conf import MAX_JSON_DEPTH, app_settings
 from .dbclock import DatabaseClockField
 from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
 from .querysets import RunQuerySet, ScheduleQuerySet
-from .registry import OCCURRENCE_PARAMETER, registry
+from .registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, registry
 
 StrOrPromise = str | Promise  # a message, translated when shown
 
@@ -172,12 +172,13 @@ def validate_json_object(value: Any) -> None:
             code="not_an_object",
             params={"type": type(value).__name__},
         )
-    if OCCURRENCE_PARAMETER in value:
-        raise ValidationError(
-            _("%(name)r is reserved: the scheduler passes the occurrence itself."),
-            code="reserved_kwarg",
-            params={"name": OCCURRENCE_PARAMETER},
-        )
+    for reserved in (OCCURRENCE_PARAMETER, OCCURRENCE_KEY_PARAMETER):
+        if reserved in value:
+            raise ValidationError(
+                _("%(name)r is reserved: the scheduler passes the occurrence itself."),
+                code="reserved_kwarg",
+                params={"name": reserved},
+            )
     _validate_strict_json(value)
 
 
@@ -888,6 +889,12 @@ class Run(models.Model):
                 condition=Q(status__in=["pending", "running", "buffered"])
                 | Q(status="dispatched", outcome_due_by__isnull=False),
                 name="schedulinator_run_active",
+            ),
+            # The outcome of a Django task arrives with its result id.
+            models.Index(
+                fields=["external_id"],
+                condition=~Q(external_id=""),
+                name="schedulinator_run_external",
             ),
         ]
 

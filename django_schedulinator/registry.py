@@ -21,6 +21,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 TASK_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
 OCCURRENCE_PARAMETER = "occurrence"
+# A Django task (its arguments are JSON) gets the key, not the Occurrence, in this parameter.
+OCCURRENCE_KEY_PARAMETER = "occurrence_key"
+
+
+def is_django_task(obj: Any) -> bool:
+    """Whether ``obj`` is a task of Django's tasks framework (``@task`` of django.tasks, or of
+    the django-tasks backport): it has a function, and is enqueued with ``using()``."""
+    return (
+        callable(getattr(obj, "enqueue", None))
+        and callable(getattr(obj, "using", None))
+        and (callable(getattr(obj, "func", None)))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +44,11 @@ class RegisteredTask:
     takes_occurrence: bool
     # Seconds after which the inline dispatcher cuts the task off; None: the setting's value.
     timeout: float | None = None
+    # The Django task (django.tasks) registered, which the tasks dispatcher enqueues; ``func``
+    # is its function, which the inline dispatcher calls.
+    django_task: Any = None
+    # The function declares ``occurrence_key``: it receives the key (a string).
+    takes_key: bool = False
 
 
 class TaskRegistry:
@@ -63,21 +80,28 @@ class TaskRegistry:
             )
 
         def decorator(f: F) -> F:
-            task_name = name or f"{f.__module__}.{f.__qualname__}"
+            django_task: Any = f if is_django_task(f) else None
+            func: Callable[..., Any] = django_task.func if django_task is not None else f
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
             if not TASK_NAME_RE.match(task_name):
                 raise ImproperlyConfigured(
                     f"Task name {task_name!r} must start with a letter or underscore and hold "
                     "at most 200 characters from A-Z a-z 0-9 _ . : -"
                 )
             existing = self._tasks.get(task_name)
-            if existing is not None and _qualified(existing.func) != _qualified(f):
+            if existing is not None and _qualified(existing.func) != _qualified(func):
                 raise ImproperlyConfigured(
                     f"Task name {task_name!r} is already registered for "
-                    f"{_qualified(existing.func)}; pass name= to register {_qualified(f)}"
+                    f"{_qualified(existing.func)}; pass name= to register {_qualified(func)}"
                 )
-            params = inspect.signature(f).parameters
+            params = inspect.signature(func).parameters
             self._tasks[task_name] = RegisteredTask(
-                task_name, f, takes_occurrence=OCCURRENCE_PARAMETER in params, timeout=timeout
+                task_name,
+                func,
+                takes_occurrence=OCCURRENCE_PARAMETER in params,
+                timeout=timeout,
+                django_task=django_task,
+                takes_key=OCCURRENCE_KEY_PARAMETER in params,
             )
             return f
 
@@ -88,6 +112,12 @@ class TaskRegistry:
             return self._tasks[name]
         except KeyError:
             raise UnknownTask(name) from None
+
+    def is_scheduled_function(self, func: Any) -> bool:
+        """Whether ``func`` is the function of a registered Django task."""
+        return func is not None and any(
+            t.func is func for t in self._tasks.values() if t.django_task is not None
+        )
 
     def __contains__(self, name: object) -> bool:
         return name in self._tasks
@@ -106,7 +136,7 @@ class TaskRegistry:
 
 
 def _qualified(func: Callable[..., Any]) -> str:
-    return f"{func.__module__}.{func.__qualname__}"
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
 
 
 registry = TaskRegistry()

@@ -124,3 +124,14 @@ def _register_celery_tasks() -> None:
 
 
 _register_celery_tasks()
+
+
+# Django tasks (django.tasks, or the backport), registered in one line each.
+def _register_django_tasks() -> None:
+    from . import django_task_defs as defs
+
+    for django_task in (defs.record, defs.boom, defs.slow, defs.plain):
+        task(name=f"tests.django.{django_task.func.__name__}")(django_task)
+
+
+_register_django_tasks()

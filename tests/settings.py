@@ -8,6 +8,8 @@ import hashlib
 import os
 import tempfile
 
+import django
+
 SECRET_KEY = "tests-only"
 DEBUG = False
 USE_TZ = True
@@ -28,6 +30,10 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_rq",  # its rqworker command, for the RQ dispatcher's tests
+    # Django's tasks framework (the backport before Django 6) with a database backend and its
+    # db_worker, for the tasks dispatcher's tests.
+    *(["django_tasks"] if django.VERSION < (6, 0) else []),
+    "django_tasks_db",
     "django_schedulinator",
     "tests",
 ]
@@ -115,6 +121,19 @@ RQ_TEST_QUEUE = TEST_QUEUE
 RQ_QUEUES = {
     RQ_TEST_QUEUE: {"URL": REDIS_URL},
     "down": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 1},
+}
+
+TASKS = {
+    "default": {"BACKEND": "django_tasks_db.DatabaseBackend", "QUEUES": ["default", "reports"]},
+    "immediate": {
+        "BACKEND": (
+            "django.tasks.backends.immediate.ImmediateBackend"
+            if django.VERSION >= (6, 0)
+            else "django_tasks.backends.immediate.ImmediateBackend"
+        )
+    },
+    # Declares that it cannot order by priority (what a schedule asking for one is refused on).
+    "nopriority": {"BACKEND": "tests.task_backends.NoPriorityBackend"},
 }
 
 SCHEDULINATOR = {

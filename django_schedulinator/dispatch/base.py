@@ -55,7 +55,7 @@ class Occurrence:
         ``bulk_create``, raw SQL) may hold any JSON: such a run fails on its own, with an
         error that says what is wrong, instead of breaking whatever runs it.
         """
-        from ..registry import OCCURRENCE_PARAMETER
+        from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER
 
         if not isinstance(self.args, list):
             raise InvalidArguments(
@@ -65,11 +65,12 @@ class Occurrence:
             raise InvalidArguments(
                 f"The schedule's kwargs must be a JSON object, not {_json_type(self.kwargs)}."
             )
-        if OCCURRENCE_PARAMETER in self.kwargs:
-            raise InvalidArguments(
-                f"The schedule's kwargs hold {OCCURRENCE_PARAMETER!r}, which is reserved: the "
-                "scheduler passes the occurrence itself."
-            )
+        for reserved in (OCCURRENCE_PARAMETER, OCCURRENCE_KEY_PARAMETER):
+            if reserved in self.kwargs:
+                raise InvalidArguments(
+                    f"The schedule's kwargs hold {reserved!r}, which is reserved: the "
+                    "scheduler passes the occurrence itself."
+                )
         return list(self.args), dict(self.kwargs)
 
 

@@ -22,7 +22,7 @@ from django.db import close_old_connections
 
 from ..conf import app_settings
 from ..errors import InvalidArguments, UnknownTask
-from ..registry import registry
+from ..registry import OCCURRENCE_KEY_PARAMETER, registry
 from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
 
 logger = logging.getLogger("django_schedulinator.dispatch")
@@ -226,6 +226,8 @@ def _run(occurrence: Occurrence) -> Outcome:
         return Outcome(occurrence.run_id, "failed", str(exc))
     if registered.takes_occurrence:
         kwargs["occurrence"] = occurrence
+    if registered.takes_key:
+        kwargs[OCCURRENCE_KEY_PARAMETER] = occurrence.key
     try:
         registered.func(*args, **kwargs)
     except BaseException as exc:  # a task must never take the scheduler down, not even exit()

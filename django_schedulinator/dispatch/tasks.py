@@ -1,0 +1,270 @@
+"""Django's tasks framework: ``django.tasks`` on Django 6, the django-tasks backport on 5.2.
+
+A task defined with ``@task`` of django.tasks is registered for scheduling with the app's
+``@django_schedulinator.task`` on top; this dispatcher enqueues it with
+``.using(queue_name=..., priority=..., backend=...)`` where its backend supports them, and
+stores the result id on the run. A task that declares an ``occurrence_key`` parameter
+receives the key (the arguments of a Django task are JSON, so the key, not the Occurrence).
+
+Outcomes come back through the framework's own signals, ``task_started`` and
+``task_finished``, which backends with workers send in the worker (django-tasks-db's
+``db_worker`` does); the handlers, connected when this app starts, find the run by its
+result id. A backend that sends no signals leaves its runs ``dispatched``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from django.core.checks import CheckMessage, Error
+from django.db import DatabaseError
+
+from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+
+logger = logging.getLogger("django_schedulinator.dispatch.tasks")
+
+MAX_ERROR_CHARS = 4000
+# A worker may start a task before the scheduler recorded its hand-off: the signal handlers
+# look for the run this long before they give up (the run then waits for its deadline).
+FIND_RUN_SECONDS = 5.0
+# Set while this thread enqueues: a backend that runs the task inside enqueue() (Django's
+# ImmediateBackend) sends its signals then, and the dispatcher reads the result instead.
+_enqueuing = threading.local()
+
+
+def framework() -> ModuleType | None:
+    """``django.tasks`` (Django 6), else the ``django_tasks`` backport, else None."""
+    for name in ("django.tasks", "django_tasks"):
+        try:
+            return import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
+class TasksDispatcher(BaseDispatcher):
+    """Enqueues each occurrence's Django task on a backend of ``TASKS``."""
+
+    extra = "tasks"
+    options = {
+        "BACKEND_ALIAS": Option(
+            str, "The TASKS backend used when a schedule names none.", default="default"
+        ),
+    }
+    schedule_options = {
+        "queue_name": Option(str, "A queue of the backend (its QUEUES)."),
+        "priority": Option(
+            int, "-100 to 100, where the backend supports priority.", minimum=-100, maximum=100
+        ),
+        "backend": Option(str, "A TASKS alias other than the dispatcher's."),
+    }
+
+    def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
+        super().__init__(alias, options)
+        # Outcomes arrive where the backend sends task_started/task_finished.
+        self.reports_outcomes = True
+
+    def _backend(self, name: str | None) -> Any:
+        tasks = framework()
+        assert tasks is not None
+        return tasks.task_backends[name or self.settings["BACKEND_ALIAS"]]
+
+    def schedule_option_errors(self, options: Any) -> list[str]:
+        errors = super().schedule_option_errors(options)
+        if errors or not isinstance(options, dict) or framework() is None:
+            return errors
+        name = options.get("backend") or self.settings["BACKEND_ALIAS"]
+        try:
+            backend = self._backend(name)
+        except Exception as exc:
+            return [f"the tasks backend {name!r} cannot be used: {str(exc).rstrip('.')}"]
+        if "priority" in options and not backend.supports_priority:
+            errors.append(
+                f"the option 'priority' is not supported by the tasks backend {backend.alias!r} "
+                f"({type(backend).__name__})"
+            )
+        queues = getattr(backend, "queues", None)
+        queue = options.get("queue_name")
+        if queue is not None and queues and queue not in queues:
+            errors.append(
+                f"the option 'queue_name' must be one of the backend's QUEUES "
+                f"({', '.join(sorted(queues))}), got {queue!r}"
+            )
+        return errors
+
+    def check(self, *, connect: bool = False) -> list[CheckMessage]:
+        if framework() is None:
+            return [
+                Error(
+                    f"The dispatcher {self.alias!r} needs Django's tasks framework: Django 6, "
+                    "or the django-tasks backport.",
+                    hint="pip install 'django-schedulinator[tasks]'",
+                    id="schedulinator.E023",
+                )
+            ]
+        try:
+            self._backend(None)
+        except Exception as exc:
+            return [
+                Error(
+                    f"The dispatcher {self.alias!r} uses the tasks backend "
+                    f"{self.settings['BACKEND_ALIAS']!r}: {exc}",
+                    hint="Name an alias of TASKS in OPTIONS['BACKEND_ALIAS'].",
+                    id="schedulinator.E023",
+                )
+            ]
+        return []
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        from ..registry import OCCURRENCE_KEY_PARAMETER, registry
+
+        outcomes: list[Outcome] = []
+        for occurrence in occurrences:
+            run_id = occurrence.run_id
+            registered = registry.get(occurrence.task)
+            if registered.django_task is None:
+                outcomes.append(
+                    Outcome(
+                        run_id,
+                        "failed",
+                        f"{occurrence.task!r} is not a Django task: register a function "
+                        "decorated with @task of django.tasks to send it through "
+                        f"{type(self).__name__}.",
+                    )
+                )
+                continue
+            options = occurrence.dispatch_options
+            using: dict[str, Any] = {
+                name: options[name] for name in ("queue_name", "priority") if name in options
+            }
+            using["backend"] = options.get("backend") or self.settings["BACKEND_ALIAS"]
+            args, kwargs = occurrence.call_arguments()
+            if registered.takes_key:
+                kwargs[OCCURRENCE_KEY_PARAMETER] = occurrence.key
+            _enqueuing.active = True
+            try:
+                result = registered.django_task.using(**using).enqueue(*args, **kwargs)
+            except (DatabaseError, OSError) as exc:
+                # Its database or broker is away: the dispatcher's backoff tries again.
+                text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+                outcomes.append(Outcome(run_id, "retry", f"Could not enqueue: {text}"))
+                continue
+            except Exception as exc:
+                # Refused (an unknown backend, a task it cannot run): trying again won't help.
+                text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+                outcomes.append(Outcome(run_id, "failed", f"Could not enqueue: {text}"))
+                continue
+            finally:
+                _enqueuing.active = False
+            outcome = _ended(run_id, result) or Outcome(
+                run_id, "dispatched", external_id=str(result.id)
+            )
+            # Recorded at once: the worker's signals find the run by this id.
+            progress.finished([outcome])
+            outcomes.append(outcome)
+        return outcomes
+
+
+def _status(task_result: Any) -> str:
+    return str(getattr(task_result.status, "value", task_result.status))
+
+
+def _error(task_result: Any) -> str:
+    errors = getattr(task_result, "errors", None) or []
+    text = errors[-1].traceback if errors else f"The task ended {_status(task_result)}."
+    return str(text)[-MAX_ERROR_CHARS:]
+
+
+def _ended(run_id: int, result: Any) -> Outcome | None:
+    """The outcome of a task the backend already ran inside enqueue() (ImmediateBackend)."""
+    status = _status(result)
+    if status == "SUCCESSFUL":
+        return Outcome(run_id, "succeeded", external_id=str(result.id))
+    if status == "FAILED":
+        return Outcome(run_id, "failed", _error(result), external_id=str(result.id))
+    return None
+
+
+# -- the workers' side: the framework's signals ----------------------------------------
+
+
+def connect_signals() -> None:
+    """Connect the outcome handlers (the app does it when it starts, if the framework is
+    installed)."""
+    tasks = framework()
+    if tasks is None:
+        return
+    signals = import_module(f"{tasks.__name__}.signals")
+    signals.task_started.connect(_started, dispatch_uid="schedulinator_task_started")
+    signals.task_finished.connect(_finished, dispatch_uid="schedulinator_task_finished")
+
+
+def _key_of(result_id: str) -> str | None:
+    """The occurrence key of the run handed off as ``result_id``, waiting briefly for the
+    scheduler to record it; None for a task the scheduler did not enqueue."""
+    from ..models import Run
+
+    deadline = time.monotonic() + FIND_RUN_SECONDS
+    while True:
+        found = (
+            Run.objects.filter(external_id=result_id)
+            .values_list("schedule_id", "scheduled_for")
+            .first()
+        )
+        if found is not None:
+            from ..models import occurrence_key
+
+            return occurrence_key(*found)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def _is_scheduled(task_result: Any) -> bool:
+    """A task the scheduler may have enqueued (a registered Django task), not run inside a
+    dispatcher's own enqueue()."""
+    from ..registry import registry
+
+    if getattr(_enqueuing, "active", False):
+        return False
+    return registry.is_scheduled_function(getattr(getattr(task_result, "task", None), "func", None))
+
+
+def _started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    if not _is_scheduled(task_result):
+        return
+    key = _key_of(str(task_result.id))
+    if key is not None:
+        _report(lambda: _outcomes().report_started(key), key)
+
+
+def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    if not _is_scheduled(task_result):
+        return
+    key = _key_of(str(task_result.id))
+    if key is None:
+        return
+    if _status(task_result) == "SUCCESSFUL":
+        _report(lambda: _outcomes().report_finished(key, succeeded=True), key)
+    else:
+        error = _error(task_result)
+        _report(lambda: _outcomes().report_finished(key, succeeded=False, error=error), key)
+
+
+def _outcomes() -> Any:
+    from .. import outcomes
+
+    return outcomes
+
+
+def _report(call: Any, key: str) -> None:
+    try:
+        call()
+    except Exception:  # a report must never fail the task; the run's outcome stays unknown
+        logger.exception("Could not report the outcome of %s.", key)

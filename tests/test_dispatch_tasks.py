@@ -1,0 +1,222 @@
+"""The Django tasks dispatcher (``dispatch/tasks.py``) through django-tasks-db's database
+backend, with its real ``db_worker`` as a subprocess: a backend whose worker runs elsewhere
+and sends the framework's task_started and task_finished signals, on the test's own
+database (SQLite file or PostgreSQL), so no broker is needed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.checks import check_settings
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import ROOT, make_schedule, subprocess_env
+from .doc_examples import example
+from .models import Delivery
+
+TASKS_DISPATCHER = "django_schedulinator.dispatch.tasks.TasksDispatcher"
+
+
+@pytest.fixture
+def tasks_alias(settings: Any, built_index: DueIndex) -> None:
+    config = example("tasks")["SCHEDULINATOR"]
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+
+
+@pytest.fixture
+def db_worker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        argv = [sys.executable, "-m", "django", "db_worker", "--queue-name", "*",
+                "--interval", "0.1", "--no-startup-delay"]  # fmt: skip
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=subprocess_env(key_prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.kill()
+        output, _ = proc.communicate(timeout=30)
+        print("--- db_worker", output)
+
+
+def due(**fields: Any) -> Schedule:
+    fields.setdefault("dispatcher", "tasks")
+    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def until(condition: Callable[[], bool], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def status_of(schedule: Schedule) -> str:
+    return Run.objects.filter(schedule=schedule).latest("scheduled_for").status
+
+
+def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
+    if schedule is not None:
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+    worker = Worker(worker_id=worker_id)
+    worker.run_pass()
+    worker.close()
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the worker writes the outcome
+def test_a_django_task_gets_its_key_and_its_signals_report_its_end(
+    tasks_alias: None, db_worker: Any
+) -> None:
+    ok = due(task="tests.django.record", args=[1], kwargs={"a": "b"})
+    bad = due(task="tests.django.boom")
+    fire()
+    run = Run.objects.get(schedule=ok)
+    assert run.status == "dispatched"
+    assert run.external_id  # the result id the backend gave
+
+    db_worker()
+    until(lambda: status_of(ok) == "succeeded" and status_of(bad) == "failed")
+
+    delivery = Delivery.objects.get(schedule_id=ok.pk)
+    assert delivery.key == run.idempotency_key
+    assert delivery.payload == {"args": [1], "kwargs": {"a": "b"}}
+    assert "RuntimeError: boom" in Run.objects.get(schedule=bad).error
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_overlap_skip_holds_while_the_task_runs(tasks_alias: None, db_worker: Any) -> None:
+    schedule = due(
+        task="tests.django.slow", kwargs={"seconds": 3}, overlap="skip",
+        kind="interval", interval=timedelta(minutes=1),
+    )  # fmt: skip
+    fire()
+    db_worker()
+    until(lambda: status_of(schedule) == "running")
+
+    fire(schedule)
+    runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+    assert [(r.status, r.skip_reason) for r in runs] == [("running", ""), ("skipped", "overlap")]
+
+    until(lambda: Run.objects.get(pk=runs[0].pk).status == "succeeded")
+    fire(schedule)
+    assert Run.objects.filter(schedule=schedule).latest("scheduled_for").skip_reason == ""
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_redelivery_carries_the_same_key_and_runs_again_under_a_new_result_id(
+    tasks_alias: None, db_worker: Any
+) -> None:
+    schedule = due(task="tests.django.record")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    first_id = run.external_id
+    Run.objects.filter(pk=run.pk).update(
+        status="pending", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    fire(worker_id="other")  # its lease ran out: another scheduler hands it off again
+    run.refresh_from_db()
+    assert run.attempts == 2
+    assert run.external_id != first_id  # the backend gave the second enqueue an id of its own
+
+    db_worker()
+    until(lambda: Delivery.objects.filter(key=run.idempotency_key).count() == 2)
+    until(lambda: status_of(schedule) == "succeeded")
+
+
+@pytest.mark.django_db(transaction=True)  # the immediate backend runs the task in this process
+def test_a_backend_that_runs_the_task_in_enqueue_gives_its_outcome_at_once(
+    settings: Any, built_index: DueIndex
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "now": {"BACKEND": TASKS_DISPATCHER, "OPTIONS": {"BACKEND_ALIAS": "immediate"}}
+        },
+    }
+    ok = due(dispatcher="now", task="tests.django.record")
+    bad = due(dispatcher="now", task="tests.django.boom")
+    fire()
+    assert (status_of(ok), status_of(bad)) == ("succeeded", "failed")
+
+
+@pytest.mark.django_db
+def test_a_backend_that_refuses_the_task_fails_its_runs_at_once_while_others_fire(
+    tasks_alias: None, settings: Any
+) -> None:
+    settings.SCHEDULINATOR["DISPATCHERS"]["other"] = {"BACKEND": TASKS_DISPATCHER}
+    refused = due(dispatcher="other", task="tests.django.plain")
+    fine = due(task="tests.django.plain")
+    # Its backend is misconfigured after the schedule was saved: not worth a retry.
+    settings.SCHEDULINATOR["DISPATCHERS"]["other"]["OPTIONS"] = {"BACKEND_ALIAS": "gone"}
+    fire()
+    assert status_of(fine) == "dispatched"
+    run = Run.objects.get(schedule=refused)
+    assert (run.status, run.attempts) == ("failed", 1)
+    assert run.error.startswith("Could not enqueue: ")
+    assert "gone" in run.error
+
+
+@pytest.mark.django_db
+def test_a_schedule_asking_what_the_backend_does_not_do_is_refused(tasks_alias: None) -> None:
+    with pytest.raises(ValidationError) as unknown:
+        due(task="tests.django.plain", dispatch_options={"routing_key": "x"})
+    assert "has no option 'routing_key' (options it takes: backend, priority, queue_name)" in (
+        str(unknown.value)
+    )
+    with pytest.raises(ValidationError) as queue:
+        due(task="tests.django.plain", dispatch_options={"queue_name": "elsewhere"})
+    assert "'queue_name' must be one of the backend's QUEUES (default, reports)" in str(queue.value)
+    with pytest.raises(ValidationError) as priority:
+        due(task="tests.django.plain", dispatch_options={"priority": 5, "backend": "nopriority"})
+    assert "'priority' is not supported by the tasks backend 'nopriority'" in str(priority.value)
+    with pytest.raises(ValidationError) as backend:
+        due(task="tests.django.plain", dispatch_options={"backend": "elsewhere"})
+    assert "The tasks backend 'elsewhere' cannot be used: The connection" in str(backend.value)
+    due(task="tests.django.plain", dispatch_options={"queue_name": "reports", "priority": 5})
+
+
+@pytest.mark.django_db
+def test_a_task_that_is_not_a_django_task_fails_saying_so(tasks_alias: None) -> None:
+    schedule = due(task="tests.record")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    assert run.status == "failed"
+    assert "'tests.record' is not a Django task" in run.error
+
+
+def test_the_check_names_a_backend_alias_that_is_not_in_tasks(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"t": {"BACKEND": TASKS_DISPATCHER, "OPTIONS": {"BACKEND_ALIAS": "x"}}},
+    }
+    [error] = check_settings()
+    assert error.id == "schedulinator.E023"
+    assert "uses the tasks backend 'x'" in error.msg

@@ -171,3 +171,21 @@ def _streaks(
             len(paused),
             paused[:20],
         )
+
+
+def report_from_worker(key: str, status: str, error: str = "") -> None:
+    """What the hooks in workers call (Celery's signals, RQ's callbacks, Django tasks'
+    signals): ``status`` is "started", "succeeded" or "failed". A report that cannot be made
+    (the database away) is logged and never fails the task: the run's outcome stays unknown
+    until its deadline. The worker's database connection is closed if it is stale."""
+    from django.db import close_old_connections
+
+    try:
+        if status == "started":
+            report_started(key)
+        else:
+            report_finished(key, succeeded=status == "succeeded", error=error)
+    except Exception:
+        logger.exception("Could not report that %s %s.", key, status)
+    finally:
+        close_old_connections()

@@ -3,9 +3,8 @@ the real RabbitMQ, on a queue of this test process's own (tests/settings.py, TES
 
 from __future__ import annotations
 
-import subprocess
+import functools
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -15,17 +14,17 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.celery import task_id
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import truncate_ms
+from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
+from . import handoff
 from .celery_app import app
-from .conftest import ROOT, make_schedule, subprocess_env
+from .conftest import Schedulers, make_schedule
 from .doc_examples import example
+from .handoff import fire, retry_until_failed, status_of, until
 from .models import Delivery
 from .redis_server import free_port
 
@@ -52,58 +51,32 @@ def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
 
 
 @pytest.fixture
-def celery_worker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start() -> subprocess.Popen[str]:
-        # A node name of its own: workers of parallel tests must not share one.
-        argv = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "-P", "solo",
-                "-Q", QUEUE, "-n", f"{QUEUE}-{len(started)}@%h", "--without-heartbeat",
-                "--without-gossip", "--without-mingle", "-l", "INFO"]  # fmt: skip
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=subprocess_env(key_prefix),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        output, _ = proc.communicate(timeout=30)
-        print("--- celery worker", output)
-
-
-def due(**fields: Any) -> Schedule:
-    fields.setdefault("dispatcher", "celery")
-    fields.setdefault("dispatch_options", {"queue": QUEUE})
-    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+def celery_worker(schedulers: Schedulers) -> Callable[[], Any]:
+    """Starts a real worker (killed, its output shown, after the test)."""
+    return lambda: schedulers.popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_app",
+            "worker",
+            "-P",
+            "solo",
+            "-Q",
+            QUEUE,
+            "-n",
+            f"{QUEUE}@%h",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "INFO",
+        ]
+    )
 
 
-def until(condition: Callable[[], bool], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
-
-def status_of(schedule: Schedule) -> str:
-    return Run.objects.filter(schedule=schedule).latest("scheduled_for").status
-
-
-def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
-    if schedule is not None:
-        Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
-        )
-        resync_schedules([schedule.pk])
-    worker = Worker(worker_id=worker_id)
-    worker.run_pass()
-    worker.close()
+due = functools.partial(handoff.due, dispatcher="celery", dispatch_options={"queue": QUEUE})
 
 
 @pytest.mark.subprocess
@@ -186,12 +159,7 @@ def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     worker.run_pass()
     assert status_of(other) == "dispatched"
 
-    deadline = time.monotonic() + 30
-    while status_of(lost) != "failed":
-        assert time.monotonic() < deadline, Run.objects.get(schedule=lost).error
-        worker._next_takeover = 0.0
-        worker.run_pass()
-        time.sleep(0.05)
+    retry_until_failed(worker, lost)
     worker.close()
     error = Run.objects.get(schedule=lost).error
     assert error.startswith("Handed off 2 time(s) without success; the last error: The Celery")

@@ -3,9 +3,8 @@ Redis: a queue of this test process's own (tests/settings.py, RQ_TEST_QUEUE)."""
 
 from __future__ import annotations
 
-import subprocess
+import functools
 import sys
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -16,16 +15,16 @@ from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.rq import job_id
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import truncate_ms
+from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
-from .conftest import ROOT, make_schedule, subprocess_env
+from . import handoff
+from .conftest import Schedulers
 from .doc_examples import example
+from .handoff import fire, retry_until_failed, status_of, until
 from .models import Delivery
 
 QUEUE = django_settings.RQ_TEST_QUEUE
@@ -48,54 +47,12 @@ def rq_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
 
 
 @pytest.fixture
-def rqworker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start() -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "rqworker", QUEUE],
-            cwd=ROOT,
-            env=subprocess_env(key_prefix),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        output, _ = proc.communicate(timeout=30)
-        print("--- rqworker", output)
+def rqworker(schedulers: Schedulers) -> Callable[[], Any]:
+    """Starts a real worker (killed, its output shown, after the test)."""
+    return lambda: schedulers.popen([sys.executable, "-m", "django", "rqworker", QUEUE])
 
 
-def due(**fields: Any) -> Schedule:
-    fields.setdefault("dispatcher", "jobs")
-    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
-
-
-def until(condition: Callable[[], bool], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
-
-def status_of(schedule: Schedule) -> str:
-    return Run.objects.filter(schedule=schedule).values_list("status", flat=True).get()
-
-
-def fire(schedule: Schedule | None = None) -> Worker:
-    if schedule is not None:
-        Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
-        )
-        resync_schedules([schedule.pk])
-    worker = Worker(worker_id="t")
-    worker.run_pass()
-    worker.close()
-    return worker
+due = functools.partial(handoff.due, dispatcher="jobs")
 
 
 @pytest.mark.subprocess
@@ -200,12 +157,8 @@ def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     assert status_of(other) == "dispatched"
     assert {status_of(s) for s in lost} == {"pending"}  # waiting for their retry
 
-    deadline = time.monotonic() + 20
-    while {status_of(s) for s in lost} != {"failed"}:
-        assert time.monotonic() < deadline
-        worker._next_takeover = 0.0
-        worker.run_pass()
-        time.sleep(0.05)
+    for schedule in lost:
+        retry_until_failed(worker, schedule)
     worker.close()
     error = Run.objects.get(schedule=lost[0]).error
     assert error.startswith("Handed off 2 time(s) without success; the last error: The Redis")

@@ -5,10 +5,9 @@ database (SQLite file or PostgreSQL), so no broker is needed."""
 
 from __future__ import annotations
 
-import subprocess
+import functools
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -16,15 +15,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
 from django_schedulinator.checks import check_settings
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
+from django_schedulinator.models import Run
 
-from .conftest import ROOT, make_schedule, subprocess_env
+from . import handoff
+from .conftest import Schedulers
 from .doc_examples import example
+from .handoff import fire, status_of, until
 from .models import Delivery
 
 TASKS_DISPATCHER = "django_schedulinator.dispatch.tasks.TasksDispatcher"
@@ -37,55 +35,24 @@ def tasks_alias(settings: Any, built_index: DueIndex) -> None:
 
 
 @pytest.fixture
-def db_worker(key_prefix: str) -> Iterator[Callable[[], subprocess.Popen[str]]]:
-    started: list[subprocess.Popen[str]] = []
-
-    def start() -> subprocess.Popen[str]:
-        argv = [sys.executable, "-m", "django", "db_worker", "--queue-name", "*",
-                "--interval", "0.1", "--no-startup-delay"]  # fmt: skip
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=subprocess_env(key_prefix),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        proc.kill()
-        output, _ = proc.communicate(timeout=30)
-        print("--- db_worker", output)
+def db_worker(schedulers: Schedulers) -> Callable[[], Any]:
+    """Starts a real worker (killed, its output shown, after the test)."""
+    return lambda: schedulers.popen(
+        [
+            sys.executable,
+            "-m",
+            "django",
+            "db_worker",
+            "--queue-name",
+            "*",
+            "--interval",
+            "0.1",
+            "--no-startup-delay",
+        ]
+    )
 
 
-def due(**fields: Any) -> Schedule:
-    fields.setdefault("dispatcher", "tasks")
-    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
-
-
-def until(condition: Callable[[], bool], seconds: float = 30) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
-
-
-def status_of(schedule: Schedule) -> str:
-    return Run.objects.filter(schedule=schedule).latest("scheduled_for").status
-
-
-def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
-    if schedule is not None:
-        Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
-        )
-        resync_schedules([schedule.pk])
-    worker = Worker(worker_id=worker_id)
-    worker.run_pass()
-    worker.close()
+due = functools.partial(handoff.due, dispatcher="tasks")
 
 
 @pytest.mark.subprocess

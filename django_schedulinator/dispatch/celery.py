@@ -12,7 +12,6 @@ the hook: a second end report changes nothing) drop the repeat.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,12 +21,9 @@ from django.utils.module_loading import import_string
 
 from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
 
-logger = logging.getLogger("django_schedulinator.dispatch.celery")
-
 KEY_HEADER = "schedulinator_key"
 # Task ids are uuid5 of the key in this namespace: the same key, the same id, everywhere.
 TASK_ID_NAMESPACE = uuid.UUID("0b3c4b8e-6c0f-5b8e-9a57-5c6865647531")
-MAX_ERROR_CHARS = 4000
 
 
 def task_id(key: str) -> str:
@@ -171,39 +167,27 @@ def report_outcomes(app: Any = None) -> None:
     database). A task's own retry (``self.retry``) is not its end: the run stays running."""
     from celery import signals
 
+    def report_from_worker(key: str, status: str, error: str = "") -> None:
+        # Imported when a task runs: the app's models are not loaded where this is called.
+        from ..outcomes import report_from_worker
+
+        report_from_worker(key, status, error)
+
     def started(sender: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            _report(lambda: _outcomes().report_started(key), key)
+            report_from_worker(key, "started")
 
     def succeeded(sender: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            _report(lambda: _outcomes().report_finished(key, succeeded=True), key)
+            report_from_worker(key, "succeeded")
 
     def failed(sender: Any = None, einfo: Any = None, exception: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            error = str(einfo or exception or "failed")[-MAX_ERROR_CHARS:]
-            _report(lambda: _outcomes().report_finished(key, succeeded=False, error=error), key)
+            report_from_worker(key, "failed", str(einfo or exception or "failed"))
 
     signals.task_prerun.connect(started, weak=False, dispatch_uid="schedulinator_started")
     signals.task_success.connect(succeeded, weak=False, dispatch_uid="schedulinator_succeeded")
     signals.task_failure.connect(failed, weak=False, dispatch_uid="schedulinator_failed")
-
-
-def _outcomes() -> Any:
-    from .. import outcomes
-
-    return outcomes
-
-
-def _report(call: Any, key: str) -> None:
-    try:
-        call()
-    except Exception:  # a report must never fail the task; the run's outcome stays unknown
-        logger.exception("Could not report the outcome of %s.", key)
-    finally:
-        from django.db import close_old_connections
-
-        close_old_connections()

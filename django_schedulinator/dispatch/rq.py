@@ -28,7 +28,6 @@ from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Pr
 logger = logging.getLogger("django_schedulinator.dispatch.rq")
 
 RUNNER = "django_schedulinator.dispatch.rq.run_registered"
-MAX_ERROR_CHARS = 4000
 
 
 def job_id(key: str) -> str:
@@ -197,10 +196,7 @@ def run_registered(payload: dict[str, Any]) -> Any:
         args=payload["args"],
         kwargs=payload["kwargs"],
     )
-    try:
-        outcomes.report_started(occurrence.key)
-    except Exception:  # the task runs all the same; its end is reported by the callback
-        logger.exception("Could not report the start of %s.", occurrence.key)
+    outcomes.report_from_worker(occurrence.key, "started")  # never fails the job
     registered = registry.get(occurrence.task)  # UnknownTask: the job fails, and says so
     args, kwargs = occurrence.call_arguments()
     if registered.takes_occurrence:
@@ -209,15 +205,15 @@ def run_registered(payload: dict[str, Any]) -> Any:
 
 
 def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:
-    from .. import outcomes
+    from ..outcomes import report_from_worker
 
-    outcomes.report_finished(job.args[0]["key"], succeeded=True)
+    report_from_worker(job.args[0]["key"], "succeeded")
 
 
 def report_failure(
     job: Any, connection: Any, kind: Any, value: Any, tb: Any, *args: Any, **kwargs: Any
 ) -> None:
-    from .. import outcomes
+    from ..outcomes import report_from_worker
 
-    error = "".join(traceback.format_exception(kind, value, tb))[-MAX_ERROR_CHARS:]
-    outcomes.report_finished(job.args[0]["key"], succeeded=False, error=error)
+    error = "".join(traceback.format_exception(kind, value, tb))
+    report_from_worker(job.args[0]["key"], "failed", error)

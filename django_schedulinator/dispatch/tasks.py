@@ -14,7 +14,6 @@ result id. A backend that sends no signals leaves its runs ``dispatched``.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -26,8 +25,6 @@ from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError
 
 from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
-
-logger = logging.getLogger("django_schedulinator.dispatch.tasks")
 
 MAX_ERROR_CHARS = 4000
 # A worker may start a task before the scheduler recorded its hand-off: the signal handlers
@@ -237,34 +234,24 @@ def _is_scheduled(task_result: Any) -> bool:
 
 
 def _started(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    from ..outcomes import report_from_worker
+
     if not _is_scheduled(task_result):
         return
     key = _key_of(str(task_result.id))
     if key is not None:
-        _report(lambda: _outcomes().report_started(key), key)
+        report_from_worker(key, "started")
 
 
 def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
+    from ..outcomes import report_from_worker
+
     if not _is_scheduled(task_result):
         return
     key = _key_of(str(task_result.id))
     if key is None:
         return
     if _status(task_result) == "SUCCESSFUL":
-        _report(lambda: _outcomes().report_finished(key, succeeded=True), key)
+        report_from_worker(key, "succeeded")
     else:
-        error = _error(task_result)
-        _report(lambda: _outcomes().report_finished(key, succeeded=False, error=error), key)
-
-
-def _outcomes() -> Any:
-    from .. import outcomes
-
-    return outcomes
-
-
-def _report(call: Any, key: str) -> None:
-    try:
-        call()
-    except Exception:  # a report must never fail the task; the run's outcome stays unknown
-        logger.exception("Could not report the outcome of %s.", key)
+        report_from_worker(key, "failed", _error(task_result))

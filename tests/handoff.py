@@ -1,0 +1,59 @@
+"""Helpers of the tests of dispatchers that hand work to another system (Celery, RQ, Django
+tasks): fire what is due in this process, and wait for what the worker reports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from django_schedulinator import resync_schedules
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_schedule
+
+
+def due(**fields: Any) -> Schedule:
+    """A schedule due five seconds ago (each test file binds its dispatcher with partial)."""
+    return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
+    """One scheduler pass here (``schedule``: made due again first)."""
+    if schedule is not None:
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+    worker = Worker(worker_id=worker_id)
+    worker.run_pass()
+    worker.close()
+
+
+def until(condition: Callable[[], bool], seconds: float = 30) -> None:
+    """Wait for what a worker in another process does (a bound, not a timing under test)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.05)
+
+
+def status_of(schedule: Schedule) -> str:
+    """The status of the schedule's latest run."""
+    return Run.objects.filter(schedule=schedule).latest("scheduled_for").status
+
+
+def retry_until_failed(worker: Worker, schedule: Schedule, seconds: float = 30) -> Run:
+    """Pass after pass (each takes over the runs whose backoff ended) until the run fails."""
+    deadline = time.monotonic() + seconds
+    while status_of(schedule) != "failed":
+        assert time.monotonic() < deadline, Run.objects.filter(schedule=schedule).last()
+        worker._next_takeover = 0.0  # take over at every pass, not every quarter lease
+        worker.run_pass()
+        time.sleep(0.05)
+    return Run.objects.filter(schedule=schedule).latest("scheduled_for")

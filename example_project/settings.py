@@ -8,6 +8,8 @@ database to the local PostgreSQL (PGDATABASE, default "test").
 import os
 from pathlib import Path
 
+import django
+
 from example_project import embedded_redis
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -108,6 +110,27 @@ SCHEDULINATOR = {
     # Keeps the demo's keys apart from anything else in a shared Redis database.
     "KEY_PREFIX": os.environ.get("DEMO_KEY_PREFIX", "schedulinator-demo"),
 }
+
+# The one setting that sends the demo's schedules through Django's tasks framework
+# (django.tasks on Django 6, the django-tasks backport on 5.2) instead of running them in the
+# scheduler: DEMO_DISPATCHER=tasks. The demo uses the framework's immediate backend, which
+# runs each task as it is enqueued, so it needs no worker; a project names its own backend.
+DEMO_DISPATCHER = os.environ.get("DEMO_DISPATCHER", "inline")
+if DEMO_DISPATCHER == "tasks":
+    if django.VERSION < (6, 0):
+        INSTALLED_APPS.append("django_tasks")
+    TASKS = {
+        "default": {
+            "BACKEND": (
+                "django.tasks.backends.immediate.ImmediateBackend"
+                if django.VERSION >= (6, 0)
+                else "django_tasks.backends.immediate.ImmediateBackend"
+            )
+        }
+    }
+    SCHEDULINATOR["DISPATCHERS"] = {
+        "default": {"BACKEND": "django_schedulinator.dispatch.tasks.TasksDispatcher"}
+    }
 
 LOGGING = {
     "version": 1,

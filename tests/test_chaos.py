@@ -146,8 +146,20 @@ class Fleet:
         self.start()
 
     def stop(self) -> list[int]:
-        """SIGTERM the running schedulers; their exit codes."""
+        """SIGTERM the running schedulers; their exit codes. A replacement still starting
+        up (Django not set up yet, so no handler for SIGTERM and nothing claimed) is given
+        the time to start first: the test is about stopping schedulers that run."""
         running = self.running()
+        for proc, log in self.procs:
+            if proc in running:
+                wait_for(
+                    lambda proc=proc, log=log: (
+                        proc.poll() is not None
+                        or " started (batch " in log.read_text(errors="replace")
+                    ),
+                    timeout=60,
+                    interval=0.2,
+                )
         for proc in running:
             proc.send_signal(signal.SIGTERM)
         for proc in running:

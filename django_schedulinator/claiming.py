@@ -85,7 +85,7 @@ class Counters:
     auto_paused: int = 0  # schedules paused after too many failures in a row
     # Committed runs not dispatched: their schedule was deleted or paused before dispatch.
     cancelled: int = 0
-    # Runs left pending because their dispatcher's lane was full: a take-over sends them.
+    # Runs left pending because their dispatcher's lane was stuck: a take-over sends them.
     lane_full: int = 0
 
     def add(self, other: Counters) -> None:

@@ -57,9 +57,11 @@ MAX_BACKOFF_SECONDS = 5.0
 # Batches waiting for the dispatch thread: enough to keep both busy, little enough that a stop
 # finishes quickly and a crash leaves few pending runs to take over.
 DISPATCH_QUEUE_BATCHES = 2
-# The longest a claim waits for a lane whose queue is full before it leaves the lane's runs
-# to a take-over.
+# The longest a claim waits for a lane that is behind (more than DISPATCH_QUEUE_BATCHES
+# waiting), and how many more batches a lane then holds before it counts as stuck and its
+# runs are left to a take-over. A stop dispatches everything a lane holds.
 LANE_WAIT_SECONDS = 1.0
+LANE_BACKLOG_BATCHES = 8
 # How often each scheduler looks for a rebuild asked for on the admin's operations page.
 REBUILD_REQUEST_LOOK_SECONDS = 2.0
 
@@ -232,7 +234,7 @@ class Lane:
     alias: str
     dispatcher: BaseDispatcher
     outbox: queue.Queue[Leased | None] = field(
-        default_factory=lambda: queue.Queue(DISPATCH_QUEUE_BATCHES)
+        default_factory=lambda: queue.Queue(DISPATCH_QUEUE_BATCHES + LANE_BACKLOG_BATCHES)
     )
     thread: threading.Thread | None = None
 
@@ -408,15 +410,20 @@ class Worker:
             if not self._lanes_running:
                 self._dispatch_now(lane, part)
                 continue
+            # A lane that is behind slows the claim down (back-pressure), for a second at
+            # most; past that the batch waits in the lane all the same, up to its capacity.
+            # Only a lane that stays stuck fills up: then the runs stay pending, and once
+            # their lease expires a take-over (here or in another scheduler) dispatches them
+            # with the same keys.
+            deadline = time.monotonic() + self._lane_wait
+            while lane.outbox.qsize() >= DISPATCH_QUEUE_BATCHES and time.monotonic() < deadline:
+                time.sleep(0.01)
             try:
-                # A lane that is behind slows the claim down a little (back-pressure), never
-                # for long: its runs stay pending, and once their lease expires a take-over
-                # (here or in another scheduler) dispatches them with the same keys.
-                lane.outbox.put(part, timeout=self._lane_wait)
+                lane.outbox.put_nowait(part)
             except queue.Full:
                 self.counters.lane_full += len(occurrences)
                 logger.warning(
-                    "The dispatcher %r is behind: %d run(s) wait for their lease to expire "
+                    "The dispatcher %r is stuck: %d run(s) wait for their lease to expire "
                     "and are dispatched then, with the same keys.",
                     alias,
                     len(occurrences),

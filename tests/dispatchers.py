@@ -6,6 +6,7 @@ the integrations with real brokers are tested against those brokers."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -61,4 +62,18 @@ class Blocking(BaseDispatcher):
         self.entered.set()
         while not self.release.wait(0.05):
             progress.keepalive()
+        return [Outcome(o.run_id, "succeeded") for o in occurrences]
+
+
+class Slow(BaseDispatcher):
+    """Takes ``seconds`` per batch: a dispatcher slower than the claims."""
+
+    seconds: ClassVar[float] = 1.5
+    reports_outcomes = True
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        deadline = time.monotonic() + self.seconds
+        while time.monotonic() < deadline:
+            progress.keepalive()
+            time.sleep(0.05)
         return [Outcome(o.run_id, "succeeded") for o in occurrences]

@@ -324,3 +324,30 @@ def test_run_now_and_backfill_go_through_the_schedules_dispatcher(
     assert set(sent) == {r.idempotency_key for r in runs}
     assert all(value == ("queue", {"queue": "reports"}) for value in sent.values())
     assert Run.objects.get(pk=queued.pk).status == "dispatched"
+
+
+@pytest.mark.django_db(transaction=True)  # the loop's threads
+def test_a_stop_dispatches_every_batch_a_slow_lane_holds(
+    configure: Any, built_index: DueIndex
+) -> None:
+    """A lane slower than the claims holds their batches (the claim waits a little for it,
+    then queues them all the same); a stop dispatches all of them before the process exits,
+    rather than leaving them to a take-over that no scheduler may be left to do."""
+    configure(slow={"BACKEND": "tests.dispatchers.Slow"})
+    schedules = [due(dispatcher="slow") for _ in range(5)]
+    worker = Worker(worker_id="t", batch_size=1, lease_seconds=2, once=True)
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    loop = threading.Thread(target=run)
+    loop.start()
+    loop.join(60)
+
+    assert not loop.is_alive()
+    statuses = Run.objects.filter(schedule__in=schedules).values_list("status", flat=True)
+    assert sorted(statuses) == ["succeeded"] * 5
+    assert worker.counters.lane_full == 0

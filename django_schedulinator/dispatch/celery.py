@@ -164,7 +164,10 @@ def occurrence_key(request: Any) -> str | None:
 def report_outcomes(app: Any = None) -> None:
     """Report the start and the end of every task the scheduler sent, from Celery's signals,
     in the workers (call it where your Celery app is defined; the workers need this app's
-    database). A task's own retry (``self.retry``) is not its end: the run stays running."""
+    database). A task's own retry (``self.retry``) is not its end: the run stays running.
+
+    Celery's signals are the process's, not one app's: ``app`` only says, where this is
+    called, which app the hook is for."""
     from celery import signals
 
     def report_from_worker(key: str, status: str, error: str = "") -> None:

@@ -12,12 +12,13 @@ run that was waiting.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-from django.db import router, transaction
+from django.db import InterfaceError, OperationalError, connections, router, transaction
 
 from . import clock, ledger, services, timing
 from .errors import SchedulinatorError
@@ -31,6 +32,39 @@ logger = logging.getLogger("django_schedulinator.outcomes")
 
 AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
 MAX_ERROR_CHARS = 4000
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def through_a_dropped_connection(func: Callable[P, R]) -> Callable[P, R]:
+    """Run ``func`` once more when it fails with a connection-level database error: the
+    connection it used may have been dropped (a failover, a server restart, a terminated
+    backend, an idle timeout) while a worker sat for hours between two jobs, and a report
+    must not be lost to that. A closed or broken connection is replaced first. The drivers
+    say "connection lost" in too many ways to tell it apart from a passing error, and a
+    report may be repeated (it is idempotent), so any such error gets its one more try.
+    Inside a caller's transaction nothing is retried: the transaction went with the
+    connection, and it is the caller's to retry."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError) as exc:
+            used = [
+                connections[alias] for alias in {router.db_for_read(Run), router.db_for_write(Run)}
+            ]
+            if any(conn.in_atomic_block for conn in used):
+                raise
+            for conn in used:
+                if not conn.is_usable():
+                    conn.close()
+            logger.info("Database error (%s); trying once more.", exc)
+        return func(*args, **kwargs)
+
+    return wrapper
 
 
 class InvalidKey(SchedulinatorError, ValueError):
@@ -99,6 +133,7 @@ def record(
     return {schedule_of[o.run_id] for o in ended}
 
 
+@through_a_dropped_connection
 def report_started(key: str) -> bool:
     """Record that the run of occurrence ``key`` started on a worker. Returns whether a
     run changed (False: unknown key, or the run is no longer awaited)."""
@@ -117,6 +152,7 @@ def report_started(key: str) -> bool:
     return bool(ledger.record_started(schedule_id, at, outcome_due_by=due_by, using=db))
 
 
+@through_a_dropped_connection
 def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
     """Record that the run of occurrence ``key`` ended on a worker, ``succeeded`` or not
     (``error``: what went wrong, its last 4,000 characters kept). Returns whether this
@@ -173,19 +209,26 @@ def _streaks(
         )
 
 
-def report_from_worker(key: str, status: str, error: str = "") -> None:
+def report_from_worker(key: str | Callable[[], str | None], status: str, error: str = "") -> None:
     """What the hooks in workers call (Celery's signals, RQ's callbacks, Django tasks'
-    signals): ``status`` is "started", "succeeded" or "failed". A report that cannot be made
-    (the database away) is logged and never fails the task: the run's outcome stays unknown
-    until its deadline. The worker's database connection is closed if it is stale."""
+    signals): ``status`` is "started", "succeeded" or "failed"; ``key`` is the occurrence
+    key, or a function that finds it (None: the task is not a run the scheduler handed off).
+    A connection dropped since the last report is reopened; a report that still cannot be
+    made (the database away) is logged and never fails the task: the run's outcome stays
+    unknown until its deadline. The worker's database connection is closed if it is stale."""
     from django.db import close_old_connections
 
     try:
+        found = key() if callable(key) else key
+        if found is None:
+            return
         if status == "started":
-            report_started(key)
+            report_started(found)
         else:
-            report_finished(key, succeeded=status == "succeeded", error=error)
+            report_finished(found, succeeded=status == "succeeded", error=error)
     except Exception:
-        logger.exception("Could not report that %s %s.", key, status)
+        logger.exception(
+            "Could not report that %s %s.", key if isinstance(key, str) else "a run", status
+        )
     finally:
         close_old_connections()

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from django_schedulinator import outcomes, resync_schedules
@@ -161,3 +162,45 @@ def test_a_report_with_something_that_is_not_a_key_is_refused(key: str) -> None:
 def test_a_report_for_an_occurrence_not_in_the_ledger_changes_nothing() -> None:
     assert not outcomes.report_started("999999:1000")
     assert not outcomes.report_finished("999999:1000", succeeded=True)
+
+
+@pytest.mark.django_db(transaction=True)  # the report commits on a connection of its own
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+@pytest.mark.parametrize("status", ["started", "succeeded"])
+def test_a_report_goes_through_a_database_connection_dropped_since_the_last_one(
+    status: str,
+) -> None:
+    """A worker's connection dies between two jobs (a failover, a restart, an idle
+    timeout): its next report reconnects instead of being lost."""
+    _schedule, run = handed_off()
+    drop_this_connection()
+
+    assert (
+        outcomes.report_started(run.idempotency_key)
+        if status == "started"
+        else outcomes.report_finished(run.idempotency_key, succeeded=True)
+    )
+    run.refresh_from_db()
+    assert run.status == {"started": "running", "succeeded": "succeeded"}[status]
+
+
+def drop_this_connection() -> None:
+    """Terminate this connection's PostgreSQL backend from another connection and wait
+    until it is gone: the server's side of a connection lost."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    other = connection.get_new_connection(connection.get_connection_params())
+    other.autocommit = True  # pg_stat_activity is read once per transaction
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+                if cursor.fetchone()[0] == 0:
+                    return
+                time.sleep(0.02)
+            raise AssertionError(f"backend {pid} is still there")
+    finally:
+        other.close()

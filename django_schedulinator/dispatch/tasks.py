@@ -234,24 +234,23 @@ def _is_scheduled(task_result: Any) -> bool:
 
 
 def _started(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    from ..outcomes import report_from_worker
-
-    if not _is_scheduled(task_result):
-        return
-    key = _key_of(str(task_result.id))
-    if key is not None:
-        report_from_worker(key, "started")
+    if _is_scheduled(task_result):
+        _report(task_result, "started")
 
 
 def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
-    from ..outcomes import report_from_worker
-
     if not _is_scheduled(task_result):
         return
-    key = _key_of(str(task_result.id))
-    if key is None:
-        return
     if _status(task_result) == "SUCCESSFUL":
-        report_from_worker(key, "succeeded")
+        _report(task_result, "succeeded")
     else:
-        report_from_worker(key, "failed", _error(task_result))
+        _report(task_result, "failed", _error(task_result))
+
+
+def _report(task_result: Any, status: str, error: str = "") -> None:
+    """Report by the key of the run handed off as this result; never raises (the worker
+    sends these signals with ``send``: an exception would reach its loop)."""
+    from ..outcomes import report_from_worker, through_a_dropped_connection
+
+    result_id = str(task_result.id)
+    report_from_worker(lambda: through_a_dropped_connection(_key_of)(result_id), status, error)

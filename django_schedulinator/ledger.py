@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import F, Value
+from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 
 from . import timing
@@ -230,38 +230,47 @@ def record_outcomes(
     """
     runs = Run.objects.using(using)
     ended: list[Outcome] = []
-    by_status: dict[str, list[int]] = {}
+    handed_off: list[Outcome] = []
+    succeeded: list[Outcome] = []
     failed: list[Outcome] = []
     retries: list[Outcome] = []
-    for o in outcomes:
-        if o.status == "failed":
-            failed.append(o)
-        elif o.status == "retry":
-            retries.append(o)
-        else:
-            by_status.setdefault(o.status, []).append(o.run_id)
-    handed_off = by_status.pop("dispatched", [])
+    groups = {"dispatched": handed_off, "succeeded": succeeded, "failed": failed}
+    for o in outcomes:  # "retry", and a status no dispatcher should return: tried again
+        groups.get(o.status, retries).append(o)
+    # Each run is written once here (a row written twice in a transaction has its foreign key
+    # checked at commit, which locks its schedule's row: see _receipts).
     if handed_off:
-        handed = json_ids(handed_off, using)
+        handed = json_ids([o.run_id for o in handed_off], using)
+        receipts = _receipts(handed_off)
         runs.pending().filter(pk__in=handed).update(
             status=Run.Status.DISPATCHED,
             dispatched_at=dispatched_at,
             outcome_due_by=outcome_due_by,
             lease_expires_at=None,
             error="",
+            **receipts,
         )
         # Reported started before this was recorded: no longer leased, and awaited.
         runs.filter(pk__in=handed, status=Run.Status.RUNNING).update(
-            dispatched_at=dispatched_at, lease_expires_at=None
+            dispatched_at=dispatched_at, lease_expires_at=None, **receipts
         )
-    for status, ids in by_status.items():  # succeeded
-        ended += [o for o in outcomes if o.status == status]
-        runs.unfinished().filter(pk__in=json_ids(ids, using)).update(
-            status=status,
+        if receipts:  # reported ended already: what the receiver said of it, still
+            told = [o.run_id for o in handed_off if _said_something(o)]
+            runs.filter(
+                pk__in=json_ids(told, using),
+                status__in=(Run.Status.SUCCEEDED, Run.Status.FAILED),
+                external_id="",
+                response_status__isnull=True,
+            ).update(**receipts)
+    if succeeded:
+        ended += succeeded
+        runs.unfinished().filter(pk__in=json_ids([o.run_id for o in succeeded], using)).update(
+            status=Run.Status.SUCCEEDED,
             dispatched_at=dispatched_at,
             finished_at=now,
             lease_expires_at=None,
             error="",
+            **_receipts(succeeded),
         )
     if retries:
         attempts = dict(
@@ -300,22 +309,39 @@ def record_outcomes(
                 dispatched_at=dispatched_at,
                 finished_at=now,
                 lease_expires_at=None,
+                **_receipts([o]),
             )
         ):
             ended.append(o)
-    _store_receipts([o for o in outcomes if o.status != "retry"], using)
     return ended
 
 
-def _store_receipts(outcomes: Sequence[Outcome], using: str) -> None:
-    """What receivers said of their hand-offs (ids, HTTP statuses), one statement."""
-    receipts = [
-        Run(pk=o.run_id, external_id=o.external_id[:255], response_status=o.response_status)
-        for o in outcomes
-        if o.external_id or o.response_status is not None
-    ]
-    if receipts:
-        Run.objects.using(using).bulk_update(receipts, ["external_id", "response_status"])
+def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """What the receivers said of these runs (their ids, HTTP statuses), as the fields of
+    the one UPDATE that also sets the runs' status ({} when they said nothing).
+
+    A row is written once per transaction: PostgreSQL checks the foreign key of a row the
+    transaction already wrote, at commit, by locking the schedule's row. A schedule being
+    deleted holds that lock while it waits for its runs, which would be a deadlock."""
+    told = [o for o in outcomes if _said_something(o)]
+    if not told:
+        return {}
+    return {
+        "external_id": Case(
+            *(When(pk=o.run_id, then=Value(o.external_id[:255])) for o in told),
+            default=F("external_id"),
+            output_field=Run._meta.get_field("external_id"),
+        ),
+        "response_status": Case(
+            *(When(pk=o.run_id, then=Value(o.response_status)) for o in told),
+            default=F("response_status"),
+            output_field=Run._meta.get_field("response_status"),
+        ),
+    }
+
+
+def _said_something(outcome: Outcome) -> bool:
+    return bool(outcome.external_id) or outcome.response_status is not None
 
 
 # -- outcomes reported from the worker side, by occurrence key ---------------------------

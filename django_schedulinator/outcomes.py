@@ -116,6 +116,12 @@ def record(
     awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
     with transaction.atomic(using=using):
+        # The schedules before their runs (services.lock_streaks says why).
+        resets = services.lock_streaks(
+            [schedule_of[o.run_id] for o in outcomes if o.status == "succeeded"],
+            [schedule_of[o.run_id] for o in outcomes if o.status in ("failed", "retry")],
+            using=using,
+        )
         ended = ledger.record_outcomes(
             outcomes,
             dispatched_at=dispatched_at,
@@ -125,7 +131,7 @@ def record(
             retry=retry_of(dispatcher),
         )
         _streaks(
-            [schedule_of[o.run_id] for o in ended if o.status == "succeeded"],
+            resets,
             [schedule_of[o.run_id] for o in ended if o.status == "failed"],
             using=using,
             index=index,
@@ -162,6 +168,10 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
     db = router.db_for_write(Run)
     now = clock.now()
     with transaction.atomic(using=db):
+        # The schedule before its run (services.lock_streaks says why).
+        resets = services.lock_streaks(
+            [schedule_id] if succeeded else [], [] if succeeded else [schedule_id], using=db
+        )
         ended = ledger.record_reported_end(
             schedule_id,
             at,
@@ -171,9 +181,7 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
             using=db,
         )
         if ended:
-            _streaks(
-                [schedule_id] if succeeded else [], [] if succeeded else [schedule_id], using=db
-            )
+            _streaks(resets, [] if succeeded else [schedule_id], using=db)
     if not ended:
         logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
         return False
@@ -197,8 +205,9 @@ def release_buffered(
 def _streaks(
     succeeded: Sequence[int], failed: Sequence[int], *, using: str, index: DueIndex | None = None
 ) -> None:
-    """Each schedule's failures in a row; those that reach ``pause_after_failures`` pause
-    (through the service layer, in the caller's transaction)."""
+    """Each schedule's failures in a row (``succeeded``: those with a count to reset, from
+    ``services.lock_streaks``); those that reach ``pause_after_failures`` pause (through the
+    service layer, in the caller's transaction)."""
     reached = services.record_streaks(succeeded, failed, using=using)
     paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)
     if paused:

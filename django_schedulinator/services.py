@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from . import changelog, clock, ledger, sync, timing
@@ -52,6 +52,7 @@ __all__ = [
     "delete",
     "delete_many",
     "lock_for_edit",
+    "lock_streaks",
     "pause",
     "record_streaks",
     "resume",
@@ -253,6 +254,24 @@ def advance(
     time, run count, last run; never a setting, so the version stays and the change log is
     not written): each row moves only if it still holds the revision the claim read."""
     return Schedule.objects.using(using).advance(advances, fired_at, skip_locked=skip_locked)
+
+
+def lock_streaks(succeeded: Collection[int], failing: Collection[int], *, using: str) -> list[int]:
+    """Lock the schedules whose failures in a row an outcome may change (``failing``: may
+    add one; ``succeeded``: reset a count above zero), in one statement in primary key order,
+    before the caller writes their runs. Every writer that holds a schedule and its runs takes
+    the schedule first (a claim advances it, then inserts runs; a delete locks it, then
+    deletes them), so none waits for a schedule while holding a run that another waits for.
+    Returns the succeeded schedules that have a count to reset (usually none: no write)."""
+    if not succeeded and not failing:
+        return []
+    rows = Schedule.objects.using(using).filter(
+        Q(pk__in=json_ids(sorted(set(failing)), using))
+        | Q(pk__in=json_ids(sorted(set(succeeded)), using), failure_streak__gt=0)
+    )
+    locked = rows.order_by("pk").select_for_update(no_key=True).values_list("pk", "failure_streak")
+    succeeded = set(succeeded)
+    return [pk for pk, streak in locked if pk in succeeded and streak > 0]
 
 
 def record_streaks(succeeded: Collection[int], failed: Collection[int], *, using: str) -> list[int]:

@@ -57,3 +57,22 @@ def retry_until_failed(worker: Worker, schedule: Schedule, seconds: float = 30) 
         worker.run_pass()
         time.sleep(0.05)
     return Run.objects.filter(schedule=schedule).latest("scheduled_for")
+
+
+def empty_queue(name: str) -> None:
+    """An RQ queue of RQ_QUEUES emptied, with the jobs it keeps after they ended (or that a
+    killed worker left started): tests share the Redis the queue is in."""
+    import django_rq
+    from rq.job import Job
+
+    queue = django_rq.get_queue(name)
+    queue.empty()
+    for registry in (
+        queue.started_job_registry,
+        queue.finished_job_registry,
+        queue.failed_job_registry,
+    ):
+        idents = registry.get_job_ids()
+        if idents:
+            queue.connection.delete(*(Job.key_for(ident) for ident in idents))
+        queue.connection.delete(registry.key)

@@ -115,11 +115,12 @@ CACHES = {
 
 # RQ (tests/test_dispatch_rq.py): a queue of each test process's own in the shared Redis (the
 # rqworker subprocess computes the same name: it inherits PYTEST_XDIST_WORKER), and one on a
-# port where nothing listens.
+# port where nothing listens. The chaos test points its schedulers' Redis at a server of its
+# own that it flushes and stops, and keeps the broker where it was (BROKER_URL).
 TEST_QUEUE = f"schedtest-{CHECKOUT}-{XDIST_WORKER}"  # RQ and Celery
 RQ_TEST_QUEUE = TEST_QUEUE
 RQ_QUEUES = {
-    RQ_TEST_QUEUE: {"URL": REDIS_URL},
+    RQ_TEST_QUEUE: {"URL": os.environ.get("SCHEDULINATOR_TEST_BROKER_URL", REDIS_URL)},
     "down": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 1},
 }
 
@@ -145,6 +146,16 @@ SCHEDULINATOR = {
     "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
     "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
 }
+
+if os.environ.get("SCHEDULINATOR_TEST_RQ_DISPATCHER"):
+    # The chaos test's run through a real broker (tests/test_chaos.py): its schedules name
+    # this alias; ended jobs are kept long enough to drop any re-delivery within the run.
+    SCHEDULINATOR["DISPATCHERS"] = {
+        "rq": {
+            "BACKEND": "django_schedulinator.dispatch.rq.RQDispatcher",
+            "OPTIONS": {"QUEUE": RQ_TEST_QUEUE, "KEEP_SECONDS": 900},
+        }
+    }
 
 LOGGING = {
     "version": 1,

@@ -6,7 +6,16 @@ few seconds (and starts a replacement), flushes Redis, stops Redis for six secon
 terminates the schedulers' database connections, and edits, pauses and deletes schedules
 through the ORM. Then it lets the system heal, stops the schedulers and audits the
 receiver (a table unique on the idempotency key) and the ledger against the occurrences that
-were due, computed here independently of the code under test:
+were due, computed here independently of the code under test.
+
+A second variant goes through a real broker: three schedulers hand 600 schedules to RQ
+(the RQ dispatcher, a queue on the shared Redis, so that the faults hit the schedulers'
+Redis and not the broker) and two real ``rqworker`` processes run the receiver and report
+each run's end; the workers' database connections are terminated with the schedulers'. The
+audit is the same, and every run must have reached its reported end. The broker's own
+faults (a worker killed mid-job) are RQ's to handle, not the scheduler's: not made here.
+
+What the audit asserts:
 
 - no occurrence reached the receiver twice as an effect (redeliveries are counted: at least
   once is the contract, the key makes the effect exactly once);
@@ -33,11 +42,12 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
@@ -46,6 +56,7 @@ from django_schedulinator import timing
 from django_schedulinator.models import Run, Schedule
 
 from .conftest import ROOT, subprocess_env
+from .handoff import empty_queue
 from .models import Receipt, Redelivery
 from .processes import wait_for
 from .redis_server import RedisServer
@@ -59,11 +70,30 @@ pytestmark = [
 
 SEED = int(os.environ.get("SCHEDULINATOR_CHAOS_SEED", "20261121"))
 WINDOW = float(os.environ.get("SCHEDULINATOR_CHAOS_SECONDS", "60"))
-SCHEDULERS = 4
-SCHEDULES = 5000
 CRON_STEPS = (5, 6, 10, 12, 15, 20, 30)  # "*/k * * * * *": every k seconds (k divides 60)
 INTERVALS = (1, 2, 3, 4, 5)
 INF = 2**62
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One chaos run's shape: how many schedules and schedulers, for how long, and where
+    the schedules' runs go (a dispatcher alias of tests/settings.py)."""
+
+    name: str
+    schedules: int
+    schedulers: int
+    window: float
+    dispatcher: str = "default"
+    rq_workers: int = 0  # real rqworker processes, for the "rq" alias
+
+
+INLINE = Variant("inline", schedules=5000, schedulers=4, window=WINDOW)
+# About 30 occurrences a second: what two RQ workers running the receiver (and reporting
+# each start and end) keep up with on two cores shared with the inline run and its faults.
+THROUGH_RQ = Variant(
+    "rq", schedules=300, schedulers=3, window=WINDOW * 0.75, dispatcher="rq", rq_workers=2
+)
 
 
 @dataclass
@@ -121,6 +151,7 @@ class Fleet:
         self.env = env
         self.logs = logs
         self.procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+        self.rq_workers: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.started = 0
         self.killed = 0
 
@@ -134,6 +165,18 @@ class Fleet:
                 cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.procs.append((proc, log))
+
+    def start_rq_worker(self) -> None:
+        """A real rqworker on the test queue; SimpleWorker runs each job in its own process
+        instead of a fork per job, which keeps up with the schedulers on two cores."""
+        log = self.logs / f"rqworker-{len(self.rq_workers) + 1}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "django", "rqworker", "--worker-class",
+                 "rq.worker.SimpleWorker", django_settings.RQ_TEST_QUEUE],
+                cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        self.rq_workers.append((proc, log))
 
     def running(self) -> list[subprocess.Popen[bytes]]:
         return [p for p, _ in self.procs if p.poll() is None]
@@ -171,7 +214,7 @@ class Fleet:
         return [proc.returncode for proc in running]
 
     def kill_all(self) -> None:
-        for proc in self.running():
+        for proc in [*self.running(), *(p for p, _ in self.rq_workers if p.poll() is None)]:
             proc.kill()
             proc.wait()
 
@@ -203,12 +246,15 @@ def parse_summary(line: str) -> dict[str, int]:
     }
 
 
-def create_schedules(rng: random.Random, first_ms: int) -> dict[int, list[Segment]]:
-    """5,000 schedules, bulk-created (no signals): the schedulers build the index at start."""
+def create_schedules(
+    rng: random.Random, first_ms: int, variant: Variant
+) -> dict[int, list[Segment]]:
+    """The schedules, bulk-created (no signals): the schedulers build the index at start."""
     rows, specs = [], []
-    for n in range(SCHEDULES):
-        # 12% intervals of 1-5 s, 48% cron, 40% one-offs: about 500 occurrences a second,
-        # which the schedulers outpace on two cores even while they catch up after a fault.
+    for n in range(variant.schedules):
+        # 12% intervals of 1-5 s, 48% cron, 40% one-offs: about 500 occurrences a second for
+        # 5,000, which the schedulers outpace on two cores even while they catch up after a
+        # fault.
         kind = "interval" if n % 25 < 3 else "cron" if n % 25 < 15 else "once"
         if kind == "cron":
             spec = Spec("cron", step_s=rng.choice(CRON_STEPS))
@@ -217,7 +263,7 @@ def create_schedules(rng: random.Random, first_ms: int) -> dict[int, list[Segmen
             spec = Spec("interval", step_s=rng.choice(INTERVALS))
             start = first_ms + rng.randrange(spec.step_s * 1000)
         else:
-            start = first_ms + rng.randrange(int((WINDOW - 10) * 1000))
+            start = first_ms + rng.randrange(int((variant.window - 10) * 1000))
             spec = Spec("once", at_ms=start)
         specs.append((spec, start))
         rows.append(
@@ -225,6 +271,7 @@ def create_schedules(rng: random.Random, first_ms: int) -> dict[int, list[Segmen
                 name=f"chaos-{n:05d}",
                 task="tests.receipt",
                 timezone="UTC",
+                dispatcher=variant.dispatcher,
                 next_run_at=timing.from_ms(start),
                 **spec.fields(),
             )
@@ -340,14 +387,23 @@ def audit(history: dict[int, list[Segment]], chaos_end_ms: int) -> tuple[Audit, 
     return result, lateness
 
 
+@pytest.mark.parametrize("variant", [INLINE, THROUGH_RQ], ids=lambda v: v.name)
 def test_chaos(
-    private_redis: RedisServer, key_prefix: str, tmp_path: Path, capsys: pytest.CaptureFixture
+    variant: Variant,
+    private_redis: RedisServer,
+    key_prefix: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture,
+    settings: Any,
 ) -> None:
     rng = random.Random(SEED)
     app_name = f"chaos-{key_prefix}"
     env = subprocess_env(
         key_prefix,
         SCHEDULINATOR_TEST_REDIS_URL=private_redis.url,
+        # The broker's Redis: the shared one, which the faults below leave alone.
+        SCHEDULINATOR_TEST_BROKER_URL=settings.REDIS_URL,
+        SCHEDULINATOR_TEST_RQ_DISPATCHER="1" if variant.rq_workers else "",
         SCHEDULINATOR_TEST_APP_NAME=app_name,
         SCHEDULINATOR_TEST_LEASE="5",
         SCHEDULINATOR_TEST_RECONCILE="2",
@@ -355,24 +411,28 @@ def test_chaos(
     )
     redis = private_redis.client()
     first_ms = timing.to_ms(timezone.now()) + 5000
-    history = create_schedules(rng, first_ms)
+    history = create_schedules(rng, first_ms, variant)
     ids = sorted(history)
     fleet = Fleet(env, tmp_path)
     events: list[str] = []
+    window = variant.window
     try:
-        for _ in range(SCHEDULERS):
+        empty_rq_queue()
+        for _ in range(variant.rq_workers):
+            fleet.start_rq_worker()
+        for _ in range(variant.schedulers):
             fleet.start()
         started = time.monotonic()
         plan: list[tuple[float, str]] = [
-            (15.0, "flushall"),
-            (28.0, "redis down"),
-            (42.0, "kill db"),
+            (window * 0.25, "flushall"),
+            (window * 0.47, "redis down"),
+            (window * 0.7, "kill db"),
         ]
         t = 4.0
-        while t < WINDOW - 2:
+        while t < window - 2:
             plan.append((t, "sigkill"))
             t += rng.uniform(3, 6)
-        plan += [(float(t), "edits") for t in range(10, int(WINDOW), 10)]
+        plan += [(float(t), "edits") for t in range(10, int(window), 10)]
         plan.sort()
         for at, what in plan:
             left = at - (time.monotonic() - started)
@@ -400,15 +460,15 @@ def test_chaos(
                 live = [pk for pk in ids if pk in history and history[pk][-1].end_ms is None]
                 for pk in rng.sample(live, 30):
                     change(pk, rng.choice(["edit", "edit", "pause", "delete"]), history, rng)
-        time.sleep(max(0.0, WINDOW - (time.monotonic() - started)))
+        time.sleep(max(0.0, window - (time.monotonic() - started)))
         chaos_end = timezone.now()
         events.append(f"{time.monotonic() - started:5.1f}s chaos ends; healing")
 
         def healed() -> bool:
-            """every enabled schedule past the end of the chaos, every run due in it recorded"""
+            """every enabled schedule past the end of the chaos, every run due in it ended
+            (a handed-off run: its end reported by the worker)"""
             behind = Schedule.objects.filter(enabled=True, next_run_at__lte=chaos_end)
-            unrecorded = Run.objects.unfinished().filter(scheduled_for__lte=chaos_end)
-            return not behind.exists() and not unrecorded.exists()
+            return not behind.exists() and not not_ended(chaos_end).exists()
 
         try:
             wait_for(healed, timeout=120, interval=0.5)
@@ -418,17 +478,15 @@ def test_chaos(
             examples = list(behind.values("pk", "next_run_at", "kind")[:5])
             print(
                 f"behind: {behind.count()} e.g. {examples}; "
-                f"pending: {Run.objects.pending().count()}; due entries: "
+                f"not ended: {not_ended(chaos_end).count()}; due entries: "
                 f"{private_redis.client().zcard('{' + key_prefix + '}:due')}",
                 file=sys.stderr,
             )
-            pending = (
-                Run.objects.pending()
-                .filter(scheduled_for__lte=chaos_end)
-                .values_list("worker_id", "lease_expires_at", "attempts")
+            stuck = not_ended(chaos_end).values_list(
+                "status", "worker_id", "lease_expires_at", "attempts", "external_id"
             )
-            print(f"now {timezone.now()}; pending runs: {list(pending[:10])}", file=sys.stderr)
-            for proc, log in fleet.procs:
+            print(f"now {timezone.now()}; runs not ended: {list(stuck[:10])}", file=sys.stderr)
+            for proc, log in fleet.procs + fleet.rq_workers:
                 lines = [
                     line
                     for line in log.read_text().splitlines()
@@ -440,18 +498,33 @@ def test_chaos(
             raise
         events.append(f"{time.monotonic() - started:5.1f}s healed")
         codes = fleet.stop()
+        # What the schedulers handed off before they stopped ends in the workers.
+        wait_for(lambda: not not_ended().exists(), timeout=120, interval=0.5)
     finally:
         fleet.kill_all()
+        empty_rq_queue()
 
     result, lateness = audit(history, timing.to_ms(chaos_end))
     counters = fleet.counters()
     statuses = dict(Run.objects.values_list("status").annotate(n=Count("id")))
     redispatched_runs = Run.objects.filter(attempts__gt=1).count()
     quantiles = statistics.quantiles(lateness, n=100)
+    # When the scheduler handed each run off (through RQ, the queue's wait comes after).
+    handed_off = statistics.quantiles(
+        [
+            (timing.to_ms(at) - timing.to_ms(nominal)) / 1000
+            for at, nominal in Run.objects.filter(dispatched_at__isnull=False).values_list(
+                "dispatched_at", "scheduled_for"
+            )
+        ],
+        n=100,
+    )
     report = "\n".join(
         [
-            f"chaos run (seed {SEED}): {SCHEDULES} schedules, {SCHEDULERS} schedulers, "
-            f"{WINDOW:.0f}s window; {fleet.killed} SIGKILLs, {fleet.started} processes in all",
+            f"chaos run '{variant.name}' (seed {SEED}): {variant.schedules} schedules, "
+            f"{variant.schedulers} schedulers, dispatcher {variant.dispatcher!r}"
+            + (f" with {variant.rq_workers} rqworkers" if variant.rq_workers else "")
+            + f", {window:.0f}s window; {fleet.killed} SIGKILLs, {fleet.started} processes in all",
             *events,
             f"fired {result.fired} occurrences; skipped as missed {result.skipped_missed} "
             f"(catch-up 'latest': a later one was due), "
@@ -460,17 +533,24 @@ def test_chaos(
             f"missing {len(result.missing)}, early {len(result.early)}, "
             f"off-grid {len(result.off_grid)}, duplicate effects 0 (unique key), "
             f"redeliveries deduped {Redelivery.objects.count()}",
-            f"lateness: p50 {quantiles[49]:.3f}s, p99 {quantiles[98]:.3f}s, "
-            f"max {max(lateness):.3f}s",
-            f"runs by status {statuses}; re-dispatched runs {redispatched_runs}",
+            f"lateness at the receiver: p50 {quantiles[49]:.3f}s, p99 {quantiles[98]:.3f}s, "
+            f"max {max(lateness):.3f}s; of the hand-off: p50 {handed_off[49]:.3f}s, "
+            f"p99 {handed_off[98]:.3f}s",
+            f"runs by status {statuses}; re-dispatched runs {redispatched_runs}"
+            + (
+                f" (RQ refused {fleet.log_text().count('is in RQ already')} as the same job)"
+                if variant.rq_workers
+                else ""
+            ),
             f"counters (last logged per process) {counters}",
             f"exit codes of the schedulers stopped at the end: {codes}",
         ]
     )
     with capsys.disabled():
         print("\n" + report)
-    if path := os.environ.get("SCHEDULINATOR_CHAOS_REPORT"):
-        Path(path).write_text(report + "\n")
+    if folder := os.environ.get("SCHEDULINATOR_CHAOS_REPORTS"):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{variant.name}.txt").write_text(report + "\n")
 
     assert result.early == []
     assert result.off_grid == []
@@ -478,11 +558,27 @@ def test_chaos(
         print(*(explain(m, history) for m in result.missing[:5]), sep="\n", file=sys.stderr)
     assert result.missing == []
     assert result.not_caught_up == []
-    assert statuses.get("pending", 0) == 0
-    assert statuses.get("running", 0) == 0
+    assert not_ended().count() == 0
     assert statuses.get("failed", 0) == 0, Run.objects.filter(status="failed").first().error
-    assert result.fired == Receipt.objects.count() > SCHEDULES
-    assert codes == [0] * SCHEDULERS
+    assert result.fired == Receipt.objects.count()
+    # Every run that fired ended at the receiver, and the ledger knows it: through RQ, the
+    # worker reported each end. (A deleted schedule's runs went with it; its receipts stay.)
+    kept = Receipt.objects.filter(schedule_id__in=Schedule.objects.values("pk")).count()
+    assert statuses.get("succeeded", 0) == kept
+    assert result.fired > variant.schedules
+    assert codes == [0] * variant.schedulers
+
+
+def not_ended(due_by: datetime | None = None) -> Any:
+    """Runs (due by then) that have not ended: waiting for a scheduler (pending, buffered),
+    running, or handed off with no end reported yet."""
+    runs = Run.objects.filter(status__in=("pending", "buffered", "running", "dispatched"))
+    return runs if due_by is None else runs.filter(scheduled_for__lte=due_by)
+
+
+def empty_rq_queue() -> None:
+    """The RQ test queue (tests/settings.py) and its jobs, gone."""
+    empty_queue(django_settings.RQ_TEST_QUEUE)
 
 
 def explain(occurrence: str, history: dict[int, list[Segment]]) -> str:

@@ -24,7 +24,7 @@ from django_schedulinator.worker import Worker
 from . import handoff
 from .conftest import Schedulers
 from .doc_examples import example
-from .handoff import fire, retry_until_failed, status_of, until
+from .handoff import empty_queue, fire, retry_until_failed, status_of, until
 from .models import Delivery
 
 QUEUE = django_settings.RQ_TEST_QUEUE
@@ -37,13 +37,9 @@ def rq_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
     config = example("rq")["SCHEDULINATOR"]
     config["DISPATCHERS"]["jobs"]["OPTIONS"]["QUEUE"] = QUEUE
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
-    queue = django_rq.get_queue(QUEUE)
-    queue.empty()
+    empty_queue(QUEUE)
     yield
-    queue.empty()
-    for registry in (queue.finished_job_registry, queue.failed_job_registry):
-        for ident in registry.get_job_ids():
-            registry.remove(ident, delete_job=True)
+    empty_queue(QUEUE)
 
 
 @pytest.fixture

@@ -3,15 +3,17 @@ handed-off run becomes, and what overlap, auto-pause and the buffer make of it."
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_schedulinator import outcomes, resync_schedules
+from django_schedulinator.dispatch import Outcome, get_dispatcher
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import truncate_ms
@@ -204,3 +206,70 @@ def drop_this_connection() -> None:
             raise AssertionError(f"backend {pid} is still there")
     finally:
         other.close()
+
+
+@pytest.mark.django_db(transaction=True)  # two connections, each with its own transaction
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="row locks that SQLite has not")
+@pytest.mark.parametrize("status", ["dispatched", "failed", "reported failed"])
+def test_an_outcome_recorded_while_its_schedule_is_deleted_does_not_deadlock(status: str) -> None:
+    """Deleting a schedule locks its row, then deletes its runs. An outcome recorded in
+    between must not hold a run's row while it waits for the schedule's (to count a failure,
+    or for the foreign key check of a row it wrote twice): the delete would wait for it in
+    turn, and PostgreSQL breaks the deadlock by failing one of the two (found by the chaos
+    run through RQ)."""
+    schedule = make_schedule(dispatcher="queue", next_run_at=timezone.now() - timedelta(seconds=5))
+    worker = Worker(worker_id="t")
+    batch, token = worker.claimer.claim(10)
+    [occurrence], _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    if status == "reported failed":
+        record_outcome(occurrence, schedule, "dispatched")
+    locked, errors = threading.Event(), []
+
+    def delete() -> None:  # what services.delete does, with time between its two steps
+        try:
+            with transaction.atomic():
+                row = Schedule.objects.select_for_update().get(pk=schedule.pk)
+                locked.set()
+                time.sleep(0.5)  # the outcome is being recorded meanwhile
+                row.delete()
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    deadlocks = deadlocks_so_far()
+    deleting = threading.Thread(target=delete)
+    deleting.start()
+    try:
+        assert locked.wait(10)
+        if status == "reported failed":
+            outcomes.report_finished(occurrence.key, succeeded=False, error="boom")
+        else:
+            record_outcome(occurrence, schedule, status)
+    finally:
+        deleting.join()
+    assert errors == []
+    assert not Schedule.objects.filter(pk=schedule.pk).exists()
+    # Not even one that a retry hid (a report is tried again after a database error).
+    assert deadlocks_so_far() == deadlocks
+
+
+def deadlocks_so_far() -> int:
+    """The deadlocks PostgreSQL has broken in the test database."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+def record_outcome(occurrence: Any, schedule: Schedule, status: str) -> None:
+    """What a scheduler records when its dispatcher returns ``status`` (with the receiver's
+    id for a hand-off)."""
+    outcomes.record(
+        [Outcome(occurrence.run_id, status, "boom", external_id=f"ext-{occurrence.key}")],
+        {occurrence.run_id: schedule.pk},
+        dispatcher=get_dispatcher("queue"),
+        dispatched_at=timezone.now(),
+        now=timezone.now(),
+        using="default",
+    )

@@ -182,8 +182,8 @@ def test_every_service_takes_who_acts() -> None:
     for name in services.__all__:
         function = getattr(services, name)
         # The scheduler's own writes (its advance, its counters, its auto-pause) act as the
-        # scheduler; lock_for_edit changes nothing.
-        machine = ("advance", "record_streaks", "auto_pause", "lock_for_edit")
+        # scheduler; lock_for_edit and lock_streaks change nothing.
+        machine = ("advance", "lock_streaks", "record_streaks", "auto_pause", "lock_for_edit")
         if inspect.isfunction(function) and name not in machine:
             assert "origin" in inspect.signature(function).parameters, name
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from .declared import scheduled
 from .registry import registry, task
 
 __version__ = "0.1.0.dev0"
-__all__ = ["DatabaseNow", "registry", "resync_schedules", "task"]
+__all__ = ["DatabaseNow", "registry", "resync_schedules", "scheduled", "task"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,14 +10,17 @@ class SchedulinatorConfig(AppConfig):
 
     def ready(self) -> None:
         # Wiring only, no I/O: signals, system checks, and the apps' task modules.
-        from django.db.models.signals import post_delete, post_save
+        from django.db.models.signals import post_delete, post_migrate, post_save
         from django.utils.module_loading import autodiscover_modules
 
         from . import checks  # noqa: F401  (registers the checks)
         from .conf import app_settings
         from .models import Schedule
-        from .signals import schedule_changed
+        from .signals import schedule_changed, sync_after_migrate
 
+        post_migrate.connect(
+            sync_after_migrate, sender=self, dispatch_uid="schedulinator_sync_declared"
+        )
         post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
         post_delete.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete")
         autodiscover_modules(app_settings.TASKS_MODULE)

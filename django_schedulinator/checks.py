@@ -132,3 +132,19 @@ def check_index(
             )
         )
     return messages
+
+
+@register()
+def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Schedules declared in code that cannot be synced (an invalid field, a name declared
+    twice); a clash with a schedule made by hand needs the database: sync_schedules --dry-run."""
+    from .declared import validated
+
+    try:
+        _, problems = validated()
+    except ImproperlyConfigured as exc:  # SCHEDULES is not a dict: E001 says so
+        return [Error(str(exc), id="schedulinator.E030")]
+    return [
+        Error(problem, hint="Fix the declaration in the code.", id="schedulinator.E030")
+        for problem in problems
+    ]

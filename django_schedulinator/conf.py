@@ -16,6 +16,9 @@ from django.core.exceptions import ImproperlyConfigured
 SETTING_NAME = "SCHEDULINATOR"
 
 DEFAULTS: dict[str, Any] = {
+    # Schedules declared in this setting, by name, each a dict of a schedule's fields
+    # ({"task": ..., "cron": ..., ...}), synced into the table like those of @scheduled.
+    "SCHEDULES": {},
     # The django-redis cache alias whose connection holds the due index.
     "CACHE_ALIAS": "default",
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
@@ -157,6 +160,14 @@ class Settings:
         value = self._get(key)
         if not isinstance(value, str) or not value:
             raise _error(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    @property
+    def SCHEDULES(self) -> dict[str, Any]:
+        """The declarations by name (each entry is checked by the sync, and the check)."""
+        value = self._get("SCHEDULES")
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+            raise _error("SCHEDULES", f"must be a dict of schedules by name, got {value!r}")
         return value
 
     @property

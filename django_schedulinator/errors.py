@@ -38,6 +38,11 @@ class ScheduleDeleted(ServiceError):
     """The schedule was deleted (or never saved) before the change could be made."""
 
 
+class DeclaredInCode(ServiceError):
+    """The change would alter the definition of a schedule declared in code, or delete it:
+    that is done in the code (pause, resume and run now work here)."""
+
+
 class VersionConflict(ServiceError):
     """The schedule's settings changed since the caller read them: the edit is refused
     instead of overwriting the newer one. ``current`` is the version the row holds now."""

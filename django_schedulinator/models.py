@@ -377,6 +377,15 @@ class Schedule(models.Model):
         blank=True,
         help_text=_('What the dispatcher supports, such as {"queue": "reports", "priority": 5}.'),
     )
+    # Set by the sync of schedules declared in code (declared.py): where the declaration is.
+    # Its definition is then changed in the code, not in the admin or the API.
+    declared_in = models.CharField(
+        _("declared in"),
+        max_length=300,
+        blank=True,
+        editable=False,
+        help_text=_("Where the code declares this schedule; empty for one made by hand."),
+    )
 
     # Owned by the scheduler: never edited in forms, and preserved when an instance loaded
     # earlier is saved again (see save()).
@@ -916,6 +925,7 @@ class ScheduleChange(models.Model):
         COMMAND = "command", _("Management command")
         SCHEDULER = "scheduler", _("Scheduler")  # auto-pause after failures
         PYTHON = "python", _("Python code")  # a service called by code, with no origin given
+        CODE = "code", _("Declared in code")  # the sync of schedules declared in code
 
     class Action(models.TextChoices):
         CREATED = "created", _("Created")

@@ -113,6 +113,16 @@ class TaskRegistry:
         except KeyError:
             raise UnknownTask(name) from None
 
+    def name_of(self, obj: Any) -> str | None:
+        """The name ``obj`` (a function, or a Django task) is registered under; None if
+        it is not registered."""
+        for registered in self._tasks.values():
+            if registered.func is obj or (
+                registered.django_task is not None and registered.django_task is obj
+            ):
+                return registered.name
+        return None
+
     def is_scheduled_function(self, func: Any) -> bool:
         """Whether ``func`` is the function of a registered Django task."""
         return func is not None and any(

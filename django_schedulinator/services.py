@@ -25,15 +25,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import router, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from . import changelog, clock, ledger, sync, timing
+from . import changelog, clock, declared, ledger, sync, timing
 from .changelog import Origin
 from .conf import app_settings
 from .dbclock import DatabaseNow
-from .errors import ScheduleDeleted, ServiceError, VersionConflict
+from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, VersionConflict
 from .index import ApplyResult, DueIndex, get_index
 from .models import Run, Schedule, ScheduleChange
 from .querysets import Advance, Advanced, json_ids
@@ -58,6 +58,7 @@ __all__ = [
     "resume",
     "resync",
     "run_now",
+    "sync_declared",
     "update",
 ]
 
@@ -65,6 +66,8 @@ logger = logging.getLogger("django_schedulinator.services")
 
 # Who acts when code calls a service without saying.
 PYTHON = Origin(None, ScheduleChange.Source.PYTHON)
+# The sync of the schedules declared in code.
+CODE = Origin(None, ScheduleChange.Source.CODE)
 
 # The index scores times as epoch milliseconds: nothing runs before it.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -110,6 +113,7 @@ def update(
     *,
     expected_version: int | None = None,
     origin: Origin = PYTHON,
+    declared_in: str | None = None,
 ) -> bool:
     """Change a schedule's settings; returns whether anything changed.
 
@@ -121,7 +125,11 @@ def update(
 
     Changed timing moves the next run to its first occurrence after now. Setting
     ``enabled`` again resumes like ``resume`` (the paused period recorded as skipped);
-    clearing it pauses."""
+    clearing it pauses.
+
+    A schedule declared in code (``declared``) keeps its definition: only its pause state
+    changes here (``DeclaredInCode`` otherwise), except from the sync itself (source
+    "code"), which also records where the code declares it (``declared_in``)."""
     values = (
         {name: getattr(schedule, name) for name in Schedule.SETTINGS_FIELDS}
         if changes is None
@@ -140,6 +148,10 @@ def update(
         for name, value in values.items():
             setattr(current, name, value)
         asked = changelog.diff(before, changelog.snapshot(current))
+        _check_not_declared(current, asked, origin)
+        if declared_in is not None and declared_in != current.declared_in:
+            asked["declared_in"] = [current.declared_in, declared_in]
+            current.declared_in = declared_in
         if not asked:
             _adopt(schedule, current, WRITTEN_BY_UPDATE)
             return False
@@ -152,13 +164,10 @@ def update(
         else:
             current.save(using=db)
         current.refresh_from_db(using=db)
-        _record(
-            current,
-            origin,
-            ScheduleChange.Action.CHANGED,
-            changelog.diff(before, changelog.snapshot(current)),
-            db,
-        )
+        changed = changelog.diff(before, changelog.snapshot(current))
+        if "declared_in" in asked:
+            changed["declared_in"] = asked["declared_in"]
+        _record(current, origin, ScheduleChange.Action.CHANGED, changed, db)
     _adopt(schedule, current, WRITTEN_BY_UPDATE)
     return True
 
@@ -181,6 +190,7 @@ def delete(
     with transaction.atomic(using=db):
         current = _locked(schedule, db)
         _check_version(current, expected_version)
+        _check_not_declared(current, None, origin)
         _record_deleted([current], origin, db)
         current.delete(using=db)
 
@@ -194,6 +204,8 @@ def delete_many(schedules: Iterable[Schedule], *, origin: Origin = PYTHON) -> in
     with transaction.atomic(using=db):
         rows = Schedule.objects.using(db).filter(pk__in=ids)
         current = list(rows.order_by("pk").select_for_update())
+        for row in current:
+            _check_not_declared(row, None, origin)
         _record_deleted(current, origin, db)
         rows.delete()
         # A bulk delete sends no signals: the entries of the rows that are gone leave here.
@@ -489,6 +501,46 @@ def resync(schedules: Sequence[Schedule], *, origin: Origin = PYTHON) -> ApplyRe
 # -- helpers -------------------------------------------------------------------------------
 
 
+# -- schedules declared in code -------------------------------------------------------------
+
+
+def sync_declared(*, dry_run: bool = False) -> declared.Plan:
+    """Make the table match the schedules declared in code (``declared``): create, update,
+    resume and pause, each in a transaction of its own, recorded with the source "code".
+    Returns the plan carried out (``dry_run``: only computed); its problems (an invalid
+    declaration, a name clash) are logged as errors and left out."""
+    log = declared.logger
+    result = declared.plan()
+    for problem in result.problems:
+        log.error("Schedules in code: %s", problem)
+    if dry_run:
+        return result
+    for schedule in result.create:
+        try:
+            create(schedule, origin=CODE)
+        except IntegrityError:  # another process created it first, from the same code
+            log.info("Schedule %r was created by another process meanwhile.", schedule.name)
+            continue
+        log.info("Created schedule %r, declared in %s.", schedule.name, schedule.declared_in)
+    owned = declared.definition_fields()
+    for row, schedule, diff in result.change:
+        changes = {name: getattr(schedule, name) for name in owned if name in diff}
+        update(row, changes, origin=CODE, declared_in=schedule.declared_in)
+        log.info("Updated schedule %r, declared in %s.", row.name, schedule.declared_in)
+    for row in result.resume:
+        resume(row, origin=CODE)
+        log.info("Resumed schedule %r: it is declared in code again.", row.name)
+    for row in result.disable:
+        pause(row, declared.REMOVED_NOTE.format(where=row.declared_in), origin=CODE)
+        log.warning(
+            "Paused schedule %r: no code declares it any more (it was in %s). It is kept with "
+            "its runs; delete it by hand if it is gone for good.",
+            row.name,
+            row.declared_in,
+        )
+    return result
+
+
 def _db(schedule: Schedule) -> str:
     return router.db_for_write(type(schedule), instance=schedule)
 
@@ -501,6 +553,24 @@ def _locked(schedule: Schedule, db: str) -> Schedule:
         return type(schedule).objects.using(db).select_for_update().get(pk=schedule.pk)
     except Schedule.DoesNotExist:
         raise ScheduleDeleted("The schedule was deleted.") from None
+
+
+def _check_not_declared(
+    current: Schedule, changes: Mapping[str, Any] | None, origin: Origin
+) -> None:
+    """Refuse to change the definition of a schedule the code declares (``changes``: the
+    settings changed; None: a delete), unless the sync of the declarations asks."""
+    if not current.declared_in or origin.source == ScheduleChange.Source.CODE:
+        return
+    if changes is not None and not set(changes) - set(declared.PAUSE_STATE):
+        return  # its pause state: anyone's
+    if current.name not in declared.declared_names():
+        return  # no longer declared: paused by the sync, and an ordinary schedule now
+    what = "deleted" if changes is None else f"changed ({', '.join(sorted(changes))})"
+    raise DeclaredInCode(
+        f"The schedule {current.name!r} is declared in code ({current.declared_in}) and "
+        f"cannot be {what} here: change it in the code. Pause, resume and run now work here."
+    )
 
 
 def _check_version(current: Schedule, expected: int | None) -> None:

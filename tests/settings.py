@@ -5,6 +5,7 @@ and the test's Redis key prefix through the environment, so they see what the te
 """
 
 import hashlib
+import json
 import os
 import tempfile
 
@@ -146,6 +147,10 @@ SCHEDULINATOR = {
     "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
     "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
 }
+
+if os.environ.get("SCHEDULINATOR_TEST_SCHEDULES"):
+    # Schedules declared in the setting, for subprocesses of tests/test_declared.py.
+    SCHEDULINATOR["SCHEDULES"] = json.loads(os.environ["SCHEDULINATOR_TEST_SCHEDULES"])
 
 if os.environ.get("SCHEDULINATOR_TEST_RQ_DISPATCHER"):
     # The chaos test's run through a real broker (tests/test_chaos.py): its schedules name

@@ -104,24 +104,27 @@ class ScheduleForm(_ModelForm):
         # A choice list from the registry: a dotted path typed into the admin can never
         # reach the scheduler. A saved schedule's task stays a choice when it is no longer
         # registered, so the schedule remains editable; no other unregistered name is one.
+        # Replaced only where the form has them: a declared schedule shows them read-only.
         current = self.instance.task if self.instance.pk is not None else None
-        self.fields["task"] = forms.ChoiceField(
-            choices=[("", "---------"), *registry.choices(current)],
-            help_text=Schedule._meta.get_field("task").help_text,
-        )
+        if "task" in self.fields:
+            self.fields["task"] = forms.ChoiceField(
+                choices=[("", "---------"), *registry.choices(current)],
+                help_text=Schedule._meta.get_field("task").help_text,
+            )
         # Likewise the dispatcher: an alias from the settings, or the one the schedule has.
         alias = self.instance.dispatcher if self.instance.pk is not None else None
         aliases = dispatchers.aliases()
-        self.fields["dispatcher"] = forms.ChoiceField(
-            choices=[(a, a) for a in aliases]
-            + (
-                [(alias, _("%s (not configured)") % alias)]
-                if alias and alias not in aliases
-                else []
-            ),
-            initial=DEFAULT_ALIAS,
-            help_text=Schedule._meta.get_field("dispatcher").help_text,
-        )
+        if "dispatcher" in self.fields:
+            self.fields["dispatcher"] = forms.ChoiceField(
+                choices=[(a, a) for a in aliases]
+                + (
+                    [(alias, _("%s (not configured)") % alias)]
+                    if alias and alias not in aliases
+                    else []
+                ),
+                initial=DEFAULT_ALIAS,
+                help_text=Schedule._meta.get_field("dispatcher").help_text,
+            )
         if "version" in self.fields and self.instance.pk is not None:
             self.fields["version"].initial = self.instance.version
 

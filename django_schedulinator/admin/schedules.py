@@ -29,7 +29,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from .. import services, sync, timing
+from .. import declared, services, sync, timing
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import ServiceError
@@ -89,6 +89,13 @@ STATE_FIELDS = (
 
 
 HISTORY = _("History")
+MAIN_FIELDS = ("name", "task", "args", "kwargs", "enabled", "pause_note")
+
+
+def _declared(schedule: Schedule) -> bool:
+    """Declared in code now: its definition is read-only here, and it cannot be deleted."""
+    return bool(schedule.declared_in) and schedule.name in declared.declared_names()
+
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Schedule]
@@ -116,11 +123,13 @@ class ScheduleAdmin(_ModelAdmin):
     )
     list_filter = ("kind", "enabled", TaskFilter, LastRunStatusFilter)
     search_fields = ("name", "task")
-    readonly_fields = ("description", "preview", "run_ledger", "recent_changes", *STATE_FIELDS)
+    readonly_fields = (
+        "declared_in", "description", "preview", "run_ledger", "recent_changes", *STATE_FIELDS
+    )  # fmt: skip
     fieldsets = (
         (
             None,
-            {"fields": ("name", "task", "args", "kwargs", "enabled", "pause_note", "version")},
+            {"fields": (*MAIN_FIELDS, "declared_in", "version")},
         ),
         (_("Next runs"), {"fields": ("description", "preview")}),
         (_("When"), {"fields": ("kind", "cron", "interval", "run_at", "timezone", "anchor_at")}),
@@ -154,8 +163,20 @@ class ScheduleAdmin(_ModelAdmin):
             )
         )
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_readonly_fields(request, obj)
+        if obj is not None and _declared(obj):
+            # Its definition is the code's; its pause state stays editable here.
+            return (*fields, "name", *declared.definition_fields())
+        return fields
+
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or not obj.declared_in:  # made by hand: nothing declared to show
+            fieldsets = [
+                (title, {**options, "fields": [f for f in options["fields"] if f != "declared_in"]})
+                for title, options in fieldsets
+            ]
         if obj is None:  # nothing to show yet
             return [fs for fs in fieldsets if fs[0] != HISTORY]
         # The runs and the change log (before/after values of args and kwargs) only for
@@ -378,6 +399,17 @@ class ScheduleAdmin(_ModelAdmin):
 
         to_delete = collector.nested(describe)
         protected = [describe(obj) for obj in collector.protected]
+        # Declared in code: deleted here, the next sync would create it again.
+        protected += [
+            format_html(
+                "{} {}",
+                describe(obj),
+                gettext("(declared in code, in %(where)s: remove it there)")
+                % {"where": obj.declared_in},
+            )
+            for obj in objs
+            if isinstance(obj, Schedule) and _declared(obj)
+        ]
         collected: dict[Any, Any] = collector.model_objs  # typed loosely by the stubs
         model_count = {
             str(model._meta.verbose_name_plural): len(instances)

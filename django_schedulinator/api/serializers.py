@@ -179,12 +179,15 @@ class ScheduleSerializer(serializers.ModelSerializer[Schedule]):
             "description",
             *Schedule.MACHINE_FIELDS,
             "paused_at",
+            "declared_in",
             "version",
             "created_at",
             "updated_at",
             "runs_url",
         )
-        read_only_fields = (*Schedule.MACHINE_FIELDS, "paused_at", "created_at", "updated_at")
+        read_only_fields = (
+            *Schedule.MACHINE_FIELDS, "paused_at", "declared_in", "created_at", "updated_at"
+        )  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

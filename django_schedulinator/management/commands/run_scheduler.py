@@ -9,7 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import MAX_BATCH_SIZE
+from ...services import sync_declared
 from ...worker import Worker
+
+logger = logging.getLogger("django_schedulinator.declared")
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -116,4 +119,17 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        sync_declared_schedules()
         worker.run()
+
+
+def sync_declared_schedules() -> None:
+    """The schedules declared in code, synced before the first claim (every scheduler does
+    it: the sync is idempotent). A database that is away now does not stop the scheduler,
+    which waits it out; the next start, ``migrate`` or ``sync_schedules`` syncs them."""
+    try:
+        sync_declared()
+    except Exception:
+        logger.exception(
+            "Could not sync the schedules declared in code; going on with the table as it is."
+        )

@@ -1,0 +1,293 @@
+"""Schedules declared in code, and their sync into the table.
+
+A schedule is declared next to its task, with ``@scheduled`` above ``@task``, or in the
+setting ``SCHEDULINATOR["SCHEDULES"]`` (a dict shaped like ``CELERY_BEAT_SCHEDULE``). The
+code owns its definition; the table stays the truth the scheduler reads. ``sync`` makes
+the table match the code through the service layer (the change log names the source
+"code"), at ``migrate``, when a scheduler starts and with ``manage.py sync_schedules``:
+
+- a declaration with no row is created; one whose definition changed is updated (its
+  revision and version bumped);
+- a row the code no longer declares is paused, not deleted, with a note saying so (runs
+  and history stay; it becomes editable, and deletable, by hand); declared again, it resumes;
+- a declaration named like a schedule made by hand is a conflict, reported with both, and
+  neither is touched.
+
+The pause state is not part of a definition: pause, resume and run now work on declared
+schedules as on any other (``enabled`` in a declaration applies when it is created). The
+sync is idempotent and safe to run from many processes at once: each item is one service
+call in its own transaction, a create that loses the race to another process is dropped,
+and an update that finds the row already as declared writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+
+from .registry import registry
+
+if TYPE_CHECKING:
+    from .models import Schedule
+
+logger = logging.getLogger("django_schedulinator.declared")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SETTING = "SCHEDULINATOR['SCHEDULES']"
+# The note of a schedule paused because no code declares it any more; declared again, a
+# schedule paused with this note resumes (one paused by hand stays paused).
+REMOVED_PREFIX = "No longer declared in code"
+REMOVED_NOTE = REMOVED_PREFIX + " (it was in {where}): paused, not deleted."
+# Each timing field, and the kind it makes.
+TIMINGS = {"cron": "cron", "interval": "interval", "run_at": "once"}
+# Not part of what code declares: the name is the identity, the pause state is the people's
+# (the only settings of a declared schedule that change outside the code).
+PAUSE_STATE = ("enabled", "pause_note")
+NOT_DEFINITION = ("name", *PAUSE_STATE)
+
+
+def definition_fields() -> tuple[str, ...]:
+    """The settings a declaration owns (read-only elsewhere while it is declared)."""
+    from .models import Schedule
+
+    return tuple(f for f in Schedule.SETTINGS_FIELDS if f not in NOT_DEFINITION)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One schedule as the code declares it: ``values`` are its settings as written there
+    (the task's registered name included), ``declared_in`` where (a function, or the
+    setting)."""
+
+    name: str
+    values: Mapping[str, Any]
+    declared_in: str
+
+    def fields(self) -> dict[str, Any]:
+        """The model's fields for these values: the kind from the timing given, an interval
+        in seconds as a ``timedelta``. Raises ``ImproperlyConfigured`` naming the mistake."""
+        allowed = set(definition_fields()) - {"kind"} | {"enabled"}
+        unknown = sorted(set(self.values) - allowed)
+        if unknown:
+            raise ImproperlyConfigured(
+                f"{self}: unknown field(s) {', '.join(map(repr, unknown))} (a declaration takes "
+                f"{', '.join(sorted(allowed))})"
+            )
+        timings = [name for name in TIMINGS if self.values.get(name) not in (None, "")]
+        if len(timings) != 1:
+            raise ImproperlyConfigured(
+                f"{self}: give exactly one of cron, interval and run_at"
+                + (f" (got {', '.join(timings)})" if timings else "")
+            )
+        values = dict(self.values)
+        interval = values.get("interval")
+        if isinstance(interval, int | float) and not isinstance(interval, bool):
+            values["interval"] = timedelta(seconds=interval)
+        return {**values, "kind": TIMINGS[timings[0]]}
+
+    def __str__(self) -> str:
+        return f"The schedule {self.name!r} declared in {self.declared_in}"
+
+
+class Declarations:
+    """The schedules declared with ``@scheduled`` (filled as task modules are imported)."""
+
+    def __init__(self) -> None:
+        self._declared: dict[str, Declaration] = {}
+
+    def add(self, declaration: Declaration) -> None:
+        existing = self._declared.get(declaration.name)
+        if existing is not None and existing.declared_in != declaration.declared_in:
+            raise ImproperlyConfigured(
+                f"{declaration} has the name of the one declared in {existing.declared_in}."
+            )
+        self._declared[declaration.name] = declaration  # the same place again: a re-import
+
+    def decorated(self) -> list[Declaration]:
+        return list(self._declared.values())
+
+
+declarations = Declarations()
+
+
+def scheduled(name: str, **values: Any) -> Callable[[F], F]:
+    """Declare a schedule of the task below it (a function registered with ``@task``, or a
+    Django task registered with it): ``@scheduled("nightly-report", cron="0 3 * * *",
+    timezone="Europe/Paris")`` above ``@task(...)``. Takes one of ``cron``, ``interval`` (a
+    ``timedelta`` or seconds) and ``run_at``, and any other setting of a schedule (args,
+    kwargs, dispatcher, dispatch_options, policies). Several may be stacked."""
+    if "task" in values:
+        raise ImproperlyConfigured(f"@scheduled({name!r}): the task is the function below it")
+
+    def decorator(f: F) -> F:
+        task_name = registry.name_of(f)
+        if task_name is None:
+            raise ImproperlyConfigured(
+                f"@scheduled({name!r}) is on {_qualified(f)}, which is not a registered task: "
+                "put it above @task."
+            )
+        declarations.add(Declaration(name, {"task": task_name, **values}, _qualified(f)))
+        return f
+
+    return decorator
+
+
+def declared() -> tuple[list[Declaration], list[str]]:
+    """Every declaration (decorators, then the setting), and the problems that make some
+    unusable: a name declared twice, a setting entry that is not a dict."""
+    from .conf import app_settings
+
+    found = {d.name: d for d in declarations.decorated()}
+    problems: list[str] = []
+    for name, values in app_settings.SCHEDULES.items():
+        where = f"{SETTING}[{name!r}]"
+        if not isinstance(values, Mapping):
+            problems.append(f"{where} must be a dict of a schedule's fields, got {values!r}")
+            continue
+        declaration = Declaration(name, dict(values), where)
+        if name in found:
+            problems.append(f"{declaration} has the name of the one declared in "
+                            f"{found[name].declared_in}.")  # fmt: skip
+            found.pop(name)
+            continue
+        found[name] = declaration
+    return list(found.values()), problems
+
+
+def declared_names() -> set[str]:
+    """The names the code declares now (what the admin and the API keep read-only)."""
+    try:
+        return {d.name for d in declared()[0]}
+    except ImproperlyConfigured:
+        return set()
+
+
+def candidate(declaration: Declaration) -> Schedule:
+    """The schedule a declaration stands for, validated by the model (``ValidationError``
+    or ``ImproperlyConfigured`` says what is wrong)."""
+    from .models import Schedule
+
+    schedule = Schedule(
+        name=declaration.name, declared_in=declaration.declared_in, **declaration.fields()
+    )
+    schedule.full_clean(validate_unique=False, validate_constraints=False)
+    return schedule
+
+
+def validated() -> tuple[dict[str, Schedule], list[str]]:
+    """The schedules declared, by name, each validated by the model; and the problems of
+    those left out (the system check reports them as E030)."""
+    found, problems = declared()
+    wanted: dict[str, Schedule] = {}
+    for declaration in found:
+        try:
+            wanted[declaration.name] = candidate(declaration)
+        except ImproperlyConfigured as exc:
+            problems.append(str(exc))
+        except ValidationError as exc:
+            problems.append(f"{declaration} is not valid: {_errors(exc)}")
+    return wanted, problems
+
+
+# -- the sync --------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    """What a sync does (or, dry, would do); ``problems`` were left out and need a person."""
+
+    create: list[Schedule] = field(default_factory=list)
+    # The row, the declared schedule, and {field: [now, declared]}.
+    change: list[tuple[Schedule, Schedule, dict[str, list[Any]]]] = field(default_factory=list)
+    resume: list[Schedule] = field(default_factory=list)
+    disable: list[Schedule] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.create or self.change or self.resume or self.disable)
+
+    def lines(self) -> list[str]:
+        """What the plan does, one line each, for a log or the command's output."""
+        lines = [f"create {s.name!r} ({s.declared_in})" for s in self.create]
+        for row, _, diff in self.change:
+            changes = ", ".join(f"{name} {a!r} -> {b!r}" for name, (a, b) in diff.items())
+            lines.append(f"change {row.name!r}: {changes}")
+        lines += [f"resume {s.name!r}: declared again" for s in self.resume]
+        lines += [
+            f"pause {s.name!r}: no longer declared (it was in {s.declared_in})"
+            for s in self.disable
+        ]
+        return lines
+
+
+def plan() -> Plan:
+    """Compare the declarations with the table (read only)."""
+    from django.db.models import Q
+
+    from . import changelog
+    from .models import Schedule
+
+    result = Plan()
+    wanted, result.problems = validated()
+    rows = {
+        row.name: row
+        for row in Schedule.objects.filter(Q(name__in=list(wanted)) | ~Q(declared_in=""))
+    }
+    owned = definition_fields()
+    for name, schedule in wanted.items():
+        row = rows.get(name)
+        if row is None:
+            result.create.append(schedule)
+            continue
+        if not row.declared_in:
+            result.problems.append(
+                f"The schedule {name!r} declared in {schedule.declared_in} has the name of a "
+                f"schedule {_made_by(row)} (id {row.pk}): rename one of them (or delete the "
+                "other) and sync again."
+            )
+            continue
+        now, declared_as = changelog.snapshot(row), changelog.snapshot(schedule)
+        diff = {f: [now[f], declared_as[f]] for f in owned if now[f] != declared_as[f]}
+        if row.declared_in != schedule.declared_in:
+            diff["declared_in"] = [row.declared_in, schedule.declared_in]
+        if diff:
+            result.change.append((row, schedule, diff))
+        if not row.enabled and row.pause_note.startswith(REMOVED_PREFIX):
+            result.resume.append(row)
+    result.disable = [
+        row for name, row in rows.items() if row.declared_in and name not in wanted and row.enabled
+    ]
+    return result
+
+
+def _made_by(row: Schedule) -> str:
+    """How a schedule made by hand came to be, from its change log: "made in the admin by
+    alice on 2026-11-25"."""
+    from .models import ScheduleChange
+
+    created = (
+        ScheduleChange.objects.filter(schedule=row, action=ScheduleChange.Action.CREATED)
+        .order_by("pk")
+        .first()
+    )
+    if created is None:
+        return "made outside code"
+    by = f" by {created.actor_name}" if created.actor_name else ""
+    return f"made through {created.get_source_display()}{by} on {created.at:%Y-%m-%d}"
+
+
+def _errors(exc: ValidationError) -> str:
+    if hasattr(exc, "error_dict"):
+        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+    return " ".join(exc.messages)
+
+
+def _qualified(f: Any) -> str:
+    func = getattr(f, "func", f)  # a Django task: its function
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"

@@ -561,12 +561,30 @@ def test_chaos(
     assert not_ended().count() == 0
     assert statuses.get("failed", 0) == 0, Run.objects.filter(status="failed").first().error
     assert result.fired == Receipt.objects.count()
-    # Every run that fired ended at the receiver, and the ledger knows it: through RQ, the
-    # worker reported each end. (A deleted schedule's runs went with it; its receipts stay.)
-    kept = Receipt.objects.filter(schedule_id__in=Schedule.objects.values("pk")).count()
-    assert statuses.get("succeeded", 0) == kept
+    # Every run that reached the receiver ended there, and the ledger knows it: through RQ,
+    # the worker reported each end. (A deleted schedule's runs went with it.) One exception,
+    # the crash window: a run that executed in a scheduler SIGKILLed before it recorded the
+    # end, whose schedule was then paused, is cancelled by the take-over as paused.
+    assert ledger_disagreements() == []
     assert result.fired > variant.schedules
     assert codes == [0] * variant.schedulers
+
+
+def ledger_disagreements() -> list[str]:
+    """Occurrences the receiver got whose run is neither succeeded nor (the crash window)
+    cancelled because its schedule was paused."""
+    runs = {
+        (sid, timing.to_ms(at)): (status, reason)
+        for sid, at, status, reason in Run.objects.values_list(
+            "schedule_id", "scheduled_for", "status", "skip_reason"
+        )
+    }
+    received = Receipt.objects.filter(schedule_id__in=Schedule.objects.values("pk"))
+    return [
+        f"{sid}:{timing.to_ms(at)} {runs.get((sid, timing.to_ms(at)))}"
+        for sid, at in received.values_list("schedule_id", "scheduled_for")
+        if runs.get((sid, timing.to_ms(at))) not in (("succeeded", ""), ("skipped", "paused"))
+    ]
 
 
 def not_ended(due_by: datetime | None = None) -> Any:

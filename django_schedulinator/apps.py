@@ -13,7 +13,8 @@ class SchedulinatorConfig(AppConfig):
         from django.db.models.signals import post_delete, post_migrate, post_save
         from django.utils.module_loading import autodiscover_modules
 
-        from . import checks  # noqa: F401  (registers the checks)
+        # Imported for what they register: the checks, and the built-in command task.
+        from . import checks, command_task  # noqa: F401
         from .conf import app_settings
         from .models import Schedule
         from .signals import schedule_changed, sync_after_migrate

@@ -19,6 +19,9 @@ DEFAULTS: dict[str, Any] = {
     # Schedules declared in this setting, by name, each a dict of a schedule's fields
     # ({"task": ..., "cron": ..., ...}), synced into the table like those of @scheduled.
     "SCHEDULES": {},
+    # The management commands the built-in task "django_schedulinator.command" may run, by
+    # name; nothing else can be run through it, whatever a schedule's args say.
+    "COMMANDS": [],
     # The django-redis cache alias whose connection holds the due index.
     "CACHE_ALIAS": "default",
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
@@ -169,6 +172,13 @@ class Settings:
         if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
             raise _error("SCHEDULES", f"must be a dict of schedules by name, got {value!r}")
         return value
+
+    @property
+    def COMMANDS(self) -> list[str]:
+        value = self._get("COMMANDS")
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise _error("COMMANDS", f"must be a list of management command names, got {value!r}")
+        return list(value)
 
     @property
     def CACHE_ALIAS(self) -> str:

@@ -176,7 +176,11 @@ def candidate(declaration: Declaration) -> Schedule:
     schedule = Schedule(
         name=declaration.name, declared_in=declaration.declared_in, **declaration.fields()
     )
+    # Validated as a definition, not as a new row: a declared one-off stays valid after its
+    # time has passed (the sync does not create one whose time has passed).
+    schedule._state.adding = False
     schedule.full_clean(validate_unique=False, validate_constraints=False)
+    schedule._state.adding = True
     return schedule
 
 
@@ -207,6 +211,8 @@ class Plan:
     change: list[tuple[Schedule, Schedule, dict[str, list[Any]]]] = field(default_factory=list)
     resume: list[Schedule] = field(default_factory=list)
     disable: list[Schedule] = field(default_factory=list)
+    # One-offs whose time passed before they were ever created: nothing to run.
+    passed: list[Schedule] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -223,6 +229,7 @@ class Plan:
             f"pause {s.name!r}: no longer declared (it was in {s.declared_in})"
             for s in self.disable
         ]
+        lines += [f"skip {s.name!r}: a one-off whose time has passed" for s in self.passed]
         return lines
 
 
@@ -230,7 +237,7 @@ def plan() -> Plan:
     """Compare the declarations with the table (read only)."""
     from django.db.models import Q
 
-    from . import changelog
+    from . import changelog, clock
     from .models import Schedule
 
     result = Plan()
@@ -240,10 +247,14 @@ def plan() -> Plan:
         for row in Schedule.objects.filter(Q(name__in=list(wanted)) | ~Q(declared_in=""))
     }
     owned = definition_fields()
+    now = clock.now()
     for name, schedule in wanted.items():
         row = rows.get(name)
         if row is None:
-            result.create.append(schedule)
+            if schedule.kind == Schedule.Kind.ONCE and (schedule.run_at or now) <= now:
+                result.passed.append(schedule)
+            else:
+                result.create.append(schedule)
             continue
         if not row.declared_in:
             result.problems.append(
@@ -252,8 +263,8 @@ def plan() -> Plan:
                 "other) and sync again."
             )
             continue
-        now, declared_as = changelog.snapshot(row), changelog.snapshot(schedule)
-        diff = {f: [now[f], declared_as[f]] for f in owned if now[f] != declared_as[f]}
+        stored, declared_as = changelog.snapshot(row), changelog.snapshot(schedule)
+        diff = {f: [stored[f], declared_as[f]] for f in owned if stored[f] != declared_as[f]}
         if row.declared_in != schedule.declared_in:
             diff["declared_in"] = [row.declared_in, schedule.declared_in]
         if diff:

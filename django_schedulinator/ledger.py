@@ -317,8 +317,9 @@ def record_outcomes(
 
 
 def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """What the receivers said of these runs (their ids, HTTP statuses), as the fields of
-    the one UPDATE that also sets the runs' status ({} when they said nothing).
+    """What the receivers said of these runs (their ids, HTTP statuses, the tasks' output),
+    as the fields of the one UPDATE that also sets the runs' status ({} when they said
+    nothing).
 
     A row is written once per transaction: PostgreSQL checks the foreign key of a row the
     transaction already wrote, at commit, by locking the schedule's row. A schedule being
@@ -337,11 +338,16 @@ def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
             default=F("response_status"),
             output_field=Run._meta.get_field("response_status"),
         ),
+        "output": Case(
+            *(When(pk=o.run_id, then=Value(o.output)) for o in told),
+            default=F("output"),
+            output_field=Run._meta.get_field("output"),
+        ),
     }
 
 
 def _said_something(outcome: Outcome) -> bool:
-    return bool(outcome.external_id) or outcome.response_status is not None
+    return bool(outcome.external_id or outcome.output) or outcome.response_status is not None
 
 
 # -- outcomes reported from the worker side, by occurrence key ---------------------------

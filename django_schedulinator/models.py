@@ -679,6 +679,12 @@ class Schedule(models.Model):
         super().clean()
         errors: dict[str, StrOrPromise] = {**self.timing_spec.validate()}
         errors.update(payload_errors(self.args, self.kwargs))
+        if self.task in registry and not errors.get("args") and not errors.get("kwargs"):
+            # What the task itself asks of its arguments (the command task: its allowlist).
+            check_args = registry.get(self.task).check_args
+            if check_args is not None:
+                for field, message in check_args(self.args, self.kwargs).items():
+                    errors.setdefault(field, message)
         # clean_fields() skips the validators of blank values: None would break NOT NULL and
         # an empty list or string as kwargs would reach the task.
         for field, validate in (("args", validate_json_list), ("kwargs", validate_json_object)):
@@ -855,6 +861,14 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=1)
     # What the receiving system said of a hand-off: its id for it, the HTTP status.
+    output = models.TextField(
+        _("output"),
+        blank=True,
+        help_text=_(
+            "What the task returned as text (a management command: its exit status and "
+            "output), its last 4,000 characters."
+        ),
+    )
     external_id = models.CharField(
         _("external id"),
         max_length=255,

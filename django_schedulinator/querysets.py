@@ -333,7 +333,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             "schedule", "scheduled_for", "task", "args", "kwargs", "dispatcher",
             "dispatch_options", "status", "trigger", "skip_reason", "note", "attempts",
             "lease_expires_at", "claimed_at", "worker_id", "claim_token", "error",
-            "external_id",
+            "external_id", "output",
         )  # fmt: skip
         t = functools.partial(_json_time, connection)
         # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
@@ -357,7 +357,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             f"COALESCE(v.trig, 'schedule'), COALESCE(v.reason, ''), COALESCE(v.note, ''), "
             f"COALESCE(v.attempts, 1), "
             f"CASE WHEN COALESCE(v.status, 'pending') = 'pending' THEN COALESCE(v.lease, %s) END, "
-            f"%s, %s, %s, '', '' "
+            f"%s, %s, %s, '', '', '' "
             # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
             f"FROM v WHERE true "
             f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "

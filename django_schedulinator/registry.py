@@ -49,6 +49,9 @@ class RegisteredTask:
     django_task: Any = None
     # The function declares ``occurrence_key``: it receives the key (a string).
     takes_key: bool = False
+    # Checks a schedule's args and kwargs for this task when the schedule is saved: returns
+    # what is wrong with them, by field ("args", "kwargs"); {} when they will do.
+    check_args: Callable[[Any, Any], dict[str, str]] | None = None
 
 
 class TaskRegistry:
@@ -56,18 +59,37 @@ class TaskRegistry:
         self._tasks: dict[str, RegisteredTask] = {}
 
     @overload
-    def register(self, func: F, *, name: str | None = None, timeout: float | None = None) -> F: ...
+    def register(
+        self,
+        func: F,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        check_args: Callable[[Any, Any], dict[str, str]] | None = None,
+    ) -> F: ...
     @overload
     def register(
-        self, func: None = None, *, name: str | None = None, timeout: float | None = None
+        self,
+        func: None = None,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        check_args: Callable[[Any, Any], dict[str, str]] | None = None,
     ) -> Callable[[F], F]: ...
 
     def register(
-        self, func: F | None = None, *, name: str | None = None, timeout: float | None = None
+        self,
+        func: F | None = None,
+        *,
+        name: str | None = None,
+        timeout: float | None = None,
+        check_args: Callable[[Any, Any], dict[str, str]] | None = None,
     ) -> Any:
         """Register ``func`` as a schedulable task: ``@task``, ``@task(name=..., timeout=...)``.
 
         ``timeout`` (seconds) overrides SCHEDULINATOR['TASK_TIMEOUT_SECONDS'] for this task.
+        ``check_args(args, kwargs)`` checks a schedule's arguments for this task when the
+        schedule is saved, returning what is wrong by field ({} when nothing is).
         """
         if timeout is not None and (
             isinstance(timeout, bool)
@@ -102,6 +124,7 @@ class TaskRegistry:
                 timeout=timeout,
                 django_task=django_task,
                 takes_key=OCCURRENCE_KEY_PARAMETER in params,
+                check_args=check_args,
             )
             return f
 

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from django_schedulinator import declared, scheduled, services, task
@@ -334,3 +335,19 @@ def test_the_api_shows_where_it_is_declared_and_refuses_to_change_its_definition
     )
     assert paused.status_code == 200, paused.content
     assert api.post(f"{url}run-now/", {}, format="json").status_code in (200, 201, 202)
+
+
+def test_a_declared_one_off_is_created_once_and_stays_valid_after_its_time(settings: Any) -> None:
+    soon = timezone.now() + timedelta(hours=1)
+    declare(settings, once={"task": "tests.record", "run_at": soon})
+    sync()
+    assert Schedule.objects.get(name="once").kind == "once"
+    # Its time has passed (it fired): still a valid declaration, and nothing to change.
+    Schedule.objects.filter(name="once").update(run_at=soon - timedelta(days=1))
+    declare(settings, once={"task": "tests.record", "run_at": soon - timedelta(days=1)})
+    assert check_declared() == []
+    assert "are in the table as declared" in sync()
+
+    declare(settings, late={"task": "tests.record", "run_at": timezone.now() - timedelta(days=1)})
+    assert "skip 'late': a one-off whose time has passed" in sync()
+    assert not Schedule.objects.filter(name="late").exists()

@@ -359,6 +359,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "lease_expires_at",
             "external_id",
             "response_status",
+            "output",
             "outcome_due_by",
             "error",
         )

@@ -86,7 +86,8 @@ class Outcome:
     """What became of one occurrence handed to ``dispatch``.
 
     ``external_id`` is the id the receiving system gave it (a task result id, a job id);
-    ``response_status`` what a receiver answered (an HTTP status). Both are stored on the run.
+    ``response_status`` what a receiver answered (an HTTP status); ``output`` what the task
+    returned as text. All are stored on the run.
     """
 
     run_id: int
@@ -94,6 +95,7 @@ class Outcome:
     error: str = ""
     external_id: str = ""
     response_status: int | None = None
+    output: str = ""
 
 
 @dataclass(frozen=True, slots=True)

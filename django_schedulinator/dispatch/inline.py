@@ -229,8 +229,10 @@ def _run(occurrence: Occurrence) -> Outcome:
     if registered.takes_key:
         kwargs[OCCURRENCE_KEY_PARAMETER] = occurrence.key
     try:
-        registered.func(*args, **kwargs)
+        result = registered.func(*args, **kwargs)
     except BaseException as exc:  # a task must never take the scheduler down, not even exit()
         text = "".join(traceback.format_exception(exc))
         return Outcome(occurrence.run_id, "failed", text[-MAX_ERROR_CHARS:])
-    return Outcome(occurrence.run_id, "succeeded")
+    # Text a task returns is its output, kept on the run (other values are not recorded).
+    output = result[-MAX_ERROR_CHARS:] if isinstance(result, str) else ""
+    return Outcome(occurrence.run_id, "succeeded", output=output)

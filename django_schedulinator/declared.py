@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
+from .errors import validation_message
 from .registry import registry
 
 if TYPE_CHECKING:
@@ -195,7 +196,7 @@ def validated() -> tuple[dict[str, Schedule], list[str]]:
         except ImproperlyConfigured as exc:
             problems.append(str(exc))
         except ValidationError as exc:
-            problems.append(f"{declaration} is not valid: {_errors(exc)}")
+            problems.append(f"{declaration} is not valid: {validation_message(exc)}")
     return wanted, problems
 
 
@@ -291,12 +292,6 @@ def _made_by(row: Schedule) -> str:
         return "made outside code"
     by = f" by {created.actor_name}" if created.actor_name else ""
     return f"made through {created.get_source_display()}{by} on {created.at:%Y-%m-%d}"
-
-
-def _errors(exc: ValidationError) -> str:
-    if hasattr(exc, "error_dict"):
-        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
-    return " ".join(exc.messages)
 
 
 def _qualified(f: Any) -> str:

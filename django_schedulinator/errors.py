@@ -5,6 +5,8 @@ This module imports nothing of the app: every other module may raise these.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SchedulinatorError(Exception):
     """Base of every error the app raises on purpose."""
@@ -50,3 +52,10 @@ class VersionConflict(ServiceError):
     def __init__(self, message: str, *, current: int) -> None:
         super().__init__(message)
         self.current = current
+
+
+def validation_message(exc: Any) -> str:
+    """A Django ``ValidationError`` in one line: "field: message; other: message"."""
+    if hasattr(exc, "error_dict"):
+        return "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+    return " ".join(exc.messages)

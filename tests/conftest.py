@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -356,3 +356,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=independent)
             chosen = set(map(id, independent))
             items[:] = [item for item in items if id(item) not in chosen]
+
+
+@pytest.fixture
+def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
+    """The docs' Celery dispatcher, sending to this test process's queue, emptied after."""
+    from .celery_support import purge
+    from .doc_examples import example
+
+    config = example("celery")["SCHEDULINATOR"]
+    config["DISPATCHERS"]["celery"]["OPTIONS"]["APP"] = "tests.celery_app.app"
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+    purge()
+    yield
+    purge()
+
+
+@pytest.fixture
+def celery_worker(schedulers: Schedulers) -> Callable[[], Any]:
+    """Starts a real Celery worker on that queue (killed, its output shown, after the test)."""
+    from .celery_support import worker_argv
+
+    return lambda: schedulers.popen(worker_argv())

@@ -351,3 +351,32 @@ def test_a_declared_one_off_is_created_once_and_stays_valid_after_its_time(setti
     declare(settings, late={"task": "tests.record", "run_at": timezone.now() - timedelta(days=1)})
     assert "skip 'late': a one-off whose time has passed" in sync()
     assert not Schedule.objects.filter(name="late").exists()
+
+
+def test_a_django_task_registered_for_scheduling_takes_scheduled_the_same_way() -> None:
+    from .django_task_defs import plain  # a Django task, registered as "tests.django.plain"
+
+    scheduled("django-task", cron="0 5 * * *", dispatcher="default")(plain)
+    sync()
+
+    schedule = Schedule.objects.get(name="django-task")
+    assert (schedule.task, schedule.declared_in) == (
+        "tests.django.plain",
+        "tests.django_task_defs.plain",
+    )
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the scheduler sees committed rows only
+def test_a_scheduler_syncs_the_declarations_when_it_starts(key_prefix: str) -> None:
+    env = subprocess_env(
+        key_prefix,
+        SCHEDULINATOR_TEST_SCHEDULES='{"hourly": {"task": "tests.noop", "interval": 3600}}',
+    )
+    subprocess.run(
+        [sys.executable, "-m", "django", "run_scheduler", "--once"],
+        cwd=ROOT, env=env, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    assert Schedule.objects.get(name="hourly").declared_in == (
+        "SCHEDULINATOR['SCHEDULES']['hourly']"
+    )

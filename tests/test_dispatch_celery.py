@@ -4,8 +4,6 @@ the real RabbitMQ, on a queue of this test process's own (tests/settings.py, TES
 from __future__ import annotations
 
 import functools
-import sys
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -16,64 +14,17 @@ from django.utils import timezone
 
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.celery import task_id
-from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
 from . import handoff
-from .celery_app import app
-from .conftest import Schedulers, make_schedule
-from .doc_examples import example
+from .conftest import make_schedule
 from .handoff import fire, retry_until_failed, status_of, until
 from .models import Delivery
 from .redis_server import free_port
 
 QUEUE = django_settings.TEST_QUEUE
 CELERY = "django_schedulinator.dispatch.celery.CeleryDispatcher"
-
-
-def purge() -> None:
-    with app.connection_for_write() as connection:
-        channel = connection.default_channel
-        channel.queue_declare(QUEUE, durable=True, auto_delete=False)
-        channel.queue_purge(QUEUE)
-
-
-@pytest.fixture
-def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
-    """The docs' configuration, sending to this test process's queue, emptied after."""
-    config = example("celery")["SCHEDULINATOR"]
-    config["DISPATCHERS"]["celery"]["OPTIONS"]["APP"] = "tests.celery_app.app"
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
-    purge()
-    yield
-    purge()
-
-
-@pytest.fixture
-def celery_worker(schedulers: Schedulers) -> Callable[[], Any]:
-    """Starts a real worker (killed, its output shown, after the test)."""
-    return lambda: schedulers.popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tests.celery_app",
-            "worker",
-            "-P",
-            "solo",
-            "-Q",
-            QUEUE,
-            "-n",
-            f"{QUEUE}@%h",
-            "--without-heartbeat",
-            "--without-gossip",
-            "--without-mingle",
-            "-l",
-            "INFO",
-        ]
-    )
 
 
 due = functools.partial(handoff.due, dispatcher="celery", dispatch_options={"queue": QUEUE})

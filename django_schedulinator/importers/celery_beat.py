@@ -1,0 +1,183 @@
+"""From Celery beat: django-celery-beat's tables, and the ``CELERY_BEAT_SCHEDULE`` setting.
+
+Each periodic task becomes one schedule of its registered task (``TaskNames``), sent through
+the dispatcher alias given (a Celery dispatcher keeps sending to the same Celery tasks, so
+the workers need no change). What maps, and what does not:
+
+- crontab (with its time zone), interval (seconds to days), clocked (a one-off at that time);
+  solar schedules have no counterpart here: left out with the reason;
+- ``one_off`` on a crontab or interval: ``max_runs=1``; ``start_time``: ``start_at``;
+  ``expires``: ``end_at``; ``enabled=False``: imported paused, with a note;
+- ``args`` and ``kwargs`` (JSON text in the tables, Python values in the setting);
+- ``queue``, ``routing_key``, ``priority`` and ``expire_seconds`` (or the setting's
+  ``options``): the schedule's dispatch options, checked by its dispatcher (an option it does
+  not take leaves the entry out, with the dispatcher's message); an ``exchange`` or
+  ``headers`` have no counterpart: left out;
+- ``last_run_at`` of an interval: the anchor, so the cadence goes on where it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
+from typing import Any
+
+from . import Found, TaskNames
+
+PERIODS = {
+    "days": "days",
+    "hours": "hours",
+    "minutes": "minutes",
+    "seconds": "seconds",
+    "microseconds": "microseconds",
+}
+# The options of a periodic task that become dispatch options, by the name there.
+DISPATCH_OPTIONS = ("queue", "routing_key", "priority", "expires")
+PAUSED_NOTE = "Imported paused: it was disabled in {source}."
+
+
+def from_tables(names: TaskNames, dispatcher: str) -> Iterator[Found]:
+    """The periodic tasks of django-celery-beat, read through its own models."""
+    from django.apps import apps
+
+    if not apps.is_installed("django_celery_beat"):
+        raise LookupError("django_celery_beat is not in INSTALLED_APPS: its tables cannot be read.")
+    periodic_task = apps.get_app_config("django_celery_beat").get_model("PeriodicTask")
+    related = ("crontab", "interval", "clocked", "solar")
+    rows: Any = periodic_task._default_manager.select_related(*related).order_by("pk")
+    for row in rows:
+        if row.name == "celery.backend_cleanup":  # beat's own housekeeping, not your work
+            continue
+        source = f"periodic task {row.pk} {row.name!r}"
+        try:
+            yield Found(source, _fields_of_row(row, names, dispatcher))
+        except Unmapped as exc:
+            yield Found(source, None, str(exc))
+
+
+def from_setting(
+    schedule: Mapping[str, Any], names: TaskNames, dispatcher: str, timezone: str
+) -> Iterator[Found]:
+    """The entries of a ``CELERY_BEAT_SCHEDULE`` dict (``timezone``: Celery's, for crontabs)."""
+    for name, entry in schedule.items():
+        source = f"CELERY_BEAT_SCHEDULE[{name!r}]"
+        try:
+            yield Found(source, _fields_of_entry(name, entry, names, dispatcher, timezone))
+        except Unmapped as exc:
+            yield Found(source, None, str(exc))
+
+
+class Unmapped(Exception):
+    """An entry that has no counterpart here; the message says why."""
+
+
+def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any]:
+    task = _task(row.task, names)
+    fields: dict[str, Any] = {"name": row.name, "task": task, "dispatcher": dispatcher}
+    if row.solar_id is not None:
+        raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
+    if row.crontab is not None:
+        c = row.crontab
+        fields.update(
+            kind="cron",
+            cron=f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}",
+            timezone=str(c.timezone),
+        )
+    elif row.interval is not None:
+        fields.update(kind="interval", interval=_interval(row.interval.every, row.interval.period))
+        if row.last_run_at is not None:
+            fields["anchor_at"] = row.last_run_at
+    elif row.clocked is not None:
+        fields.update(kind="once", run_at=row.clocked.clocked_time)
+    else:
+        raise Unmapped("it has no schedule")
+    if row.one_off and fields["kind"] != "once":
+        fields["max_runs"] = 1
+    fields["args"] = _json(row.args, "args", list)
+    fields["kwargs"] = _json(row.kwargs, "kwargs", dict)
+    if row.exchange:
+        raise Unmapped(f"exchange {row.exchange!r}: the Celery dispatcher sends by queue only")
+    if _json(row.headers or "{}", "headers", dict):
+        raise Unmapped("headers: the Celery dispatcher sends its own (the occurrence key)")
+    options = {
+        "queue": row.queue or None,
+        "routing_key": row.routing_key or None,
+        "priority": row.priority,
+        "expires": row.expire_seconds,
+    }
+    fields["dispatch_options"] = {k: v for k, v in options.items() if v is not None}
+    if row.start_time is not None:
+        fields["start_at"] = row.start_time
+    if row.expires is not None:
+        fields["end_at"] = row.expires
+    if not row.enabled:
+        fields.update(enabled=False, pause_note=PAUSED_NOTE.format(source="django-celery-beat"))
+    return fields
+
+
+def _fields_of_entry(
+    name: str, entry: Any, names: TaskNames, dispatcher: str, timezone: str
+) -> dict[str, Any]:
+    if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
+        raise Unmapped("an entry needs 'task' and 'schedule'")
+    fields: dict[str, Any] = {
+        "name": name,
+        "task": _task(entry["task"], names),
+        "dispatcher": dispatcher,
+        **_timing(entry["schedule"], timezone),
+        "args": list(entry.get("args") or ()),
+        "kwargs": dict(entry.get("kwargs") or {}),
+    }
+    options = dict(entry.get("options") or {})
+    unknown = sorted(set(options) - set(DISPATCH_OPTIONS))
+    if unknown:
+        raise Unmapped(f"options {', '.join(unknown)}: no counterpart here")
+    fields["dispatch_options"] = {k: v for k, v in options.items() if v is not None}
+    return fields
+
+
+def _timing(schedule: Any, timezone: str) -> dict[str, Any]:
+    """The timing fields of a beat schedule: Celery's crontab, solar, a timedelta or a
+    number of seconds."""
+    from celery.schedules import crontab, solar
+
+    if isinstance(schedule, solar):
+        raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
+    if isinstance(schedule, crontab):
+        parts = (
+            schedule._orig_minute,
+            schedule._orig_hour,
+            schedule._orig_day_of_month,
+            schedule._orig_month_of_year,
+            schedule._orig_day_of_week,
+        )
+        return {"kind": "cron", "cron": " ".join(str(p) for p in parts), "timezone": timezone}
+    if isinstance(schedule, timedelta):
+        return {"kind": "interval", "interval": schedule}
+    if isinstance(schedule, int | float) and not isinstance(schedule, bool):
+        return {"kind": "interval", "interval": timedelta(seconds=schedule)}
+    raise Unmapped(f"the schedule {schedule!r} is of a kind this importer does not know")
+
+
+def _interval(every: int, period: str) -> timedelta:
+    if period not in PERIODS:
+        raise Unmapped(f"the interval period {period!r} is not one django-celery-beat has")
+    return timedelta(**{PERIODS[period]: every})
+
+
+def _task(name: str, names: TaskNames) -> str:
+    registered, why = names.registered(name)
+    if registered is None:
+        raise Unmapped(why)
+    return registered
+
+
+def _json(text: str, what: str, kind: type) -> Any:
+    try:
+        value = json.loads(text or ("[]" if kind is list else "{}"))
+    except ValueError as exc:
+        raise Unmapped(f"{what} is not JSON: {exc}") from None
+    if not isinstance(value, kind):
+        raise Unmapped(f"{what} must be a JSON {'list' if kind is list else 'object'}")
+    return value

@@ -1,0 +1,157 @@
+"""``manage.py import_schedules`` from CELERY_BEAT_SCHEDULE (built with Celery's own
+``crontab`` and ``solar``) and from a crontab file. The import from django-celery-beat's
+tables is in tests/test_import_celery_beat.py."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery.schedules import crontab, solar
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_schedulinator import services
+from django_schedulinator.models import Schedule, ScheduleChange
+
+pytestmark = pytest.mark.django_db
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("import_schedules", *args, stdout=out)
+    return out.getvalue()
+
+
+@pytest.fixture
+def beat_schedule(settings: Any) -> None:
+    settings.CELERY_TIMEZONE = "Europe/Paris"
+    settings.CELERY_BEAT_SCHEDULE = {
+        "nightly": {
+            "task": "tests.celery.record",
+            "schedule": crontab(minute="0", hour="4", day_of_week="mon-fri"),
+            "args": (1, 2),
+            "kwargs": {"a": "b"},
+        },
+        "every-five-minutes": {"task": "tests.record", "schedule": timedelta(minutes=5)},
+        "every-thirty-seconds": {"task": "legacy.ping", "schedule": 30.0},
+        "at-sunset": {"task": "tests.record", "schedule": solar("sunset", 48.85, 2.35)},
+        "unknown": {"task": "nope.task", "schedule": 60},
+        "with-exchange": {"task": "tests.record", "schedule": 60, "options": {"exchange": "x"}},
+    }
+
+
+def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
+    beat_schedule: None,
+) -> None:
+    dry = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop", "--dry-run")
+    assert Schedule.objects.count() == 0
+    assert "would create 'nightly': cron '0 4 * * mon-fri' in Europe/Paris" in dry
+    assert "Would import 3 schedule(s); left out 3." in dry
+
+    out = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop")
+
+    nightly = Schedule.objects.get(name="nightly")
+    assert (nightly.task, nightly.cron, nightly.timezone) == (
+        "tests.celery.record",
+        "0 4 * * mon-fri",
+        "Europe/Paris",
+    )
+    assert (nightly.args, nightly.kwargs) == ([1, 2], {"a": "b"})
+    assert Schedule.objects.get(name="every-five-minutes").interval == timedelta(minutes=5)
+    thirty = Schedule.objects.get(name="every-thirty-seconds")
+    assert (thirty.task, thirty.interval) == ("tests.noop", timedelta(seconds=30))
+    assert "skipped CELERY_BEAT_SCHEDULE['at-sunset']: solar schedules" in out
+    assert "skipped CELERY_BEAT_SCHEDULE['unknown']: the task 'nope.task' is not registered" in out
+    assert "skipped CELERY_BEAT_SCHEDULE['with-exchange']: options exchange: no counterpart" in out
+    entry = ScheduleChange.objects.get(schedule_name="nightly")
+    assert (entry.action, entry.source) == ("created", "command")
+
+    again = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop")
+    assert "Imported 0 schedule(s); left out 6." in again
+    assert "a schedule named 'nightly' exists (imported before?)" in again
+    assert Schedule.objects.count() == 3
+
+
+def test_imported_schedules_start_at_their_next_occurrence_after_now(beat_schedule: None) -> None:
+    run("--from", "celery-beat-schedule")
+    for schedule in Schedule.objects.all():
+        assert schedule.next_run_at is not None
+        assert schedule.next_run_at > schedule.created_at - timedelta(seconds=1)
+
+
+def test_an_import_is_one_transaction(beat_schedule: None, monkeypatch: Any) -> None:
+    real, calls = services.create, []
+
+    def create_then_fail(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("the database went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "create", create_then_fail)
+    with pytest.raises(RuntimeError):
+        run("--from", "celery-beat-schedule")
+    assert Schedule.objects.count() == 0  # the first one too
+
+
+CRONTAB = """\
+# m h dom mon dow command
+SHELL=/bin/sh
+MAILTO=ops@example.com
+30 4 * * * cd /srv/app && /srv/venv/bin/python manage.py clearsessions >> /var/log/cs.log 2>&1
+@daily /srv/venv/bin/python /srv/app/manage.py schedtest_echo 'two words' --status 0
+CRON_TZ=America/New_York
+*/15 9-17 * * 1-5 www-data python3 manage.py clearsessions
+0 1 * * * /usr/local/bin/backup.sh
+0 2 * * * python manage.py flush --no-input
+@reboot python manage.py clearsessions
+61 * * * * python manage.py clearsessions
+"""
+
+
+def test_a_crontab_becomes_schedules_of_the_command_task(settings: Any, tmp_path: Path) -> None:
+    settings.TIME_ZONE = "Europe/Berlin"
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": ["clearsessions", "schedtest_echo"],
+    }
+    path = tmp_path / "crontab"
+    path.write_text(CRONTAB)
+
+    out = run("--from", "crontab", str(path))
+
+    made = {s.name: s for s in Schedule.objects.all()}
+    assert set(made) == {
+        "crontab: manage.py clearsessions",
+        "crontab: manage.py schedtest_echo 'two words' --status 0",
+        "crontab: manage.py clearsessions (2)",
+    }
+    first = made["crontab: manage.py clearsessions"]
+    assert (first.task, first.args, first.cron, first.timezone) == (
+        "django_schedulinator.command",
+        ["clearsessions"],
+        "30 4 * * *",
+        "Europe/Berlin",
+    )
+    echo = made["crontab: manage.py schedtest_echo 'two words' --status 0"]
+    assert (echo.args, echo.cron) == (["schedtest_echo", "two words", "--status", "0"], "0 0 * * *")
+    third = made["crontab: manage.py clearsessions (2)"]
+    assert (third.cron, third.timezone) == ("*/15 9-17 * * 1-5", "America/New_York")
+    assert "skipped crontab:8: it runs no manage.py command" in out
+    assert "skipped crontab:9: The management command 'flush' is not in SCHEDULINATOR" in out
+    assert "skipped crontab:10: @reboot runs at boot" in out
+    assert "skipped crontab:11: cron:" in out  # minute 61: the model says why
+    assert "Imported 3 schedule(s); left out 4." in out
+
+
+def test_the_command_says_what_it_needs() -> None:
+    with pytest.raises(CommandError, match="--from crontab needs the file"):
+        run("--from", "crontab")
+    with pytest.raises(CommandError, match="--map takes NAME=REGISTERED"):
+        run("--from", "celery-beat-schedule", "--map", "nonsense")
+    with pytest.raises(CommandError, match="Cannot read"):
+        run("--from", "crontab", "/no/such/file")

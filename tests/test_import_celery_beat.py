@@ -1,0 +1,194 @@
+"""``manage.py import_schedules --from django-celery-beat``: real rows made through
+django-celery-beat's own models, imported; and the move itself, end to end: the imported
+schedules keep sending to the same Celery tasks, run by a real worker on the real broker."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.utils import timezone
+
+from django_schedulinator.models import Run, Schedule
+
+from .handoff import fire, status_of, until
+from .models import Delivery
+
+try:
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+except ImportError:  # the run on Django 6 (not supported by django-celery-beat yet)
+    if os.environ.get("SCHEDULINATOR_REQUIRE_CELERY_BEAT"):
+        raise
+    pytest.skip("django-celery-beat is not installed", allow_module_level=True)
+
+pytestmark = pytest.mark.django_db
+
+QUEUE = django_settings.TEST_QUEUE
+
+
+def run(*args: str) -> str:
+    out = StringIO()
+    call_command("import_schedules", "--from", "django-celery-beat", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
+    celery_alias: None,
+) -> None:
+    now = timezone.now()
+    weekdays = CrontabSchedule.objects.create(
+        minute="0", hour="3", day_of_week="mon-fri", timezone="Europe/Paris"
+    )
+    PeriodicTask.objects.create(
+        name="nightly",
+        task="tests.celery.record",
+        crontab=weekdays,
+        args="[1]",
+        kwargs='{"a": "b"}',
+        queue=QUEUE,
+        priority=5,
+        expire_seconds=60,
+        start_time=now + timedelta(days=1),
+    )
+    every_ten = IntervalSchedule.objects.create(every=10, period=IntervalSchedule.MINUTES)
+    last_run = now - timedelta(minutes=3)
+    PeriodicTask.objects.create(
+        name="every-ten-minutes", task="tests.celery.record", interval=every_ten,
+        last_run_at=last_run,
+    )  # fmt: skip
+    PeriodicTask.objects.create(
+        name="paused", task="tests.celery.record", interval=every_ten, enabled=False
+    )
+    PeriodicTask.objects.create(
+        name="once",
+        task="legacy.report",
+        clocked=ClockedSchedule.objects.create(clocked_time=now + timedelta(days=1)),
+        one_off=True,
+    )
+    PeriodicTask.objects.create(
+        name="once-a-day-then-done",
+        task="tests.celery.record",
+        crontab=weekdays,
+        one_off=True,
+        expires=now + timedelta(days=30),
+    )
+    sunset = SolarSchedule.objects.create(event="sunset", latitude=48.85, longitude=2.35)
+    PeriodicTask.objects.create(name="at-sunset", task="tests.celery.record", solar=sunset)
+    PeriodicTask.objects.create(name="unknown", task="nope.task", crontab=weekdays)
+    PeriodicTask.objects.create(
+        name="with-exchange", task="tests.celery.record", crontab=weekdays, exchange="direct"
+    )
+    PeriodicTask.objects.create(
+        name="with-headers", task="tests.celery.record", crontab=weekdays, headers='{"x": 1}'
+    )
+    PeriodicTask.objects.create(
+        name="bad-args", task="tests.celery.record", crontab=weekdays, args="[1,"
+    )
+    mapping = ("--map", "legacy.report=tests.celery.record", "--dispatcher", "celery")
+
+    dry = run(*mapping, "--dry-run")
+    assert Schedule.objects.count() == 0
+    assert "Would import 5 schedule(s); left out 5." in dry
+
+    out = run(*mapping)
+
+    nightly = Schedule.objects.get(name="nightly")
+    assert (nightly.kind, nightly.cron, nightly.timezone) == (
+        "cron",
+        "0 3 * * mon-fri",
+        "Europe/Paris",
+    )
+    assert (nightly.task, nightly.dispatcher) == ("tests.celery.record", "celery")
+    assert (nightly.args, nightly.kwargs) == ([1], {"a": "b"})
+    assert nightly.dispatch_options == {"queue": QUEUE, "priority": 5, "expires": 60}
+    assert nightly.start_at == now + timedelta(days=1)
+    ten = Schedule.objects.get(name="every-ten-minutes")
+    assert ten.interval == timedelta(minutes=10)
+    # The cadence goes on where beat left it: ten minutes after its last run, not from now.
+    assert ten.next_run_at == last_run.replace(microsecond=last_run.microsecond // 1000 * 1000) + (
+        timedelta(minutes=10)
+    )
+    paused = Schedule.objects.get(name="paused")
+    assert not paused.enabled
+    assert paused.pause_note == "Imported paused: it was disabled in django-celery-beat."
+    once = Schedule.objects.get(name="once")
+    assert (once.kind, once.task) == ("once", "tests.celery.record")
+    done = Schedule.objects.get(name="once-a-day-then-done")
+    assert (done.max_runs, done.end_at) == (1, now + timedelta(days=30))
+    for name, reason in [
+        ("at-sunset", "solar schedules (sunrise, sunset, ...) have no counterpart here"),
+        ("unknown", "the task 'nope.task' is not registered"),
+        ("with-exchange", "exchange 'direct': the Celery dispatcher sends by queue only"),
+        ("with-headers", "headers: the Celery dispatcher sends its own"),
+        ("bad-args", "args is not JSON"),
+    ]:
+        assert f"{name!r}: {reason}" in out, out
+    assert "celery.backend_cleanup" not in out
+
+    assert "Imported 0 schedule(s); left out 10." in run(*mapping)
+
+
+def test_an_option_the_dispatcher_does_not_take_leaves_the_task_out() -> None:
+    PeriodicTask.objects.create(
+        name="queued",
+        task="tests.record",
+        interval=IntervalSchedule.objects.create(every=1, period=IntervalSchedule.HOURS),
+        queue="reports",
+    )
+    out = run()  # the default (inline) dispatcher takes no queue
+    assert "skipped periodic task" in out
+    assert "dispatch_options: " in out
+    assert "queue" in out
+    assert not Schedule.objects.exists()
+
+
+def test_without_django_celery_beat_installed_the_command_says_so(settings: Any) -> None:
+    from django.apps import apps
+
+    installed = [app for app in settings.INSTALLED_APPS if app != "django_celery_beat"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(apps, "is_installed", lambda name: name in installed)
+        from django.core.management.base import CommandError
+
+        with pytest.raises(CommandError, match="django_celery_beat is not in INSTALLED_APPS"):
+            run()
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the worker writes the outcome
+def test_a_beat_project_moves_over_and_its_celery_worker_runs_the_tasks_unchanged(
+    celery_alias: None, celery_worker: Any
+) -> None:
+    """The move, as docs/migrating-from-celery-beat.md tells it: the beat rows imported with
+    the Celery dispatcher, the scheduler fires them, and the same Celery task runs in the
+    same worker, now with the occurrence key, its end reported back."""
+    PeriodicTask.objects.create(
+        name="send-invoices",
+        task="tests.celery.record",
+        interval=IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS),
+        kwargs='{"batch": 7}',
+        queue=QUEUE,
+    )
+    assert "Imported 1 schedule(s)" in run("--dispatcher", "celery")
+    schedule = Schedule.objects.get(name="send-invoices")
+    celery_worker()
+
+    until(lambda: Schedule.objects.get(pk=schedule.pk).next_run_at <= timezone.now())
+    fire()
+
+    until(lambda: status_of(schedule) == "succeeded", seconds=60)
+    run_ = Run.objects.get(schedule=schedule)
+    delivery = Delivery.objects.get(schedule_id=schedule.pk)
+    assert delivery.key == run_.idempotency_key
+    assert delivery.payload["kwargs"] == {"batch": 7}

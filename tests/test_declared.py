@@ -53,6 +53,13 @@ def sync(*args: str) -> str:
     return out.getvalue()
 
 
+def synced_nightly(settings: Any) -> Schedule:
+    """The NIGHTLY declaration, synced: its schedule."""
+    declare(settings, nightly=NIGHTLY)
+    sync()
+    return Schedule.objects.get(name="nightly")
+
+
 def changes_of(name: str) -> list[tuple[str, str]]:
     return list(
         ScheduleChange.objects.filter(schedule_name=name)
@@ -96,9 +103,7 @@ def test_a_decorated_task_declares_its_schedules(settings: Any) -> None:
 
 
 def test_a_sync_that_finds_the_table_as_declared_writes_nothing(settings: Any) -> None:
-    declare(settings, nightly=NIGHTLY)
-    sync()
-    schedule = Schedule.objects.get(name="nightly")
+    schedule = synced_nightly(settings)
 
     assert "are in the table as declared" in sync()
     assert "would" not in sync("--dry-run")
@@ -231,9 +236,7 @@ def test_a_name_declared_twice_is_refused(settings: Any) -> None:
 
 
 def test_the_definition_of_a_declared_schedule_is_changed_in_code_only(settings: Any) -> None:
-    declare(settings, nightly=NIGHTLY)
-    sync()
-    schedule = Schedule.objects.get(name="nightly")
+    schedule = synced_nightly(settings)
 
     with pytest.raises(DeclaredInCode, match=r"declared in code \(SCHEDULINATOR.*change it in"):
         services.update(schedule, {"cron": "0 4 * * *"}, origin=ADMIN)
@@ -283,9 +286,7 @@ def test_many_processes_syncing_at_once_create_each_schedule_once(key_prefix: st
 def test_the_admin_shows_where_it_is_declared_and_keeps_its_definition_read_only(
     settings: Any, admin_user: Any
 ) -> None:
-    declare(settings, nightly=NIGHTLY)
-    sync()
-    schedule = Schedule.objects.get(name="nightly")
+    schedule = synced_nightly(settings)
     client = Client()
     client.force_login(admin_user)
 
@@ -316,9 +317,7 @@ def test_the_admin_shows_where_it_is_declared_and_keeps_its_definition_read_only
 def test_the_api_shows_where_it_is_declared_and_refuses_to_change_its_definition(
     settings: Any, admin_user: Any
 ) -> None:
-    declare(settings, nightly=NIGHTLY)
-    sync()
-    schedule = Schedule.objects.get(name="nightly")
+    schedule = synced_nightly(settings)
     api = APIClient()
     api.force_authenticate(admin_user)
     url = f"/api/schedulinator/schedules/{schedule.pk}/"

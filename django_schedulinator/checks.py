@@ -137,14 +137,17 @@ def check_index(
 @register()
 def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Schedules declared in code that cannot be synced (an invalid field, a name declared
-    twice); a clash with a schedule made by hand needs the database: sync_schedules --dry-run."""
+    twice). Warnings, not errors: one bad declaration must not stop the schedulers (or
+    migrate) of all the others; the sync leaves it out and logs it, and
+    ``sync_schedules --dry-run`` exits 1 on it, to gate a deploy. A clash with a schedule
+    made by hand needs the database: that command finds it too."""
     from .declared import validated
 
     try:
         _, problems = validated()
     except ImproperlyConfigured as exc:  # SCHEDULES is not a dict: E001 says so
-        return [Error(str(exc), id="schedulinator.E030")]
+        return [Warning(str(exc), id="schedulinator.W030")]
     return [
-        Error(problem, hint="Fix the declaration in the code.", id="schedulinator.E030")
+        Warning(problem, hint="Fix the declaration in the code.", id="schedulinator.W030")
         for problem in problems
     ]

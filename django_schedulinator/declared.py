@@ -187,7 +187,7 @@ def candidate(declaration: Declaration) -> Schedule:
 
 def validated() -> tuple[dict[str, Schedule], list[str]]:
     """The schedules declared, by name, each validated by the model; and the problems of
-    those left out (the system check reports them as E030)."""
+    those left out (the system check reports them as W030)."""
     found, problems = declared()
     wanted: dict[str, Schedule] = {}
     for declaration in found:

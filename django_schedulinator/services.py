@@ -525,20 +525,35 @@ def sync_declared(*, dry_run: bool = False) -> declared.Plan:
     owned = declared.definition_fields()
     for row, schedule, diff in result.change:
         changes = {name: getattr(schedule, name) for name in owned if name in diff}
-        update(row, changes, origin=CODE, declared_in=schedule.declared_in)
-        log.info("Updated schedule %r, declared in %s.", row.name, schedule.declared_in)
+        where = schedule.declared_in
+        if _synced(result, row, update, row, changes, origin=CODE, declared_in=where):
+            log.info("Updated schedule %r, declared in %s.", row.name, schedule.declared_in)
     for row in result.resume:
-        resume(row, origin=CODE)
-        log.info("Resumed schedule %r: it is declared in code again.", row.name)
+        if _synced(result, row, resume, row, origin=CODE):
+            log.info("Resumed schedule %r: it is declared in code again.", row.name)
     for row in result.disable:
-        pause(row, declared.REMOVED_NOTE.format(where=row.declared_in), origin=CODE)
-        log.warning(
-            "Paused schedule %r: no code declares it any more (it was in %s). It is kept with "
-            "its runs; delete it by hand if it is gone for good.",
-            row.name,
-            row.declared_in,
-        )
+        note = declared.REMOVED_NOTE.format(where=row.declared_in)
+        if _synced(result, row, pause, row, note, origin=CODE):
+            log.warning(
+                "Paused schedule %r: no code declares it any more (it was in %s). It is kept "
+                "with its runs; delete it by hand if it is gone for good.",
+                row.name,
+                row.declared_in,
+            )
     return result
+
+
+def _synced(result: declared.Plan, row: Schedule, service: Any, *args: Any, **kwargs: Any) -> bool:
+    """One step of the sync; a schedule deleted or edited meanwhile is a problem of the
+    plan, logged, and the sync goes on with the others."""
+    try:
+        service(*args, **kwargs)
+    except ServiceError as exc:
+        problem = f"The schedule {row.name!r} could not be synced: {exc}"
+        result.problems.append(problem)
+        declared.logger.error("Schedules in code: %s", problem)
+        return False
+    return True
 
 
 def _db(schedule: Schedule) -> str:

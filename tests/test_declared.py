@@ -211,7 +211,7 @@ def test_an_invalid_declaration_is_refused_by_the_check_and_the_sync(
     declare(settings, nightly=values)
 
     [error] = check_declared()
-    assert error.id == "schedulinator.E030"
+    assert error.id == "schedulinator.W030"
     assert message in error.msg
     with pytest.raises(CommandError):
         sync()
@@ -379,3 +379,20 @@ def test_a_scheduler_syncs_the_declarations_when_it_starts(key_prefix: str) -> N
     assert Schedule.objects.get(name="hourly").declared_in == (
         "SCHEDULINATOR['SCHEDULES']['hourly']"
     )
+
+
+def test_a_schedule_deleted_while_the_sync_runs_is_a_problem_not_a_crash(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced_nightly(settings)
+    declare(settings, nightly={**NIGHTLY, "cron": "0 4 * * *"}, other=NIGHTLY)
+    stale = declared.plan()  # what a process computed before ...
+    Schedule.objects.filter(name="nightly").delete()  # ... another deleted the row
+    monkeypatch.setattr(declared, "plan", lambda: stale)
+
+    result = services.sync_declared()
+
+    assert result.problems == [
+        "The schedule 'nightly' could not be synced: The schedule was deleted."
+    ]
+    assert Schedule.objects.filter(name="other").exists()  # the rest went on

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_schedulinator import services
+from django_schedulinator.errors import ServiceError
 from django_schedulinator.models import Schedule, ScheduleChange
 
 pytestmark = pytest.mark.django_db
@@ -83,17 +84,26 @@ def test_imported_schedules_start_at_their_next_occurrence_after_now(beat_schedu
         assert schedule.next_run_at > schedule.created_at - timedelta(seconds=1)
 
 
-def test_an_import_is_one_transaction(beat_schedule: None, monkeypatch: Any) -> None:
+@pytest.mark.parametrize(
+    ("failure", "raised"),
+    [
+        (RuntimeError("the database went away"), RuntimeError),
+        (ServiceError("refused"), CommandError),  # said as: imported nothing
+    ],
+)
+def test_an_import_is_one_transaction(
+    beat_schedule: None, monkeypatch: Any, failure: Exception, raised: type[Exception]
+) -> None:
     real, calls = services.create, []
 
     def create_then_fail(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:
-            raise RuntimeError("the database went away")
+            raise failure
         return real(*args, **kwargs)
 
     monkeypatch.setattr(services, "create", create_then_fail)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(raised):
         run("--from", "celery-beat-schedule")
     assert Schedule.objects.count() == 0  # the first one too
 

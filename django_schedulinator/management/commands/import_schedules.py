@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
 from ...changelog import Origin
 from ...dispatch import DEFAULT_ALIAS
+from ...errors import ServiceError, validation_message
 from ...importers import TaskNames, import_found
 from ...models import ScheduleChange
 
@@ -66,11 +68,15 @@ class Command(BaseCommand):
         names = TaskNames(_mapping(options["map"]))
         dispatcher = options["dispatcher"]
         found = list(self._found(source, options, names, dispatcher))
-        result = import_found(
-            found,
-            origin=Origin(None, ScheduleChange.Source.COMMAND),
-            dry_run=options["dry_run"],
-        )
+        try:
+            result = import_found(
+                found,
+                origin=Origin(None, ScheduleChange.Source.COMMAND),
+                dry_run=options["dry_run"],
+            )
+        except (ValidationError, ServiceError) as exc:
+            message = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+            raise CommandError(f"The import stopped and imported nothing: {message}") from None
         verb = "would create" if result.dry_run else "created"
         for schedule in result.created:
             self.stdout.write(f"{verb} {schedule.name!r}: {_describe(schedule)}")

@@ -34,7 +34,7 @@ from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk
-from .index import DueIndex, get_index
+from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
 from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
@@ -366,8 +366,12 @@ class Worker:
         if not batch.built:
             ensure_built(self.index, built_by=self.worker_id, should_stop=lambda: self.stopping)
             return PassResult(0, True, batch.now_ms, None)
-        plan = self.claimer.recheck(batch)
-        occurrences, counters = self.claimer.commit(plan, token)
+        try:
+            plan = self.claimer.recheck(batch)
+            occurrences, counters = self.claimer.commit(plan, token)
+        except BaseException:
+            self._give_back(batch, token)
+            raise
         self.counters.add(counters)
         self._dispatch(Leased(occurrences, token, leased_at, plan.buffering))
         periodic = time.monotonic() >= self._next_takeover
@@ -711,6 +715,26 @@ class Worker:
             if left <= 0:
                 return
             time.sleep(min(left, 0.1))
+
+    def _give_back(self, batch: ClaimedBatch, token: str) -> None:
+        """A pass that failed between its claim and its commit (the database away): its
+        entries go back to the due set as they were, for the next pass, instead of waiting
+        out their in-flight lease with their schedules held back. Safe even if the commit
+        did land before the error: the next pass re-checks each row and repairs its entry."""
+        if not batch.entries:
+            return
+        try:
+            self.index.apply(
+                [Change(sid, 0, REQUEUE, score) for sid, score in batch.entries],
+                release_token=token,
+            )
+        except Exception as exc:  # Redis away too: the in-flight lease hands them back
+            logger.warning(
+                "Could not give back %d claimed entries (%s); they return when their "
+                "in-flight lease ends.",
+                len(batch.entries),
+                exc,
+            )
 
     def _recover(self, exc: BaseException, failures: int) -> None:
         if failures == 1:  # once per outage; "Connections are back" closes it

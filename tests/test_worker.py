@@ -155,3 +155,34 @@ def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
 
     assert errors == []
     assert renewals > 0
+
+
+@pytest.mark.django_db(transaction=True)  # its database connection is terminated for real
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_terminate_backend")
+def test_a_pass_that_fails_after_its_claim_gives_the_entries_back_at_once(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database goes away between the claim (Redis) and the re-check (SQL): the claimed
+    entries go back to the due set for the next pass, instead of waiting out their in-flight
+    lease (30 s by default) with their schedules held back."""
+    from .test_outcomes import drop_this_connection
+
+    schedule = make_schedule(next_run_at=timezone.now() - timedelta(seconds=1))
+    worker = Worker(worker_id="t")
+    recheck = worker.claimer.recheck
+
+    def connection_lost_first(batch: object) -> object:
+        monkeypatch.setattr(worker.claimer, "recheck", recheck)
+        drop_this_connection()  # a real failover: the next statement fails
+        return recheck(batch)
+
+    monkeypatch.setattr(worker.claimer, "recheck", connection_lost_first)
+    with pytest.raises(OperationalError):
+        worker.run_pass()
+
+    assert built_index.inflight_ids() == set()
+    assert built_index.scores([schedule.pk]).get(schedule.pk) is not None  # due again
+    connections.close_all()
+    worker.run_pass()  # the next pass fires it, well within the lease
+    worker.close()
+    assert Schedule.objects.get(pk=schedule.pk).runs.count() == 1

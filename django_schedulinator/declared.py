@@ -26,12 +26,12 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
 from .errors import validation_message
-from .registry import registry
+from .registry import qualified_name, registry
 
 if TYPE_CHECKING:
     from .models import Schedule
@@ -139,14 +139,25 @@ def scheduled(name: str, **values: Any) -> Callable[[F], F]:
     return decorator
 
 
-def declared() -> tuple[list[Declaration], list[str]]:
-    """Every declaration (decorators, then the setting), and the problems that make some
-    unusable: a name declared twice, a setting entry that is not a dict."""
+class Declared(NamedTuple):
+    """What the code declares: the usable declarations, the problems of the others (a name
+    declared twice, a setting entry that is not a dict), and every name declared, usable or
+    not (a broken declaration is still a declaration: its schedule is left as it is)."""
+
+    usable: list[Declaration]
+    problems: list[str]
+    names: set[str]
+
+
+def declared() -> Declared:
+    """Every declaration: decorators, then the setting."""
     from .conf import app_settings
 
     found = {d.name: d for d in declarations.decorated()}
+    names = set(found)
     problems: list[str] = []
     for name, values in app_settings.SCHEDULES.items():
+        names.add(name)
         where = f"{SETTING}[{name!r}]"
         if not isinstance(values, Mapping):
             problems.append(f"{where} must be a dict of a schedule's fields, got {values!r}")
@@ -158,13 +169,13 @@ def declared() -> tuple[list[Declaration], list[str]]:
             found.pop(name)
             continue
         found[name] = declaration
-    return list(found.values()), problems
+    return Declared(list(found.values()), problems, names)
 
 
 def declared_names() -> set[str]:
     """The names the code declares now (what the admin and the API keep read-only)."""
     try:
-        return {d.name for d in declared()[0]}
+        return declared().names
     except ImproperlyConfigured:
         return set()
 
@@ -185,12 +196,14 @@ def candidate(declaration: Declaration) -> Schedule:
     return schedule
 
 
-def validated() -> tuple[dict[str, Schedule], list[str]]:
-    """The schedules declared, by name, each validated by the model; and the problems of
-    those left out (the system check reports them as W030)."""
-    found, problems = declared()
+def validated(found: Declared | None = None) -> tuple[dict[str, Schedule], list[str]]:
+    """The schedules declared (``found``, or what ``declared()`` finds), by name, each
+    validated by the model; and the problems of those left out (the system check reports
+    them as W030)."""
+    usable, problems, _names = found or declared()
+    problems = list(problems)
     wanted: dict[str, Schedule] = {}
-    for declaration in found:
+    for declaration in usable:
         try:
             wanted[declaration.name] = candidate(declaration)
         except ImproperlyConfigured as exc:
@@ -242,7 +255,8 @@ def plan() -> Plan:
     from .models import Schedule
 
     result = Plan()
-    wanted, result.problems = validated()
+    found = declared()
+    wanted, result.problems = validated(found)
     rows = {
         row.name: row
         for row in Schedule.objects.filter(Q(name__in=list(wanted)) | ~Q(declared_in=""))
@@ -272,8 +286,11 @@ def plan() -> Plan:
             result.change.append((row, schedule, diff))
         if not row.enabled and row.pause_note.startswith(REMOVED_PREFIX):
             result.resume.append(row)
+    # Paused only when the code no longer names it: a broken declaration is a problem above.
     result.disable = [
-        row for name, row in rows.items() if row.declared_in and name not in wanted and row.enabled
+        row
+        for name, row in rows.items()
+        if row.declared_in and name not in found.names and row.enabled
     ]
     return result
 
@@ -295,5 +312,4 @@ def _made_by(row: Schedule) -> str:
 
 
 def _qualified(f: Any) -> str:
-    func = getattr(f, "func", f)  # a Django task: its function
-    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    return qualified_name(getattr(f, "func", f))  # a Django task: its function

@@ -111,10 +111,11 @@ class TaskRegistry:
                     "at most 200 characters from A-Z a-z 0-9 _ . : -"
                 )
             existing = self._tasks.get(task_name)
-            if existing is not None and _qualified(existing.func) != _qualified(func):
+            if existing is not None and qualified_name(existing.func) != qualified_name(func):
                 raise ImproperlyConfigured(
                     f"Task name {task_name!r} is already registered for "
-                    f"{_qualified(existing.func)}; pass name= to register {_qualified(func)}"
+                    f"{qualified_name(existing.func)}; pass name= to register "
+                    f"{qualified_name(func)}"
                 )
             params = inspect.signature(func).parameters
             self._tasks[task_name] = RegisteredTask(
@@ -168,7 +169,8 @@ class TaskRegistry:
         return choices
 
 
-def _qualified(func: Callable[..., Any]) -> str:
+def qualified_name(func: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function, for messages and for where code declares things."""
     return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
 
 

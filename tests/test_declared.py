@@ -396,3 +396,26 @@ def test_a_schedule_deleted_while_the_sync_runs_is_a_problem_not_a_crash(
         "The schedule 'nightly' could not be synced: The schedule was deleted."
     ]
     assert Schedule.objects.filter(name="other").exists()  # the rest went on
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"nightly": {**NIGHTLY, "cron": "61 * * * *"}},  # a typo in a deploy
+        {"nightly": "not a dict"},
+    ],
+)
+def test_a_declaration_that_turns_invalid_leaves_its_schedule_as_it_was(
+    settings: Any, broken: dict[str, Any]
+) -> None:
+    """Still declared, only broken: reported, and the schedule keeps running as it was
+    (not paused as if the code had dropped it)."""
+    synced_nightly(settings)
+    declare(settings, **broken)
+
+    with pytest.raises(CommandError):
+        sync()
+
+    schedule = Schedule.objects.get(name="nightly")
+    assert (schedule.enabled, schedule.cron) == (True, "0 3 * * *")
+    assert changes_of("nightly") == [("created", "code")]

@@ -71,8 +71,11 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
     from ..models import Schedule
 
     result = ImportResult(dry_run=dry_run)
+    found = list(found)
+    names = [item.fields["name"] for item in found if item.fields is not None]
     with transaction.atomic():
-        taken = set(Schedule.objects.values_list("name", flat=True))
+        # The names taken among these (not every schedule's name: the table may be large).
+        taken = set(Schedule.objects.filter(name__in=names).values_list("name", flat=True))
         for item in found:
             if item.fields is None:
                 result.skipped.append((item.source, item.reason))

@@ -25,13 +25,8 @@ from typing import Any
 
 from . import Found, TaskNames
 
-PERIODS = {
-    "days": "days",
-    "hours": "hours",
-    "minutes": "minutes",
-    "seconds": "seconds",
-    "microseconds": "microseconds",
-}
+# django-celery-beat's interval periods: timedelta's argument names.
+PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 # The options of a periodic task that become dispatch options, by the name there.
 DISPATCH_OPTIONS = ("queue", "routing_key", "priority", "expires")
 PAUSED_NOTE = "Imported paused: it was disabled in {source}."
@@ -163,7 +158,7 @@ def _timing(schedule: Any, timezone: str) -> dict[str, Any]:
 def _interval(every: int, period: str) -> timedelta:
     if period not in PERIODS:
         raise Unmapped(f"the interval period {period!r} is not one django-celery-beat has")
-    return timedelta(**{PERIODS[period]: every})
+    return timedelta(**{period: every})
 
 
 def _task(name: str, names: TaskNames) -> str:

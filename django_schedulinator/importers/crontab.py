@@ -47,8 +47,8 @@ def from_file(text: str, path: str, timezone: str) -> Iterator[Found]:
         if not stripped or stripped.startswith("#"):
             continue
         source = f"{PurePath(path).name}:{number}"
-        variable = ENVIRONMENT.match(stripped)
-        if variable and not stripped.startswith("@") and not stripped[0].isdigit():
+        variable = ENVIRONMENT.match(stripped)  # NAME=value (a schedule starts otherwise)
+        if variable:
             name, value = variable.groups()
             if name in ("CRON_TZ", "TZ"):
                 timezone = value.strip().strip("'\"")

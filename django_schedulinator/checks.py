@@ -151,3 +151,26 @@ def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         Warning(problem, hint="Fix the declaration in the code.", id="schedulinator.W030")
         for problem in problems
     ]
+
+
+@register()
+def check_commands(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Each entry of COMMANDS against its command: a name that is no management command,
+    an option the command does not take, a flag listed for an option that takes a value
+    (or values for a flag). Warnings, like W030: the schedules that use such an entry are
+    refused when saved and when run, and the schedulers of all the others go on."""
+    from .command_task import disagreements
+
+    try:
+        commands = app_settings.COMMANDS
+    except ImproperlyConfigured:  # E001 says so
+        return []
+    return [
+        Warning(
+            problem,
+            hint="Schedules that use it are refused when they are saved and when they run.",
+            id="schedulinator.W040",
+        )
+        for name, allowed in commands.items()
+        for problem in disagreements(name, allowed)
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -19,9 +20,11 @@ DEFAULTS: dict[str, Any] = {
     # Schedules declared in this setting, by name, each a dict of a schedule's fields
     # ({"task": ..., "cron": ..., ...}), synced into the table like those of @scheduled.
     "SCHEDULES": {},
-    # The management commands the built-in task "django_schedulinator.command" may run, by
-    # name; nothing else can be run through it, whatever a schedule's args say.
-    "COMMANDS": [],
+    # The management commands the built-in task "django_schedulinator.command" may run, each
+    # with what its schedules may pass: {"clearsessions": {}, "dumpdata": {"args": ["auth"],
+    # "options": {"--indent": ["2"]}, "keep_output": False}}. Nothing else can be run
+    # through it, whatever a schedule's args say.
+    "COMMANDS": {},
     # The django-redis cache alias whose connection holds the due index.
     "CACHE_ALIAS": "default",
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
@@ -98,6 +101,11 @@ DISPATCHER_ALIAS_RE = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
 # Settings that were replaced, and what replaced them: named in the error, not ignored.
 REPLACED = {"DISPATCHER": "DISPATCHERS (an alias 'default' with BACKEND and OPTIONS)"}
 
+# An option in SCHEDULINATOR["COMMANDS"] is named in full, the way argparse matches it
+# exactly: no short form (-o), no value (=).
+LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_\-]*$")
+COMMAND_ENTRY_KEYS = ("args", "options", "keep_output")
+
 # Characters safe in a Redis key and in a Cluster hash tag: no braces, no spaces.
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 MAX_BATCH_SIZE = 5000
@@ -113,6 +121,76 @@ MAX_JSON_DEPTH = 100
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"{SETTING_NAME}[{key!r}] {problem}")
+
+
+@dataclass(frozen=True)
+class AllowedCommand:
+    """What the schedules of one command in SCHEDULINATOR["COMMANDS"] may pass to it."""
+
+    # The positional arguments they may give, each exactly as written here.
+    args: tuple[str, ...] = ()
+    # Each option they may give, by its full name: the values it may take, or None for a
+    # flag, which takes none.
+    options: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
+    # Whether the run keeps what the command prints (its output, or the error it fails with).
+    keep_output: bool = False
+
+
+def _allowed_command(name: str, entry: Any) -> AllowedCommand:
+    """One entry of COMMANDS, checked; the error names the entry and what is wrong with it."""
+    where = f"[{name!r}]"
+    if not isinstance(entry, dict):
+        raise _error(
+            "COMMANDS",
+            f"{where} must be a dict of what its schedules may pass ({{}} for no arguments; "
+            f"keys: {', '.join(COMMAND_ENTRY_KEYS)}), got {entry!r}",
+        )
+    unknown = sorted(str(key) for key in set(entry) - set(COMMAND_ENTRY_KEYS))
+    if unknown:
+        raise _error(
+            "COMMANDS",
+            f"{where} has unknown keys {', '.join(unknown)}; the keys are "
+            f"{', '.join(COMMAND_ENTRY_KEYS)}",
+        )
+    args = entry.get("args", [])
+    if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
+        raise _error("COMMANDS", f"{where}['args'] must be a list of text, got {args!r}")
+    for arg in args:
+        if arg.startswith("-"):
+            raise _error(
+                "COMMANDS",
+                f"{where}['args'] has {arg!r}, which starts with '-': an option goes in "
+                f"{where}['options'] with the values it may take",
+            )
+    options = entry.get("options", {})
+    if not isinstance(options, dict):
+        raise _error("COMMANDS", f"{where}['options'] must be a dict, got {options!r}")
+    allowed: dict[str, tuple[str, ...] | None] = {}
+    for option, values in options.items():
+        if not isinstance(option, str) or not LONG_OPTION_RE.match(option):
+            raise _error(
+                "COMMANDS",
+                f"{where}['options'] has {option!r}: name each option in full, as --name "
+                f"(no short form, no value)",
+            )
+        if values is True:
+            allowed[option] = None
+        elif (
+            isinstance(values, list | tuple) and values and all(isinstance(v, str) for v in values)
+        ):
+            allowed[option] = tuple(values)
+        else:
+            raise _error(
+                "COMMANDS",
+                f"{where}['options'][{option!r}] must be True (a flag) or a non-empty list of "
+                f"the values it may take, got {values!r}",
+            )
+    keep_output = entry.get("keep_output", False)
+    if not isinstance(keep_output, bool):
+        raise _error(
+            "COMMANDS", f"{where}['keep_output'] must be True or False, got {keep_output!r}"
+        )
+    return AllowedCommand(tuple(args), allowed, keep_output)
 
 
 class Settings:
@@ -174,11 +252,23 @@ class Settings:
         return value
 
     @property
-    def COMMANDS(self) -> list[str]:
+    def COMMANDS(self) -> dict[str, AllowedCommand]:
+        """Each allowed command with what its schedules may pass."""
         value = self._get("COMMANDS")
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-            raise _error("COMMANDS", f"must be a list of management command names, got {value!r}")
-        return list(value)
+        if isinstance(value, list | tuple):  # the form before arguments were allowlisted
+            as_dict: dict[str, dict[str, Any]] = {n: {} for n in value if isinstance(n, str)}
+            raise _error(
+                "COMMANDS",
+                f"is a list; it is now a dict of each command and what its schedules may pass "
+                f"({{}}: no arguments), for example {as_dict!r}; see docs/upgrading.md",
+            )
+        if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+            raise _error(
+                "COMMANDS",
+                f"must be a dict of management command names, each with what its schedules "
+                f"may pass, got {value!r}",
+            )
+        return {name: _allowed_command(name, entry) for name, entry in value.items()}
 
     @property
     def CACHE_ALIAS(self) -> str:

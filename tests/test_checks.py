@@ -74,6 +74,35 @@ def test_e005_use_tz_is_required(settings: Any) -> None:
     assert setting_ids(settings) == ["schedulinator.E005"]
 
 
+def test_e040_an_entry_of_commands_that_disagrees_with_its_command(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": {
+            "clearsessions": {},
+            "no_such_command": {},
+            "schedtest_echo": {
+                "args": ["x"],
+                "options": {
+                    "--status": True,
+                    "--crash": ["yes"],
+                    "--nope": True,
+                    "--no-color": True,
+                },
+            },
+        },
+    }
+    messages = checks.check_commands()
+    assert {m.id for m in messages} == {"schedulinator.W040"}
+    where = "SCHEDULINATOR['COMMANDS']['schedtest_echo']['options']"
+    assert [m.msg for m in messages] == [
+        "'no_such_command' is in SCHEDULINATOR['COMMANDS'] but is not a management command.",
+        f"{where} lists values for --crash, but the command's --crash is a flag: list it as True.",
+        f"{where} lists --nope, which schedtest_echo does not take.",
+        f"{where} lists --status as a flag (True), but the command's --status takes a value: "
+        "list the values it may take.",
+    ]
+
+
 def test_the_index_checks_run_only_under_check_database(index: DueIndex) -> None:
     assert checks.check_index(databases=None) == []
 

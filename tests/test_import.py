@@ -127,7 +127,10 @@ def test_a_crontab_becomes_schedules_of_the_command_task(settings: Any, tmp_path
     settings.TIME_ZONE = "Europe/Berlin"
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "COMMANDS": ["clearsessions", "schedtest_echo"],
+        "COMMANDS": {
+            "clearsessions": {},
+            "schedtest_echo": {"args": ["two words"], "options": {"--status": ["0"]}},
+        },
     }
     path = tmp_path / "crontab"
     path.write_text(CRONTAB)
@@ -156,6 +159,27 @@ def test_a_crontab_becomes_schedules_of_the_command_task(settings: Any, tmp_path
     assert "skipped crontab:10: @reboot runs at boot" in out
     assert "skipped crontab:11: cron:" in out  # minute 61: the model says why
     assert "Imported 3 schedule(s); left out 4." in out
+
+
+def test_a_crontab_line_with_arguments_the_allowlist_does_not_list_is_left_out(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": {"dumpdata": {"args": ["auth"], "options": {"--indent": ["2"]}}},
+    }
+    path = tmp_path / "crontab"
+    path.write_text(
+        "0 1 * * * python manage.py dumpdata auth --indent 2\n"
+        "0 2 * * * python manage.py dumpdata sessions.session\n"
+        "0 3 * * * python manage.py dumpdata auth --out /srv/www/auth.json\n"
+    )
+
+    out = run("--from", "crontab", str(path))
+
+    assert [s.args for s in Schedule.objects.all()] == [["dumpdata", "auth", "--indent", "2"]]
+    assert "skipped crontab:2: 'sessions.session' is not an argument" in out
+    assert "skipped crontab:3: '--out' is not an option" in out
 
 
 def test_the_command_says_what_it_needs() -> None:

@@ -58,7 +58,7 @@ def from_file(text: str, path: str, timezone: str) -> Iterator[Found]:
         except ValueError as exc:
             yield Found(source, None, str(exc))
             continue
-        problem = refusal(command)
+        problem = refusal(command, args)
         if problem:
             yield Found(source, None, problem)
             continue

@@ -448,6 +448,14 @@ def moment_at(timing: Timing, at: datetime) -> Moment:
     return Moment(at)
 
 
+def is_moment(timing: Timing, at: datetime, anchor: datetime) -> bool:
+    """Whether ``at`` is one of the schedule's moments (an occurrence, or a skipped local
+    time, which the ledger records at its instant): its key is that moment's own. ``anchor``
+    is the interval grid's anchor when the timing names none."""
+    found = following(timing, at - ONE_MS, anchor, include_skipped=True)
+    return found is not None and found.at == at
+
+
 def _start(timing: Timing) -> datetime | None:
     """The start of the window at the precision of every instant here: its whole
     millisecond. A start of 12:00:24.701808 is the occurrence at 12:00:24.701 (the grid an

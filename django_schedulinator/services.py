@@ -538,15 +538,36 @@ def sync_declared(*, dry_run: bool = False) -> declared.Plan:
         if _synced(result, row, resume, row, origin=CODE):
             log.info("Resumed schedule %r: it is declared in code again.", row.name)
     for row in result.disable:
-        note = declared.REMOVED_NOTE.format(where=row.declared_in)
-        if _synced(result, row, pause, row, note, origin=CODE):
+        where = row.declared_in
+        if _synced(result, row, _leave_code, row):
             log.warning(
                 "Paused schedule %r: no code declares it any more (it was in %s). It is kept "
-                "with its runs; delete it by hand if it is gone for good.",
+                "with its runs, an ordinary schedule now: resume it, or delete it by hand if "
+                "it is gone for good.",
                 row.name,
-                row.declared_in,
+                where,
+            )
+    for row in result.release:
+        where = row.declared_in
+        if _synced(result, row, _leave_code, row):
+            log.info(
+                "Schedule %r is no longer declared in code (it was in %s); it stays paused, "
+                "an ordinary schedule now.",
+                row.name,
+                where,
             )
     return result
+
+
+def _leave_code(row: Schedule) -> None:
+    """A schedule the code no longer declares leaves it, once, in one transaction: it is
+    no longer marked as declared (an ordinary schedule, which later syncs leave alone unless
+    the code declares its name anew), and paused with a note saying so if it runs. A row
+    that left already (another process synced first) is left as it is."""
+    note = declared.REMOVED_NOTE.format(where=row.declared_in)
+    with transaction.atomic(using=_db(row)):
+        if update(row, {}, origin=CODE, declared_in="") and row.enabled:
+            pause(row, note, origin=CODE)
 
 
 def _synced(result: declared.Plan, row: Schedule, service: Any, *args: Any, **kwargs: Any) -> bool:

@@ -4,6 +4,7 @@ synced into the table through the service layer at migrate, scheduler start and
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -155,6 +156,71 @@ def test_a_schedule_removed_from_code_is_paused_not_deleted_and_resumes_when_dec
     assert schedule.enabled
     assert schedule.cron == "0 3 * * *"  # the code's definition again
     assert changes_of("nightly")[-2:] == [("changed", "code"), ("resumed", "code")]
+
+
+def sync_schedules(key_prefix: str, **schedules: dict[str, Any]) -> str:
+    """``manage.py sync_schedules`` run as a command, in a process of its own, with these
+    schedules in the setting: its output."""
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_SCHEDULES=json.dumps(schedules))
+    if not schedules:
+        del env["SCHEDULINATOR_TEST_SCHEDULES"]
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "sync_schedules"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the processes see committed rows only
+def test_a_schedule_that_left_the_code_is_paused_once_not_at_every_sync(key_prefix: str) -> None:
+    """After a person resumed a schedule no longer declared, every sync paused it again
+    (issue 21, item 17). The sync pauses it once, when it leaves the code; declared and
+    removed anew, it is paused anew."""
+    sync_schedules(key_prefix, nightly=NIGHTLY)
+    out = sync_schedules(key_prefix)  # a deploy without it
+    assert "pause 'nightly': no longer declared" in out
+    schedule = Schedule.objects.get(name="nightly")
+    assert not schedule.enabled
+    services.resume(schedule, origin=ADMIN)  # someone wants it to go on
+
+    for _ in range(2):
+        out = sync_schedules(key_prefix)
+        assert Schedule.objects.get(name="nightly").enabled
+        assert out == "The schedules declared in code are in the table as declared.\n"
+    assert Schedule.objects.get(name="nightly").declared_in == ""  # an ordinary schedule
+    assert changes_of("nightly") == [
+        ("created", "code"),
+        ("changed", "code"),  # declared_in cleared: no longer declared
+        ("paused", "code"),
+        ("resumed", "admin"),
+    ]
+
+    # Declared anew (running: nothing to resume), then removed anew: paused anew, once.
+    out = sync_schedules(key_prefix, nightly=NIGHTLY)
+    assert "change 'nightly': declared_in '' -> \"SCHEDULINATOR['SCHEDULES']['nightly']\"" in out
+    assert Schedule.objects.get(name="nightly").declared_in
+    assert "pause 'nightly'" in sync_schedules(key_prefix)
+    assert "nightly" not in sync_schedules(key_prefix)
+    assert not Schedule.objects.get(name="nightly").enabled
+
+
+def test_a_schedule_paused_by_hand_when_it_leaves_the_code_keeps_its_pause(
+    settings: Any,
+) -> None:
+    synced_nightly(settings)
+    services.pause(Schedule.objects.get(name="nightly"), "holidays", origin=ADMIN)
+    declare(settings)
+
+    out = sync()
+    schedule = Schedule.objects.get(name="nightly")
+    assert (schedule.enabled, schedule.pause_note) == (False, "holidays")
+    services.resume(schedule, origin=ADMIN)  # after the holidays
+    sync()
+    assert Schedule.objects.get(name="nightly").enabled
+    assert "keep 'nightly' paused: no longer declared" in out
+    assert schedule.declared_in == ""
 
 
 def test_a_schedule_paused_by_hand_stays_paused_through_syncs(settings: Any) -> None:

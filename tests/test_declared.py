@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +31,7 @@ from django_schedulinator.models import Schedule, ScheduleChange
 
 from .admin_pages import change_url
 from .conftest import ROOT, make_schedule, subprocess_env
+from .doc_examples import source
 
 pytestmark = pytest.mark.django_db
 
@@ -485,3 +488,75 @@ def test_a_declaration_that_turns_invalid_leaves_its_schedule_as_it_was(
     schedule = Schedule.objects.get(name="nightly")
     assert (schedule.enabled, schedule.cron) == (True, "0 3 * * *")
     assert changes_of("nightly") == [("created", "code")]
+
+
+# -- where a Celery project registers its tasks (docs/migrating-from-celery-beat.md) ------------
+
+MIGRATING = "migrating-from-celery-beat.md"
+# A Celery project laid out as Celery's guide for Django has it: the project package loads
+# its Celery app when Django starts, and the app's autodiscover_tasks() imports the tasks.py
+# modules in the workers.
+CELERY_PROJECT = {
+    "myproject/__init__.py": "from .celery import app as celery_app\n",
+    "myproject/celery.py": (
+        "from celery import Celery\n\n"
+        "app = Celery('myproject')\n"
+        "app.config_from_object('django.conf:settings', namespace='CELERY')\n"
+        "app.autodiscover_tasks()\n"
+    ),
+    "billing/__init__.py": "",
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("files", "tasks_module", "registered"),
+    [
+        ({"billing/tasks.py": "celery-task", "billing/scheduled_tasks.py": "celery-registration"},
+         None, True),
+        ({"billing/tasks.py": "celery-task-registered"}, "tasks", True),
+        # What the page warns of: a registration in tasks.py, which nothing else imports.
+        ({"billing/tasks.py": "celery-task-registered"}, None, False),
+    ],
+    ids=["scheduled_tasks.py", "TASKS_MODULE=tasks", "tasks.py alone"],
+)  # fmt: skip
+def test_a_celery_project_registers_its_tasks_where_the_migration_guide_says(
+    tmp_path: Path, files: dict[str, str], tasks_module: str | None, registered: bool
+) -> None:
+    """Registered in a Celery project's tasks.py alone, every task was "not registered" in
+    the web processes and the schedulers (issue 21, item 17): the blocks of the migration
+    guide, copied into a project, register the task in a process like those."""
+    settings = (
+        "SECRET_KEY = 'tests'\nUSE_TZ = True\n"
+        "INSTALLED_APPS = ['django.contrib.contenttypes', 'django_schedulinator', 'billing']\n"
+        f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': "
+        f"{str(tmp_path / 'db.sqlite3')!r}}}}}\n"
+    )
+    if tasks_module:
+        settings += f"SCHEDULINATOR = {{'TASKS_MODULE': {tasks_module!r}}}\n"
+    project = {
+        **CELERY_PROJECT,
+        "myproject/settings.py": settings,
+        **{path: source(block, MIGRATING) + "\n" for path, block in files.items()},
+    }
+    for path, text in project.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "myproject.settings",
+        "PYTHONPATH": str(tmp_path),
+    }
+    probe = (
+        "import django; django.setup(); "
+        "from django_schedulinator.registry import registry; "
+        "print('billing.invoice_run' in registry)"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(registered), done.stderr

@@ -677,10 +677,11 @@ def _occurrence_at(schedule: Schedule, at: datetime) -> bool:
     its next run (due or not, not claimed yet) or one after it. The claim that reaches it
     records it under its key, so a run now must not take that key. (Occurrences it has
     passed are in the ledger, fired or skipped.)"""
-    nominal = schedule.next_run_at
-    if nominal is None or at < timing.truncate_ms(nominal):
+    if schedule.next_run_at is None:
         return False
-    nominal = timing.truncate_ms(nominal)
+    nominal = timing.truncate_ms(schedule.next_run_at)
+    if at < nominal:
+        return False
     try:
         return timing.is_moment(schedule.timing_spec, at, anchor=nominal)
     except TimingError:  # a row a bulk path wrote: the claim cannot evaluate it either

@@ -138,7 +138,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     )
     # The steady state: reconcile has read the rows just created (as it would within seconds
     # of their creation). Its catch-up after a bulk write is benchmarks/reconcile.py's.
-    while not reconcile(index).caught_up:
+    while not reconcile(index, settle=timedelta(0)).caught_up:
         pass
 
     worker = Worker(

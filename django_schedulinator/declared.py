@@ -8,8 +8,11 @@ the table match the code through the service layer (the change log names the sou
 
 - a declaration with no row is created; one whose definition changed is updated (its
   revision and version bumped);
-- a row the code no longer declares is paused, not deleted, with a note saying so (runs
-  and history stay; it becomes editable, and deletable, by hand); declared again, it resumes;
+- a row the code no longer declares leaves it, once: it is paused (if it runs), not
+  deleted, with a note saying so, and no longer marked as declared (``declared_in`` is
+  cleared). Its runs and history stay; it is an ordinary schedule from then on, editable,
+  deletable and resumable by hand, which later syncs leave alone. Declared again (a row the
+  sync created), it takes the definition back and resumes if the sync had paused it;
 - a declaration named like a schedule made by hand is a conflict, reported with both, and
   neither is touched.
 
@@ -224,13 +227,16 @@ class Plan:
     # The row, the declared schedule, and {field: [now, declared]}.
     change: list[tuple[Schedule, Schedule, dict[str, list[Any]]]] = field(default_factory=list)
     resume: list[Schedule] = field(default_factory=list)
+    # Declared rows the code no longer declares: they leave the code (``declared_in``
+    # cleared), paused if they run (``disable``), or kept paused as they are (``release``).
     disable: list[Schedule] = field(default_factory=list)
+    release: list[Schedule] = field(default_factory=list)
     # One-offs whose time passed before they were ever created: nothing to run.
     passed: list[Schedule] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.create or self.change or self.resume or self.disable)
+        return bool(self.create or self.change or self.resume or self.disable or self.release)
 
     def lines(self) -> list[str]:
         """What the plan does, one line each, for a log or the command's output."""
@@ -242,6 +248,10 @@ class Plan:
         lines += [
             f"pause {s.name!r}: no longer declared (it was in {s.declared_in})"
             for s in self.disable
+        ]
+        lines += [
+            f"keep {s.name!r} paused: no longer declared (it was in {s.declared_in})"
+            for s in self.release
         ]
         lines += [f"skip {s.name!r}: a one-off whose time has passed" for s in self.passed]
         return lines
@@ -271,7 +281,7 @@ def plan() -> Plan:
             else:
                 result.create.append(schedule)
             continue
-        if not row.declared_in:
+        if not row.declared_in and not _created_by_code(row):
             result.problems.append(
                 f"The schedule {name!r} declared in {schedule.declared_in} has the name of a "
                 f"schedule {_made_by(row)} (id {row.pk}): rename one of them (or delete the "
@@ -286,13 +296,22 @@ def plan() -> Plan:
             result.change.append((row, schedule, diff))
         if not row.enabled and row.pause_note.startswith(REMOVED_PREFIX):
             result.resume.append(row)
-    # Paused only when the code no longer names it: a broken declaration is a problem above.
-    result.disable = [
-        row
-        for name, row in rows.items()
-        if row.declared_in and name not in found.names and row.enabled
-    ]
+    # Gone only when the code no longer names it: a broken declaration is a problem above.
+    # Once gone, the row is no longer declared: the next sync does not pause it again.
+    gone = [row for name, row in rows.items() if row.declared_in and name not in found.names]
+    result.disable = [row for row in gone if row.enabled]
+    result.release = [row for row in gone if not row.enabled]
     return result
+
+
+def _created_by_code(row: Schedule) -> bool:
+    """Whether the sync created this row, which is not declared now: it left the code,
+    and a declaration of its name brings it back (one made by hand is a conflict)."""
+    from .models import ScheduleChange
+
+    return ScheduleChange.objects.filter(
+        schedule=row, action=ScheduleChange.Action.CREATED, source=ScheduleChange.Source.CODE
+    ).exists()
 
 
 def _made_by(row: Schedule) -> str:

@@ -87,11 +87,14 @@ def queue(
     using: str,
 ) -> dict[tuple[int, int], int]:
     """Runs queued for any scheduler to take (run now, backfill): pending, their lease over
-    already, no attempt yet, so the next take-over dispatches them with ``attempt == 1``.
-    Occurrences already in the ledger are left out."""
+    already (at ``now``, for a run now a millisecond or two ahead of it), no attempt yet, so
+    the next take-over dispatches them with ``attempt == 1``. Occurrences already in the
+    ledger are left out."""
     return Run.objects.using(using).insert_runs(
         [
-            NewRun.of(schedule, at, trigger=trigger, attempts=0, lease_expires_at=at, note=note)
+            NewRun.of(
+                schedule, at, trigger=trigger, attempts=0, lease_expires_at=min(at, now), note=note
+            )
             for at in moments
         ],
         claimed_at=now,

@@ -8,6 +8,11 @@ watermark, in bounded batches, with the same revision-guarded writes as the sync
 index: any scheduler can take the next turn. The scheduler's own advance does not touch
 ``updated_at``; it writes the index itself and its in-flight leases cover its failures.
 
+A commit and its index write are two steps: a row read between them looks like a lost write.
+So rows changed within ``SETTLE`` of the database's now are not read yet; once settled, a
+row whose write never landed is healed and counted as missed (the scheduler warns), and one
+whose write landed needs nothing.
+
 ``updated_at`` and the watermark are times of the database's clock (``dbclock``), never a
 host's: a host whose clock runs ahead would otherwise carry the watermark past the saves of
 every other host. A row stamped ahead of the database anyway (saved by such a host before
@@ -32,6 +37,9 @@ from .sync import INDEX_FIELDS, change_for_row
 
 # Where updated_at is in the rows read: after the fields of the index entry.
 UPDATED_AT = len(INDEX_FIELDS)
+# How long after its updated_at a row is left for its own after-commit index write to land
+# (the rest of its transaction, the commit, the write) before reconcile reads it.
+SETTLE = timedelta(seconds=5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,14 +69,16 @@ def reconcile(
     lookback: timedelta | None = None,
     using: str | None = None,
     max_seconds: float | None = None,
+    settle: timedelta | None = None,
 ) -> ReconcileReport:
     """Re-index the rows changed since the watermark, a batch at a time, moving it.
 
-    Two cursors walk the rows in (updated_at, id) order, neither past the database's now:
-    the leading one reads each change as soon as it is committed; the trailing one reads
-    each change once more ``lookback`` later, when a transaction that committed late (its
-    ``updated_at`` is older than rows the leading cursor already passed) has committed. So
-    every row is read twice, whatever the volume of changes, not once per pass.
+    Two cursors walk the rows in (updated_at, id) order, neither past the database's now
+    less ``settle`` (``SETTLE``): the leading one reads each change once it has settled,
+    when its own index write has had time to land; the trailing one reads each change once
+    more ``lookback`` later, when a transaction that committed late (its ``updated_at`` is
+    older than rows the leading cursor already passed) has committed. So every row is read
+    twice, whatever the volume of changes, not once per pass.
 
     While behind, a pass reads batches until both have caught up or ``max_seconds``
     (``RECONCILE_MAX_SECONDS``) have passed on a monotonic clock; the scheduler calls it
@@ -85,6 +95,7 @@ def reconcile(
     lookback = lookback or timedelta(seconds=app_settings.RECONCILE_LOOKBACK_SECONDS)
     budget = app_settings.RECONCILE_MAX_SECONDS if max_seconds is None else max_seconds
     deadline = time.monotonic() + budget
+    settle = SETTLE if settle is None else settle
     db = using or router.db_for_write(Schedule)
     now = database_now(db)
     cursor = index.reconcile_cursor() or {}
@@ -99,10 +110,11 @@ def reconcile(
     while True:
         # The leading cursor first: it heals what was lost just now.
         if not lead_done:
-            lead, lead_done, read, result = _batch(index, db, size, lead, now)
+            lead, lead_done, read, result = _batch(index, db, size, lead, now - settle)
             rows, written = rows + read, written + result
         if lead_done:  # then the trailing one, in the same batch as the lead's last
-            trail, trail_done, read, result = _batch(index, db, size, trail, now - lookback)
+            trail_until = now - max(lookback, settle)
+            trail, trail_done, read, result = _batch(index, db, size, trail, trail_until)
             rows, written = rows + read, written + result
         batches += 1
         index.set_reconcile_cursor(
@@ -138,9 +150,10 @@ def _batch(
     """Re-index one batch of rows after ``cursor`` and changed no later than ``until``:
     (the cursor after them, caught up, rows read, what the index writes did).
 
-    ``until`` keeps the cursor from passing the database's now: a row stamped ahead of it
-    (saved by a host whose clock ran ahead, before the upgrade) is read once the database's
-    clock reaches it, and does not carry the watermark past the rows saved until then.
+    ``until`` keeps the cursor from passing the database's now (less the settle window): a
+    row stamped ahead of it (saved by a host whose clock ran ahead, before the upgrade) is
+    read once the database's clock reaches it, and does not carry the watermark past the
+    rows saved until then.
     """
     from .models import Schedule
 

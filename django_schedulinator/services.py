@@ -33,7 +33,7 @@ from . import changelog, clock, declared, ledger, sync, timing
 from .changelog import Origin
 from .conf import app_settings
 from .dbclock import DatabaseNow
-from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, VersionConflict
+from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
 from .index import ApplyResult, DueIndex, get_index
 from .models import Run, Schedule, ScheduleChange
 from .querysets import Advance, Advanced, json_ids
@@ -355,10 +355,11 @@ def auto_pause(
 def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHON) -> Run:
     """Queue one run now, outside the timing, through the same dispatch path and ledger.
 
-    Its nominal time is now (one millisecond later for each occurrence already at that
-    instant), so it has an idempotency key of its own. The regular next run stays where
-    it is, unless ``advance``: then the run takes its place, and the regular occurrence is
-    recorded as skipped ("replaced")."""
+    Its nominal time is now, one millisecond later for each run already at that instant
+    and for an occurrence of the schedule's own there (its next run, not claimed yet), so
+    it has an idempotency key of its own. The regular next run stays where it is, unless
+    ``advance``: then the run takes its place, and the regular occurrence is recorded as
+    skipped ("replaced")."""
     db = _db(schedule)
     now = timing.truncate_ms(clock.now())  # Redis TIME, as the schedulers see it
     with transaction.atomic(using=db):
@@ -366,6 +367,9 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHO
         _check_runnable(current)
         at = now
         for _attempt in range(1000):
+            if _occurrence_at(current, at):
+                at += timing.ONE_MS
+                continue
             inserted = ledger.queue(
                 current,
                 [at],
@@ -534,15 +538,36 @@ def sync_declared(*, dry_run: bool = False) -> declared.Plan:
         if _synced(result, row, resume, row, origin=CODE):
             log.info("Resumed schedule %r: it is declared in code again.", row.name)
     for row in result.disable:
-        note = declared.REMOVED_NOTE.format(where=row.declared_in)
-        if _synced(result, row, pause, row, note, origin=CODE):
+        where = row.declared_in
+        if _synced(result, row, _leave_code, row):
             log.warning(
                 "Paused schedule %r: no code declares it any more (it was in %s). It is kept "
-                "with its runs; delete it by hand if it is gone for good.",
+                "with its runs, an ordinary schedule now: resume it, or delete it by hand if "
+                "it is gone for good.",
                 row.name,
-                row.declared_in,
+                where,
+            )
+    for row in result.release:
+        where = row.declared_in
+        if _synced(result, row, _leave_code, row):
+            log.info(
+                "Schedule %r is no longer declared in code (it was in %s); it stays paused, "
+                "an ordinary schedule now.",
+                row.name,
+                where,
             )
     return result
+
+
+def _leave_code(row: Schedule) -> None:
+    """A schedule the code no longer declares leaves it, once, in one transaction: it is
+    no longer marked as declared (an ordinary schedule, which later syncs leave alone unless
+    the code declares its name anew), and paused with a note saying so if it runs. A row
+    that left already (another process synced first) is left as it is."""
+    note = declared.REMOVED_NOTE.format(where=row.declared_in)
+    with transaction.atomic(using=_db(row)):
+        if update(row, {}, origin=CODE, declared_in="") and row.enabled:
+            pause(row, note, origin=CODE)
 
 
 def _synced(result: declared.Plan, row: Schedule, service: Any, *args: Any, **kwargs: Any) -> bool:
@@ -645,6 +670,22 @@ def _record_paused_over(
         worker_id="resume",
         using=db,
     )
+
+
+def _occurrence_at(schedule: Schedule, at: datetime) -> bool:
+    """Whether ``at`` is the nominal time of an occurrence the schedule has yet to reach:
+    its next run (due or not, not claimed yet) or one after it. The claim that reaches it
+    records it under its key, so a run now must not take that key. (Occurrences it has
+    passed are in the ledger, fired or skipped.)"""
+    if schedule.next_run_at is None:
+        return False
+    nominal = timing.truncate_ms(schedule.next_run_at)
+    if at < nominal:
+        return False
+    try:
+        return timing.is_moment(schedule.timing_spec, at, anchor=nominal)
+    except TimingError:  # a row a bulk path wrote: the claim cannot evaluate it either
+        return at == nominal
 
 
 def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> None:

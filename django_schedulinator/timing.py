@@ -21,7 +21,9 @@ The rules, in the order a reader meets them:
   ``anchor_at``, else ``start_at``, else the schedule's own previous nominal time, so a late
   run never makes the grid drift.
 - **One-offs** have one occurrence, ``run_at``.
-- **The window**: no occurrence before ``start_at`` or after ``end_at`` (cron and interval).
+- **The window**: no occurrence before ``start_at`` or after ``end_at`` (cron and interval),
+  both read to the millisecond like every instant: a start of ``...:24.701808`` is an
+  occurrence at ``...:24.701`` when the timing has one there.
 - **Jitter** delays an occurrence by a fraction of ``jitter`` derived from its idempotency
   key (so every re-dispatch sees the same delay), always less than the gap to the next
   occurrence. The delayed instant is the occurrence's *due time*; its *nominal time* (its
@@ -335,8 +337,9 @@ def following(
         if timing.run_at is not None and truncate_ms(timing.run_at) > after:
             return Moment(truncate_ms(timing.run_at))
         return None
-    if timing.start_at is not None and after < timing.start_at:
-        after = ceil_ms(timing.start_at) - ONE_MS
+    start = _start(timing)
+    if start is not None and after < start:
+        after = start - ONE_MS
     end = timing.end_at
     try:
         if timing.kind == INTERVAL:
@@ -389,7 +392,7 @@ def preceding(
         return None
     if timing.end_at is not None and before > timing.end_at:
         before = truncate_ms(timing.end_at) + ONE_MS
-    start = timing.start_at
+    start = _start(timing)
     try:
         if timing.kind == INTERVAL:
             step = _interval_ms(timing)
@@ -423,14 +426,15 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
     """
     if timing.kind == ONCE:
         return truncate_ms(timing.run_at) if timing.run_at else None
-    start = timing.start_at if timing.start_at is not None and timing.start_at > now else None
+    # A start later than now, even within now's millisecond, is where the schedule starts.
+    start = _start(timing) if timing.start_at is not None and timing.start_at > now else None
     if timing.kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
         return _within_end(timing, ceil_ms(now) + timedelta(milliseconds=_interval_ms(timing)))
     if timing.kind == INTERVAL and start is None:
         # Anchored: the first grid point at or after now.
         after = ceil_ms(now) - ONE_MS
     else:
-        after = now if start is None else ceil_ms(start) - ONE_MS
+        after = now if start is None else start - ONE_MS
     moment = next(occurrences(timing, after, include_skipped=True), None)
     return moment.at if moment else None
 
@@ -442,6 +446,21 @@ def moment_at(timing: Timing, at: datetime) -> Moment:
         if found is not None and found.at == at:
             return found
     return Moment(at)
+
+
+def is_moment(timing: Timing, at: datetime, anchor: datetime) -> bool:
+    """Whether ``at`` is one of the schedule's moments (an occurrence, or a skipped local
+    time, which the ledger records at its instant): its key is that moment's own. ``anchor``
+    is the interval grid's anchor when the timing names none."""
+    found = following(timing, at - ONE_MS, anchor, include_skipped=True)
+    return found is not None and found.at == at
+
+
+def _start(timing: Timing) -> datetime | None:
+    """The start of the window at the precision of every instant here: its whole
+    millisecond. A start of 12:00:24.701808 is the occurrence at 12:00:24.701 (the grid an
+    interval's start anchors is there), not a start that falls just after it."""
+    return truncate_ms(timing.start_at) if timing.start_at is not None else None
 
 
 def _within_end(timing: Timing, candidate: datetime) -> datetime | None:

@@ -13,12 +13,17 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def example(name: str, page: str = "dispatch.md") -> dict[str, Any]:
+    namespace: dict[str, Any] = {}
+    exec(compile(source(name, page), f"docs/{page} example {name}", "exec"), namespace)
+    return namespace
+
+
+def source(name: str, page: str = "dispatch.md") -> str:
+    """The block of Python after the marker, as a user copies it (into a file of its own)."""
     text = (DOCS / page).read_text()
     match = re.search(
         rf"<!-- example: {re.escape(name)} -->\s*```python\n(.*?)\n```", text, re.DOTALL
     )
     if match is None:
         raise LookupError(f"docs/{page} has no example {name!r}")
-    namespace: dict[str, Any] = {}
-    exec(compile(match.group(1), f"docs/{page} example {name}", "exec"), namespace)
-    return namespace
+    return match.group(1)

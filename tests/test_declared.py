@@ -4,11 +4,14 @@ synced into the table through the service layer at migrate, scheduler start and
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import subprocess
 import sys
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +31,7 @@ from django_schedulinator.models import Schedule, ScheduleChange
 
 from .admin_pages import change_url
 from .conftest import ROOT, make_schedule, subprocess_env
+from .doc_examples import source
 
 pytestmark = pytest.mark.django_db
 
@@ -155,6 +159,71 @@ def test_a_schedule_removed_from_code_is_paused_not_deleted_and_resumes_when_dec
     assert schedule.enabled
     assert schedule.cron == "0 3 * * *"  # the code's definition again
     assert changes_of("nightly")[-2:] == [("changed", "code"), ("resumed", "code")]
+
+
+def sync_schedules(key_prefix: str, **schedules: dict[str, Any]) -> str:
+    """``manage.py sync_schedules`` run as a command, in a process of its own, with these
+    schedules in the setting: its output."""
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_SCHEDULES=json.dumps(schedules))
+    if not schedules:
+        del env["SCHEDULINATOR_TEST_SCHEDULES"]
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "sync_schedules"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the processes see committed rows only
+def test_a_schedule_that_left_the_code_is_paused_once_not_at_every_sync(key_prefix: str) -> None:
+    """After a person resumed a schedule no longer declared, every sync paused it again
+    (issue 21, item 17). The sync pauses it once, when it leaves the code; declared and
+    removed anew, it is paused anew."""
+    sync_schedules(key_prefix, nightly=NIGHTLY)
+    out = sync_schedules(key_prefix)  # a deploy without it
+    assert "pause 'nightly': no longer declared" in out
+    schedule = Schedule.objects.get(name="nightly")
+    assert not schedule.enabled
+    services.resume(schedule, origin=ADMIN)  # someone wants it to go on
+
+    for _ in range(2):
+        out = sync_schedules(key_prefix)
+        assert Schedule.objects.get(name="nightly").enabled
+        assert out == "The schedules declared in code are in the table as declared.\n"
+    assert Schedule.objects.get(name="nightly").declared_in == ""  # an ordinary schedule
+    assert changes_of("nightly") == [
+        ("created", "code"),
+        ("changed", "code"),  # declared_in cleared: no longer declared
+        ("paused", "code"),
+        ("resumed", "admin"),
+    ]
+
+    # Declared anew (running: nothing to resume), then removed anew: paused anew, once.
+    out = sync_schedules(key_prefix, nightly=NIGHTLY)
+    assert "change 'nightly': declared_in '' -> \"SCHEDULINATOR['SCHEDULES']['nightly']\"" in out
+    assert Schedule.objects.get(name="nightly").declared_in
+    assert "pause 'nightly'" in sync_schedules(key_prefix)
+    assert "nightly" not in sync_schedules(key_prefix)
+    assert not Schedule.objects.get(name="nightly").enabled
+
+
+def test_a_schedule_paused_by_hand_when_it_leaves_the_code_keeps_its_pause(
+    settings: Any,
+) -> None:
+    synced_nightly(settings)
+    services.pause(Schedule.objects.get(name="nightly"), "holidays", origin=ADMIN)
+    declare(settings)
+
+    out = sync()
+    schedule = Schedule.objects.get(name="nightly")
+    assert (schedule.enabled, schedule.pause_note) == (False, "holidays")
+    services.resume(schedule, origin=ADMIN)  # after the holidays
+    sync()
+    assert Schedule.objects.get(name="nightly").enabled
+    assert "keep 'nightly' paused: no longer declared" in out
+    assert schedule.declared_in == ""
 
 
 def test_a_schedule_paused_by_hand_stays_paused_through_syncs(settings: Any) -> None:
@@ -419,3 +488,75 @@ def test_a_declaration_that_turns_invalid_leaves_its_schedule_as_it_was(
     schedule = Schedule.objects.get(name="nightly")
     assert (schedule.enabled, schedule.cron) == (True, "0 3 * * *")
     assert changes_of("nightly") == [("created", "code")]
+
+
+# -- where a Celery project registers its tasks (docs/migrating-from-celery-beat.md) ------------
+
+MIGRATING = "migrating-from-celery-beat.md"
+# A Celery project laid out as Celery's guide for Django has it: the project package loads
+# its Celery app when Django starts, and the app's autodiscover_tasks() imports the tasks.py
+# modules in the workers.
+CELERY_PROJECT = {
+    "myproject/__init__.py": "from .celery import app as celery_app\n",
+    "myproject/celery.py": (
+        "from celery import Celery\n\n"
+        "app = Celery('myproject')\n"
+        "app.config_from_object('django.conf:settings', namespace='CELERY')\n"
+        "app.autodiscover_tasks()\n"
+    ),
+    "billing/__init__.py": "",
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("files", "tasks_module", "registered"),
+    [
+        ({"billing/tasks.py": "celery-task", "billing/scheduled_tasks.py": "celery-registration"},
+         None, True),
+        ({"billing/tasks.py": "celery-task-registered"}, "tasks", True),
+        # What the page warns of: a registration in tasks.py, which nothing else imports.
+        ({"billing/tasks.py": "celery-task-registered"}, None, False),
+    ],
+    ids=["scheduled_tasks.py", "TASKS_MODULE=tasks", "tasks.py alone"],
+)  # fmt: skip
+def test_a_celery_project_registers_its_tasks_where_the_migration_guide_says(
+    tmp_path: Path, files: dict[str, str], tasks_module: str | None, registered: bool
+) -> None:
+    """Registered in a Celery project's tasks.py alone, every task was "not registered" in
+    the web processes and the schedulers (issue 21, item 17): the blocks of the migration
+    guide, copied into a project, register the task in a process like those."""
+    settings = (
+        "SECRET_KEY = 'tests'\nUSE_TZ = True\n"
+        "INSTALLED_APPS = ['django.contrib.contenttypes', 'django_schedulinator', 'billing']\n"
+        f"DATABASES = {{'default': {{'ENGINE': 'django.db.backends.sqlite3', 'NAME': "
+        f"{str(tmp_path / 'db.sqlite3')!r}}}}}\n"
+    )
+    if tasks_module:
+        settings += f"SCHEDULINATOR = {{'TASKS_MODULE': {tasks_module!r}}}\n"
+    project = {
+        **CELERY_PROJECT,
+        "myproject/settings.py": settings,
+        **{path: source(block, MIGRATING) + "\n" for path, block in files.items()},
+    }
+    for path, text in project.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "myproject.settings",
+        "PYTHONPATH": str(tmp_path),
+    }
+    probe = (
+        "import django; django.setup(); "
+        "from django_schedulinator.registry import registry; "
+        "print('billing.invoice_run' in registry)"
+    )
+
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(registered), done.stderr

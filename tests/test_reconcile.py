@@ -5,29 +5,41 @@ slices, and tells a lost index from missed writes."""
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import time_machine
+from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules, timing
-from django_schedulinator.dbclock import DatabaseNow
+from django_schedulinator import reconcile as reconcile_module
+from django_schedulinator import resync_schedules, services, timing
+from django_schedulinator.dbclock import DatabaseNow, database_now
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.reconcile import reconcile
 from django_schedulinator.worker import Worker
 
 from .conftest import make_due, make_schedule
+from .processes import wait_for
 from .simulation import entry
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
 
+@pytest.fixture
+def settled_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows count as settled as soon as they commit (no ``SETTLE`` wait): for the tests of
+    what reconcile does with the rows it reads, not of when it reads them."""
+    monkeypatch.setattr(reconcile_module, "SETTLE", timedelta(0))
+
+
 # -- lost sync writes -------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_reconcile_heals_entries_whose_sync_writes_were_lost(built_index: DueIndex) -> None:
     missing = make_schedule()
     late = make_schedule()
@@ -50,6 +62,7 @@ def test_reconcile_heals_entries_whose_sync_writes_were_lost(built_index: DueInd
     assert entry(built_index, untouched) is None
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_reconcile_reads_bounded_batches_and_looks_back_for_late_commits(
     built_index: DueIndex,
 ) -> None:
@@ -79,6 +92,7 @@ def lose_sync_write(index: DueIndex, schedule: Schedule) -> None:
     index.client.hdel(index.revisions_key, schedule.pk)
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_a_host_clock_ahead_does_not_blind_reconcile(built_index: DueIndex) -> None:
     # One save from a host whose clock runs an hour ahead of the others.
     with time_machine.travel(timezone.now() + timedelta(hours=1), tick=True):
@@ -97,6 +111,7 @@ def test_a_host_clock_ahead_does_not_blind_reconcile(built_index: DueIndex) -> N
     assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_rows_saved_with_a_future_updated_at_do_not_blind_reconcile(
     built_index: DueIndex,
 ) -> None:
@@ -114,6 +129,7 @@ def test_rows_saved_with_a_future_updated_at_do_not_blind_reconcile(
     assert reconcile(built_index).healed == 0  # the future row is re-read, not re-healed
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_reconcile_reads_a_backlog_slice_after_slice_until_it_has_caught_up(
     built_index: DueIndex, settings: Any
 ) -> None:
@@ -145,6 +161,7 @@ def test_reconcile_reads_a_backlog_slice_after_slice_until_it_has_caught_up(
     assert not worker._reconcile_behind  # caught up: the next turn is a period away
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_a_bulk_write_stamped_with_database_now_is_paged_through(built_index: DueIndex) -> None:
     reconcile(built_index)
     ids = make_due(12)  # bulk_create: no entries
@@ -159,6 +176,7 @@ def test_a_bulk_write_stamped_with_database_now_is_paged_through(built_index: Du
     assert None not in built_index.scores(ids).values()
 
 
+@pytest.mark.usefixtures("settled_at_once")
 def test_reconcile_tells_a_lost_index_from_missed_sync_writes(
     built_index: DueIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -184,3 +202,57 @@ def test_reconcile_tells_a_lost_index_from_missed_sync_writes(
         worker._reconcile()
     assert "healed 1 index entry whose sync write had been missed" in caplog.text
     assert "indexed 2 schedules the index had no record of" in caplog.text
+
+
+def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reconcile read a row between its commit and that commit's own index write, healed it,
+    and warned that a sync write had been missed (issue 21, under concurrent load): that
+    warning means a write was lost. A row changed within the settle window is read once it
+    has settled; a write that is really lost is healed and reported then."""
+    schedule, lost = make_schedule(), make_schedule()
+    worker = Worker(once=True, index=built_index)
+    worker._reconcile()  # the watermark is now
+    # A write lost for good: the index keeps an older revision of ``lost``.
+    old_revision, old_score = lost.revision, entry(built_index, lost)
+    services.update(lost, {"interval": timedelta(hours=3)})
+    built_index.client.zadd(built_index.due_key, {str(lost.pk): old_score})
+    built_index.client.hset(built_index.revisions_key, lost.pk, old_revision)
+    committed, release = threading.Event(), threading.Event()
+
+    def hold_after_commit() -> None:
+        committed.set()
+        release.wait(60)
+
+    def edit() -> None:
+        try:
+            with transaction.atomic():
+                # Runs after the commit, before the index write that the save registers next.
+                transaction.on_commit(hold_after_commit)
+                services.update(
+                    Schedule.objects.get(pk=schedule.pk), {"interval": timedelta(hours=2)}
+                )
+        finally:
+            connection.close()
+
+    editor = threading.Thread(target=edit)
+    editor.start()
+    try:
+        assert committed.wait(30), "the edit did not commit"
+        with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+            worker._reconcile()  # the row is committed, its index write not done yet
+    finally:
+        release.set()
+        editor.join(30)
+    assert "missed" not in caplog.text
+    schedule.refresh_from_db()
+    assert entry(built_index, schedule) == timing.to_ms(schedule.next_run_at)
+
+    # Once both rows have settled: the lost write is healed, and it alone is reported.
+    settled = schedule.updated_at + reconcile_module.SETTLE
+    wait_for(lambda: database_now("default") > settled, timeout=60)
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker._reconcile()
+    assert "Reconcile healed 1 index entry whose sync write had been missed" in caplog.text
+    assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)

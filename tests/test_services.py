@@ -321,6 +321,80 @@ def test_run_now_with_advance_takes_the_place_of_the_next_run(sim: Simulation) -
     assert Schedule.objects.get(pk=schedule.pk).next_run_at == START + timedelta(hours=2)
 
 
+def runs_of(schedule: Schedule) -> list[tuple[datetime, str, str]]:
+    """Each run of the schedule: its nominal time, how it came to be, and its status."""
+    return list(
+        Run.objects.filter(schedule=schedule)
+        .order_by("scheduled_for")
+        .values_list("scheduled_for", "trigger", "status")
+    )
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_run_now_on_the_millisecond_of_the_next_run_leaves_that_run_its_key(
+    sim: Simulation,
+) -> None:
+    """Run now at the very millisecond of the regular run not claimed yet took that run's
+    key: the claim then counted the occurrence a duplicate and it never ran as itself (issue
+    21, under concurrent load)."""
+    schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
+    regular = START + timedelta(hours=1)
+    sim.at(regular)  # Redis TIME on the next run, which no scheduler has claimed yet
+
+    run = services.run_now(schedule)
+
+    assert run.scheduled_for == regular + timedelta(milliseconds=1)
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == regular  # it did not move
+    sim.step()
+    assert runs_of(schedule) == [
+        (regular, Run.Trigger.SCHEDULE, Run.Status.SUCCEEDED),
+        (regular + timedelta(milliseconds=1), Run.Trigger.RUN_NOW, Run.Status.SUCCEEDED),
+    ]
+    assert sorted(Delivery.objects.values_list("key", flat=True)) == [
+        f"{schedule.pk}:{to_ms(regular)}",
+        f"{schedule.pk}:{to_ms(regular) + 1}",
+    ]
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == regular + timedelta(hours=1)
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_run_now_with_advance_on_the_millisecond_of_the_next_run_records_it_replaced(
+    sim: Simulation,
+) -> None:
+    schedule = make_schedule(kind="interval", interval=timedelta(hours=1))
+    regular = START + timedelta(hours=1)
+    sim.at(regular)
+
+    run = services.run_now(schedule, advance=True)
+    sim.step()
+
+    assert runs_of(schedule) == [
+        (regular, Run.Trigger.SCHEDULE, Run.Status.SKIPPED),
+        (regular + timedelta(milliseconds=1), Run.Trigger.RUN_NOW, Run.Status.SUCCEEDED),
+    ]
+    assert skipped(schedule) == [(regular, "replaced")]
+    assert run.idempotency_key == f"{schedule.pk}:{to_ms(regular) + 1}"
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == regular + timedelta(hours=1)
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_run_now_never_takes_the_key_of_an_occurrence_still_to_come(sim: Simulation) -> None:
+    """Not only the next run: every occurrence the schedule has yet to reach keeps its key.
+    Here no scheduler ran for three minutes, and catch-up "all" fires each one."""
+    schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC", catch_up="all")
+    sim.at(START + timedelta(minutes=3))  # 12:01, 12:02 and 12:03 are due
+
+    run = services.run_now(schedule)
+    sim.step()
+
+    assert run.scheduled_for == START + timedelta(minutes=3, milliseconds=1)
+    assert runs_of(schedule) == [
+        *((START + timedelta(minutes=m), "schedule", "succeeded") for m in (1, 2, 3)),
+        (START + timedelta(minutes=3, milliseconds=1), "run_now", "succeeded"),
+    ]
+    assert Delivery.objects.count() == 4
+
+
 @pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 def test_backfill_fires_each_occurrence_once(sim: Simulation) -> None:
     schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
@@ -346,6 +420,25 @@ def test_backfill_fires_occurrences_that_were_skipped(sim: Simulation) -> None:
     assert report.requeued == 10
     assert len(fired(schedule)) == 11
     assert len(skipped(schedule)) == 49
+
+
+@pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
+def test_a_backfill_over_occurrences_not_claimed_yet_fires_each_once(sim: Simulation) -> None:
+    """Unlike a run now, a backfill queues each occurrence under its own key: one the
+    scheduler has yet to reach is that occurrence, fired once, and the claim that reaches
+    it finds it in the ledger and fires nothing more."""
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    sim.at(START + timedelta(hours=3, minutes=30))  # 13:00, 14:00, 15:00 not claimed yet
+
+    services.backfill(schedule, utc("2026-03-27T11:00"), utc("2026-03-27T15:00"))
+    sim.step()
+
+    hours = [utc(f"2026-03-27T{h}:00") for h in range(11, 16)]
+    assert fired(schedule) == hours
+    assert sorted(Delivery.objects.values_list("key", flat=True)) == sorted(
+        f"{schedule.pk}:{to_ms(at)}" for at in hours
+    )
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == utc("2026-03-27T16:00")
 
 
 @pytest.mark.django_db(transaction=True)  # scheduler threads: real commits

@@ -17,6 +17,8 @@ from django_schedulinator.timing import (
     first_run_at,
     from_ms,
     normalize_cron,
+    occurrences,
+    occurrences_before,
     plan_due,
     to_ms,
     truncate_ms,
@@ -135,3 +137,48 @@ def test_an_anchor_puts_intervals_on_its_grid() -> None:
     anchor = datetime(2026, 1, 1, 0, 15, tzinfo=UTC)
     spec = Timing(kind=INTERVAL, interval=timedelta(hours=1), anchor_at=anchor)
     assert first_run_at(spec, NOW) == datetime(2026, 11, 21, 12, 15, tzinfo=UTC)
+
+
+# A start with microseconds, as a DateTimeField keeps it (a celery-beat start_time, a form):
+# its instant is its whole millisecond, like every instant the app writes (issue 21, item 14).
+START_US = datetime(2026, 11, 21, 12, 0, 24, 701808, tzinfo=UTC)
+
+
+def ms(text: str) -> datetime:
+    """A UTC instant written out by hand, to the millisecond."""
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def test_an_interval_starting_at_microseconds_starts_at_its_millisecond() -> None:
+    daily = Timing(kind=INTERVAL, interval=timedelta(days=1), start_at=START_US)
+    # A start ahead of now: the first run is the start (it was a day later).
+    assert first_run_at(daily, NOW) == ms("2026-11-21T12:00:24.701")
+    # Read from before the start, forward and backward, the start is the first occurrence.
+    walked = [m.at for m in occurrences(daily, ms("2026-11-01T00:00"))]
+    assert walked[:2] == [ms("2026-11-21T12:00:24.701"), ms("2026-11-22T12:00:24.701")]
+    back = [m.at for m in occurrences_before(daily, ms("2026-11-23T00:00"))]
+    assert back == [ms("2026-11-22T12:00:24.701"), ms("2026-11-21T12:00:24.701")]
+    # A start in the past: the grid it anchors, from now on.
+    assert first_run_at(daily, ms("2026-11-25T00:00")) == ms("2026-11-25T12:00:24.701")
+
+
+def test_a_window_with_microseconds_holds_whole_milliseconds() -> None:
+    every_second = Timing(
+        kind=INTERVAL,
+        interval=timedelta(seconds=1),
+        start_at=START_US,
+        end_at=datetime(2026, 11, 21, 12, 0, 26, 701900, tzinfo=UTC),
+    )
+    assert [m.at for m in occurrences(every_second, NOW)] == [
+        ms("2026-11-21T12:00:24.701"),
+        ms("2026-11-21T12:00:25.701"),
+        ms("2026-11-21T12:00:26.701"),
+    ]
+    # A cron (seconds field) whose match is the start's own millisecond starts there.
+    at_24s = Timing(
+        kind=CRON,
+        cron="24 0 12 * * *",
+        timezone="UTC",
+        start_at=datetime(2026, 11, 21, 12, 0, 24, 500, tzinfo=UTC),
+    )
+    assert first_run_at(at_24s, NOW) == ms("2026-11-21T12:00:24")

@@ -28,6 +28,14 @@ class InvalidArguments(SchedulinatorError, ValueError):
     """A run's stored args or kwargs cannot be passed to a task."""
 
 
+class TaskTimedOut(SchedulinatorError, TimeoutError):
+    """A task ran past its timeout and was stopped (an async task is cancelled)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"Timed out after {seconds:g}s and was cancelled.")
+        self.seconds = seconds
+
+
 class RebuildInProgress(SchedulinatorError, RuntimeError):
     """Another process holds the rebuild lock of the due index."""
 

@@ -6,15 +6,18 @@ worker ever imports a dotted path that came from data.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 
+from .errors import TaskTimedOut
 from .errors import UnknownTask as UnknownTask  # its home was here
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,6 +55,41 @@ class RegisteredTask:
     # Checks a schedule's args and kwargs for this task when the schedule is saved: returns
     # what is wrong with them, by field ("args", "kwargs"); {} when they will do.
     check_args: Callable[[Any, Any], dict[str, str]] | None = None
+    # ``async def``: calling it only makes a coroutine, which ``call`` runs to its end.
+    is_async: bool = False
+
+    def call(self, args: list[Any], kwargs: dict[str, Any], *, timeout: float | None = None) -> Any:
+        """Call the function and return what it returned, the one way the app calls a
+        registered function in its own processes (the inline dispatcher, RQ's runner).
+
+        An async function runs to its end on an event loop of its own, as Django's tasks
+        run one (``async_to_sync``: its ``sync_to_async`` ORM calls come back to this thread,
+        and its connections), and past ``timeout`` seconds it is cancelled and
+        ``TaskTimedOut`` raised. A plain function is called as it is (only its caller can
+        stop waiting for it). Whatever returns something to await (a callable object with
+        an async ``__call__``) has that awaited too: work that did not happen never counts
+        as done."""
+        if self.is_async:
+            return _run_to_end(lambda: self.func(*args, **kwargs), timeout)
+        result = self.func(*args, **kwargs)
+        if inspect.isawaitable(result):
+            return _run_to_end(lambda: result, timeout)
+        return result
+
+
+def _run_to_end(start: Callable[[], Awaitable[Any]], timeout: float | None) -> Any:
+    async def bounded() -> Any:
+        if timeout is None:
+            return await start()
+        try:
+            async with asyncio.timeout(timeout) as scope:
+                return await start()
+        except TimeoutError:
+            if scope.expired():
+                raise TaskTimedOut(timeout) from None
+            raise  # the task's own
+
+    return async_to_sync(bounded)()
 
 
 class TaskRegistry:
@@ -126,6 +164,7 @@ class TaskRegistry:
                 django_task=django_task,
                 takes_key=OCCURRENCE_KEY_PARAMETER in params,
                 check_args=check_args,
+                is_async=inspect.iscoroutinefunction(func),
             )
             return f
 
@@ -136,6 +175,10 @@ class TaskRegistry:
             return self._tasks[name]
         except KeyError:
             raise UnknownTask(name) from None
+
+    def longest_timeout(self) -> float | None:
+        """The longest ``@task(timeout=...)`` registered, if any sets one."""
+        return max((t.timeout for t in self._tasks.values() if t.timeout), default=None)
 
     def name_of(self, obj: Any) -> str | None:
         """The name ``obj`` (a function, or a Django task) is registered under; None if

@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
@@ -59,9 +59,14 @@ MAX_BACKOFF_SECONDS = 5.0
 DISPATCH_QUEUE_BATCHES = 2
 # The longest a claim waits for a lane that is behind (more than DISPATCH_QUEUE_BATCHES
 # waiting), and how many more batches a lane then holds before it counts as stuck and its
-# runs are left to a take-over. A stop dispatches everything a lane holds.
+# runs are left to a take-over. A stop dispatches what a lane holds, within its grace.
 LANE_WAIT_SECONDS = 1.0
 LANE_BACKLOG_BATCHES = 8
+# How often an idle lane looks whether the scheduler is stopping.
+LANE_IDLE_SECONDS = 0.1
+# What a stop allows a lane, past its grace and its dispatcher's own bound on a hand-off in
+# progress, to record the outcomes it has.
+STOP_RECORD_SECONDS = 2.0
 # How often each scheduler looks for a rebuild asked for on the admin's operations page.
 REBUILD_REQUEST_LOOK_SECONDS = 2.0
 
@@ -134,8 +139,8 @@ class PassResult:
 
 
 class BatchProgress(Progress):
-    """The scheduler's side of one dispatched batch: renews its leases, records runs that
-    started as running, and records outcomes as the dispatcher reports them."""
+    """The scheduler's side of one dispatched batch: records runs that started as running,
+    and outcomes as the dispatcher reports them. Its leases are the LeaseKeeper's."""
 
     def __init__(
         self,
@@ -157,21 +162,12 @@ class BatchProgress(Progress):
         self.recorded: set[int] = set()
         self.marked_running: set[int] = set()
 
-    def keepalive(self) -> None:
-        worker = self.worker
-        if time.monotonic() - self.renewed < worker.lease_seconds / 3:
-            return
-        self.renewed = time.monotonic()
-        try:
-            worker.claimer.renew_leases(self.run_ids, self.token)
-        except TRANSIENT_ERRORS as exc:
-            connections.close_all()
-            logger.warning(
-                "Could not extend the leases of %d running task(s) (%s); if they outlast their "
-                "lease, another scheduler dispatches them again with the same keys.",
-                len(self.run_ids),
-                exc,
-            )
+    def unrecorded(self) -> list[int]:
+        """The runs of the batch whose outcome is not recorded yet (whose leases count)."""
+        return [run_id for run_id in self.run_ids if run_id not in self.recorded]
+
+    def stopped(self) -> bool:
+        return self.worker.past_stop_grace()
 
     def running(self, run_ids: Collection[int]) -> None:
         new = set(run_ids) - self.marked_running - self.recorded
@@ -213,6 +209,87 @@ class BatchProgress(Progress):
             self.worker.claimer.release_buffered(ended)
 
 
+class LeaseKeeper:
+    """Renews the leases of every batch being dispatched, every third of a lease, from one
+    thread of its own (with its own database connection) that runs while there are any.
+    No dispatcher has to remember to: one that blocks (a slow enqueue, a task run inside
+    ``enqueue()``, a receiver that answers slowly, one hand-off longer than a lease) keeps
+    its runs, and no other scheduler takes them over and sends them a second time."""
+
+    def __init__(self, claimer: Claimer, lease_seconds: float) -> None:
+        self.claimer = claimer
+        self.every = lease_seconds / 3
+        self._batches: set[BatchProgress] = set()
+        self._changed = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @contextlib.contextmanager
+    def keeping(self, batch: BatchProgress) -> Iterator[None]:
+        """Keep the batch's leases while the block runs."""
+        with self._changed:
+            if not self._closed:
+                self._batches.add(batch)
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="schedulinator-leases", daemon=True
+                    )
+                    self._thread.start()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._batches.discard(batch)
+                self._changed.notify()
+
+    def close(self) -> None:
+        """Renew nothing more: a stop gave up on the batches still being dispatched, whose
+        leases then run out, and another scheduler takes their runs over."""
+        with self._changed:
+            self._closed = True
+            self._batches.clear()
+            self._changed.notify()
+
+    def _run(self) -> None:
+        bound_lock_waits()
+        try:
+            while due := self._wait_for_due():
+                for batch in due:
+                    self._renew(batch)
+        finally:
+            connections.close_all()  # this thread's
+
+    def _wait_for_due(self) -> list[BatchProgress]:
+        """The batches whose leases are due for renewal, once some are; [] when no batch
+        is left (the thread then ends: the next batch starts another)."""
+        with self._changed:
+            while self._batches:
+                now = time.monotonic()
+                due = [b for b in self._batches if now - b.renewed >= self.every]
+                if due:
+                    return due
+                self._changed.wait(min(b.renewed for b in self._batches) + self.every - now)
+            self._thread = None
+            return []
+
+    def _renew(self, batch: BatchProgress) -> None:
+        batch.renewed = time.monotonic()
+        run_ids = batch.unrecorded()
+        try:
+            self.claimer.renew_leases(run_ids, batch.token)
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            logger.warning(
+                "Could not extend the leases of %d run(s) being dispatched (%s); if they "
+                "outlast their lease, another scheduler dispatches them again with the same "
+                "keys.",
+                len(run_ids),
+                exc,
+            )
+        except Exception:  # the keeper must outlive anything: the next renewal may work
+            logger.exception("Extending the leases of %d run(s) failed.", len(run_ids))
+
+
 class Unavailable(BaseDispatcher):
     """Stands in for an alias that cannot be built (not configured, a missing extra, bad
     options): its runs fail with the reason, and the other aliases go on."""
@@ -233,10 +310,12 @@ class Lane:
 
     alias: str
     dispatcher: BaseDispatcher
-    outbox: queue.Queue[Leased | None] = field(
+    outbox: queue.Queue[Leased] = field(
         default_factory=lambda: queue.Queue(DISPATCH_QUEUE_BATCHES + LANE_BACKLOG_BATCHES)
     )
     thread: threading.Thread | None = None
+    # A stop stopped waiting for it: its thread closes its dispatcher when it ends.
+    left: bool = False
 
 
 class Worker:
@@ -282,8 +361,12 @@ class Worker:
             index=self.index,
             clock=clock,
         )
+        self.leases = LeaseKeeper(self.claimer, self.lease_seconds)
         self.counters = Counters()
         self.stopping = False
+        # When the loop ended: from then the lanes dispatch what they hold for one lease
+        # (the stop's grace), then start no more hand-offs.
+        self._stop_grace_ends: float | None = None
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
@@ -319,6 +402,8 @@ class Worker:
             self.lease_seconds,
         )
         self._lanes_running = True
+        self._stop_grace_ends = None
+        self.leases = LeaseKeeper(self.claimer, self.lease_seconds)  # a stop closes it
         for lane in self._lanes.values():
             self._start(lane)
         bound_lock_waits()
@@ -344,14 +429,7 @@ class Worker:
                     continue  # the next slice of reconcile's backlog, after one more pass
                 self._sleep(self._sleep_seconds(result))
         finally:
-            # What was claimed is dispatched and recorded before the process exits.
-            self._lanes_running = False
-            for lane in self._lanes.values():
-                lane.outbox.put(None)
-            for lane in self._lanes.values():
-                if lane.thread is not None:
-                    lane.thread.join()
-                    lane.thread = None
+            self._stop_lanes()
             self.close()
             bound_lock_waits(False)
             self._restore_signal_handlers(previous)
@@ -451,15 +529,64 @@ class Worker:
         lane.thread.start()
 
     def close(self) -> None:
-        """Close every dispatcher this scheduler built or was given."""
+        """Close every dispatcher this scheduler built or was given (but those of lanes a
+        stop left still dispatching: their threads close them when they end)."""
         for lane in self._lanes.values():
-            with contextlib.suppress(Exception):
-                lane.dispatcher.close()
+            if not lane.left:
+                with contextlib.suppress(Exception):
+                    lane.dispatcher.close()
+
+    def past_stop_grace(self) -> bool:
+        """Whether the lanes should start no more hand-offs: a stop's grace is over."""
+        ends = self._stop_grace_ends
+        return ends is not None and time.monotonic() >= ends
+
+    def _stop_lanes(self) -> None:
+        """The end of run(): each lane dispatches and records what it holds, for one lease
+        at most (the stop's grace: past it, another scheduler would take those runs over
+        anyway), then starts no more hand-offs. A hand-off in progress then has as long as
+        its dispatcher bounds one (an inline task's timeout, a webhook request's deadline).
+        A lane still busy after that is left to end on its own: its runs not recorded stay
+        pending, their leases are no longer renewed, and once they expire a take-over
+        dispatches them, with the same keys."""
+        self._lanes_running = False
+        self._stop_grace_ends = time.monotonic() + self.lease_seconds
+        for lane in self._lanes.values():
+            if lane.thread is None:
+                continue
+            bound = lane.dispatcher.hand_off_timeout or 0.0
+            lane.thread.join(
+                max(0.0, self._stop_grace_ends + bound + STOP_RECORD_SECONDS - time.monotonic())
+            )
+            if lane.thread.is_alive():
+                lane.left = True
+                logger.warning(
+                    "Stopped without waiting longer for the dispatcher %r (a stop's grace is "
+                    "LEASE_SECONDS, %gs, and a hand-off in progress gets %gs more): the runs it "
+                    "has not recorded stay pending and are dispatched again, with the same "
+                    "keys, once their lease expires.",
+                    lane.alias,
+                    self.lease_seconds,
+                    bound,
+                )
+            else:
+                lane.thread = None
+        self.leases.close()
 
     def _dispatch_loop(self, lane: Lane) -> None:
         bound_lock_waits()
+        not_started = 0
         try:
-            while (leased := lane.outbox.get()) is not None:
+            while True:
+                try:
+                    leased = lane.outbox.get(timeout=LANE_IDLE_SECONDS)
+                except queue.Empty:
+                    if self._lanes_running:
+                        continue
+                    return  # stopped, and nothing left
+                if self.past_stop_grace():
+                    not_started += len(leased.occurrences)  # left for a take-over
+                    continue
                 try:
                     self._dispatch_now(lane, leased)
                 except TRANSIENT_ERRORS as exc:
@@ -478,6 +605,17 @@ class Worker:
                     )
                     connections.close_all()  # reconnect on the next batch
         finally:
+            if not_started:
+                logger.warning(
+                    "Stopped before dispatching %d run(s) of the dispatcher %r (the stop's "
+                    "grace, LEASE_SECONDS, was over): they stay pending and are dispatched, "
+                    "with their keys, once their lease expires.",
+                    not_started,
+                    lane.alias,
+                )
+            if lane.left:
+                with contextlib.suppress(Exception):
+                    lane.dispatcher.close()
             connections.close_all()  # this thread's connections
 
     def _dispatch_now(self, lane: Lane, leased: Leased) -> None:
@@ -497,10 +635,32 @@ class Worker:
         if not occurrences:
             return
         progress = BatchProgress(self, lane.dispatcher, occurrences, token, renewed, leased.release)
-        outcomes = lane.dispatcher.dispatch(occurrences, progress)
+        try:
+            with self.leases.keeping(progress):
+                outcomes = lane.dispatcher.dispatch(occurrences, progress)
+        except Exception as exc:
+            outcomes = self._broken_dispatch(lane, occurrences, exc)
         progress.record(outcomes, retry=True)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
+
+    def _broken_dispatch(
+        self, lane: Lane, occurrences: list[Occurrence], exc: Exception
+    ) -> list[Outcome]:
+        """A dispatcher raised instead of returning outcomes (each hand-off is guarded, so
+        this is a dispatcher's own defect, or its broker client's). What it reported stays
+        recorded and is never sent again; the rest is retried with the error, after the
+        backoff and up to MAX_ATTEMPTS, rather than left for take-over after take-over to
+        send the whole batch again without end."""
+        logger.error(
+            "The dispatcher %r raised while dispatching %d run(s); those it did not report "
+            "are retried after the backoff.",
+            lane.alias,
+            len(occurrences),
+            exc_info=exc,
+        )
+        error = f"The dispatcher {lane.alias!r} failed: {type(exc).__name__}: {exc}"
+        return [Outcome(o.run_id, "retry", error) for o in occurrences]
 
     def _dispatchable(
         self, occurrences: list[Occurrence], token: str

@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 from django.utils import timezone
 
 from django_schedulinator.dispatch.celery import occurrence_key, report_outcomes
@@ -31,6 +31,15 @@ app.conf.update(
 )
 report_outcomes(app)  # the documented one line, as a project puts it in its celery.py
 
+# A slow hand-off in the scheduler processes of tests/test_dispatch_leases.py: each message
+# takes this long to publish (Celery's own hook, in the process that sends).
+SLOW_PUBLISH_SECONDS = float(os.environ.get("SCHEDULINATOR_TEST_SLOW_PUBLISH", "0"))
+if SLOW_PUBLISH_SECONDS:
+
+    @signals.before_task_publish.connect(weak=False)
+    def publish_slowly(**kwargs: Any) -> None:
+        time.sleep(SLOW_PUBLISH_SECONDS)
+
 
 @app.task(name="tests.celery.record", bind=True)
 def record(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -44,6 +53,13 @@ def record(self: Any, *args: Any, **kwargs: Any) -> None:
         attempt=1,
         payload={"args": list(args), "kwargs": kwargs, "task_id": self.request.id},
     )
+
+
+@app.task(name="tests.celery.receipt", bind=True)
+def receipt(self: Any) -> None:
+    from .models import receive
+
+    receive(occurrence_key(self.request) or "")
 
 
 @app.task(name="tests.celery.boom")

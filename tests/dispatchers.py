@@ -1,6 +1,8 @@
 """Dispatchers for the tests of the dispatch seam: real subclasses of BaseDispatcher that
 hand occurrences to a list in this process (the scheduler's worker runs in it too), so a
-test can see what each was given. They stand for a system that runs the work elsewhere;
+test can see what each was given. Those that send one occurrence at a time implement
+``send`` (the base class hands each off through its guard); those that act on a whole
+batch override ``dispatch``. They stand for a system that runs the work elsewhere;
 the integrations with real brokers are tested against those brokers."""
 
 from __future__ import annotations
@@ -10,7 +12,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Option, Outcome, Progress
+from django_schedulinator.dispatch import (
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+    Progress,
+)
 
 
 class HandOff(BaseDispatcher):
@@ -28,9 +37,9 @@ class HandOff(BaseDispatcher):
         super().__init__(alias, options)
         self.reports_outcomes = bool(self.settings["REPORTS"])
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        self.received.extend((self.alias, o) for o in occurrences)
-        return [Outcome(o.run_id, "dispatched", external_id=f"ext-{o.key}") for o in occurrences]
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        self.received.append((self.alias, occurrence))
+        return Outcome(occurrence.run_id, "dispatched", external_id=f"ext-{occurrence.key}")
 
 
 class Flaky(BaseDispatcher):
@@ -40,15 +49,13 @@ class Flaky(BaseDispatcher):
     attempts: ClassVar[list[tuple[str, int]]] = []  # (key, attempt)
     reports_outcomes = True
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        outcomes = []
-        for o in occurrences:
-            self.attempts.append((o.key, o.attempt))
-            if o.attempt <= self.failures:
-                outcomes.append(Outcome(o.run_id, "retry", f"broker down (attempt {o.attempt})"))
-            else:
-                outcomes.append(Outcome(o.run_id, "succeeded"))
-        return outcomes
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        self.attempts.append((occurrence.key, occurrence.attempt))
+        if occurrence.attempt <= self.failures:
+            return Outcome(
+                occurrence.run_id, "retry", f"broker down (attempt {occurrence.attempt})"
+            )
+        return Outcome(occurrence.run_id, "succeeded")
 
 
 class Blocking(BaseDispatcher):
@@ -60,8 +67,7 @@ class Blocking(BaseDispatcher):
 
     def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
         self.entered.set()
-        while not self.release.wait(0.05):
-            progress.keepalive()
+        self.release.wait()
         return [Outcome(o.run_id, "succeeded") for o in occurrences]
 
 
@@ -72,8 +78,19 @@ class Slow(BaseDispatcher):
     reports_outcomes = True
 
     def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        deadline = time.monotonic() + self.seconds
-        while time.monotonic() < deadline:
-            progress.keepalive()
-            time.sleep(0.05)
+        time.sleep(self.seconds)
         return [Outcome(o.run_id, "succeeded") for o in occurrences]
+
+
+class Breaks(BaseDispatcher):
+    """Hands off the runs of schedules named "ok-...", each reported at once, and raises at
+    the first other: a dispatcher that breaks the promise to return one outcome each."""
+
+    reports_outcomes = True
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        for o in occurrences:
+            if not o.schedule_name.startswith("ok-"):
+                raise RuntimeError("the broker client broke")
+            progress.finished([Outcome(o.run_id, "dispatched", external_id=f"ext-{o.key}")])
+        return []

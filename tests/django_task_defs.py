@@ -36,6 +36,16 @@ def slow(seconds: float = 3) -> None:
     time.sleep(seconds)
 
 
+@task()
+def slow_receipt(occurrence_key: str, seconds: float = 1.5) -> None:
+    """A task that takes its time (inside enqueue() on the immediate backend), then a
+    receiver that dedupes on the key."""
+    from .models import receive
+
+    time.sleep(seconds)
+    receive(occurrence_key)
+
+
 @task(priority=0)
 def plain() -> None:
     """No occurrence_key parameter: the key is not passed."""

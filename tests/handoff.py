@@ -3,11 +3,13 @@ tasks): fire what is due in this process, and wait for what the worker reports."
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
@@ -33,6 +35,20 @@ def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
     worker = Worker(worker_id=worker_id)
     worker.run_pass()
     worker.close()
+
+
+def run_in_thread(worker: Worker) -> threading.Thread:
+    """``worker.run()`` on a thread of its own, started (its connections closed at its end)."""
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    loop = threading.Thread(target=run)
+    loop.start()
+    return loop
 
 
 def until(condition: Callable[[], bool], seconds: float = 30) -> None:

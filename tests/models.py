@@ -37,3 +37,25 @@ class Redelivery(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+def receive(key: str, attempt: int = 1) -> None:
+    """What a receiver that dedupes on the key does with one delivery: the first is the effect
+    (a Receipt), a repeat is only counted (a Redelivery)."""
+    from django.db import IntegrityError
+    from django.utils import timezone
+
+    from django_schedulinator.timing import from_ms
+
+    schedule_id, _, ms = key.partition(":")
+    received_at = timezone.now()
+    try:
+        Receipt.objects.create(
+            key=key,
+            schedule_id=int(schedule_id),
+            scheduled_for=from_ms(int(ms)),
+            received_at=received_at,
+            attempt=attempt,
+        )
+    except IntegrityError:
+        Redelivery.objects.create(key=key, received_at=received_at, attempt=attempt)

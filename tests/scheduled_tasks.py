@@ -1,5 +1,6 @@
 """Tasks registered for the tests (autodiscovered like a user's scheduled_tasks.py)."""
 
+import asyncio
 import time
 
 from django.db import IntegrityError, InterfaceError, OperationalError, connection
@@ -8,7 +9,7 @@ from django.utils import timezone
 from django_schedulinator import task
 from django_schedulinator.dispatch import Occurrence
 
-from .models import Delivery, Receipt, Redelivery
+from .models import Delivery, Receipt, Redelivery, receive
 
 
 @task(name="tests.record")
@@ -76,6 +77,46 @@ def receipt(*, occurrence: Occurrence):
             time.sleep(0.2 * (attempt + 1))
 
 
+@task(name="tests.slow_receipt")
+def slow_receipt(*, occurrence: Occurrence, seconds: float = 1.5):
+    """A hand-off that takes its time, then a receiver that dedupes on the key."""
+    time.sleep(seconds)
+    receive(occurrence.key, occurrence.attempt)
+
+
+@task(name="tests.async_record")
+async def async_record(*args, occurrence: Occurrence, **kwargs):
+    """An async task: it awaits, uses the ORM's async API, and returns its output."""
+    await asyncio.sleep(0.01)
+    await Delivery.objects.acreate(
+        key=occurrence.key,
+        schedule_id=occurrence.schedule_id,
+        scheduled_for=occurrence.scheduled_for,
+        attempt=occurrence.attempt,
+        payload={"args": list(args), "kwargs": kwargs},
+    )
+    return f"async ran {occurrence.key}"
+
+
+@task(name="tests.async_boom")
+async def async_boom():
+    await asyncio.sleep(0)
+    raise RuntimeError("async boom")
+
+
+# Keys of the async tasks that were cancelled (they run in this process: inline).
+CANCELLED: list[str] = []
+
+
+@task(name="tests.async_hang", timeout=0.5)
+async def async_hang(*, occurrence: Occurrence):
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError:
+        CANCELLED.append(occurrence.key)
+        raise
+
+
 @task(name="tests.report_status")
 def report_status(*, occurrence: Occurrence):
     """Runs past the dispatcher's one-second report, then reads its own run's status."""
@@ -116,10 +157,11 @@ def invoice_run(*args, **kwargs):
 # The Celery tasks of tests/celery_app.py, registered for scheduling under their Celery names.
 def _register_celery_tasks() -> None:
     from .celery_app import boom as celery_boom
+    from .celery_app import receipt as celery_receipt
     from .celery_app import record as celery_record
     from .celery_app import slow as celery_slow
 
-    for celery_task in (celery_record, celery_boom, celery_slow):
+    for celery_task in (celery_record, celery_boom, celery_slow, celery_receipt):
         task(name=celery_task.name)(celery_task)
 
 
@@ -130,7 +172,7 @@ _register_celery_tasks()
 def _register_django_tasks() -> None:
     from . import django_task_defs as defs
 
-    for django_task in (defs.record, defs.boom, defs.slow, defs.plain):
+    for django_task in (defs.record, defs.boom, defs.slow, defs.plain, defs.slow_receipt):
         task(name=f"tests.django.{django_task.func.__name__}")(django_task)
 
 

@@ -166,6 +166,10 @@ if os.environ.get("SCHEDULINATOR_TEST_RQ_DISPATCHER"):
         }
     }
 
+if os.environ.get("SCHEDULINATOR_TEST_DISPATCHERS"):
+    # The dispatchers of the test that starts these schedulers (tests/test_dispatch_leases.py).
+    SCHEDULINATOR["DISPATCHERS"] = json.loads(os.environ["SCHEDULINATOR_TEST_DISPATCHERS"])
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

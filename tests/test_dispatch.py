@@ -4,19 +4,17 @@ lanes of their own, and hand-offs retried with the same key."""
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import services
 from django_schedulinator.checks import check_settings
-from django_schedulinator.dispatch import dispatchers
+from django_schedulinator.dispatch import Occurrence, Progress, dispatchers
 from django_schedulinator.dispatch.inline import InlineDispatcher
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
@@ -24,6 +22,8 @@ from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
 from .dispatchers import Blocking, Flaky, HandOff
+from .doc_examples import example
+from .handoff import run_in_thread
 from .models import Delivery
 
 HAND_OFF = "tests.dispatchers.HandOff"
@@ -219,15 +219,7 @@ def test_a_hung_dispatcher_holds_up_only_its_own_schedules(
     configure(hung={"BACKEND": "tests.dispatchers.Blocking"})
     stuck = due(dispatcher="hung")
     worker = Worker(worker_id="t", max_seconds=30)
-
-    def run() -> None:
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    loop = threading.Thread(target=run)
-    loop.start()
+    loop = run_in_thread(worker)
     try:
         assert Blocking.entered.wait(10)
         # The hung lane holds its batch; schedules of the inline dispatcher still fire.
@@ -302,6 +294,32 @@ def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
 
 
 @pytest.mark.django_db
+def test_a_dispatcher_that_raises_keeps_what_it_reported_and_retries_the_rest(
+    configure: Any, built_index: DueIndex
+) -> None:
+    """What a dispatcher reported before it raised stays recorded and is never sent again; the
+    rest of its batch is retried with the error, up to MAX_ATTEMPTS, instead of waiting for a
+    take-over that sends the whole batch again, without end (issue 21, item 3)."""
+    configure(breaks={"BACKEND": "tests.dispatchers.Breaks",
+                      "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.05, "MAX_ATTEMPTS": 2}})  # fmt: skip
+    sent = due(name="ok-sent", dispatcher="breaks")
+    unsent = due(name="unsent", dispatcher="breaks")
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+
+    run = Run.objects.get(schedule=sent)
+    assert (run.status, run.external_id) == ("dispatched", f"ext-{run.idempotency_key}")
+    run = Run.objects.get(schedule=unsent)
+    assert (run.status, run.claim_token) == ("pending", "")  # waiting for its retry
+    assert run.error.startswith("The dispatcher 'breaks' failed: RuntimeError: the broker")
+
+    run = take_over_until_ended(worker, run)
+    assert run.status == "failed"
+    assert run.error.startswith("Handed off 2 time(s) without success; the last error: The")
+    assert Run.objects.get(schedule=sent).attempts == 1
+
+
+@pytest.mark.django_db
 def test_run_now_and_backfill_go_through_the_schedules_dispatcher(
     configure: Any, built_index: DueIndex
 ) -> None:
@@ -331,23 +349,68 @@ def test_a_stop_dispatches_every_batch_a_slow_lane_holds(
     configure: Any, built_index: DueIndex
 ) -> None:
     """A lane slower than the claims holds their batches (the claim waits a little for it,
-    then queues them all the same); a stop dispatches all of them before the process exits,
-    rather than leaving them to a take-over that no scheduler may be left to do."""
+    then queues them all the same); a stop dispatches all of them before the process exits
+    (within its grace of a lease: 7.5 s of hand-offs here), rather than leaving them to a
+    take-over that no scheduler may be left to do."""
     configure(slow={"BACKEND": "tests.dispatchers.Slow"})
     schedules = [due(dispatcher="slow") for _ in range(5)]
-    worker = Worker(worker_id="t", batch_size=1, lease_seconds=2, once=True)
-
-    def run() -> None:
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    loop = threading.Thread(target=run)
-    loop.start()
+    worker = Worker(worker_id="t", batch_size=1, lease_seconds=30, once=True)
+    loop = run_in_thread(worker)
     loop.join(60)
 
     assert not loop.is_alive()
     statuses = Run.objects.filter(schedule__in=schedules).values_list("status", flat=True)
     assert sorted(statuses) == ["succeeded"] * 5
     assert worker.counters.lane_full == 0
+
+
+# -- the seam, as the docs show it -------------------------------------------------------------
+
+
+class ExampleQueue:
+    """What the docs' example sends to: a queue that is down once ``down`` is set."""
+
+    class Unavailable(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[Any], dict[str, Any], str]] = []
+        self.down = False
+
+    def send(self, task: str, args: list[Any], kwargs: dict[str, Any], *, key: str) -> str:
+        if self.down:
+            raise self.Unavailable("connection refused")
+        self.sent.append((task, args, kwargs, key))
+        return f"job-{len(self.sent)}"
+
+
+def test_the_dispatcher_of_the_docs_hands_each_run_off_through_the_guard() -> None:
+    """docs/dispatch.md "Writing a dispatcher", as written: each run is sent once; one that
+    cannot be called fails alone; once the queue is down, the rest are retried."""
+    namespace = example("writing-a-dispatcher")
+    queue = namespace["my_queue"] = ExampleQueue()
+    dispatcher = namespace["QueueDispatcher"]("jobs", {"URL": "queue://here"})
+
+    def occurrence(run_id: int, **fields: Any) -> Occurrence:
+        fields.setdefault("task", "tests.record")
+        return Occurrence(
+            key=f"{run_id}:1000", run_id=run_id, schedule_id=run_id, schedule_name="s",
+            scheduled_for=timezone.now(), attempt=1, **fields,
+        )  # fmt: skip
+
+    first = dispatcher.dispatch(
+        [occurrence(1, args=[1]), occurrence(2, kwargs=[1]), occurrence(3, task="gone")],
+        Progress(),
+    )
+    assert [(o.status, o.external_id or o.error) for o in first] == [
+        ("dispatched", "job-1"),
+        ("failed", "The schedule's kwargs must be a JSON object, not a list."),
+        ("failed", "'gone' is not a registered task"),
+    ]
+    assert queue.sent == [("tests.record", [1], {}, "1:1000")]
+    queue.down = True
+    second = dispatcher.dispatch([occurrence(4), occurrence(5)], Progress())
+    assert [(o.status, o.error) for o in second] == [
+        ("retry", "The queue cannot be reached: connection refused"),
+        ("retry", "The queue cannot be reached: connection refused"),
+    ]

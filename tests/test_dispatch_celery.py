@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.celery import task_id
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
 from . import handoff
@@ -48,6 +48,35 @@ def test_a_task_gets_its_key_and_the_hook_reports_its_end(
     assert delivery.key == run.idempotency_key
     assert delivery.payload == {"args": [1], "kwargs": {"a": "b"}, "task_id": run.external_id}
     assert "RuntimeError" in Run.objects.get(schedule=bad).error
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_bad_run_fails_alone_and_the_healthy_ones_are_sent_once(
+    celery_alias: None, celery_worker: Any
+) -> None:
+    """Building a run's arguments raised outside the per-run handling: the batch broke after
+    the healthy run was sent and before it was recorded, and every take-over sent it again
+    (issue 21, item 3). Each bad run fails alone; the others are sent once."""
+    healthy = due(task="tests.celery.record")
+    broken = due(task="tests.celery.record")
+    gone = due(task="tests.celery.record")
+    later = due(task="tests.celery.record")
+    Schedule.objects.filter(pk=broken.pk).update(kwargs=[1, 2])  # a bulk write, unchecked
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.celery.removed")
+
+    fire()
+
+    assert (status_of(healthy), status_of(later)) == ("dispatched", "dispatched")
+    run = Run.objects.get(schedule=broken)
+    assert (run.status, run.attempts) == ("failed", 1)
+    assert "kwargs must be a JSON object, not a list" in run.error
+    assert Run.objects.get(schedule=gone).error == "'tests.celery.removed' is not a registered task"
+    celery_worker()
+    until(lambda: status_of(healthy) == "succeeded" and status_of(later) == "succeeded")
+    fire(worker_id="other")  # a take-over pass: nothing is left to send again
+    for schedule in (healthy, later):
+        assert Delivery.objects.filter(schedule_id=schedule.pk).count() == 1
 
 
 @pytest.mark.subprocess

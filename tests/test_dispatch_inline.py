@@ -104,3 +104,50 @@ def test_a_task_no_longer_registered_fails_its_run(built_index: DueIndex) -> Non
     run = Run.objects.get(schedule=schedule)
     assert run.status == Run.Status.FAILED
     assert "'os.system' is not a registered task" in run.error
+
+
+# -- async tasks (issue 21, item 2) -------------------------------------------------------------
+
+
+def test_an_async_task_runs_and_its_output_is_recorded(built_index: DueIndex) -> None:
+    """An async def task was called, its coroutine dropped and its run recorded succeeded."""
+    schedule = make_schedule(
+        task="tests.async_record", args=[1], kwargs={"a": "b"}, next_run_at=timezone.now()
+    )
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.output) == ("succeeded", f"async ran {run.idempotency_key}")
+    delivery = Delivery.objects.get(schedule_id=schedule.pk)
+    assert (delivery.key, delivery.payload) == (
+        run.idempotency_key,
+        {"args": [1], "kwargs": {"a": "b"}},
+    )
+
+
+def test_an_async_task_that_raises_fails_its_run(built_index: DueIndex) -> None:
+    schedule = make_schedule(task="tests.async_boom", next_run_at=timezone.now())
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=schedule)
+    assert run.status == Run.Status.FAILED
+    assert "RuntimeError: async boom" in run.error
+
+
+def test_an_async_task_past_its_timeout_is_cancelled(built_index: DueIndex) -> None:
+    """Unlike a thread, a coroutine can be stopped: it is cancelled at its timeout."""
+    from .scheduled_tasks import CANCELLED
+
+    CANCELLED.clear()
+    hung = make_schedule(task="tests.async_hang", next_run_at=timezone.now())
+    fine = make_schedule(next_run_at=timezone.now())
+
+    Worker(once=True).run()
+
+    run = Run.objects.get(schedule=hung)
+    assert run.status == Run.Status.FAILED
+    assert run.error == "Timed out after 0.5s and was cancelled."
+    assert [run.idempotency_key] == CANCELLED
+    assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED

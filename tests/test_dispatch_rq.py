@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.rq import job_id
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
 from . import handoff
@@ -70,6 +70,45 @@ def test_a_job_runs_the_registered_task_with_its_key_and_reports_its_end(
     assert delivery.payload == {"args": [1], "kwargs": {"a": "b"}}
     failed = Run.objects.get(schedule=bad)
     assert "RuntimeError: boom" in failed.error
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_job_calls_its_task_as_the_inline_dispatcher_does(rq_alias: None, rqworker: Any) -> None:
+    """The runner passes ``occurrence_key`` to a task that takes it (issue 21, item 11), and
+    runs an async task to its end (item 2)."""
+    by_key = due(task="tests.django.record", args=[1])  # its function takes occurrence_key
+    run_async = due(task="tests.async_record", kwargs={"a": "b"})
+    fire()
+    rqworker()
+    ended = ("succeeded", "failed")
+    until(lambda: status_of(by_key) in ended and status_of(run_async) in ended)
+
+    for schedule in (by_key, run_async):
+        run = Run.objects.get(schedule=schedule)
+        assert run.status == "succeeded", run.error
+        assert Delivery.objects.get(schedule_id=schedule.pk).key == run.idempotency_key
+    assert Delivery.objects.get(schedule_id=by_key.pk).payload == {"args": [1], "kwargs": {}}
+
+
+@pytest.mark.django_db
+def test_a_run_that_cannot_be_called_fails_alone_and_is_not_enqueued(rq_alias: None) -> None:
+    """Its task removed from the code, or its arguments broken by a bulk write: the run fails
+    at once with its own error, and the rest of the batch is enqueued (issue 21, items 3-4)."""
+    healthy = due(task="tests.record")
+    gone = due(task="tests.record")
+    broken = due(task="tests.record")
+    later = due(task="tests.record")
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.removed")
+    Schedule.objects.filter(pk=broken.pk).update(kwargs=[1, 2])
+
+    fire()
+
+    assert (status_of(healthy), status_of(later)) == ("dispatched", "dispatched")
+    assert Run.objects.get(schedule=gone).error == "'tests.removed' is not a registered task"
+    assert "kwargs must be a JSON object, not a list" in Run.objects.get(schedule=broken).error
+    assert (status_of(gone), status_of(broken)) == ("failed", "failed")
+    assert django_rq.get_queue(QUEUE).count == 2
 
 
 @pytest.mark.subprocess

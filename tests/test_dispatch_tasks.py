@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_schedulinator.checks import check_settings
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, Schedule
 
 from . import handoff
 from .conftest import Schedulers
@@ -149,6 +149,31 @@ def test_a_backend_that_refuses_the_task_fails_its_runs_at_once_while_others_fir
     assert (run.status, run.attempts) == ("failed", 1)
     assert run.error.startswith("Could not enqueue: ")
     assert "gone" in run.error
+
+
+@pytest.mark.django_db
+def test_a_task_removed_from_the_code_fails_its_runs_and_the_rest_of_the_batch_goes_on(
+    tasks_alias: None,
+) -> None:
+    """Looking the task up and building its arguments raised out of the dispatcher: the run
+    stayed pending with growing attempts, and the healthy runs after it waited for a take-over
+    (issue 21, item 4). Each fails alone, with its own error."""
+    healthy = due(task="tests.django.record")
+    gone = due(task="tests.django.record")
+    broken = due(task="tests.django.record")
+    later = due(task="tests.django.record")
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.django.removed")
+    Schedule.objects.filter(pk=broken.pk).update(args={"a": 1})
+
+    fire()
+
+    assert (status_of(healthy), status_of(later)) == ("dispatched", "dispatched")
+    run = Run.objects.get(schedule=gone)
+    assert (run.status, run.attempts) == ("failed", 1)
+    assert run.error == "'tests.django.removed' is not a registered task"
+    run = Run.objects.get(schedule=broken)
+    assert (run.status, run.attempts) == ("failed", 1)
+    assert "args must be a JSON list, not an object" in run.error
 
 
 @pytest.mark.django_db

@@ -24,6 +24,8 @@ from django_schedulinator.worker import Worker
 from .conftest import make_schedule
 from .dispatchers import HandOff
 from .doc_examples import example
+from .handoff import run_in_thread
+from .processes import wait_for
 from .redis_server import free_port
 from .webhook_receiver import SECRET, Receiver, webhook_receiver
 
@@ -250,3 +252,93 @@ def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
     }
     again = client.post("/api/schedulinator/runs/report/", report, format="json")
     assert again.json()["changed"] is False
+
+
+def test_a_run_that_cannot_be_sent_fails_alone_and_is_not_posted(receiver: Receiver) -> None:
+    """Its task removed from the code, or its arguments broken by a bulk write: the run fails
+    at once with its own error, and the rest of the batch is posted (issue 21, items 3-4)."""
+    healthy = due()
+    gone = due()
+    broken = due()
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.removed")
+    Schedule.objects.filter(pk=broken.pk).update(kwargs="not an object")
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+    assert Run.objects.get(schedule=healthy).status == "succeeded"
+    assert Run.objects.get(schedule=gone).error == "'tests.removed' is not a registered task"
+    assert "kwargs must be a JSON object, not a string" in Run.objects.get(schedule=broken).error
+    assert receiver.keys() == [Run.objects.get(schedule=healthy).idempotency_key]
+
+
+# -- answers that would hold the scheduler (issue 21, item 6) ---------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # the loop's threads
+def test_a_trickling_answer_is_cut_off_at_the_deadline_and_holds_nothing_else(
+    receiver: Receiver, settings: Any
+) -> None:
+    """A receiver that sends a byte every 0.2 s kept a read timeout of 1 s from ever firing:
+    it held its lane, the other targets of the alias and the stop for as long as it liked. One
+    request now has TIMEOUT_SECONDS in all, from connecting to the end of the answer."""
+    receiver.trickle.add("/hook")
+    options = settings.SCHEDULINATOR["DISPATCHERS"]["hooks"]["OPTIONS"]
+    options.update(TIMEOUT_SECONDS=1, RETRY_BACKOFF_SECONDS=60)  # no retry within the test
+    slow = due()
+    worker = Worker(worker_id="t", max_seconds=60, lease_seconds=30)
+    loop = run_in_thread(worker)
+    try:
+        wait_for(lambda: receiver.answering == 1, timeout=30)
+        fast = due(dispatch_options={"target": "elsewhere"})  # the same alias, the same lane
+        wait_for(lambda: Run.objects.filter(schedule=fast, status="succeeded").exists(), 30)
+        run = Run.objects.get(schedule=slow)
+        assert run.status == "pending"  # its retry waits for the backoff
+        assert run.error == "The target 'billing' did not answer within 1s in all."
+        wait_for(lambda: receiver.answering == 0, timeout=30)  # the scheduler hung up
+    finally:
+        worker.stopping = True
+        loop.join(60)
+    assert not loop.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)  # the loop's threads
+def test_a_stop_ends_within_its_grace_whatever_the_receiver_does(
+    receiver: Receiver, settings: Any
+) -> None:
+    """A lane holding many requests to a receiver that answers slowly: a stop waits for it
+    one lease at most, then starts no more requests. The runs not sent stay pending, to be
+    taken over later with their keys; run(max_seconds=...) returns."""
+    receiver.trickle.add("/hook")
+    options = settings.SCHEDULINATOR["DISPATCHERS"]["hooks"]["OPTIONS"]
+    options.update(TIMEOUT_SECONDS=1, MAX_CONCURRENCY=1, RETRY_BACKOFF_SECONDS=60)
+    schedules = [due() for _ in range(20)]
+    worker = Worker(worker_id="t", max_seconds=1, lease_seconds=2)
+
+    loop = run_in_thread(worker)
+    loop.join(60)
+
+    assert not loop.is_alive(), "the stop waited for the receiver"
+    runs = Run.objects.filter(schedule__in=schedules)
+    tried = runs.exclude(error="")
+    assert 0 < tried.count() < 20
+    assert set(tried.values_list("status", flat=True)) == {"pending"}  # retries
+    assert len(receiver.keys()) == tried.count()
+    left = runs.filter(error="")
+    assert set(left.values_list("status", flat=True)) == {"pending"}  # left for a take-over
+    assert set(left.values_list("attempts", flat=True)) == {1}
+
+
+def test_a_huge_answer_is_read_only_as_far_as_it_is_kept(receiver: Receiver) -> None:
+    """A 64 MiB error body was read whole to keep 2,000 characters of it."""
+    receiver.huge.add("/hook")
+    schedule = due()
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.response_status) == ("pending", 500)  # a 5xx: retried
+    assert run.error == "The target 'billing' answered HTTP 500: " + "x" * 2000
+    wait_for(lambda: receiver.answering == 0, timeout=30)  # the scheduler hung up
+    assert receiver.sent["/hook"] < 16 * 1024 * 1024

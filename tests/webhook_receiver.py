@@ -1,11 +1,18 @@
 """A webhook receiver on 127.0.0.1 for the tests: it verifies every request the way the
 Standard Webhooks specification's own library does (``standardwebhooks.Webhook.verify``),
-records what it received, and answers with the statuses a test queues per path."""
+records what it received, and answers with the statuses a test queues per path.
+
+A path may also be answered the ways that hold a sender: late (``delays``), with headers that
+trickle in one byte at a time for as long as the sender reads (``trickle``: a read timeout
+never fires), or with a huge error body streamed as fast as the sender reads it (``huge``);
+``sent`` counts the bytes that went out on each path."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,6 +23,10 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # 24 bytes, base64
+TRICKLE_SECONDS = 0.2  # between two bytes of trickled headers
+TRICKLE_BYTES = 10_000  # their length: half an hour of trickling
+HUGE_BODY_BYTES = 64 * 1024 * 1024
+CHUNK = b"x" * 65536
 
 
 @dataclass
@@ -34,6 +45,14 @@ class Receiver:
     answers: dict[str, list[int]] = field(default_factory=dict)
     # Extra headers per status (a Location for a redirect).
     redirect_to: str = ""
+    # Seconds to wait before answering, per path.
+    delays: dict[str, float] = field(default_factory=dict)
+    trickle: set[str] = field(default_factory=set)
+    huge: set[str] = field(default_factory=set)
+    sent: Counter[str] = field(default_factory=Counter)
+    # Answers still being written (a trickle the sender has not hung up on).
+    answering: int = 0
+    closed: threading.Event = field(default_factory=threading.Event)
 
     def answer(self, path: str, *statuses: int) -> None:
         self.answers.setdefault(path, []).extend(statuses)
@@ -61,11 +80,42 @@ def webhook_receiver(secret: str = SECRET) -> Iterator[Receiver]:
                 receiver.received.append(Received(self.path, headers, json.loads(data), verified))
                 queued = receiver.answers.get(self.path) or []
                 status = queued.pop(0) if queued else 204
+            receiver.closed.wait(receiver.delays.get(self.path, 0))
+            if self.path in receiver.trickle:
+                self._stream(b"HTTP/1.1 200 OK\r\nX-Slow: ", TRICKLE_BYTES, b"a", TRICKLE_SECONDS)
+                return
+            if self.path in receiver.huge:
+                head = f"HTTP/1.1 500 Oops\r\nContent-Length: {HUGE_BODY_BYTES}\r\n\r\n"
+                self._stream(head.encode(), HUGE_BODY_BYTES, CHUNK, 0)
+                return
             self.send_response(status if verified else 401)
             if 300 <= status < 400:
                 self.send_header("Location", receiver.redirect_to)
             self.send_header("Content-Length", "0")
             self.end_headers()
+
+        def _stream(self, head: bytes, length: int, chunk: bytes, pause: float) -> None:
+            """Write ``head``, then ``length`` bytes ``chunk`` by ``chunk``, until the sender
+            hangs up or the receiver closes."""
+            with lock:
+                receiver.answering += 1
+            try:
+                self.wfile.write(head)
+                left = length
+                while left > 0 and not receiver.closed.is_set():
+                    part = chunk[:left]
+                    self.wfile.write(part)
+                    self.wfile.flush()
+                    with lock:
+                        receiver.sent[self.path] += len(part)
+                    left -= len(part)
+                    if pause:
+                        time.sleep(pause)
+            except OSError:
+                pass  # the sender hung up
+            finally:
+                with lock:
+                    receiver.answering -= 1
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet
@@ -77,5 +127,6 @@ def webhook_receiver(secret: str = SECRET) -> Iterator[Receiver]:
     try:
         yield receiver
     finally:
+        receiver.closed.set()
         server.shutdown()
         server.server_close()

@@ -18,21 +18,25 @@ from .base import (
     COMMON_OPTIONS,
     DEFAULT_ALIAS,
     BaseDispatcher,
+    Call,
     Occurrence,
     Option,
     Outcome,
     Progress,
+    Unreachable,
 )
 
 __all__ = [
     "COMMON_OPTIONS",
     "DEFAULT_ALIAS",
     "BaseDispatcher",
+    "Call",
     "Occurrence",
     "Option",
     "Outcome",
     "Progress",
     "UnknownDispatcher",
+    "Unreachable",
     "dispatchers",
     "get_dispatcher",
 ]

@@ -5,13 +5,21 @@ A dispatcher is configured under an alias in ``SCHEDULINATOR['DISPATCHERS']`` (s
 options, and picked by each schedule (``Schedule.dispatcher``). It declares what it can do
 with class attributes, which validation, the checks and the docs' table read; it never
 imports anything named by data.
+
+Every occurrence is handed off through ``BaseDispatcher.hand_off``: its task looked up, its
+arguments checked and its send made inside one guard, so a run that cannot be sent fails on
+its own and the rest of its batch goes on. A dispatcher implements ``send`` (one occurrence);
+one that sends concurrently also overrides ``dispatch``, and hands each occurrence off
+through the same guard.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
-from abc import ABC, abstractmethod
-from collections.abc import Collection, Mapping, Sequence
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, ClassVar, Literal
@@ -19,11 +27,19 @@ from typing import Any, ClassVar, Literal
 from django.core.checks import CheckMessage
 
 from ..errors import InvalidArguments as InvalidArguments  # its home was here
+from ..errors import TaskTimedOut, UnknownTask
+from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, RegisteredTask, registry
+
+logger = logging.getLogger("django_schedulinator.dispatch")
 
 # "retry": the hand-off failed in a way that may pass later (a broker down, a timeout, an
 # HTTP 5xx); the run is dispatched again, with the same key, after a backoff.
 OutcomeStatus = Literal["dispatched", "succeeded", "failed", "retry"]
 DEFAULT_ALIAS = "default"
+# What is kept of an error (the ledger keeps the same).
+MAX_ERROR_CHARS = 4000
+# How often a dispatcher that blocks reports what it knows so far.
+REPORT_EVERY_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +71,6 @@ class Occurrence:
         ``bulk_create``, raw SQL) may hold any JSON: such a run fails on its own, with an
         error that says what is wrong, instead of breaking whatever runs it.
         """
-        from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER
-
         if not isinstance(self.args, list):
             raise InvalidArguments(
                 f"The schedule's args must be a JSON list, not {_json_type(self.args)}."
@@ -72,6 +86,44 @@ class Occurrence:
                     "scheduler passes the occurrence itself."
                 )
         return list(self.args), dict(self.kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What one occurrence calls: its registered task and its arguments, checked."""
+
+    task: RegisteredTask
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+    @classmethod
+    def of(cls, occurrence: Occurrence) -> Call:
+        """Only a registered task is ever called (``UnknownTask`` otherwise, for a task
+        removed from the code), with arguments a task can take (``InvalidArguments``)."""
+        task = registry.get(occurrence.task)
+        args, kwargs = occurrence.call_arguments()
+        return cls(task, args, kwargs)
+
+    def kwargs_with_key(self, occurrence: Occurrence) -> dict[str, Any]:
+        """The keyword arguments, with the occurrence key when the function asks for it."""
+        if self.task.takes_key:
+            return {**self.kwargs, OCCURRENCE_KEY_PARAMETER: occurrence.key}
+        return self.kwargs
+
+    def run(self, occurrence: Occurrence, *, timeout: float | None = None) -> Any:
+        """Call the task here, in this process (the inline dispatcher, RQ's runner): with the
+        Occurrence and its key where the function asks for them, an async function run to
+        its end (see ``RegisteredTask.call``)."""
+        kwargs = self.kwargs_with_key(occurrence)
+        if self.task.takes_occurrence:
+            kwargs = {**kwargs, OCCURRENCE_PARAMETER: occurrence}
+        return self.task.call(self.args, kwargs, timeout=timeout)
+
+
+class Unreachable(Exception):
+    """Raised by ``send``: what the dispatcher hands off to cannot be reached (a broker or a
+    Redis that is down). This run and the rest of its batch are retried after the backoff,
+    with the message as their error."""
 
 
 def _json_type(value: Any) -> str:
@@ -171,16 +223,19 @@ class Progress:
     """What a dispatcher may report while a batch runs; the scheduler passes one to
     ``dispatch``. Each method is cheap to call about once a second; the defaults do nothing.
 
-    - ``keepalive()``, or calling the object: the batch is still being worked on (the
-      scheduler renews its leases every third of a lease);
     - ``running(run_ids)``: these runs have started; they are recorded as ``running``;
     - ``finished(outcomes)``: these runs have ended. Their outcomes are recorded now rather
       than when the whole batch returns, which lets the overlap policies see that a run
-      ended and leaves less to deliver again if the process dies.
+      ended and leaves less to deliver again if the process dies;
+    - ``stopped()``: the scheduler is stopping and its grace is over: start no more
+      hand-offs. The runs left without an outcome stay pending and are taken over later.
+
+    The scheduler keeps the batch's leases itself while ``dispatch`` runs, however long it
+    blocks; ``keepalive()`` (or calling the object) is left for dispatchers written before.
     """
 
     def keepalive(self) -> None:
-        """The batch is still being worked on."""
+        """Nothing to do: the scheduler renews the leases of a batch being dispatched."""
 
     def running(self, run_ids: Collection[int]) -> None:
         """These runs have started."""
@@ -188,20 +243,26 @@ class Progress:
     def finished(self, outcomes: Sequence[Outcome]) -> None:
         """These runs have ended (each outcome may also be returned by ``dispatch``)."""
 
+    def stopped(self) -> bool:
+        """Whether to start no more hand-offs (the scheduler's stop grace is over)."""
+        return False
+
     def __call__(self) -> None:
         self.keepalive()
 
 
-class BaseDispatcher(ABC):
+class BaseDispatcher:
     """Hands occurrences to whatever runs them.
 
-    ``dispatch`` receives a batch and returns one Outcome per occurrence: ``dispatched`` when
-    it was handed off to another system, ``succeeded``/``failed`` when it ran it (or learnt
-    the result at once, like a webhook's response), ``retry`` when the hand-off failed in a
-    way that may pass. A run whose outcome is never recorded (the process died) is
-    dispatched again with the same key after its lease expires. Dispatchers that block
-    longer than a second report through ``progress`` about once a second (see
-    ``Progress``); calling ``progress()`` alone keeps the leases alive.
+    ``send`` hands off one occurrence, its ``Call`` (task and arguments) already checked, and
+    returns its Outcome: ``dispatched`` when it was handed off to another system,
+    ``succeeded``/``failed`` when it ran it (or learnt the result at once, like a webhook's
+    response), ``retry`` when the hand-off failed in a way that may pass. It raises
+    ``Unreachable`` when what it sends to is down. ``dispatch`` hands a batch off, each
+    occurrence through ``hand_off``, the guard in which a run that cannot be sent fails on
+    its own; it returns one Outcome per occurrence it handed off. A run whose outcome is
+    never recorded (the process died) is dispatched again with the same key after its
+    lease expires; the scheduler keeps the leases while ``dispatch`` runs.
 
     Built with its alias and the alias's ``OPTIONS`` (validated against ``options`` and
     ``COMMON_OPTIONS`` first); the constructor must not connect to anything: validation and
@@ -223,6 +284,14 @@ class BaseDispatcher(ABC):
     schedule_options: ClassVar[Mapping[str, Option]] = {}
     #: The optional dependency it needs, as the extra that installs it ("celery").
     extra: ClassVar[str | None] = None
+    #: Report each outcome as soon as it is known, rather than about once a second (its
+    #: workers look the run up by the id it was handed off with).
+    records_each_hand_off: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.send is BaseDispatcher.send and cls.dispatch is BaseDispatcher.dispatch:
+            raise TypeError(f"{cls.__name__} must implement send() (or dispatch()).")
 
     def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
         self.alias = alias
@@ -269,8 +338,82 @@ class BaseDispatcher(ABC):
         with ``connect`` (``check --database``), a receiver that cannot be reached."""
         return []
 
-    @abstractmethod
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]: ...
+    @property
+    def hand_off_timeout(self) -> float | None:
+        """The longest one hand-off may take once started (the inline dispatcher's task
+        timeout, a webhook request's deadline), or None when it has no bound of its own: a
+        stop waits that much longer for the hand-offs in progress after its grace."""
+        return None
 
-    def close(self) -> None:  # noqa: B027 - an optional hook, not abstract
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        """Hand off one occurrence (see the class); called through ``hand_off`` only."""
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Held around the sends of one batch (Celery: one producer for all of them)."""
+        yield
+
+    def hand_off(self, occurrence: Occurrence) -> Outcome:
+        """Send one occurrence inside the guard every hand-off goes through: a task that is
+        no longer registered, arguments it cannot take, and any error of the send itself
+        fail this run alone, with its error. Only ``Unreachable`` goes through, for the
+        caller to retry the rest of the batch."""
+        try:
+            return self.send(occurrence, Call.of(occurrence))
+        except Unreachable:
+            raise
+        except Exception as exc:
+            return self.failure(occurrence, exc)
+
+    def failure(self, occurrence: Occurrence, exc: Exception) -> Outcome:
+        """The outcome of a hand-off that raised ``exc``: failed, with what went wrong."""
+        if isinstance(exc, UnknownTask | InvalidArguments | TaskTimedOut):
+            return Outcome(occurrence.run_id, "failed", str(exc))
+        logger.exception(
+            "Handing off run %s (%s, key %s) through %r failed.",
+            occurrence.run_id,
+            occurrence.task,
+            occurrence.key,
+            self.alias,
+        )
+        text = f"{type(exc).__name__}: {exc}"
+        return Outcome(occurrence.run_id, "failed", text[:MAX_ERROR_CHARS])
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        """Hand each occurrence off in turn, through ``hand_off``. Once ``send`` raised
+        ``Unreachable``, the rest are retried without being tried now. Outcomes are
+        reported through ``progress`` about once a second (each at once with
+        ``records_each_hand_off``); if the batch breaks off, what was sent is reported
+        before the error goes on."""
+        outcomes: list[Outcome] = []
+        unreported: list[Outcome] = []
+        next_report = time.monotonic() + REPORT_EVERY_SECONDS
+        down = ""
+        try:
+            with self.batch():
+                for occurrence in occurrences:
+                    if progress.stopped():
+                        break  # the rest stay pending: a take-over sends them later
+                    if down:
+                        outcome = Outcome(occurrence.run_id, "retry", down)
+                    else:
+                        try:
+                            outcome = self.hand_off(occurrence)
+                        except Unreachable as exc:
+                            down = str(exc)[:MAX_ERROR_CHARS]
+                            outcome = Outcome(occurrence.run_id, "retry", down)
+                    outcomes.append(outcome)
+                    unreported.append(outcome)
+                    if self.records_each_hand_off or time.monotonic() >= next_report:
+                        progress.finished(unreported)
+                        unreported = []
+                        next_report = time.monotonic() + REPORT_EVERY_SECONDS
+        except BaseException:
+            if unreported:
+                progress.finished(unreported)
+            raise
+        return outcomes
+
+    def close(self) -> None:
         """Release resources (threads, connections) when the scheduler stops."""

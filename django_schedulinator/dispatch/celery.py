@@ -12,14 +12,15 @@ the hook: a second end report changes nothing) drop the repeat.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
 
 KEY_HEADER = "schedulinator_key"
 # Task ids are uuid5 of the key in this namespace: the same key, the same id, everywhere.
@@ -60,6 +61,7 @@ class CeleryDispatcher(BaseDispatcher):
         self.reports_outcomes = bool(self.settings["REPORTS_OUTCOMES"])
         self.task_names: dict[str, str] = dict(self.settings["TASK_NAMES"] or {})
         self._app: Any = None
+        self._producer: Any = None  # the batch's, while one is sent
 
     @classmethod
     def option_problems(cls, options: Mapping[str, Any]) -> list[str]:
@@ -112,41 +114,39 @@ class CeleryDispatcher(BaseDispatcher):
             ]
         return []
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        # One producer (one broker connection) for the whole batch.
+        with self.app.producer_or_acquire() as producer:
+            self._producer = producer
+            try:
+                yield
+            finally:
+                self._producer = None
+
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
         from kombu.exceptions import OperationalError
 
-        outcomes: list[Outcome] = []
-        down = ""  # once the broker is down, the rest of the batch waits for its retry
-        with self.app.producer_or_acquire() as producer:
-            for occurrence in occurrences:
-                if down:
-                    outcomes.append(Outcome(occurrence.run_id, "retry", down))
-                    continue
-                options = dict(occurrence.dispatch_options)
-                if "expires" in options:
-                    options["expires"] = float(options["expires"])
-                ident = task_id(occurrence.key)
-                args, kwargs = occurrence.call_arguments()
-                try:
-                    self.app.send_task(
-                        self.task_names.get(occurrence.task, occurrence.task),
-                        args=args,
-                        kwargs=kwargs,
-                        task_id=ident,
-                        headers={KEY_HEADER: occurrence.key},
-                        producer=producer,
-                        # Fail now and let the dispatcher's backoff retry: kombu's own
-                        # retries would hold the whole lane.
-                        retry=False,
-                        **options,
-                    )
-                except (OperationalError, OSError) as exc:
-                    down = f"The Celery broker cannot be reached: {exc}"
-                    outcomes.append(Outcome(occurrence.run_id, "retry", down))
-                    continue
-                outcomes.append(Outcome(occurrence.run_id, "dispatched", external_id=ident))
-                progress.keepalive()
-        return outcomes
+        options = dict(occurrence.dispatch_options)
+        if "expires" in options:
+            options["expires"] = float(options["expires"])
+        ident = task_id(occurrence.key)
+        try:
+            self.app.send_task(
+                self.task_names.get(occurrence.task, occurrence.task),
+                args=call.args,
+                kwargs=call.kwargs,
+                task_id=ident,
+                headers={KEY_HEADER: occurrence.key},
+                producer=self._producer,
+                # Fail now and let the dispatcher's backoff retry: kombu's own retries
+                # would hold the whole lane.
+                retry=False,
+                **options,
+            )
+        except (OperationalError, OSError) as exc:
+            raise Unreachable(f"The Celery broker cannot be reached: {exc}") from exc
+        return Outcome(occurrence.run_id, "dispatched", external_id=ident)
 
 
 # -- the workers' side --------------------------------------------------------------------

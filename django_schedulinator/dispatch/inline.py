@@ -1,10 +1,11 @@
 """Run registered tasks inside the scheduler process, in a bounded pool of threads.
 
 A task that runs past its timeout is cut off: its run is recorded as failed and the batch
-goes on. Python cannot kill a thread, so the hung thread is abandoned (a daemon: it never
-holds up the exit) and a fresh thread takes its place in the pool; whatever the abandoned
-task does later is not recorded. Tasks that must be killed for real belong in a dispatcher
-that hands them to another process.
+goes on. An async task is cancelled at its timeout. Python cannot kill a thread, so the
+thread of a plain function that hangs (or of an async one that blocks its event loop) is
+abandoned (a daemon: it never holds up the exit) and a fresh thread takes its place in the
+pool; whatever the abandoned task does later is not recorded. Tasks that must be killed for
+real belong in a dispatcher that hands them to another process.
 """
 
 from __future__ import annotations
@@ -14,25 +15,35 @@ import queue
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections
 
 from ..conf import app_settings
-from ..errors import InvalidArguments, UnknownTask
-from ..registry import OCCURRENCE_KEY_PARAMETER, registry
-from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+from ..errors import TaskTimedOut, UnknownTask
+from ..registry import RegisteredTask, registry
+from .base import (
+    DEFAULT_ALIAS,
+    MAX_ERROR_CHARS,
+    REPORT_EVERY_SECONDS,
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+    Progress,
+)
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
-MAX_ERROR_CHARS = 4000
-# The worker decides how often leases are really renewed; calling it often is cheap.
-KEEPALIVE_EVERY_SECONDS = 1.0
 # How often running tasks are compared with their deadlines: a timeout is enforced to
 # within this much.
 TIMEOUT_CHECK_SECONDS = 0.5
+# An async task is cancelled at its timeout; its thread is cut off only if it has not
+# ended this much later (it blocks its event loop).
+CANCEL_GRACE_SECONDS = 1.0
 
 
 @dataclass(eq=False, slots=True)
@@ -41,6 +52,7 @@ class _Job:
     position: int
     batch: _Batch
     timeout: float
+    cancellable: bool  # an async task, cancelled at its timeout
     started: float | None = None
     thread: threading.Thread | None = None
     abandoned: bool = False
@@ -50,6 +62,7 @@ class _Job:
 class _Batch:
     outcomes: list[Outcome | None]
     remaining: int
+    stopped: Callable[[], bool]  # start no more of its jobs
     done: threading.Condition = field(default_factory=threading.Condition)
     running: set[_Job] = field(default_factory=set)
     ended: list[Outcome] = field(default_factory=list)  # not reported to progress yet
@@ -95,18 +108,33 @@ class InlineDispatcher(BaseDispatcher):
         self._abandoned: list[threading.Thread] = []
         self._started = False  # the pool starts with the first batch, not when built
 
+    @property
+    def hand_off_timeout(self) -> float:
+        longest = max(self.default_timeout, registry.longest_timeout() or 0)
+        return longest + CANCEL_GRACE_SECONDS + TIMEOUT_CHECK_SECONDS
+
     def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        # Tasks always run on pool threads: the calling thread stays free to report
-        # progress (leases, running, finished) and to enforce timeouts. A batch that ends
-        # within a second reports nothing along the way: its outcomes come back at once.
+        # Tasks always run on pool threads, each handed off through hand_off(): the calling
+        # thread stays free to report progress (running, finished) and to enforce
+        # timeouts. A batch that ends within a second reports nothing along the way: its
+        # outcomes come back at once.
         if not self._started:
             self._started = True
             for _ in range(self.max_workers):
                 self._spawn()
-        batch = _Batch(outcomes=[None] * len(occurrences), remaining=len(occurrences))
+        batch = _Batch([None] * len(occurrences), len(occurrences), progress.stopped)
         for position, occurrence in enumerate(occurrences):
-            self._jobs.put(_Job(occurrence, position, batch, self._timeout_of(occurrence)))
-        next_report = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+            task = self._task_of(occurrence)
+            self._jobs.put(
+                _Job(
+                    occurrence,
+                    position,
+                    batch,
+                    self._timeout_of(task),
+                    cancellable=task is not None and task.is_async,
+                )
+            )
+        next_report = time.monotonic() + REPORT_EVERY_SECONDS
         reported_running: set[int] = set()
         while True:
             with batch.done:
@@ -125,9 +153,21 @@ class InlineDispatcher(BaseDispatcher):
             if started:
                 progress.running(started)
                 reported_running |= started
-            progress.keepalive()
-            next_report = time.monotonic() + KEEPALIVE_EVERY_SECONDS
+            next_report = time.monotonic() + REPORT_EVERY_SECONDS
         return [o for o in batch.outcomes if o is not None]
+
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        run_id = occurrence.run_id
+        try:
+            result = call.run(occurrence, timeout=self._timeout_of(call.task))
+        except TaskTimedOut as exc:
+            return Outcome(run_id, "failed", str(exc))
+        except BaseException as exc:  # a task must never take the scheduler down, not even exit()
+            text = "".join(traceback.format_exception(exc))
+            return Outcome(run_id, "failed", text[-MAX_ERROR_CHARS:])
+        # Text a task returns is its output, kept on the run (other values are not recorded).
+        output = result[-MAX_ERROR_CHARS:] if isinstance(result, str) else ""
+        return Outcome(run_id, "succeeded", output=output)
 
     def close(self) -> None:
         self._started = False
@@ -139,12 +179,15 @@ class InlineDispatcher(BaseDispatcher):
 
     # -- the pool -------------------------------------------------------------------------
 
-    def _timeout_of(self, occurrence: Occurrence) -> float:
+    @staticmethod
+    def _task_of(occurrence: Occurrence) -> RegisteredTask | None:
         try:
-            own = registry.get(occurrence.task).timeout
+            return registry.get(occurrence.task)
         except UnknownTask:
-            own = None
-        return own or self.default_timeout
+            return None  # its hand-off fails, saying so
+
+    def _timeout_of(self, task: RegisteredTask | None) -> float:
+        return (task and task.timeout) or self.default_timeout
 
     def _spawn(self) -> None:
         thread = threading.Thread(target=self._work, name="schedulinator-task", daemon=True)
@@ -166,11 +209,17 @@ class InlineDispatcher(BaseDispatcher):
                 return
             batch = job.batch
             with batch.done:
+                if batch.stopped():
+                    # The scheduler is stopping: not started, its run stays pending.
+                    batch.remaining -= 1
+                    if not batch.remaining:
+                        batch.done.notify()
+                    continue
                 job.started = time.monotonic()
                 job.thread = threading.current_thread()
                 batch.running.add(job)
             try:
-                outcome = _run(job.occurrence)
+                outcome = self.hand_off(job.occurrence)
             except BaseException as exc:  # a pool thread must never die with its job
                 logger.exception("Running the task of run %s failed.", job.occurrence.run_id)
                 text = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
@@ -190,7 +239,7 @@ class InlineDispatcher(BaseDispatcher):
     def _cut_off_overdue(self, batch: _Batch) -> None:
         """Fail the running jobs past their deadline and replace their threads (lock held)."""
         now = time.monotonic()
-        for job in [j for j in batch.running if now - (j.started or now) >= j.timeout]:
+        for job in [j for j in batch.running if now - (j.started or now) >= _cutoff(j)]:
             job.abandoned = True
             batch.running.discard(job)
             outcome = Outcome(
@@ -218,21 +267,6 @@ class InlineDispatcher(BaseDispatcher):
             )
 
 
-def _run(occurrence: Occurrence) -> Outcome:
-    try:
-        registered = registry.get(occurrence.task)
-        args, kwargs = occurrence.call_arguments()
-    except (UnknownTask, InvalidArguments) as exc:
-        return Outcome(occurrence.run_id, "failed", str(exc))
-    if registered.takes_occurrence:
-        kwargs["occurrence"] = occurrence
-    if registered.takes_key:
-        kwargs[OCCURRENCE_KEY_PARAMETER] = occurrence.key
-    try:
-        result = registered.func(*args, **kwargs)
-    except BaseException as exc:  # a task must never take the scheduler down, not even exit()
-        text = "".join(traceback.format_exception(exc))
-        return Outcome(occurrence.run_id, "failed", text[-MAX_ERROR_CHARS:])
-    # Text a task returns is its output, kept on the run (other values are not recorded).
-    output = result[-MAX_ERROR_CHARS:] if isinstance(result, str) else ""
-    return Outcome(occurrence.run_id, "succeeded", output=output)
+def _cutoff(job: _Job) -> float:
+    """Seconds after its start when a job's thread is abandoned."""
+    return job.timeout + (CANCEL_GRACE_SECONDS if job.cancellable else 0)

@@ -2,7 +2,8 @@
 
 The job runs ``run_registered``, which looks the task up by its registered name in the
 worker's registry (nothing from a schedule is ever imported) and calls it as the inline
-dispatcher would, with the occurrence when the function asks for it. The job reports its
+dispatcher does (``Call.run``): with the occurrence or its key when the function asks for
+them, an async function run to its end. The job reports its
 start itself; RQ's success and failure callbacks report its end (``outcomes``), so a worker
 needs nothing but this app installed.
 
@@ -17,13 +18,13 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
 
-from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
 
 logger = logging.getLogger("django_schedulinator.dispatch.rq")
 
@@ -105,55 +106,43 @@ class RQDispatcher(BaseDispatcher):
                 ]
         return []
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
         import django_rq
         from redis.exceptions import ConnectionError, TimeoutError
         from rq import Callback
         from rq.exceptions import DuplicateJobError
 
         keep = self.settings["KEEP_SECONDS"]
-        outcomes: list[Outcome] = []
-        down: str = ""  # once the broker is down, the rest of the batch waits for its retry
-        for occurrence in occurrences:
-            if down:
-                outcomes.append(Outcome(occurrence.run_id, "retry", down))
-                continue
-            options = occurrence.dispatch_options
-            queue_name = options.get("queue") or self.settings["QUEUE"]
-            ident = job_id(occurrence.key)
-            try:
-                queue = django_rq.get_queue(queue_name)
-                queue.enqueue_call(
-                    RUNNER,
-                    args=[_payload(occurrence)],
-                    job_id=ident,
-                    timeout=options.get("timeout"),
-                    result_ttl=keep,
-                    failure_ttl=keep,
-                    on_success=Callback(report_success),
-                    on_failure=Callback(report_failure),
-                    unique=True,
-                )
-            except DuplicateJobError:
-                # Handed off before (the scheduler died before recording it, or its lease
-                # ran out): the job is there, and RQ runs it once.
-                logger.info("Job %s is in RQ already; not enqueued twice.", ident)
-            except (ConnectionError, TimeoutError) as exc:
-                down = f"The Redis of the RQ queue {queue_name!r} cannot be reached: {exc}"
-                outcomes.append(Outcome(occurrence.run_id, "retry", down))
-                continue
-            except KeyError:
-                outcomes.append(
-                    Outcome(
-                        occurrence.run_id,
-                        "failed",
-                        f"The RQ queue {queue_name!r} is not in RQ_QUEUES.",
-                    )
-                )
-                continue
-            outcomes.append(Outcome(occurrence.run_id, "dispatched", external_id=ident))
-            progress.keepalive()
-        return outcomes
+        options = occurrence.dispatch_options
+        queue_name = options.get("queue") or self.settings["QUEUE"]
+        ident = job_id(occurrence.key)
+        try:
+            queue = django_rq.get_queue(queue_name)
+        except KeyError:
+            return Outcome(
+                occurrence.run_id, "failed", f"The RQ queue {queue_name!r} is not in RQ_QUEUES."
+            )
+        try:
+            queue.enqueue_call(
+                RUNNER,
+                args=[_payload(occurrence, call)],
+                job_id=ident,
+                timeout=options.get("timeout"),
+                result_ttl=keep,
+                failure_ttl=keep,
+                on_success=Callback(report_success),
+                on_failure=Callback(report_failure),
+                unique=True,
+            )
+        except DuplicateJobError:
+            # Handed off before (the scheduler died before recording it, or its lease ran
+            # out): the job is there, and RQ runs it once.
+            logger.info("Job %s is in RQ already; not enqueued twice.", ident)
+        except (ConnectionError, TimeoutError) as exc:
+            raise Unreachable(
+                f"The Redis of the RQ queue {queue_name!r} cannot be reached: {exc}"
+            ) from exc
+        return Outcome(occurrence.run_id, "dispatched", external_id=ident)
 
 
 def _queues() -> dict[str, Any]:
@@ -162,8 +151,8 @@ def _queues() -> dict[str, Any]:
     return dict(getattr(settings, "RQ_QUEUES", None) or {})
 
 
-def _payload(occurrence: Occurrence) -> dict[str, Any]:
-    """What the job carries: the occurrence, as plain values."""
+def _payload(occurrence: Occurrence, call: Call) -> dict[str, Any]:
+    """What the job carries: the occurrence, as plain values (its arguments checked)."""
     return {
         "key": occurrence.key,
         "run_id": occurrence.run_id,
@@ -172,8 +161,8 @@ def _payload(occurrence: Occurrence) -> dict[str, Any]:
         "task": occurrence.task,
         "scheduled_for": occurrence.scheduled_for.isoformat(),
         "attempt": occurrence.attempt,
-        "args": occurrence.args,
-        "kwargs": occurrence.kwargs,
+        "args": call.args,
+        "kwargs": call.kwargs,
     }
 
 
@@ -181,9 +170,11 @@ def _payload(occurrence: Occurrence) -> dict[str, Any]:
 
 
 def run_registered(payload: dict[str, Any]) -> Any:
-    """The job: report the start, then run the registered task by its name."""
+    """The job: report the start, then call the registered task by its name, the way the
+    inline dispatcher calls it (``Call.run``: the occurrence or its key where the function
+    asks for them, an async function run to its end). A task no longer registered here,
+    or arguments it cannot take, fail the job, saying so."""
     from .. import outcomes
-    from ..registry import registry
 
     occurrence = Occurrence(
         key=payload["key"],
@@ -197,11 +188,7 @@ def run_registered(payload: dict[str, Any]) -> Any:
         kwargs=payload["kwargs"],
     )
     outcomes.report_from_worker(occurrence.key, "started")  # never fails the job
-    registered = registry.get(occurrence.task)  # UnknownTask: the job fails, and says so
-    args, kwargs = occurrence.call_arguments()
-    if registered.takes_occurrence:
-        kwargs["occurrence"] = occurrence
-    return registered.func(*args, **kwargs)
+    return Call.of(occurrence).run(occurrence)
 
 
 def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import import_module
 from types import ModuleType
 from typing import Any
@@ -24,9 +24,8 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError
 
-from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+from .base import DEFAULT_ALIAS, MAX_ERROR_CHARS, BaseDispatcher, Call, Occurrence, Option, Outcome
 
-MAX_ERROR_CHARS = 4000
 # A worker may start a task before the scheduler recorded its hand-off: the signal handlers
 # look for the run this long before they give up (the run then waits for its deadline).
 FIND_RUN_SECONDS = 5.0
@@ -49,6 +48,8 @@ class TasksDispatcher(BaseDispatcher):
     """Enqueues each occurrence's Django task on a backend of ``TASKS``."""
 
     extra = "tasks"
+    # Recorded at once: the worker's signals find the run by the result id.
+    records_each_hand_off = True
     options = {
         "BACKEND_ALIAS": Option(
             str, "The TASKS backend used when a schedule names none.", default="default"
@@ -118,54 +119,37 @@ class TasksDispatcher(BaseDispatcher):
             ]
         return []
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        from ..registry import OCCURRENCE_KEY_PARAMETER, registry
-
-        outcomes: list[Outcome] = []
-        for occurrence in occurrences:
-            run_id = occurrence.run_id
-            registered = registry.get(occurrence.task)
-            if registered.django_task is None:
-                outcomes.append(
-                    Outcome(
-                        run_id,
-                        "failed",
-                        f"{occurrence.task!r} is not a Django task: register a function "
-                        "decorated with @task of django.tasks to send it through "
-                        f"{type(self).__name__}.",
-                    )
-                )
-                continue
-            options = occurrence.dispatch_options
-            using: dict[str, Any] = {
-                name: options[name] for name in ("queue_name", "priority") if name in options
-            }
-            using["backend"] = options.get("backend") or self.settings["BACKEND_ALIAS"]
-            args, kwargs = occurrence.call_arguments()
-            if registered.takes_key:
-                kwargs[OCCURRENCE_KEY_PARAMETER] = occurrence.key
-            _enqueuing.active = True
-            try:
-                result = registered.django_task.using(**using).enqueue(*args, **kwargs)
-            except (DatabaseError, OSError) as exc:
-                # Its database or broker is away: the dispatcher's backoff tries again.
-                text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-                outcomes.append(Outcome(run_id, "retry", f"Could not enqueue: {text}"))
-                continue
-            except Exception as exc:
-                # Refused (an unknown backend, a task it cannot run): trying again won't help.
-                text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-                outcomes.append(Outcome(run_id, "failed", f"Could not enqueue: {text}"))
-                continue
-            finally:
-                _enqueuing.active = False
-            outcome = _ended(run_id, result) or Outcome(
-                run_id, "dispatched", external_id=str(result.id)
+    def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        run_id = occurrence.run_id
+        django_task = call.task.django_task
+        if django_task is None:
+            return Outcome(
+                run_id,
+                "failed",
+                f"{occurrence.task!r} is not a Django task: register a function decorated "
+                f"with @task of django.tasks to send it through {type(self).__name__}.",
             )
-            # Recorded at once: the worker's signals find the run by this id.
-            progress.finished([outcome])
-            outcomes.append(outcome)
-        return outcomes
+        options = occurrence.dispatch_options
+        using: dict[str, Any] = {
+            name: options[name] for name in ("queue_name", "priority") if name in options
+        }
+        using["backend"] = options.get("backend") or self.settings["BACKEND_ALIAS"]
+        _enqueuing.active = True
+        try:
+            result = django_task.using(**using).enqueue(
+                *call.args, **call.kwargs_with_key(occurrence)
+            )
+        except (DatabaseError, OSError) as exc:
+            # Its database or broker is away: the dispatcher's backoff tries again.
+            text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            return Outcome(run_id, "retry", f"Could not enqueue: {text}")
+        except Exception as exc:
+            # Refused (an unknown backend, a task it cannot run): trying again won't help.
+            text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            return Outcome(run_id, "failed", f"Could not enqueue: {text}")
+        finally:
+            _enqueuing.active = False
+        return _ended(run_id, result) or Outcome(run_id, "dispatched", external_id=str(result.id))
 
 
 def _status(task_result: Any) -> str:

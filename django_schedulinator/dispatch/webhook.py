@@ -12,34 +12,56 @@ it), ``webhook-timestamp`` the Unix time of this attempt, ``webhook-signature``
 A 2xx answer is success, except 202 Accepted: the receiver took the work and reports its end
 later by the key (the REST API's ``runs/report/``). Network errors, timeouts, 408, 429 and
 5xx are retried with backoff and jitter (the alias's ``MAX_ATTEMPTS``); other answers fail
-the run at once. The status is stored on the run. httpx (the ``[webhook]`` extra) sends
-them: explicit timeouts for connect, read and write, connection reuse, and no redirects
-unless asked.
+the run at once. The status is stored on the run, with the start of an error answer.
+
+One request has ``TIMEOUT_SECONDS`` in all, from connecting to the end of what is read of
+the answer, however slowly a receiver sends it; of the answer's body, at most
+``READ_LIMIT_BYTES`` are read (what an error keeps), the rest is never downloaded. httpx
+(the ``[webhook]`` extra) sends the requests, on an event loop of the dispatcher's own (a
+daemon thread): a request past its deadline is cancelled, and so are those in flight when
+the dispatcher closes. Connections are reused; redirects are not followed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
 import socket
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Error, Warning
 
 from ..timing import to_ms
-from .base import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Option, Outcome, Progress
+from .base import (
+    DEFAULT_ALIAS,
+    REPORT_EVERY_SECONDS,
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+    Progress,
+)
 
 SECRET_PREFIX = "whsec_"
 # Statuses that say "try again later" rather than "no".
 RETRY_STATUSES = frozenset({408, 425, 429})
+# What an error answer's body keeps on the run, and the most of the body read for it (a
+# character of UTF-8 takes up to four bytes).
 MAX_ERROR_CHARS = 2000
+READ_LIMIT_BYTES = 4 * MAX_ERROR_CHARS
+# How long closing waits for the requests in flight to be cancelled.
+CLOSE_SECONDS = 5.0
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -76,7 +98,11 @@ class WebhookDispatcher(BaseDispatcher):
     options = {
         "TARGETS": Option(dict, 'Names of targets: {"billing": {"URL": ..., "SECRET": ...}}.'),
         "TIMEOUT_SECONDS": Option(
-            float, "Connect, write and read timeout of one request.", minimum=0.1, default=10.0
+            float,
+            "The longest one request may take, in all: connecting, sending the occurrence "
+            "and reading the answer.",
+            minimum=0.1,
+            default=10.0,
         ),
         "MAX_CONCURRENCY": Option(
             int, "Requests in flight at once.", minimum=1, maximum=64, default=8
@@ -89,8 +115,12 @@ class WebhookDispatcher(BaseDispatcher):
     def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
         super().__init__(alias, options)
         self.targets: dict[str, dict[str, str]] = dict(self.settings["TARGETS"] or {})
+        # Started with the first batch: the event loop (on its thread) that sends, its
+        # client, and the slots that bound the requests in flight.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._client: Any = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._slots: asyncio.Semaphore | None = None
 
     @classmethod
     def option_problems(cls, options: Mapping[str, Any]) -> list[str]:
@@ -148,36 +178,41 @@ class WebhookDispatcher(BaseDispatcher):
 
     # -- sending --------------------------------------------------------------------------
 
-    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
-        if self._pool is None:
-            import httpx
+    @property
+    def hand_off_timeout(self) -> float:
+        return float(self.settings["TIMEOUT_SECONDS"])
 
-            timeout = self.settings["TIMEOUT_SECONDS"]
-            self._client = httpx.Client(
-                timeout=httpx.Timeout(timeout),
-                follow_redirects=False,
-                limits=httpx.Limits(max_connections=self.settings["MAX_CONCURRENCY"]),
-            )
-            self._pool = ThreadPoolExecutor(
-                self.settings["MAX_CONCURRENCY"], thread_name_prefix="schedulinator-webhook"
-            )
-        pool = self._pool
-        pending: dict[Future[Outcome], Occurrence] = {
-            pool.submit(self._send, o): o for o in occurrences
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        loop = self._started_loop()
+        pending: dict[Future[Outcome | None], Occurrence] = {
+            asyncio.run_coroutine_threadsafe(self._hand_off_in_turn(o, progress), loop): o
+            for o in occurrences
         }
         outcomes: list[Outcome] = []
         while pending:
-            done, _ = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            ended = [future.result() for future in done]
+            done, _ = wait(pending, timeout=REPORT_EVERY_SECONDS, return_when=FIRST_COMPLETED)
+            ended = [outcome for future in done if (outcome := future.result()) is not None]
             for future in done:
                 del pending[future]
             outcomes += ended
             if ended and pending:
                 progress.finished(ended)
-            progress.keepalive()
         return outcomes
 
-    def _send(self, occurrence: Occurrence) -> Outcome:
+    async def _hand_off_in_turn(self, occurrence: Occurrence, progress: Progress) -> Outcome | None:
+        """``hand_off`` on the event loop: within MAX_CONCURRENCY requests at once, the
+        occurrence's task and arguments checked and its request sent, any error failing
+        this run alone. None: not sent, the scheduler is stopping (the run stays pending)."""
+        assert self._slots is not None
+        async with self._slots:
+            if progress.stopped():
+                return None
+            try:
+                return await self._post(occurrence, Call.of(occurrence))
+            except Exception as exc:
+                return self.failure(occurrence, exc)
+
+    async def _post(self, occurrence: Occurrence, call: Call) -> Outcome:
         import httpx
 
         run_id = occurrence.run_id
@@ -195,39 +230,98 @@ class WebhookDispatcher(BaseDispatcher):
         headers = {
             "content-type": "application/json",
             "user-agent": "django-schedulinator",
+            "accept-encoding": "identity",  # what is read is what is kept: nothing to inflate
             "webhook-id": occurrence.key,
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(target["SECRET"], occurrence.key, timestamp, body),
         }
+        deadline = self.settings["TIMEOUT_SECONDS"]
+        status: int | None = None
+        location = ""
+        kept = bytearray()
         try:
-            response = self._client.post(target["URL"], content=body, headers=headers)
+            async with (
+                asyncio.timeout(deadline),
+                self._client.stream("POST", target["URL"], content=body, headers=headers) as r,
+            ):
+                status, location = r.status_code, r.headers.get("location", "")
+                async for chunk in r.aiter_raw():
+                    kept += chunk[: READ_LIMIT_BYTES - len(kept)]
+                    if len(kept) >= READ_LIMIT_BYTES:
+                        break  # the rest of the body is never downloaded
+        except TimeoutError:
+            if status is None:
+                text = f"The target {name!r} did not answer within {deadline:g}s in all."
+                return Outcome(run_id, "retry", text)
         except httpx.HTTPError as exc:
-            return Outcome(run_id, "retry", f"{type(exc).__name__}: {exc or 'no detail'}")
-        status = response.status_code
-        if status == 202:
-            # Accepted, not done: the receiver reports the end later (POST runs/report/ of
-            # the REST API, or outcomes.report_finished), by the key.
-            return Outcome(run_id, "dispatched", response_status=status)
-        if 200 <= status < 300:
-            return Outcome(run_id, "succeeded", response_status=status)
-        text = f"The target {name!r} answered HTTP {status}: {response.text[:MAX_ERROR_CHARS]}"
-        if status >= 500 or status in RETRY_STATUSES:
-            return Outcome(run_id, "retry", text, response_status=status)
-        if 300 <= status < 400:
-            where = response.headers.get("location", "")
-            text = (
-                f"The target {name!r} answered HTTP {status} (to {where}); redirects are "
-                f"not followed."
+            if status is None:
+                return Outcome(run_id, "retry", f"{type(exc).__name__}: {exc or 'no detail'}")
+        # The status came: a body cut short by the deadline or the connection keeps what came.
+        text = kept.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS]
+        return _outcome_of_answer(run_id, name, status, text, location)
+
+    def _started_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            import httpx
+
+            loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(
+                target=loop.run_forever, name=f"schedulinator-webhook-{self.alias}", daemon=True
             )
-        return Outcome(run_id, "failed", text, response_status=status)
+            self._thread.start()
+            concurrency = self.settings["MAX_CONCURRENCY"]
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.settings["TIMEOUT_SECONDS"]),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=concurrency),
+            )
+            self._slots = asyncio.Semaphore(concurrency)
+            self._loop = loop
+        return self._loop
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Cancel the requests in flight (their runs get no outcome from them), close the
+        client and end the loop's thread."""
+        loop, thread, client = self._loop, self._thread, self._client
+        if loop is None or thread is None:
+            return
+        self._loop = self._thread = self._client = self._slots = None
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await client.aclose()
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(CLOSE_SECONDS)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(CLOSE_SECONDS)
+        if not thread.is_alive():
+            loop.close()
+
+
+def _outcome_of_answer(
+    run_id: int, name: object, status: int | None, text: str, location: str
+) -> Outcome:
+    """What an answer's status (and the start of its body) makes of the run."""
+    assert status is not None
+    if status == 202:
+        # Accepted, not done: the receiver reports the end later (POST runs/report/ of the
+        # REST API, or outcomes.report_finished), by the key.
+        return Outcome(run_id, "dispatched", response_status=status)
+    if 200 <= status < 300:
+        return Outcome(run_id, "succeeded", response_status=status)
+    error = f"The target {name!r} answered HTTP {status}: {text}"
+    if status >= 500 or status in RETRY_STATUSES:
+        return Outcome(run_id, "retry", error, response_status=status)
+    if 300 <= status < 400:
+        error = (
+            f"The target {name!r} answered HTTP {status} (to {location}); redirects are not "
+            "followed."
+        )
+    return Outcome(run_id, "failed", error, response_status=status)
 
 
 def _target_problems(target: Any) -> list[str]:

@@ -18,6 +18,8 @@ from django_schedulinator import services
 from django_schedulinator.errors import ServiceError
 from django_schedulinator.models import Schedule, ScheduleChange
 
+from .celery_support import CRONTABS, disagreements
+
 pytestmark = pytest.mark.django_db
 
 
@@ -82,6 +84,35 @@ def test_imported_schedules_start_at_their_next_occurrence_after_now(beat_schedu
     for schedule in Schedule.objects.all():
         assert schedule.next_run_at is not None
         assert schedule.next_run_at > schedule.created_at - timedelta(seconds=1)
+
+
+def test_imported_crontabs_fire_when_celery_would(settings: Any) -> None:
+    """Celery's crontab fires on a day that matches both day fields (the first Monday of the
+    month: days 1-7 that are a Monday); the imported schedule too, at every instant
+    compared. Forms that cron reads otherwise (a list, a range that wraps) fire as in Celery."""
+    settings.CELERY_TIMEZONE = "Europe/Berlin"
+    beat = {name: crontab(**fields) for name, fields in CRONTABS.items()}
+    settings.CELERY_BEAT_SCHEDULE = {
+        name: {"task": "tests.record", "schedule": schedule} for name, schedule in beat.items()
+    }
+
+    dry = run("--from", "celery-beat-schedule", "--dry-run")
+    assert (
+        "would create 'first-monday': cron '30 6 1-7 * mon' in Europe/Berlin, on days that "
+        "match both day fields, task 'tests.record'"
+    ) in dry
+    assert f"Would import {len(CRONTABS)} schedule(s); left out 0." in dry
+    run("--from", "celery-beat-schedule")
+
+    found = {
+        name: disagreements(Schedule.objects.get(name=name), schedule, "Europe/Berlin")[:3]
+        for name, schedule in beat.items()
+    }
+    assert found == {name: [] for name in beat}
+    first_monday = Schedule.objects.get(name="first-monday")
+    assert (first_monday.cron, first_monday.day_rule) == ("30 6 1-7 * mon", "both")
+    weekdays = Schedule.objects.get(name="weekday-mornings")
+    assert (weekdays.cron, weekdays.day_rule) == ("0 4 * * mon-fri", "either")
 
 
 @pytest.mark.parametrize(

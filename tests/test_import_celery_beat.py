@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_schedulinator.models import Run, Schedule
 
+from .celery_support import CRONTABS, disagreements
 from .handoff import fire, status_of, until
 from .models import Delivery
 
@@ -137,6 +138,26 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
     assert "celery.backend_cleanup" not in out
 
     assert "Imported 0 schedule(s); left out 10." in run(*mapping)
+
+
+def test_imported_crontabs_fire_when_celery_would() -> None:
+    """Each crontab row fires as its own Celery schedule object (``CrontabSchedule.schedule``)
+    does: on days that match both day fields, ranges that wrap included."""
+    rows = {}
+    for name, fields in CRONTABS.items():
+        if all(isinstance(value, str) for value in fields.values()):  # the table's text
+            row = CrontabSchedule.objects.create(**fields, timezone="Europe/Berlin")
+            PeriodicTask.objects.create(name=name, task="tests.record", crontab=row)
+            rows[name] = row
+
+    assert f"Imported {len(rows)} schedule(s); left out 0." in run()
+
+    found = {
+        name: disagreements(Schedule.objects.get(name=name), row.schedule, "Europe/Berlin")[:3]
+        for name, row in rows.items()
+    }
+    assert found == {name: [] for name in rows}
+    assert Schedule.objects.get(name="friday-13th").day_rule == "both"
 
 
 def test_an_option_the_dispatcher_does_not_take_leaves_the_task_out() -> None:

@@ -6,6 +6,10 @@ the workers need no change). What maps, and what does not:
 
 - crontab (with its time zone), interval (seconds to days), clocked (a one-off at that time);
   solar schedules have no counterpart here: left out with the reason;
+- a crontab keeps Celery's meaning: a day must match both day fields (``day_rule="both"``
+  where both are restricted; cron alone would fire on either), and each field is written
+  as Celery wrote it where cron reads it the same, else as the values Celery reads (a list
+  of hours, a range that wraps around such as ``22-1`` or ``fri-mon``);
 - ``one_off`` on a crontab or interval: ``max_runs=1``; ``start_time``: ``start_at``;
   ``expires``: ``end_at``; ``enabled=False``: imported paused, with a note;
 - ``args`` and ``kwargs`` (JSON text in the tables, Python values in the setting);
@@ -23,8 +27,11 @@ from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from typing import Any
 
+from .. import timing
 from . import Found, TaskNames
 
+# The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
+CRON_FIELD_RANGES = (range(60), range(24), range(1, 32), range(1, 13), range(7))
 # django-celery-beat's interval periods: timedelta's argument names.
 PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 # The options of a periodic task that become dispatch options, by the name there.
@@ -73,12 +80,11 @@ def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any
     if row.solar_id is not None:
         raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
     if row.crontab is not None:
-        c = row.crontab
-        fields.update(
-            kind="cron",
-            cron=f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}",
-            timezone=str(c.timezone),
-        )
+        try:
+            celery_crontab = row.crontab.schedule  # django-celery-beat's own Celery crontab
+        except Exception as exc:  # Celery's parser raises ValueError and its ParseException
+            raise Unmapped(f"Celery cannot read its crontab: {exc}") from None
+        fields.update(_cron(celery_crontab, str(row.crontab.timezone)))
     elif row.interval is not None:
         fields.update(kind="interval", interval=_interval(row.interval.every, row.interval.period))
         if row.last_run_at is not None:
@@ -140,19 +146,61 @@ def _timing(schedule: Any, timezone: str) -> dict[str, Any]:
     if isinstance(schedule, solar):
         raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
     if isinstance(schedule, crontab):
-        parts = (
-            schedule._orig_minute,
-            schedule._orig_hour,
-            schedule._orig_day_of_month,
-            schedule._orig_month_of_year,
-            schedule._orig_day_of_week,
-        )
-        return {"kind": "cron", "cron": " ".join(str(p) for p in parts), "timezone": timezone}
+        return _cron(schedule, timezone)
     if isinstance(schedule, timedelta):
         return {"kind": "interval", "interval": schedule}
     if isinstance(schedule, int | float) and not isinstance(schedule, bool):
         return {"kind": "interval", "interval": timedelta(seconds=schedule)}
     raise Unmapped(f"the schedule {schedule!r} is of a kind this importer does not know")
+
+
+def _cron(schedule: Any, timezone: str) -> dict[str, Any]:
+    """The cron timing of a Celery crontab, with Celery's meaning: each field as written
+    where cron reads it as Celery does, else the values Celery reads (``*`` for all of them:
+    a day field with every value restricts nothing in Celery); a day matches when both day
+    fields do."""
+    written = (
+        schedule._orig_minute,
+        schedule._orig_hour,
+        schedule._orig_day_of_month,
+        schedule._orig_month_of_year,
+        schedule._orig_day_of_week,
+    )
+    read = (
+        schedule.minute,
+        schedule.hour,
+        schedule.day_of_month,
+        schedule.month_of_year,
+        schedule.day_of_week,
+    )
+    fields = []
+    for position, (text, values) in enumerate(zip(written, read, strict=True)):
+        text = str(text) if isinstance(text, int | str) else ""
+        full = CRON_FIELD_RANGES[position]
+        same = timing.cron_field_values(text, position) == frozenset(values)
+        fields.append(text if same and set(values) != set(full) else _values_text(values, full))
+    cron = " ".join(fields)
+    both = timing.both_days_restricted(cron)
+    return {
+        "kind": "cron",
+        "cron": cron,
+        "day_rule": timing.DAYS_BOTH if both else timing.DAYS_EITHER,
+        "timezone": timezone,
+    }
+
+
+def _values_text(values: Any, full: range) -> str:
+    """Numbers as a cron field: ``*`` for all of them, else ranges (``0-1,22-23``)."""
+    numbers = sorted(values)
+    if numbers == list(full):
+        return "*"
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _interval(every: int, period: str) -> timedelta:

@@ -79,6 +79,78 @@ def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
     assert Schedule.objects.count() == 3
 
 
+def test_one_bad_entry_is_listed_with_the_reason_and_the_rest_imported(settings: Any) -> None:
+    def every_minute(**entry: Any) -> dict[str, Any]:
+        return {"task": "tests.record", "schedule": 60, **entry}
+
+    settings.CELERY_BEAT_SCHEDULE = {
+        "good": every_minute(args=[1], kwargs={"a": 2}),
+        "good-tuple": every_minute(args=(1, 2)),
+        "huge": every_minute(schedule=1e20),
+        "nan": every_minute(schedule=float("nan")),
+        "infinite": every_minute(schedule=float("inf")),
+        "args-a-number": every_minute(args=5),
+        "args-a-string": every_minute(args="abc"),
+        "args-a-dict": every_minute(args={"a": 1}),
+        "kwargs-a-list": every_minute(kwargs=[("a", 1)]),
+        "kwargs-a-string": every_minute(kwargs="a=1"),
+        "options-a-list": every_minute(options=["queue"]),
+        "task-a-list": every_minute(task=["tests.record"]),
+        "relative": every_minute(relative=True),
+        "a-typo": every_minute(kwarg={"a": 1}),
+        "not-a-dict": "every minute",
+        7: every_minute(),
+    }
+
+    dry = run("--from", "celery-beat-schedule", "--dry-run")
+    out = run("--from", "celery-beat-schedule")
+
+    assert "Would import 2 schedule(s); left out 14." in dry
+    assert "Imported 2 schedule(s); left out 14." in out
+    assert Schedule.objects.get(name="good").args == [1]
+    assert Schedule.objects.get(name="good-tuple").args == [1, 2]
+    for name, reason in [
+        ("huge", "the schedule 1e+20 is not a number of seconds an interval can hold"),
+        ("nan", "the schedule nan is not a number of seconds an interval can hold"),
+        ("infinite", "the schedule inf is not a number of seconds an interval can hold"),
+        ("args-a-number", "args must be a list or a tuple, not int"),
+        ("args-a-string", "args must be a list or a tuple, not str"),
+        ("args-a-dict", "args must be a list or a tuple, not dict"),
+        ("kwargs-a-list", "kwargs must be a dict, not list"),
+        ("kwargs-a-string", "kwargs must be a dict, not str"),
+        ("options-a-list", "options must be a dict, not list"),
+        ("task-a-list", "task must be a task name, not list"),
+        ("relative", "relative: no counterpart here"),
+        ("a-typo", "unknown key kwarg (an entry takes task, schedule, args, kwargs, options"),
+        ("not-a-dict", "an entry needs 'task' and 'schedule'"),
+        (7, "the name must be text, not int"),
+    ]:
+        assert f"skipped CELERY_BEAT_SCHEDULE[{name!r}]: {reason}" in out, (name, out)
+
+
+def test_a_name_taken_mid_import_stops_it_and_imports_nothing(
+    beat_schedule: None, monkeypatch: Any
+) -> None:
+    real, calls = services.create, []
+
+    def clash_then_create(schedule: Schedule, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # someone else takes the name after the import read the names
+            Schedule.objects.create(
+                name=schedule.name, task="tests.record", kind="interval", interval=timedelta(1)
+            )
+        return real(schedule, **kwargs)
+
+    monkeypatch.setattr(services, "create", clash_then_create)
+    with pytest.raises(CommandError) as raised:
+        run("--from", "celery-beat-schedule")
+    message = str(raised.value)
+    assert message.startswith("The import stopped and imported nothing: ")
+    assert "CELERY_BEAT_SCHEDULE['every-five-minutes']" in message
+    assert "a schedule named 'every-five-minutes' was created while the import ran" in message
+    assert Schedule.objects.count() == 0  # the first one too
+
+
 def test_imported_schedules_start_at_their_next_occurrence_after_now(beat_schedule: None) -> None:
     run("--from", "celery-beat-schedule")
     for schedule in Schedule.objects.all():

@@ -215,7 +215,7 @@ CRONTAB = """\
 # m h dom mon dow command
 SHELL=/bin/sh
 MAILTO=ops@example.com
-30 4 * * * cd /srv/app && /srv/venv/bin/python manage.py clearsessions >> /var/log/cs.log 2>&1
+30 4 * * * /srv/venv/bin/python /srv/app/manage.py clearsessions
 @daily /srv/venv/bin/python /srv/app/manage.py schedtest_echo 'two words' --status 0
 CRON_TZ=America/New_York
 */15 9-17 * * 1-5 www-data python3 manage.py clearsessions
@@ -259,6 +259,80 @@ def test_a_crontab_becomes_schedules_of_the_command_task(settings: Any, tmp_path
     assert "skipped crontab:10: @reboot runs at boot" in out
     assert "skipped crontab:11: cron:" in out  # minute 61: the model says why
     assert "Imported 3 schedule(s); left out 4." in out
+
+
+# Each line's meaning needs the shell (or cron's %): left out, the reason naming each token.
+SHELL_LINES = {
+    "0 1 * * * python manage.py dumpdata > /backup/x.json": ["'> /backup/x.json' (a redirection)"],
+    "0 2 * * * python manage.py dumpdata --output /backup/$(date +\\%F).json": [
+        "'$(date +\\%F)' (a command substitution)"
+    ],
+    "0 3 * * * python manage.py clearsessions && python manage.py flush": [
+        "'&&' (runs another command if this one succeeds)"
+    ],
+    "0 4 * * * python manage.py clearsessions; ./manage.py flush": [
+        "';' (runs another command after this one)"
+    ],
+    "0 5 * * * python manage.py clearsessions || echo failed": [
+        "'||' (runs another command if this one fails)"
+    ],
+    "0 6 * * * python manage.py clearsessions | mail ops": ["'|' (a pipe to another command)"],
+    "0 7 * * * python manage.py clearsessions &": ["'&' (runs it in the background)"],
+    "0 8 * * * python manage.py schedtest_echo `hostname`": [
+        "'`hostname`' (a command substitution)"
+    ],
+    "0 9 * * * python manage.py schedtest_echo $HOME": ["'$HOME' (a variable)"],
+    "0 10 * * * python manage.py loaddata fixtures/*.json": [
+        "'fixtures/*.json' (a pattern the shell expands to file names)"
+    ],
+    "0 11 * * * python manage.py clearsessions < /dev/null": ["'< /dev/null' (a redirection)"],
+    "0 12 * * * cd /srv/app && python manage.py clearsessions >> /var/log/cs.log 2>&1": [
+        "'&&' (runs another command if this one succeeds)",
+        "'>> /var/log/cs.log' (a redirection)",
+        "'2>&1' (a redirection)",
+    ],
+    "0 13 * * * python manage.py schedtest_echo 50%": [
+        "'%' (cron sends what follows to the command's input"
+    ],
+    "0 14 * * * DJANGO_SETTINGS_MODULE=other.settings python manage.py clearsessions": [
+        "'DJANGO_SETTINGS_MODULE=other.settings' (sets a variable for the command)"
+    ],
+}
+
+
+def test_a_line_whose_meaning_needs_the_shell_is_left_out_with_the_reason(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": ["clearsessions", "dumpdata", "loaddata", "schedtest_echo"],
+    }
+    path = tmp_path / "crontab"
+    # Macros followed by a tab are read; quoted, the shell's characters are plain text.
+    path.write_text(
+        "\n".join(SHELL_LINES)
+        + "\n@daily\tpython manage.py clearsessions"
+        + "\n@hourly\t\tpython manage.py schedtest_echo 'a > b' \"x;y\" '$HOME' '*' 100\\%\n"
+    )
+
+    out = run("--from", "crontab", str(path))
+
+    reasons = dict(
+        line.removeprefix("skipped crontab:").split(": ", 1)
+        for line in out.splitlines()
+        if line.startswith("skipped")
+    )
+    for number, (line, features) in enumerate(SHELL_LINES.items(), start=1):
+        reason = reasons[str(number)]
+        assert reason.startswith("it needs the shell: "), (line, reason)
+        for feature in features:
+            assert feature in reason, (line, reason)
+    assert "clearsessions;" not in reasons["4"]
+    assert "Imported 2 schedule(s); left out 14." in out
+    daily = Schedule.objects.get(name="crontab: manage.py clearsessions")
+    assert (daily.cron, daily.args) == ("0 0 * * *", ["clearsessions"])
+    hourly = Schedule.objects.get(cron="0 * * * *")
+    assert hourly.args == ["schedtest_echo", "a > b", "x;y", "$HOME", "*", "100%"]
 
 
 def test_the_command_says_what_it_needs() -> None:

@@ -6,10 +6,14 @@ in the schedule's zone and across DST changes, and once through a real scheduler
 from __future__ import annotations
 
 from datetime import datetime
+from io import StringIO
 from itertools import islice
+from typing import Any
 
 import pytest
+from django.core.management import call_command
 
+from django_schedulinator.models import Schedule
 from django_schedulinator.timing import (
     CRON,
     DAYS_BOTH,
@@ -152,3 +156,18 @@ def test_the_upgrade_guide_lists_the_schedules_the_rule_can_concern(
     example("day-rule-candidates", page="upgrading.md")
 
     assert capsys.readouterr().out == f"{concerned.pk} {concerned.name} 30 6 1-7 * mon\n"
+
+
+@pytest.mark.django_db
+def test_a_schedule_in_code_declares_its_day_rule(settings: Any) -> None:
+    first_monday = {"task": "tests.record", "cron": "30 6 1-7 * 1", "timezone": BERLIN}
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "SCHEDULES": {"first-monday": {**first_monday, "day_rule": "both"}},
+    }
+    call_command("sync_schedules", stdout=StringIO())
+    assert Schedule.objects.get(name="first-monday").day_rule == "both"
+
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "SCHEDULES": {"first-monday": first_monday}}
+    call_command("sync_schedules", stdout=StringIO())  # taken out of the declaration
+    assert Schedule.objects.get(name="first-monday").day_rule == "either"

@@ -44,7 +44,7 @@ logger = logging.getLogger("django_schedulinator.claiming")
 ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
-    "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
+    "day_rule", "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
     "kwargs", "dispatcher", "dispatch_options", "name",
 )  # fmt: skip
 # The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window).
@@ -139,6 +139,7 @@ def timing_of(row: Any) -> timing.Timing:
         dst_gap=row.dst_gap,
         dst_fold=row.dst_fold,
         jitter=row.jitter,
+        day_rule=row.day_rule,
     )
 
 

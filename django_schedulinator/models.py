@@ -237,6 +237,10 @@ class Schedule(models.Model):
         SECOND = timing.FOLD_SECOND, _("Run at the second")
         BOTH = timing.FOLD_BOTH, _("Run at both")
 
+    class DayRule(models.TextChoices):
+        EITHER = timing.DAYS_EITHER, _("Either may match (cron's rule)")
+        BOTH = timing.DAYS_BOTH, _("Both must match (Celery's rule)")
+
     class CatchUp(models.TextChoices):
         LATEST = timing.CATCH_UP_LATEST, _("Fire the latest missed occurrence once")
         SKIP = timing.CATCH_UP_SKIP, _("Skip missed occurrences")
@@ -266,6 +270,16 @@ class Schedule(models.Model):
         help_text=_(
             "5 fields (minute hour day month weekday), an optional leading seconds "
             "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually."
+        ),
+    )
+    day_rule = models.CharField(
+        _("day rule"),
+        max_length=8,
+        choices=DayRule.choices,
+        default=DayRule.EITHER,
+        help_text=_(
+            "Cron, when both the day of the month and the day of the week are restricted: "
+            "'1-7 * 1' is every Monday and days 1-7 (either), or the first Monday (both)."
         ),
     )
     interval = models.DurationField(_("interval"), null=True, blank=True)
@@ -430,8 +444,8 @@ class Schedule(models.Model):
     objects: ClassVar[ScheduleQuerySet] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
     TIMING_FIELDS = (
-        "kind", "cron", "interval", "run_at", "timezone", "start_at", "end_at", "anchor_at",
-        "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
+        "kind", "cron", "day_rule", "interval", "run_at", "timezone", "start_at", "end_at",
+        "anchor_at", "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
     )  # fmt: skip
     MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
     # Remembered as loaded (``_loaded``): save() compares against them.
@@ -439,8 +453,8 @@ class Schedule(models.Model):
     # What people set, in the order forms and the API show it; the change log diffs these.
     SETTINGS_FIELDS = (
         "name", "task", "args", "kwargs", "enabled", "pause_note",
-        "kind", "cron", "interval", "run_at", "timezone", "anchor_at", "dst_gap", "dst_fold",
-        "start_at", "end_at", "max_runs", "jitter",
+        "kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at", "dst_gap",
+        "dst_fold", "start_at", "end_at", "max_runs", "jitter",
         "catch_up", "catch_up_window", "overlap", "pause_after_failures",
         "dispatcher", "dispatch_options",
     )  # fmt: skip
@@ -598,6 +612,7 @@ class Schedule(models.Model):
             dst_gap=self.dst_gap,
             dst_fold=self.dst_fold,
             jitter=self.jitter,
+            day_rule=self.day_rule,
         )
 
     @property

@@ -17,6 +17,12 @@ The rules, in the order a reader meets them:
 
   The defaults, shift and first, are what PEP 495's ``fold=0`` gives (and what Temporal
   calls "compatible"). Two wall times that land on one instant fire once.
+
+  When both the day of the month and the day of the week are restricted (neither starts
+  with ``*``), the **day rule** decides: ``either`` field may match (cron's own rule, the
+  default: ``1-7 * 1`` is every Monday and every day from the 1st to the 7th), or ``both``
+  must (Celery's crontab: the first Monday of the month). When either field starts with
+  ``*``, a day matches both under either rule.
 - **Intervals** are exact durations on a grid: ``anchor + k * interval``. The anchor is
   ``anchor_at``, else ``start_at``, else the schedule's own previous nominal time, so a late
   run never makes the grid drift.
@@ -60,6 +66,13 @@ GAP_SKIP = "skip"
 FOLD_FIRST = "first"
 FOLD_SECOND = "second"
 FOLD_BOTH = "both"
+# Which days a cron matches when both day fields are restricted.
+DAYS_EITHER = "either"  # the day of the month or the day of the week (cron's rule)
+DAYS_BOTH = "both"  # the day of the month and the day of the week (Celery's)
+DAY_RULE_TEXT = {
+    DAYS_EITHER: "on days that match either day field",
+    DAYS_BOTH: "on days that match both day fields",
+}
 
 # Catch-up: which of several due occurrences fire when a schedule is claimed late.
 CATCH_UP_SKIP = "skip"
@@ -174,6 +187,58 @@ def _normalize_cron(expr: str) -> str:
     return text
 
 
+def both_days_restricted(expr: str) -> bool:
+    """Whether neither day field of a normalized expression starts with ``*``: only then
+    does the day rule change which days match."""
+    fields = expr.split(" ")
+    return not (fields[-3].startswith("*") or fields[-1].startswith("*"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_matches_both(expr: str) -> None:
+    """TimingError when no day matches both day fields (``0 0 30 2 1``: no 30 February)."""
+    try:
+        next(_walls(expr, datetime(2000, 1, 1), DAYS_BOTH))
+    except StopIteration:
+        raise TimingError(
+            f"The cron expression {expr!r} never matches a date when both day fields must match."
+        ) from None
+
+
+def cron_field_values(text: str, position: int) -> frozenset[int] | None:
+    """The numbers cron reads in one field of a 5-field expression (``position`` 0 is the
+    minute, 4 the day of the week, Sunday 0), or None: not a valid field, or one that says
+    more than numbers (``L``, ``W``, ``#``)."""
+    if not text or text != "".join(text.split()):  # one field: no spaces
+        return None
+    fields = ["*"] * 5
+    fields[position] = text
+    try:
+        walls = CronSim(" ".join(fields), datetime(2000, 1, 1))
+    except CronSimError:
+        return None
+    values = (walls.minutes, walls.hours, walls.days, walls.months, walls.weekdays)[position]
+    if not all(isinstance(v, int) and v >= 0 for v in values):
+        return None
+    return frozenset(v % 7 if position == 4 else v for v in values if isinstance(v, int))
+
+
+def _walls(expr: str, start: datetime, day_rule: str, *, reverse: bool = False) -> CronSim:
+    """cronsim's walk over the wall times ``expr`` matches from ``start`` on.
+
+    cronsim (like Debian cron) requires both day fields to match when either starts with
+    ``*``, and either otherwise; it has no argument for the rule, but its matcher reads it
+    from ``day_and``, which its constructor sets: under ``both`` it is set for every
+    expression, so that cronsim's own matching (``L``, ``W``, ``#``) decides each day.
+    """
+    walls = CronSim(expr, start, reverse=reverse)
+    if day_rule == DAYS_BOTH:
+        if not isinstance(getattr(walls, "day_and", None), bool):  # never fire on wrong days
+            raise TimingError("The installed cronsim has no day_and: the day rule 'both' needs it.")
+        walls.day_and = True
+    return walls
+
+
 def get_zone(name: str) -> ZoneInfo:
     """The IANA zone called ``name``, or TimingError."""
     if not isinstance(name, str) or not name or len(name) > 64:
@@ -209,6 +274,7 @@ class Timing:
     dst_gap: str = GAP_SHIFT
     dst_fold: str = FOLD_FIRST
     jitter: timedelta | None = None  # the largest delay added to an occurrence
+    day_rule: str = DAYS_EITHER  # cron: which days match when both day fields are restricted
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""
@@ -238,6 +304,8 @@ class Timing:
             errors["dst_gap"] = f"Unknown policy {self.dst_gap!r}; use shift or skip."
         if self.dst_fold not in (FOLD_FIRST, FOLD_SECOND, FOLD_BOTH):
             errors["dst_fold"] = f"Unknown policy {self.dst_fold!r}; use first, second or both."
+        if self.day_rule not in (DAYS_EITHER, DAYS_BOTH):
+            errors["day_rule"] = f"Unknown day rule {self.day_rule!r}; use either or both."
         if self.jitter is not None:
             if not isinstance(self.jitter, timedelta):
                 errors["jitter"] = "Enter the jitter as a duration, for example 00:05:00."
@@ -245,7 +313,9 @@ class Timing:
                 errors["jitter"] = f"The jitter must be between 0 and {MAX_JITTER}."
         if self.kind == CRON:
             try:
-                normalize_cron(self.cron)
+                expr = normalize_cron(self.cron)
+                if self.day_rule == DAYS_BOTH:
+                    _check_matches_both(expr)
             except TimingError as exc:
                 errors["cron"] = str(exc)
         elif self.kind == INTERVAL:
@@ -352,7 +422,9 @@ def following(
         expr = normalize_cron(timing.cron)
         first_skipped: datetime | None = None
         while True:
-            moment = _cron_next(expr, timing.timezone, timing.dst_gap, timing.dst_fold, after)
+            moment = _cron_next(
+                expr, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, after
+            )
             if end is not None and moment.at > end:
                 return None
             if include_skipped or not moment.skipped:
@@ -403,7 +475,9 @@ def preceding(
         expr = normalize_cron(timing.cron)
         last_skipped: datetime | None = None
         while True:
-            moment = _cron_prev(expr, timing.timezone, timing.dst_gap, timing.dst_fold, before)
+            moment = _cron_prev(
+                expr, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, before
+            )
             if start is not None and moment.at < start:
                 return None
             if include_skipped or not moment.skipped:
@@ -544,7 +618,9 @@ def _later(a: Moment, b: Moment) -> bool:
 
 
 @functools.lru_cache(maxsize=8192)
-def _cron_next(expr: str, zone_name: str, gap: str, fold: str, after: datetime) -> Moment:
+def _cron_next(
+    expr: str, zone_name: str, gap: str, fold: str, day_rule: str, after: datetime
+) -> Moment:
     """The first moment strictly after ``after``.
 
     Memoized: schedules sharing an expression, zone and due time (the common bulk case)
@@ -560,7 +636,7 @@ def _cron_next(expr: str, zone_name: str, gap: str, fold: str, after: datetime) 
     while todo - tried:
         offset = min(todo - tried)
         tried.add(offset)
-        walls = CronSim(expr, (after + offset).replace(tzinfo=None))
+        walls = _walls(expr, (after + offset).replace(tzinfo=None), day_rule)
         try:
             for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
                 for moment in _moments_of_wall(wall, zone, gap, fold):
@@ -578,7 +654,9 @@ def _cron_next(expr: str, zone_name: str, gap: str, fold: str, after: datetime) 
 
 
 @functools.lru_cache(maxsize=8192)
-def _cron_prev(expr: str, zone_name: str, gap: str, fold: str, before: datetime) -> Moment:
+def _cron_prev(
+    expr: str, zone_name: str, gap: str, fold: str, day_rule: str, before: datetime
+) -> Moment:
     """The last moment strictly before ``before`` (the mirror image of ``_cron_next``)."""
     zone = get_zone(zone_name)
     best: Moment | None = None
@@ -587,7 +665,7 @@ def _cron_prev(expr: str, zone_name: str, gap: str, fold: str, before: datetime)
     while todo - tried:
         offset = max(todo - tried)
         tried.add(offset)
-        walls = CronSim(expr, (before + offset).replace(tzinfo=None), reverse=True)
+        walls = _walls(expr, (before + offset).replace(tzinfo=None), day_rule, reverse=True)
         try:
             for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
                 for moment in _moments_of_wall(wall, zone, gap, fold):
@@ -969,7 +1047,7 @@ def describe(timing: Timing) -> str:
     is shown as it is.
     """
     if timing.kind == CRON:
-        return f"{_describe_cron(timing.cron)} ({timing.timezone})"
+        return f"{_describe_cron(timing.cron, timing.day_rule)} ({timing.timezone})"
     if timing.kind == INTERVAL and isinstance(timing.interval, timedelta):
         text = f"Every {_interval_text(timing.interval)}"
         anchor = timing.anchor_at or timing.start_at
@@ -986,14 +1064,24 @@ def describe(timing: Timing) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _describe_cron(expr: str) -> str:
-    from cron_descriptor import ExpressionDescriptor, Options
+def _describe_cron(expr: str, day_rule: str = DAYS_EITHER) -> str:
+    from cron_descriptor import DescriptionTypeEnum, ExpressionDescriptor, Options
 
     try:
         text = normalize_cron(expr)
         options = Options()
         options.use_24hour_time_format = True
-        return str(ExpressionDescriptor(text, options).get_description())
+        descriptor = ExpressionDescriptor(text, options)
+        described = str(descriptor.get_description())
+        if not both_days_restricted(text):
+            return described
+        # cron-descriptor reads both day fields as "and" (", only on Monday"): say the rule.
+        weekdays = str(descriptor.get_description(DescriptionTypeEnum.DAYOFWEEK))
+        if weekdays.startswith(", ") and weekdays in described:
+            which = weekdays[2:].removeprefix("only ")
+            joined = f", but only {which}" if day_rule == DAYS_BOTH else f", or {which}"
+            return described.replace(weekdays, joined, 1)
+        return f"{described}, {DAY_RULE_TEXT[day_rule]}"  # a locale that words it otherwise
     except Exception:  # a description is a nicety: never an error
         return expr
 

@@ -216,6 +216,7 @@ def form_data(**overrides: str) -> dict[str, str]:
         "enabled": "on",
         "kind": "cron",
         "cron": "0 3 * * *",
+        "day_rule": "either",
         "interval": "",
         "run_at_0": "",
         "run_at_1": "",

@@ -164,6 +164,9 @@ MODEL_CASES = [
     bad("dst-gap-empty", "dst_gap", "cannot be blank", dst_gap=""),
     bad("dst-fold-third", "dst_fold", "not a valid choice", dst_fold="third"),
     bad("dst-fold-none", "dst_fold", "cannot be null", dst_fold=None),
+    # cron's day rule
+    bad("day-rule-and", "day_rule", "not a valid choice", day_rule="and"),
+    bad("day-rule-both-never", "cron", "never matches", cron="0 0 30 2 1", day_rule="both"),
     # interval anchor
     bad("anchor-on-cron", "anchor_at", "interval schedules only", anchor_at=START),
     bad(
@@ -269,6 +272,8 @@ ADMIN_CASES = [
     bad("start-too-late", "start_at", "too late", **at("start_at", "9999-12-31", "23:00")),
     bad("dst-gap-sometimes", "dst_gap", "Select a valid choice", dst_gap="sometimes"),
     bad("dst-fold-empty", "dst_fold", "required", dst_fold=""),
+    bad("day-rule-empty", "day_rule", "required", day_rule=""),
+    bad("day-rule-both-never", "cron", "never matches", cron="0 0 30 2 mon", day_rule="both"),
     bad("anchor-on-cron", "anchor_at", "interval schedules only", **at("anchor_at", "2026-01-01")),
     bad("max-runs-0", "max_runs", "greater than or equal to 1", max_runs="0"),
     bad("max-runs-text", "max_runs", "whole number", max_runs="many"),

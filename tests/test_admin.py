@@ -401,6 +401,36 @@ def test_the_change_form_previews_an_edit_without_saving_it(admin_client: Client
     assert (row.cron, row.version, row.next_run_at) == ("0 3 * * *", 1, schedule.next_run_at)
 
 
+def test_the_day_rule_is_chosen_in_the_form_and_the_preview_follows_it(
+    admin_client: Client,
+) -> None:
+    page = admin_client.get(reverse("admin:django_schedulinator_schedule_add")).content.decode()
+    assert '<select name="day_rule"' in page
+    fields = re.search(r'data-timing-fields="([^"]*)"', page)
+    assert fields is not None
+    assert "day_rule" in fields.group(1).split()  # preview.js posts the form when it changes
+    first_monday = {"cron": "30 6 1-7 * 1", "day_rule": "both", "timezone": "Europe/Berlin"}
+
+    answer = admin_client.post(reverse(PREVIEW_ADD), form_data(**first_monday)).json()
+
+    assert answer["description"] == (
+        "At 06:30, between day 1 and 7 of the month, but only on Monday (Europe/Berlin)"
+    )
+    days = re.findall(r"<td>Mon \d{4}-\d\d-(\d\d) 06:30:00 CES?T</td>", answer["preview"])
+    assert len(days) == 10
+    assert all(int(day) <= 7 for day in days)
+
+    saved = admin_client.post(
+        reverse("admin:django_schedulinator_schedule_add"), form_data(**first_monday)
+    )
+    assert saved.status_code == 302
+    schedule = Schedule.objects.get(name="nightly")
+    assert schedule.day_rule == "both"
+    assert schedule.next_run_at is not None
+    local = schedule.next_run_at.astimezone(ZoneInfo("Europe/Berlin"))
+    assert (local.weekday(), local.day <= 7) == (0, True)
+
+
 def test_the_preview_needs_the_permission_to_save_the_form(
     staff_client: Callable[..., Client],
 ) -> None:

@@ -1026,6 +1026,37 @@ def test_a_timing_preview_flags_dst_and_defaults_its_count(api: APIClient) -> No
     assert (items[3]["local"][:10], items[3]["skipped"]) == ("2027-03-28", True)
 
 
+def test_the_day_rule_is_written_read_and_previewed(api: APIClient) -> None:
+    first_monday = {"cron": "30 6 1-7 * 1", "day_rule": "both", "timezone": "Europe/Berlin"}
+    body = create(api, **first_monday)
+    assert body["day_rule"] == "both"
+    assert body["description"] == (
+        "At 06:30, between day 1 and 7 of the month, but only on Monday (Europe/Berlin)"
+    )
+    assert create(api, name="default")["day_rule"] == "either"
+    items = api.post(
+        f"{API}schedules/preview/", {**first_monday, "count": 5}, format="json"
+    ).json()["occurrences"]
+    locals_ = [datetime.fromisoformat(item["local"]) for item in items]
+    assert len(locals_) == 5
+    assert all((local.weekday(), local.day <= 7) == (0, True) for local in locals_)
+
+    unknown = api.post(f"{API}schedules/", {**NEW, "name": "x", "day_rule": "and"}, format="json")
+    assert unknown.status_code == 400
+    assert "day_rule" in unknown.json()
+    never = api.post(
+        f"{API}schedules/",
+        {**NEW, "name": "y", "cron": "0 0 30 2 1", "day_rule": "both"},
+        format="json",
+    )
+    assert never.status_code == 400
+    assert "never matches" in never.json()["cron"][0]
+
+    components = api.get(f"{API}schema/?format=json").json()["components"]["schemas"]
+    reference = components["Schedule"]["properties"]["day_rule"]["allOf"][0]["$ref"]
+    assert components[reference.rsplit("/", 1)[1]]["enum"] == ["either", "both"]
+
+
 @pytest.mark.parametrize(
     ("timing", "fields"),
     [

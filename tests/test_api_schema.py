@@ -340,11 +340,14 @@ TYPED_BODIES = st.one_of(
     st.fixed_dictionaries(
         {
             "kind": st.just("cron"),
-            "cron": st.sampled_from(["30 2 * * *", "*/10 * * * *", "0 0 29 2 *", "@yearly"]),
+            "cron": st.sampled_from(
+                ["30 2 * * *", "*/10 * * * *", "0 0 29 2 *", "@yearly", "30 6 1-7 * 1"]
+            ),
         },
         optional={
             "dst_gap": st.sampled_from(["shift", "skip"]),
             "dst_fold": st.sampled_from(["first", "second", "both"]),
+            "day_rule": st.sampled_from(["either", "both"]),
             **BOUNDS,
             **COMMON_FIELDS,
         },

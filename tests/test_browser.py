@@ -186,6 +186,16 @@ def add_cron_schedule(
     expect(box.locator("#schedulinator-preview tbody tr:has(td)").nth(4)).to_be_visible()
     expect(page.locator("#schedulinator-description")).to_have_text(description)
     shots.take("add-form-live-preview")
+    # Cron's day rule is part of the timing: choosing it previews again.
+    page.locator("#id_cron").fill("30 6 1-7 * 1")
+    expect(page.locator("#schedulinator-description")).to_contain_text(", or on Monday")
+    page.locator("#id_day_rule").select_option("both")
+    expect(page.locator("#schedulinator-description")).to_contain_text(", but only on Monday")
+    expect(box.locator("#schedulinator-preview tbody tr:has(td)").first).to_contain_text("Mon")
+    shots.take("add-form-day-rule")
+    page.locator("#id_day_rule").select_option("either")
+    page.locator("#id_cron").fill(CRON)
+    expect(page.locator("#schedulinator-description")).to_have_text(description)
     expect(page).to_have_url(re.compile(r"/schedule/add/$"))  # only previewed so far
     page.locator('[name="_continue"]').click()
     expect(page).to_have_url(re.compile(r"/schedule/\d+/change/"))

@@ -18,6 +18,8 @@ from django_schedulinator import services
 from django_schedulinator.errors import ServiceError
 from django_schedulinator.models import Schedule, ScheduleChange
 
+from .celery_support import CRONTABS, disagreements
+
 pytestmark = pytest.mark.django_db
 
 
@@ -77,11 +79,112 @@ def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
     assert Schedule.objects.count() == 3
 
 
+def test_one_bad_entry_is_listed_with_the_reason_and_the_rest_imported(settings: Any) -> None:
+    def every_minute(**entry: Any) -> dict[str, Any]:
+        return {"task": "tests.record", "schedule": 60, **entry}
+
+    settings.CELERY_BEAT_SCHEDULE = {
+        "good": every_minute(args=[1], kwargs={"a": 2}),
+        "good-tuple": every_minute(args=(1, 2)),
+        "huge": every_minute(schedule=1e20),
+        "nan": every_minute(schedule=float("nan")),
+        "infinite": every_minute(schedule=float("inf")),
+        "args-a-number": every_minute(args=5),
+        "args-a-string": every_minute(args="abc"),
+        "args-a-dict": every_minute(args={"a": 1}),
+        "kwargs-a-list": every_minute(kwargs=[("a", 1)]),
+        "kwargs-a-string": every_minute(kwargs="a=1"),
+        "options-a-list": every_minute(options=["queue"]),
+        "task-a-list": every_minute(task=["tests.record"]),
+        "relative": every_minute(relative=True),
+        "a-typo": every_minute(kwarg={"a": 1}),
+        "not-a-dict": "every minute",
+        7: every_minute(),
+    }
+
+    dry = run("--from", "celery-beat-schedule", "--dry-run")
+    out = run("--from", "celery-beat-schedule")
+
+    assert "Would import 2 schedule(s); left out 14." in dry
+    assert "Imported 2 schedule(s); left out 14." in out
+    assert Schedule.objects.get(name="good").args == [1]
+    assert Schedule.objects.get(name="good-tuple").args == [1, 2]
+    for name, reason in [
+        ("huge", "the schedule 1e+20 is not a number of seconds an interval can hold"),
+        ("nan", "the schedule nan is not a number of seconds an interval can hold"),
+        ("infinite", "the schedule inf is not a number of seconds an interval can hold"),
+        ("args-a-number", "args must be a list or a tuple, not int"),
+        ("args-a-string", "args must be a list or a tuple, not str"),
+        ("args-a-dict", "args must be a list or a tuple, not dict"),
+        ("kwargs-a-list", "kwargs must be a dict, not list"),
+        ("kwargs-a-string", "kwargs must be a dict, not str"),
+        ("options-a-list", "options must be a dict, not list"),
+        ("task-a-list", "task must be a task name, not list"),
+        ("relative", "relative: no counterpart here"),
+        ("a-typo", "unknown key kwarg (an entry takes task, schedule, args, kwargs, options"),
+        ("not-a-dict", "an entry needs 'task' and 'schedule'"),
+        (7, "the name must be text, not int"),
+    ]:
+        assert f"skipped CELERY_BEAT_SCHEDULE[{name!r}]: {reason}" in out, (name, out)
+
+
+def test_a_name_taken_mid_import_stops_it_and_imports_nothing(
+    beat_schedule: None, monkeypatch: Any
+) -> None:
+    real, calls = services.create, []
+
+    def clash_then_create(schedule: Schedule, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:  # someone else takes the name after the import read the names
+            Schedule.objects.create(
+                name=schedule.name, task="tests.record", kind="interval", interval=timedelta(1)
+            )
+        return real(schedule, **kwargs)
+
+    monkeypatch.setattr(services, "create", clash_then_create)
+    with pytest.raises(CommandError) as raised:
+        run("--from", "celery-beat-schedule")
+    message = str(raised.value)
+    assert message.startswith("The import stopped and imported nothing: ")
+    assert "CELERY_BEAT_SCHEDULE['every-five-minutes']" in message
+    assert "a schedule named 'every-five-minutes' was created while the import ran" in message
+    assert Schedule.objects.count() == 0  # the first one too
+
+
 def test_imported_schedules_start_at_their_next_occurrence_after_now(beat_schedule: None) -> None:
     run("--from", "celery-beat-schedule")
     for schedule in Schedule.objects.all():
         assert schedule.next_run_at is not None
         assert schedule.next_run_at > schedule.created_at - timedelta(seconds=1)
+
+
+def test_imported_crontabs_fire_when_celery_would(settings: Any) -> None:
+    """Celery's crontab fires on a day that matches both day fields (the first Monday of the
+    month: days 1-7 that are a Monday); the imported schedule too, at every instant
+    compared. Forms that cron reads otherwise (a list, a range that wraps) fire as in Celery."""
+    settings.CELERY_TIMEZONE = "Europe/Berlin"
+    beat = {name: crontab(**fields) for name, fields in CRONTABS.items()}
+    settings.CELERY_BEAT_SCHEDULE = {
+        name: {"task": "tests.record", "schedule": schedule} for name, schedule in beat.items()
+    }
+
+    dry = run("--from", "celery-beat-schedule", "--dry-run")
+    assert (
+        "would create 'first-monday': cron '30 6 1-7 * mon' in Europe/Berlin, on days that "
+        "match both day fields, task 'tests.record'"
+    ) in dry
+    assert f"Would import {len(CRONTABS)} schedule(s); left out 0." in dry
+    run("--from", "celery-beat-schedule")
+
+    found = {
+        name: disagreements(Schedule.objects.get(name=name), schedule, "Europe/Berlin")[:3]
+        for name, schedule in beat.items()
+    }
+    assert found == {name: [] for name in beat}
+    first_monday = Schedule.objects.get(name="first-monday")
+    assert (first_monday.cron, first_monday.day_rule) == ("30 6 1-7 * mon", "both")
+    weekdays = Schedule.objects.get(name="weekday-mornings")
+    assert (weekdays.cron, weekdays.day_rule) == ("0 4 * * mon-fri", "either")
 
 
 @pytest.mark.parametrize(
@@ -112,7 +215,7 @@ CRONTAB = """\
 # m h dom mon dow command
 SHELL=/bin/sh
 MAILTO=ops@example.com
-30 4 * * * cd /srv/app && /srv/venv/bin/python manage.py clearsessions >> /var/log/cs.log 2>&1
+30 4 * * * /srv/venv/bin/python /srv/app/manage.py clearsessions
 @daily /srv/venv/bin/python /srv/app/manage.py schedtest_echo 'two words' --status 0
 CRON_TZ=America/New_York
 */15 9-17 * * 1-5 www-data python3 manage.py clearsessions
@@ -180,6 +283,85 @@ def test_a_crontab_line_with_arguments_the_allowlist_does_not_list_is_left_out(
     assert [s.args for s in Schedule.objects.all()] == [["dumpdata", "auth", "--indent", "2"]]
     assert "skipped crontab:2: 'sessions.session' is not an argument" in out
     assert "skipped crontab:3: '--out' is not an option" in out
+
+
+# Each line's meaning needs the shell (or cron's %): left out, the reason naming each token.
+SHELL_LINES = {
+    "0 1 * * * python manage.py dumpdata > /backup/x.json": ["'> /backup/x.json' (a redirection)"],
+    "0 2 * * * python manage.py dumpdata --output /backup/$(date +\\%F).json": [
+        "'$(date +\\%F)' (a command substitution)"
+    ],
+    "0 3 * * * python manage.py clearsessions && python manage.py flush": [
+        "'&&' (runs another command if this one succeeds)"
+    ],
+    "0 4 * * * python manage.py clearsessions; ./manage.py flush": [
+        "';' (runs another command after this one)"
+    ],
+    "0 5 * * * python manage.py clearsessions || echo failed": [
+        "'||' (runs another command if this one fails)"
+    ],
+    "0 6 * * * python manage.py clearsessions | mail ops": ["'|' (a pipe to another command)"],
+    "0 7 * * * python manage.py clearsessions &": ["'&' (runs it in the background)"],
+    "0 8 * * * python manage.py schedtest_echo `hostname`": [
+        "'`hostname`' (a command substitution)"
+    ],
+    "0 9 * * * python manage.py schedtest_echo $HOME": ["'$HOME' (a variable)"],
+    "0 10 * * * python manage.py loaddata fixtures/*.json": [
+        "'fixtures/*.json' (a pattern the shell expands to file names)"
+    ],
+    "0 11 * * * python manage.py clearsessions < /dev/null": ["'< /dev/null' (a redirection)"],
+    "0 12 * * * cd /srv/app && python manage.py clearsessions >> /var/log/cs.log 2>&1": [
+        "'&&' (runs another command if this one succeeds)",
+        "'>> /var/log/cs.log' (a redirection)",
+        "'2>&1' (a redirection)",
+    ],
+    "0 13 * * * python manage.py schedtest_echo 50%": [
+        "'%' (cron sends what follows to the command's input"
+    ],
+    "0 14 * * * DJANGO_SETTINGS_MODULE=other.settings python manage.py clearsessions": [
+        "'DJANGO_SETTINGS_MODULE=other.settings' (sets a variable for the command)"
+    ],
+}
+
+
+def test_a_line_whose_meaning_needs_the_shell_is_left_out_with_the_reason(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": {
+            "clearsessions": {},
+            "dumpdata": {},
+            "loaddata": {},
+            "schedtest_echo": {"args": ["a > b", "x;y", "$HOME", "*", "100%"]},
+        },
+    }
+    path = tmp_path / "crontab"
+    # Macros followed by a tab are read; quoted, the shell's characters are plain text.
+    path.write_text(
+        "\n".join(SHELL_LINES)
+        + "\n@daily\tpython manage.py clearsessions"
+        + "\n@hourly\t\tpython manage.py schedtest_echo 'a > b' \"x;y\" '$HOME' '*' 100\\%\n"
+    )
+
+    out = run("--from", "crontab", str(path))
+
+    reasons = dict(
+        line.removeprefix("skipped crontab:").split(": ", 1)
+        for line in out.splitlines()
+        if line.startswith("skipped")
+    )
+    for number, (line, features) in enumerate(SHELL_LINES.items(), start=1):
+        reason = reasons[str(number)]
+        assert reason.startswith("it needs the shell: "), (line, reason)
+        for feature in features:
+            assert feature in reason, (line, reason)
+    assert "clearsessions;" not in reasons["4"]
+    assert "Imported 2 schedule(s); left out 14." in out
+    daily = Schedule.objects.get(name="crontab: manage.py clearsessions")
+    assert (daily.cron, daily.args) == ("0 0 * * *", ["clearsessions"])
+    hourly = Schedule.objects.get(cron="0 * * * *")
+    assert hourly.args == ["schedtest_echo", "a > b", "x;y", "$HOME", "*", "100%"]
 
 
 def test_the_command_says_what_it_needs() -> None:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from django_schedulinator.models import Run, Schedule
 
+from .celery_support import CRONTABS, disagreements
 from .handoff import fire, status_of, until
 from .models import Delivery
 
@@ -95,11 +96,18 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
     PeriodicTask.objects.create(
         name="bad-args", task="tests.celery.record", crontab=weekdays, args="[1,"
     )
+    # What beat itself adds to the table when it starts.
+    PeriodicTask.objects.create(
+        name="celery.backend_cleanup",
+        task="celery.backend_cleanup",
+        crontab=CrontabSchedule.objects.create(minute="0", hour="4"),
+    )
     mapping = ("--map", "legacy.report=tests.celery.record", "--dispatcher", "celery")
 
     dry = run(*mapping, "--dry-run")
     assert Schedule.objects.count() == 0
-    assert "Would import 5 schedule(s); left out 5." in dry
+    assert "Would import 5 schedule(s); left out 6." in dry
+    assert "'celery.backend_cleanup': celery beat's own housekeeping" in dry
 
     out = run(*mapping)
 
@@ -132,11 +140,31 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
         ("with-exchange", "exchange 'direct': the Celery dispatcher sends by queue only"),
         ("with-headers", "headers: the Celery dispatcher sends its own"),
         ("bad-args", "args is not JSON"),
+        ("celery.backend_cleanup", "celery beat's own housekeeping (it deletes expired task"),
     ]:
         assert f"{name!r}: {reason}" in out, out
-    assert "celery.backend_cleanup" not in out
 
-    assert "Imported 0 schedule(s); left out 10." in run(*mapping)
+    assert "Imported 0 schedule(s); left out 11." in run(*mapping)
+
+
+def test_imported_crontabs_fire_when_celery_would() -> None:
+    """Each crontab row fires as its own Celery schedule object (``CrontabSchedule.schedule``)
+    does: on days that match both day fields, ranges that wrap included."""
+    rows = {}
+    for name, fields in CRONTABS.items():
+        if all(isinstance(value, str) for value in fields.values()):  # the table's text
+            row = CrontabSchedule.objects.create(**fields, timezone="Europe/Berlin")
+            PeriodicTask.objects.create(name=name, task="tests.record", crontab=row)
+            rows[name] = row
+
+    assert f"Imported {len(rows)} schedule(s); left out 0." in run()
+
+    found = {
+        name: disagreements(Schedule.objects.get(name=name), row.schedule, "Europe/Berlin")[:3]
+        for name, row in rows.items()
+    }
+    assert found == {name: [] for name in rows}
+    assert Schedule.objects.get(name="friday-13th").day_rule == "both"
 
 
 def test_an_option_the_dispatcher_does_not_take_leaves_the_task_out() -> None:

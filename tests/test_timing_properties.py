@@ -66,6 +66,8 @@ from django_schedulinator.timing import (
     CATCH_UP_LATEST,
     CATCH_UP_SKIP,
     CRON,
+    DAYS_BOTH,
+    DAYS_EITHER,
     DST_FIRST,
     DST_SECOND,
     DST_SHIFT,
@@ -199,7 +201,7 @@ class CronSpec:
     months: frozenset[int]
     weekdays: frozenset[int]  # 0 = Sunday ... 6 = Saturday
     # Debian cron: day of month and day of week are ANDed when either field starts with a
-    # star, ORed otherwise.
+    # star, ORed otherwise; always ANDed under the day rule "both".
     days_and: bool
 
     def matches_day(self, day: date) -> bool:
@@ -430,6 +432,17 @@ def intervals() -> st.SearchStrategy[timedelta]:
 
 
 gap_policies = st.sampled_from([GAP_SHIFT, GAP_SKIP])
+day_rules = st.sampled_from([DAYS_EITHER, DAYS_BOTH])
+
+
+def under_day_rule(spec: CronSpec, day_rule: str) -> CronSpec:
+    """The spec under ``day_rule`` (assumed to match some day: "both" can match none)."""
+    if day_rule == DAYS_EITHER:
+        return spec
+    assume("cron" not in Timing(kind=CRON, cron=spec.text, day_rule=day_rule).validate())
+    return replace(spec, days_and=True)
+
+
 fold_policies = st.sampled_from([FOLD_FIRST, FOLD_SECOND, FOLD_BOTH])
 
 
@@ -445,7 +458,8 @@ class Case(NamedTuple):
 @st.composite
 def cron_cases(draw: st.DrawFn, window: bool = True) -> Case:
     zone = draw(st.sampled_from(ZONES))
-    spec = draw(cron_specs())
+    day_rule = draw(day_rules)
+    spec = under_day_rule(draw(cron_specs()), day_rule)
     # Seconds fields only near the ordinary changes (an hour or less), not Apia's lost day:
     # see SECOND_FIELDS.
     largest = HOUR if len(spec.text.split()) == 6 else DAY
@@ -456,6 +470,7 @@ def cron_cases(draw: st.DrawFn, window: bool = True) -> Case:
         timezone=zone,
         dst_gap=draw(gap_policies),
         dst_fold=draw(fold_policies),
+        day_rule=day_rule,
     )
     if window and draw(st.integers(0, 3)) == 0:
         low = start + timedelta(seconds=draw(st.integers(-86_400, 30 * 86_400)))
@@ -773,10 +788,12 @@ def test_interval_instants_are_exactly_the_interval_apart(case: Case, count: int
     data=st.data(),
     gap=gap_policies,
     fold=fold_policies,
+    day_rule=day_rules,
 )
 def test_cron_agrees_with_a_reference_away_from_offset_changes(
-    zone: str, spec: CronSpec, data: st.DataObject, gap: str, fold: str
+    zone: str, spec: CronSpec, data: st.DataObject, gap: str, fold: str, day_rule: str
 ) -> None:
+    spec = under_day_rule(spec, day_rule)
     start = data.draw(instants(zone, near_changes=False))
     before = changes_between(zone, start - CLEAR_OF_CHANGES, start)
     assume(not before)
@@ -787,7 +804,9 @@ def test_cron_agrees_with_a_reference_away_from_offset_changes(
         limit = min(limit, following[0].at - CLEAR_OF_CHANGES)
     assume(limit > start + HOUR)
     count = 12
-    timing = Timing(kind=CRON, cron=spec.text, timezone=zone, dst_gap=gap, dst_fold=fold)
+    timing = Timing(
+        kind=CRON, cron=spec.text, timezone=zone, dst_gap=gap, dst_fold=fold, day_rule=day_rule
+    )
     ours = []
     for moment in occurrences(timing, start):
         if moment.at >= limit or len(ours) == count:
@@ -800,6 +819,7 @@ def test_cron_agrees_with_a_reference_away_from_offset_changes(
     assert ours == reference
 
     aware = CronSim(normalize_cron(spec.text), start.astimezone(ZoneInfo(zone)))
+    aware.day_and = spec.days_and  # cronsim's own switch, as the day rule sets it
     by_cronsim: list[datetime] = []
     for local in islice(aware, count):
         if local.astimezone(UTC) >= limit:

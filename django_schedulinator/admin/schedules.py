@@ -132,7 +132,10 @@ class ScheduleAdmin(_ModelAdmin):
             {"fields": (*MAIN_FIELDS, "declared_in", "version")},
         ),
         (_("Next runs"), {"fields": ("description", "preview")}),
-        (_("When"), {"fields": ("kind", "cron", "interval", "run_at", "timezone", "anchor_at")}),
+        (
+            _("When"),
+            {"fields": ("kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at")},
+        ),
         (_("Daylight saving time (cron)"), {"fields": ("dst_gap", "dst_fold")}),
         (_("Window and limits"), {"fields": ("start_at", "end_at", "max_runs", "jitter")}),
         (

@@ -6,8 +6,9 @@ fields, or why the entry cannot be mapped. ``import_found`` then creates them al
 transaction, so an import is never half done: an entry that cannot be mapped (a solar
 schedule, an unregistered task, an option no dispatcher takes, invalid for the model) is
 listed with the reason and left out; one whose name is taken already (imported before) is
-left out too, so a second import creates nothing new. Imported schedules start at their
-next occurrence after now: an import never fires a burst of missed runs.
+left out too, so a second import creates nothing new. A name another writer takes while
+the import runs stops it (``ServiceError``, nothing imported). Imported schedules start at
+their next occurrence after now: an import never fires a burst of missed runs.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from ..errors import validation_message
+from ..errors import ServiceError, validation_message
 from ..registry import registry
 
 if TYPE_CHECKING:
@@ -93,7 +94,13 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
                 result.skipped.append((item.source, validation_message(exc)))
                 continue
             if not dry_run:
-                services.create(schedule, origin=origin)
+                try:
+                    services.create(schedule, origin=origin)
+                except IntegrityError:  # another writer took the name since it was read
+                    raise ServiceError(
+                        f"{item.source}: a schedule named {name!r} was created while the "
+                        "import ran (run it again: it leaves out the names that exist)"
+                    ) from None
             taken.add(name)
             result.created.append(schedule)
     return result

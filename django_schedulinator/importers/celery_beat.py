@@ -6,9 +6,18 @@ the workers need no change). What maps, and what does not:
 
 - crontab (with its time zone), interval (seconds to days), clocked (a one-off at that time);
   solar schedules have no counterpart here: left out with the reason;
+- a crontab keeps Celery's meaning: a day must match both day fields (``day_rule="both"``
+  where both are restricted; cron alone would fire on either), and each field is written
+  as Celery wrote it where cron reads it the same, else as the values Celery reads (a list
+  of hours, a range that wraps around such as ``22-1`` or ``fri-mon``);
 - ``one_off`` on a crontab or interval: ``max_runs=1``; ``start_time``: ``start_at``;
   ``expires``: ``end_at``; ``enabled=False``: imported paused, with a note;
-- ``args`` and ``kwargs`` (JSON text in the tables, Python values in the setting);
+- ``args`` and ``kwargs`` (JSON text in the tables, Python values in the setting: a list or
+  tuple, a dict);
+- ``celery.backend_cleanup``, beat's own housekeeping, is listed as left out;
+- whatever is wrong with one entry (a schedule of ``1e20`` or ``nan`` seconds, args that
+  are not a list, an unknown key, ``relative=True``) leaves that entry out with the reason,
+  never the rest;
 - ``queue``, ``routing_key``, ``priority`` and ``expire_seconds`` (or the setting's
   ``options``): the schedule's dispatch options, checked by its dispatcher (an option it does
   not take leaves the entry out, with the dispatcher's message); an ``exchange`` or
@@ -19,14 +28,25 @@ the workers need no change). What maps, and what does not:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
+from .. import timing
 from . import Found, TaskNames
 
+# The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
+CRON_FIELD_RANGES = (range(60), range(24), range(1, 32), range(1, 13), range(7))
 # django-celery-beat's interval periods: timedelta's argument names.
 PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
+# The keys of a CELERY_BEAT_SCHEDULE entry, as Celery beat reads them.
+ENTRY_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
+BACKEND_CLEANUP = "celery.backend_cleanup"
+BACKEND_CLEANUP_REASON = (
+    "celery beat's own housekeeping (it deletes expired task results from a result backend "
+    "that does not expire them itself), not your work: not imported"
+)
 # The options of a periodic task that become dispatch options, by the name there.
 DISPATCH_OPTIONS = ("queue", "routing_key", "priority", "expires")
 PAUSED_NOTE = "Imported paused: it was disabled in {source}."
@@ -42,13 +62,11 @@ def from_tables(names: TaskNames, dispatcher: str) -> Iterator[Found]:
     related = ("crontab", "interval", "clocked", "solar")
     rows: Any = periodic_task._default_manager.select_related(*related).order_by("pk")
     for row in rows:
-        if row.name == "celery.backend_cleanup":  # beat's own housekeeping, not your work
-            continue
         source = f"periodic task {row.pk} {row.name!r}"
-        try:
-            yield Found(source, _fields_of_row(row, names, dispatcher))
-        except Unmapped as exc:
-            yield Found(source, None, str(exc))
+        if row.name == BACKEND_CLEANUP:
+            yield Found(source, None, BACKEND_CLEANUP_REASON)
+        else:
+            yield _found(source, partial(_fields_of_row, row, names, dispatcher))
 
 
 def from_setting(
@@ -57,14 +75,23 @@ def from_setting(
     """The entries of a ``CELERY_BEAT_SCHEDULE`` dict (``timezone``: Celery's, for crontabs)."""
     for name, entry in schedule.items():
         source = f"CELERY_BEAT_SCHEDULE[{name!r}]"
-        try:
-            yield Found(source, _fields_of_entry(name, entry, names, dispatcher, timezone))
-        except Unmapped as exc:
-            yield Found(source, None, str(exc))
+        yield _found(source, partial(_fields_of_entry, name, entry, names, dispatcher, timezone))
 
 
 class Unmapped(Exception):
     """An entry that has no counterpart here; the message says why."""
+
+
+def _found(source: str, fields_of: Callable[[], dict[str, Any]]) -> Found:
+    """One entry: the fields of its schedule, or why it is left out. Whatever is wrong with
+    an entry leaves that entry out, listed, and never stops the others."""
+    try:
+        return Found(source, fields_of())
+    except Unmapped as exc:
+        return Found(source, None, str(exc))
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError) as exc:
+        # A value odder than the checks foresee: still this entry's problem alone.
+        return Found(source, None, f"it cannot be read ({type(exc).__name__}: {exc})")
 
 
 def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any]:
@@ -73,12 +100,11 @@ def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any
     if row.solar_id is not None:
         raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
     if row.crontab is not None:
-        c = row.crontab
-        fields.update(
-            kind="cron",
-            cron=f"{c.minute} {c.hour} {c.day_of_month} {c.month_of_year} {c.day_of_week}",
-            timezone=str(c.timezone),
-        )
+        try:
+            celery_crontab = row.crontab.schedule  # django-celery-beat's own Celery crontab
+        except Exception as exc:  # Celery's parser raises ValueError and its ParseException
+            raise Unmapped(f"Celery cannot read its crontab: {exc}") from None
+        fields.update(_cron(celery_crontab, str(row.crontab.timezone)))
     elif row.interval is not None:
         fields.update(kind="interval", interval=_interval(row.interval.every, row.interval.period))
         if row.last_run_at is not None:
@@ -112,19 +138,31 @@ def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any
 
 
 def _fields_of_entry(
-    name: str, entry: Any, names: TaskNames, dispatcher: str, timezone: str
+    name: Any, entry: Any, names: TaskNames, dispatcher: str, timezone: str
 ) -> dict[str, Any]:
+    if not isinstance(name, str):
+        raise Unmapped(f"the name must be text, not {type(name).__name__}")
     if not isinstance(entry, Mapping) or "task" not in entry or "schedule" not in entry:
         raise Unmapped("an entry needs 'task' and 'schedule'")
+    unknown = sorted(map(str, set(entry) - set(ENTRY_KEYS)))
+    if unknown:
+        raise Unmapped(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (an entry "
+            f"takes {', '.join(ENTRY_KEYS)})"
+        )
+    if entry.get("relative"):
+        raise Unmapped("relative: no counterpart here (times are not rounded to the period)")
+    if not isinstance(entry["task"], str):
+        raise Unmapped(f"task must be a task name, not {type(entry['task']).__name__}")
     fields: dict[str, Any] = {
         "name": name,
         "task": _task(entry["task"], names),
         "dispatcher": dispatcher,
         **_timing(entry["schedule"], timezone),
-        "args": list(entry.get("args") or ()),
-        "kwargs": dict(entry.get("kwargs") or {}),
+        "args": list(_of_type(entry, "args", (list, tuple), "a list or a tuple", ())),
+        "kwargs": dict(_of_type(entry, "kwargs", Mapping, "a dict", {})),
     }
-    options = dict(entry.get("options") or {})
+    options = dict(_of_type(entry, "options", Mapping, "a dict", {}))
     unknown = sorted(set(options) - set(DISPATCH_OPTIONS))
     if unknown:
         raise Unmapped(f"options {', '.join(unknown)}: no counterpart here")
@@ -140,25 +178,82 @@ def _timing(schedule: Any, timezone: str) -> dict[str, Any]:
     if isinstance(schedule, solar):
         raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
     if isinstance(schedule, crontab):
-        parts = (
-            schedule._orig_minute,
-            schedule._orig_hour,
-            schedule._orig_day_of_month,
-            schedule._orig_month_of_year,
-            schedule._orig_day_of_week,
-        )
-        return {"kind": "cron", "cron": " ".join(str(p) for p in parts), "timezone": timezone}
+        return _cron(schedule, timezone)
     if isinstance(schedule, timedelta):
         return {"kind": "interval", "interval": schedule}
     if isinstance(schedule, int | float) and not isinstance(schedule, bool):
-        return {"kind": "interval", "interval": timedelta(seconds=schedule)}
+        try:
+            return {"kind": "interval", "interval": timedelta(seconds=schedule)}
+        except (OverflowError, ValueError):  # 1e20, inf, nan
+            raise Unmapped(
+                f"the schedule {schedule!r} is not a number of seconds an interval can hold"
+            ) from None
     raise Unmapped(f"the schedule {schedule!r} is of a kind this importer does not know")
+
+
+def _cron(schedule: Any, timezone: str) -> dict[str, Any]:
+    """The cron timing of a Celery crontab, with Celery's meaning: each field as written
+    where cron reads it as Celery does, else the values Celery reads (``*`` for all of them:
+    a day field with every value restricts nothing in Celery); a day matches when both day
+    fields do."""
+    written = (
+        schedule._orig_minute,
+        schedule._orig_hour,
+        schedule._orig_day_of_month,
+        schedule._orig_month_of_year,
+        schedule._orig_day_of_week,
+    )
+    read = (
+        schedule.minute,
+        schedule.hour,
+        schedule.day_of_month,
+        schedule.month_of_year,
+        schedule.day_of_week,
+    )
+    fields = []
+    for position, (text, values) in enumerate(zip(written, read, strict=True)):
+        text = str(text) if isinstance(text, int | str) else ""
+        full = CRON_FIELD_RANGES[position]
+        same = timing.cron_field_values(text, position) == frozenset(values)
+        fields.append(text if same and set(values) != set(full) else _values_text(values, full))
+    cron = " ".join(fields)
+    both = timing.both_days_restricted(cron)
+    return {
+        "kind": "cron",
+        "cron": cron,
+        "day_rule": timing.DAYS_BOTH if both else timing.DAYS_EITHER,
+        "timezone": timezone,
+    }
+
+
+def _values_text(values: Any, full: range) -> str:
+    """Numbers as a cron field: ``*`` for all of them, else ranges (``0-1,22-23``)."""
+    numbers = sorted(values)
+    if numbers == list(full):
+        return "*"
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _interval(every: int, period: str) -> timedelta:
     if period not in PERIODS:
         raise Unmapped(f"the interval period {period!r} is not one django-celery-beat has")
     return timedelta(**{period: every})
+
+
+def _of_type(entry: Mapping[str, Any], key: str, kind: Any, expected: str, default: Any) -> Any:
+    """``entry[key]`` when it is of ``kind``; ``default`` when it is absent or None."""
+    value = entry.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise Unmapped(f"{key} must be {expected}, not {type(value).__name__}")
+    return value
 
 
 def _task(name: str, names: TaskNames) -> str:

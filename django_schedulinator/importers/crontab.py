@@ -2,21 +2,30 @@
 built-in command task.
 
 A line is five time fields (or a macro: ``@hourly``, ``@daily``, ``@midnight``, ``@weekly``,
-``@monthly``, ``@yearly``, ``@annually``) and a shell command. The command is read with
-shell quoting; the part that runs ``manage.py`` (or ``django-admin``) gives the management
-command and its arguments, up to the first shell operator (``&&``, ``;``, ``|``, a
-redirection). A system crontab's user column (``/etc/crontab``, ``/etc/cron.d``) is
-recognised and dropped. ``CRON_TZ=`` and ``TZ=`` lines set the zone of the lines after
-them. Everything else is reported, not imported: a line that runs no ``manage.py``,
-``@reboot``, a command outside ``SCHEDULINATOR["COMMANDS"]`` (the command task's
-allowlist), a line that cannot be parsed.
+``@monthly``, ``@yearly``, ``@annually``, followed by spaces or tabs) and a shell command.
+The command is read with shell quoting; the part that runs ``manage.py`` (or
+``django-admin``) gives the management command and its arguments. A system crontab's user
+column (``/etc/crontab``, ``/etc/cron.d``) is recognised and dropped. ``CRON_TZ=`` and
+``TZ=`` lines set the zone of the lines after them.
+
+A schedule runs one management command, without a shell, so a line whose meaning needs the
+shell is left out, its reason naming each token that does: an operator (``;``, ``&&``,
+``||``, ``|``, ``&``, a subshell's parentheses), a redirection (``> file``, ``>> file``,
+``2>&1``, ``< file``), a command substitution (``$(...)``, backticks), a variable
+(``$HOME``), a pattern the shell expands (``*.json``, ``~``), a variable set for the command
+(``NAME=value python manage.py ...``); and cron's own ``%`` (what follows goes to the
+command's input). Quoted, these characters are plain text and the line is imported. shlex
+finds the tokens (quotes kept, so a quoted ``;`` is not an operator); nothing here parses
+the shell's grammar. Everything else that cannot be imported is reported too: a line that
+runs no ``manage.py``, ``@reboot``, a command outside ``SCHEDULINATOR["COMMANDS"]`` (the
+command task's allowlist), a line that cannot be parsed.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import PurePath
 from typing import Any
 
@@ -33,8 +42,19 @@ MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
 }
-SHELL_OPERATORS = re.compile(r"^(&&|\|\||;|\||&|\d?>>?.*|<.*|2>&1)$")
 ENVIRONMENT = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)$")
+# What a shell operator (a token of shlex's punctuation characters) does to the line.
+OPERATORS = {
+    ";": "runs another command after this one",
+    "&&": "runs another command if this one succeeds",
+    "||": "runs another command if this one fails",
+    "|": "a pipe to another command",
+    "&": "runs it in the background",
+}
+PUNCTUATION = "();<>|&"
+VARIABLE = re.compile(r"\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+CRON_PERCENT = re.compile(r"(?<!\\)%")  # cron turns it into a newline; \% is a plain %
 DJANGO_ENTRY_POINTS = ("manage.py", "django-admin", "django-admin.py")
 
 
@@ -83,12 +103,12 @@ def _fields(name: str, cron: str, command: str, args: list[str], timezone: str) 
 def _parse(line: str) -> tuple[str, str, list[str]]:
     """The cron expression, the management command and its arguments of a line."""
     if line.startswith("@"):
-        macro, _, rest = line.partition(" ")
+        macro, *command = line.split(None, 1)  # a space or a tab after it
         if macro == "@reboot":
             raise ValueError("@reboot runs at boot, not on a schedule")
         if macro not in MACROS:
             raise ValueError(f"unknown macro {macro!r}")
-        cron, rest = MACROS[macro], rest.strip()
+        cron, rest = MACROS[macro], "".join(command)
     else:
         fields = line.split(None, 5)
         if len(fields) < 6:
@@ -102,15 +122,73 @@ def _parse(line: str) -> tuple[str, str, list[str]]:
         words = words[1:]  # a system crontab's user column
     for i, word in enumerate(words):
         if PurePath(word).name in DJANGO_ENTRY_POINTS and i + 1 < len(words):
-            tail = []
-            for arg in words[i + 1 :]:
-                if SHELL_OPERATORS.match(arg):
-                    break
-                tail.append(arg)
-            if not tail or tail[0].startswith("-"):
+            features = _shell_features(rest)
+            if features:
+                raise ValueError(f"it needs the shell: {', '.join(features)}")
+            tail = words[i + 1 :]
+            if tail[0].startswith("-"):
                 raise ValueError("manage.py is called without a command")
             return cron, tail[0], tail[1:]
     raise ValueError("it runs no manage.py command")
+
+
+def _shell_features(command: str) -> list[str]:
+    """Each token of ``command`` that only a shell (or cron's ``%``) gives a meaning, and
+    what it does: empty when the words mean what they say."""
+    lexer = shlex.shlex(command, posix=False, punctuation_chars=PUNCTUATION)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)  # quotes kept: a quoted ";" is a word, not an operator
+    except ValueError as exc:
+        return [f"its quoting cannot be read ({exc})"]
+    found: list[tuple[str, str]] = []  # (the tokens as written, what they do)
+    before_program = True  # NAME=value words before the program set its environment
+    i = 0
+    while i < len(tokens):
+        token, following = tokens[i], tokens[i + 1 :]
+        operator = set(token) <= set(PUNCTUATION)
+        end = i  # the last token of what is found here
+        if operator and ("<" in token or ">" in token):
+            fd = tokens[i - 1] if i and tokens[i - 1].isdigit() else ""
+            target = following[0] if following else ""
+            gap = "" if token.endswith("&") else " "  # 2>&1
+            found.append((f"{fd}{token}{gap}{target}".rstrip(), "a redirection"))
+            end = i + 1
+        elif operator:
+            what = OPERATORS.get(token, "a subshell" if token in "()" else "a shell operator")
+            found.append((token, what))
+        elif token.endswith("$") and following and following[0].startswith("("):
+            # $( ... ): shlex gives "...$", "(", the words inside, ")".
+            end = _first(tokens, i + 2, lambda t: t.startswith(")"))
+            found.append(("$(" + " ".join(tokens[i + 2 : end]) + ")", "a command substitution"))
+        elif "`" in token and not _quoted(token, "'"):
+            # The closing backtick may be in a later token: `date +%F`.
+            if token.count("`") % 2:
+                end = _first(tokens, i + 1, lambda t: "`" in t)
+            found.append((" ".join(tokens[i : end + 1]), "a command substitution"))
+        elif "$" in token and not _quoted(token, "'") and (variable := VARIABLE.search(token)):
+            found.append((variable.group(), "a variable"))
+        elif before_program and ASSIGNMENT.match(token):
+            found.append((token, "sets a variable for the command"))
+        elif set(token) & set("*?[") and not (_quoted(token, "'") or _quoted(token, '"')):
+            found.append((token, "a pattern the shell expands to file names"))
+        elif token.startswith("~"):
+            found.append((token, "the shell expands ~ to a home directory"))
+        elif _is_path_or_program(token):
+            before_program = False
+        i = end + 1
+    if CRON_PERCENT.search(command):
+        found.append(("%", "cron sends what follows to the command's input; \\% is a percent sign"))
+    return [f"'{text}' ({what})" for text, what in found]
+
+
+def _first(tokens: list[str], start: int, found: Callable[[str], bool]) -> int:
+    """The index of the first token from ``start`` on that is ``found``, else the last."""
+    return next((j for j in range(start, len(tokens)) if found(tokens[j])), len(tokens) - 1)
+
+
+def _quoted(token: str, quote: str) -> bool:
+    return len(token) >= 2 and token[0] == token[-1] == quote
 
 
 def _is_path_or_program(word: str) -> bool:

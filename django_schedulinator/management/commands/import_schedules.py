@@ -16,6 +16,7 @@ from ...dispatch import DEFAULT_ALIAS
 from ...errors import ServiceError, validation_message
 from ...importers import TaskNames, import_found
 from ...models import ScheduleChange
+from ...timing import DAY_RULE_TEXT, DAYS_BOTH
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
 
@@ -135,8 +136,9 @@ def _mapping(pairs: list[str]) -> dict[str, str]:
 
 
 def _describe(schedule: Any) -> str:
+    days = ", " + DAY_RULE_TEXT[DAYS_BOTH] if schedule.day_rule == DAYS_BOTH else ""
     timing = {
-        "cron": f"cron {schedule.cron!r} in {schedule.timezone}",
+        "cron": f"cron {schedule.cron!r} in {schedule.timezone}{days}",
         "interval": f"every {schedule.interval}",
         "once": f"once at {schedule.run_at}",
     }[schedule.kind]

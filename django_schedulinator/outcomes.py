@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -71,12 +72,22 @@ class InvalidKey(SchedulinatorError, ValueError):
     """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
 
 
+# ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits.
+KEY_PATTERN = re.compile(r"([0-9]{1,19}):(-?[0-9]{1,15})")
+# A schedule's primary key is a bigint.
+MAX_SCHEDULE_ID = 2**63 - 1
+
+
 def parse_key(key: str) -> tuple[int, datetime]:
-    """The schedule id and nominal time an occurrence key stands for."""
-    schedule, sep, ms = str(key).partition(":")
-    if not (sep and schedule.isdigit() and ms.lstrip("-").isdigit()):
-        raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
-    return int(schedule), timing.from_ms(int(ms))
+    """The schedule id and nominal time an occurrence key stands for. Something else, or a
+    key whose numbers no schedule id or datetime can hold, raises ``InvalidKey``."""
+    match = KEY_PATTERN.fullmatch(str(key))
+    if match and int(match[1]) <= MAX_SCHEDULE_ID:
+        try:
+            return int(match[1]), timing.from_ms(int(match[2]))
+        except OverflowError:  # past the years 1-9999
+            pass
+    raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
 
 
 def retry_of(dispatcher: BaseDispatcher) -> ledger.Retry:

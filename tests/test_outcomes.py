@@ -155,7 +155,11 @@ def _leased(occurrences: Any, token: str) -> Any:
     return Leased(occurrences, token, time.monotonic())
 
 
-@pytest.mark.parametrize("key", ["", "abc", "12", "12:", ":5", "1:2:3", "x:1"])
+@pytest.mark.parametrize(
+    "key",
+    ["", "abc", "12", "12:", ":5", "1:2:3", "x:1", "1:--5", "1:\u00b2", "1:99999999999999999",
+     "9223372036854775808:1"],
+)  # fmt: skip
 def test_a_report_with_something_that_is_not_a_key_is_refused(key: str) -> None:
     with pytest.raises(outcomes.InvalidKey, match="is not an occurrence key"):
         outcomes.report_finished(key, succeeded=True)

@@ -228,7 +228,8 @@ def record_outcomes(
       counts as in progress for overlap.
     - ``retry``: the hand-off may pass later. Below ``retry.max_attempts`` the run goes back
       to pending, no process holding it, with a lease that ends after the backoff: a
-      take-over dispatches it again then, with the same key. At the limit it fails.
+      take-over dispatches it again then, with the same key. At the limit it fails. A run
+      a worker reported started meanwhile keeps that status: its hand-off arrived.
     - ``succeeded``/``failed``: ended.
     """
     runs = Run.objects.using(using)
@@ -276,15 +277,18 @@ def record_outcomes(
             **_receipts(succeeded),
         )
     if retries:
-        attempts = dict(
-            runs.unfinished()
-            .filter(pk__in=json_ids([o.run_id for o in retries], using))
-            .values_list("pk", "attempts")
+        retried = json_ids([o.run_id for o in retries], using)
+        # A run reported started has no lease: its hand-off reached a worker whatever the
+        # dispatcher says, and it waits for its reported end like any hand-off.
+        runs.filter(pk__in=retried, status=Run.Status.RUNNING, lease_expires_at=None).update(
+            dispatched_at=dispatched_at
         )
+        leased = runs.unfinished().exclude(lease_expires_at=None)
+        attempts = dict(leased.filter(pk__in=retried).values_list("pk", "attempts"))
         for o in retries:
             attempt = attempts.get(o.run_id)
             if attempt is None:
-                continue  # taken over, or ended meanwhile
+                continue  # reported started, or ended, meanwhile
             if attempt >= retry.max_attempts:
                 failed.append(
                     replace(
@@ -295,7 +299,7 @@ def record_outcomes(
                     )
                 )
                 continue
-            runs.unfinished().filter(pk=o.run_id).update(
+            leased.filter(pk=o.run_id).update(
                 status=Run.Status.PENDING,
                 claim_token="",
                 lease_expires_at=now + retry.delay(attempt),

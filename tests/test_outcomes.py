@@ -20,7 +20,7 @@ from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
-from .dispatchers import HandOff
+from .dispatchers import Flaky, HandOff
 
 pytestmark = pytest.mark.django_db
 
@@ -147,6 +147,32 @@ def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
     assert run.status == "running"
     assert run.dispatched_at is not None
     assert run.lease_expires_at is None  # no scheduler hands it off again
+
+
+def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: Any) -> None:
+    """The hand-off reached the worker (it reported the start) although the dispatcher
+    answered "retry" (a broker's confirmation lost, say): the run must not go back to
+    pending and be handed off again."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"flaky": {"BACKEND": "tests.dispatchers.Flaky",
+                                  "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.01}}},
+    }  # fmt: skip
+    Flaky.attempts.clear()
+    Flaky.failures = 1
+    schedule = make_schedule(dispatcher="flaky", next_run_at=timezone.now() - timedelta(seconds=5))
+    worker = Worker(worker_id="t")
+    batch, token = worker.claimer.claim(10)
+    occurrences, _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    [occurrence] = occurrences
+    assert outcomes.report_started(occurrence.key)
+    worker._dispatch_now(worker._lane("flaky"), _leased(occurrences, token))
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.lease_expires_at) == ("running", None)
+    time.sleep(0.05)  # past any backoff
+    assert worker.claimer.take_over_expired(worker.claimer.now_ms(), 10)[0] == []
+    assert Flaky.attempts == [(occurrence.key, 1)]  # handed off once
 
 
 def _leased(occurrences: Any, token: str) -> Any:

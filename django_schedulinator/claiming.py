@@ -144,11 +144,11 @@ def timing_of(row: Any) -> timing.Timing:
 
 def _runs_of(due: Due) -> list[NewRun]:
     """The ledger rows of one due schedule: fired (pending; the insert leases them to this
-    claim), buffered (waiting for the previous run; queued later with attempts from 0),
+    claim; no attempt until their hand-off), buffered (waiting for the previous run),
     skipped."""
     row = due.row
     return [
-        *(NewRun.of(row, at) for at in due.plan.fire),
+        *(NewRun.of(row, at, attempts=0) for at in due.plan.fire),
         *(NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
         *(
             NewRun.of(row, skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason,
@@ -399,21 +399,27 @@ class Claimer:
 
     # -- runs waiting in SQL: expired leases, and runs queued for any scheduler ----------
 
-    def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str]:
+    def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str, Counters]:
         """Unfinished runs whose lease expired, now leased to this process under a new claim
         token (returned), to dispatch. These are runs whose process died or stalled, and
         runs queued with an expired lease on purpose (run now, backfill, a released buffer:
-        their ``attempts`` was 0, so their first dispatch has ``attempt == 1``)."""
+        no attempt yet, so their first hand-off has ``attempt == 1``). Each occurrence's
+        ``attempt`` is the hand-off it is about to be (``dispatchable`` counts it). The
+        counters say which kind each was: ``queued``, or ``redispatched``."""
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
-        candidates = list(
+        # A run no process held (an empty claim token) was queued on purpose; any other
+        # was left behind by the process that held it.
+        held_before = dict(
             runs.lease_expired(now)
             .order_by("lease_expires_at")
-            .values_list("pk", flat=True)[:limit]
+            .values_list("pk", "claim_token")[:limit]
         )
+        candidates = list(held_before)
         token = new_token()
+        counters = Counters()
         if not candidates:
-            return [], token
+            return [], token, counters
         ledger.take_over(
             candidates,
             now=now,
@@ -431,7 +437,7 @@ class Claimer:
                 schedule_name=name,
                 task=task,
                 scheduled_for=scheduled_for,
-                attempt=attempts,
+                attempt=attempts + 1,
                 args=args,
                 kwargs=kwargs,
                 dispatcher=dispatcher,
@@ -442,13 +448,15 @@ class Claimer:
                 attempts,
             ) in taken
         ]  # fmt: skip
-        again = sum(1 for o in occurrences if o.attempt > 1)
-        if again:
+        counters.fired = len(occurrences)
+        counters.queued = sum(1 for o in occurrences if not held_before[o.run_id])
+        counters.redispatched = counters.fired - counters.queued
+        if counters.redispatched:
             logger.warning(
                 "Dispatching %d run(s) again whose lease expired (same keys).",
-                again,
+                counters.redispatched,
             )
-        return occurrences, token
+        return occurrences, token, counters
 
     def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
         """Extend the leases of the runs that ``token`` still holds; their ids.
@@ -464,7 +472,8 @@ class Claimer:
     def dispatchable(
         self, occurrences: Sequence[Occurrence], token: str
     ) -> tuple[list[Occurrence], int]:
-        """The occurrences still to dispatch, and how many were cancelled; one query.
+        """The occurrences still to dispatch, each with its hand-off counted, and how many
+        were cancelled; one statement when all of them go.
 
         A committed batch may wait before its dispatch (in the dispatch queue, or behind a
         slow batch). Meanwhile its schedule may have been deleted, which deletes its runs
@@ -475,6 +484,10 @@ class Claimer:
         if not occurrences:
             return [], 0
         ids = [o.run_id for o in occurrences]
+        # The usual case: every run is still held here and goes. Each occurrence's attempt
+        # is already the count this makes (the lease kept anyone else from changing it).
+        if ledger.count_hand_offs(ids, token, using=self.db) == len(ids):
+            return list(occurrences), 0
         held = {
             pk: (trigger, enabled)
             for pk, trigger, enabled in Run.objects.using(self.db)

@@ -5,8 +5,9 @@ makes an occurrence impossible to record twice, and the idempotency key derives 
 same pair, so the ledger is what makes "fired exactly once" decidable. Runs enter it when a
 claim fires, buffers or skips occurrences (``record_claimed``), when a resume or a run now
 passes occurrences over (``record_skipped``), and when someone queues work by hand
-(``queue``, ``requeue_skipped``). They leave ``pending`` when a scheduler takes them over
-(``take_over``), starts them (``mark_running``), cancels them (``cancel_paused``) or records
+(``queue``, ``requeue_skipped``). A scheduler takes them over (``take_over``) and counts
+each hand-off (``count_hand_offs``). They leave ``pending`` when a scheduler starts them
+(``mark_running``), cancels them (``cancel_paused``) or records
 their outcome (``record_outcomes``; a hand-off that failed goes back to pending after a
 backoff), and when a worker reports on a handed-off run by its key (``record_started``,
 ``record_reported_end``); buffered runs are released by ``release_buffered``.
@@ -24,7 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from . import timing
@@ -140,8 +141,9 @@ def take_over(
     using: str,
 ) -> int:
     """Lease the runs among ``candidates`` whose lease expired to this process under a new
-    claim token, one attempt more. Conditional: of two processes taking over the same run,
-    exactly one matches. Returns how many it took."""
+    claim token. Conditional: of two processes taking over the same run, exactly one
+    matches. Returns how many it took. Taking a run is not handing it off: its attempts
+    stay (``count_hand_offs`` counts them)."""
     return (
         Run.objects.using(using)
         .filter(pk__in=candidates)
@@ -151,8 +153,23 @@ def take_over(
             claim_token=claim_token,
             worker_id=worker_id,
             lease_expires_at=lease_expires_at,
-            attempts=F("attempts") + 1,
         )
+    )
+
+
+def count_hand_offs(run_ids: Sequence[int], claim_token: str, *, using: str) -> int:
+    """One attempt more for each run among ``run_ids`` that ``claim_token`` still holds and
+    that is about to be handed off: queued by hand, or of a schedule not paused since its
+    claim (``cancel_paused`` takes those). How many were counted.
+
+    ``attempts`` counts hand-offs, so it is counted here, just before the dispatcher is
+    called, and nowhere else: a run that waits (a full lane, a process that died before
+    dispatching) is taken over lease after lease without using any up."""
+    return (
+        Run.objects.using(using)
+        .held_by(claim_token, json_ids(run_ids, using))
+        .filter(Q(schedule__enabled=True) | ~Q(trigger=Run.Trigger.SCHEDULE))
+        .update(attempts=F("attempts") + 1)
     )
 
 
@@ -412,5 +429,6 @@ def release_buffered(schedule_ids: Collection[int] | None, *, now: datetime, usi
     return waiting.exclude(schedule_id__in=busy).update(
         status=Run.Status.PENDING,
         attempts=0,
+        claim_token="",  # queued: held by no process (the claim that buffered it is over)
         lease_expires_at=F("scheduled_for"),  # already expired: any scheduler takes it
     )

@@ -383,12 +383,11 @@ class Worker:
                 self.claimer.release_buffered()
             # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
             takeover_limit = self._claim_limit()
-            taken, takeover = self.claimer.take_over_expired(batch.now_ms, takeover_limit)
+            taken, takeover, taken_counters = self.claimer.take_over_expired(
+                batch.now_ms, takeover_limit
+            )
             more = self._takeover_more = len(taken) >= takeover_limit
-            queued = sum(1 for o in taken if o.attempt == 1)
-            self.counters.queued += queued
-            self.counters.redispatched += len(taken) - queued
-            self.counters.fired += len(taken)
+            self.counters.add(taken_counters)
             self._dispatch(Leased(taken, takeover, leased_at))
         self._chores()
         if counters.claimed:

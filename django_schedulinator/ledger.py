@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -227,6 +227,15 @@ class Retry:
 NO_RETRY = Retry(max_attempts=1, backoff=1.0, backoff_max=1.0)
 
 
+@dataclass(slots=True)
+class Recorded:
+    """What ``record_outcomes`` did: the outcomes that ended runs (for the failure
+    streaks), and when the runs it sent back to pending for a retry are due again."""
+
+    ended: list[Outcome] = field(default_factory=list)
+    retry_at: list[datetime] = field(default_factory=list)
+
+
 def record_outcomes(
     outcomes: Sequence[Outcome],
     *,
@@ -235,22 +244,25 @@ def record_outcomes(
     using: str,
     outcome_due_by: datetime | None = None,
     retry: Retry = NO_RETRY,
-) -> list[Outcome]:
+) -> Recorded:
     """Store what the dispatcher said of each run (those still unfinished), in one
     transaction (the caller's). Returns the outcomes that ended runs (succeeded or failed,
-    the hand-offs given up on included), for the schedules' failure streaks.
+    the hand-offs given up on included), for the schedules' failure streaks, and when the
+    retries are due.
 
     - ``dispatched``: handed off. A run a report already moved on (started, or ended) keeps
       that status. ``outcome_due_by`` (when the dispatcher learns outcomes) is how long it
       counts as in progress for overlap.
     - ``retry``: the hand-off may pass later. Below ``retry.max_attempts`` the run goes back
       to pending, no process holding it, with a lease that ends after the backoff: a
-      take-over dispatches it again then, with the same key. At the limit it fails. A run
+      take-over dispatches it again then (the caller plans one for that moment), with
+      the same key. At the limit it fails. A run
       a worker reported started meanwhile keeps that status: its hand-off arrived.
     - ``succeeded``/``failed``: ended.
     """
     runs = Run.objects.using(using)
-    ended: list[Outcome] = []
+    recorded = Recorded()
+    ended = recorded.ended
     handed_off: list[Outcome] = []
     succeeded: list[Outcome] = []
     failed: list[Outcome] = []
@@ -316,13 +328,15 @@ def record_outcomes(
                     )
                 )
                 continue
-            leased.filter(pk=o.run_id).update(
+            again_at = now + retry.delay(attempt)
+            if leased.filter(pk=o.run_id).update(
                 status=Run.Status.PENDING,
                 claim_token="",
-                lease_expires_at=now + retry.delay(attempt),
+                lease_expires_at=again_at,
                 error=o.error,
                 response_status=o.response_status,
-            )
+            ):
+                recorded.retry_at.append(again_at)
     for o in failed:  # one statement each: failures carry their own error text
         if (
             runs.unfinished()
@@ -337,7 +351,7 @@ def record_outcomes(
             )
         ):
             ended.append(o)
-    return ended
+    return recorded
 
 
 def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:

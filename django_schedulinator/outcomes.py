@@ -121,9 +121,10 @@ def record(
     now: datetime,
     using: str,
     index: DueIndex | None = None,
-) -> set[int]:
-    """Store what ``dispatcher`` returned for a batch, in one transaction; the schedules
-    whose runs ended (their buffered run may go now)."""
+) -> ledger.Recorded:
+    """Store what ``dispatcher`` returned for a batch, in one transaction: the ledger, then
+    the failure streaks of the schedules whose runs ended (their buffered run may go now).
+    Returns what the ledger recorded: those outcomes, and when the retries are due."""
     awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
     with transaction.atomic(using=using):
@@ -133,7 +134,7 @@ def record(
             [schedule_of[o.run_id] for o in outcomes if o.status in ("failed", "retry")],
             using=using,
         )
-        ended = ledger.record_outcomes(
+        recorded = ledger.record_outcomes(
             outcomes,
             dispatched_at=dispatched_at,
             now=now,
@@ -143,11 +144,11 @@ def record(
         )
         _streaks(
             resets,
-            [schedule_of[o.run_id] for o in ended if o.status == "failed"],
+            [schedule_of[o.run_id] for o in recorded.ended if o.status == "failed"],
             using=using,
             index=index,
         )
-    return {schedule_of[o.run_id] for o in ended}
+    return recorded
 
 
 @through_a_dropped_connection

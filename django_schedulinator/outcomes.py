@@ -24,6 +24,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from . import clock, ledger, services, timing
 from .errors import SchedulinatorError
 from .models import Run
+from .querysets import json_ids
 
 if TYPE_CHECKING:
     from .dispatch.base import BaseDispatcher, Outcome
@@ -142,12 +143,8 @@ def record(
             outcome_due_by=due_by if awaited else None,
             retry=retry_of(dispatcher),
         )
-        _streaks(
-            resets,
-            [schedule_of[o.run_id] for o in recorded.ended if o.status == "failed"],
-            using=using,
-            index=index,
-        )
+        failed = [o.run_id for o in recorded.ended if o.status == "failed"]
+        _streaks(resets, _nominal_times(failed, using), using=using, index=index)
     return recorded
 
 
@@ -193,7 +190,7 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
             using=db,
         )
         if ended:
-            _streaks(resets, [] if succeeded else [schedule_id], using=db)
+            _streaks(resets, {} if succeeded else {schedule_id: [at]}, using=db)
     if not ended:
         logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
         return False
@@ -214,11 +211,29 @@ def release_buffered(
     return released
 
 
+def _nominal_times(run_ids: Sequence[int], using: str) -> dict[int, list[datetime]]:
+    """The nominal times of these runs, by schedule."""
+    times: dict[int, list[datetime]] = {}
+    if run_ids:
+        for schedule_id, at in (
+            Run.objects.using(using)
+            .filter(pk__in=json_ids(run_ids, using))
+            .values_list("schedule_id", "scheduled_for")
+        ):
+            times.setdefault(schedule_id, []).append(at)
+    return times
+
+
 def _streaks(
-    succeeded: Sequence[int], failed: Sequence[int], *, using: str, index: DueIndex | None = None
+    succeeded: Sequence[int],
+    failed: Mapping[int, Sequence[datetime]],
+    *,
+    using: str,
+    index: DueIndex | None = None,
 ) -> None:
-    """Each schedule's failures in a row (``succeeded``: those with a count to reset, from
-    ``services.lock_streaks``); those that reach ``pause_after_failures`` pause (through the
+    """Each schedule's failures in a row (``succeeded``: those with a success and a count
+    above zero, from ``services.lock_streaks``; ``failed``: the nominal times of the runs
+    that failed, by schedule); those that reach ``pause_after_failures`` pause (through the
     service layer, in the caller's transaction)."""
     reached = services.record_streaks(succeeded, failed, using=using)
     paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import pytest
-from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
@@ -22,7 +21,7 @@ from django_schedulinator.worker import Worker
 
 from .conftest import make_due, make_schedule
 from .models import Delivery
-from .processes import wait_for
+from .processes import looping, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -103,26 +102,15 @@ def test_runs_that_wait_in_a_stuck_lane_keep_their_attempts(
     resync_schedules()
     worker = Worker(worker_id="t", batch_size=1, lease_seconds=0.5)
 
-    def run() -> None:
+    with looping(worker):
         try:
-            worker.run()
+            # Every run but the one in dispatch taken over and sent to the full lane three
+            # times on average.
+            wait_for(lambda: worker.counters.lane_full >= 3 * 14, timeout=120)
+            assert StuckThenFlaky.handed[1:] == []  # only the stuck batch was handed off
         finally:
-            connections.close_all()
-
-    loop = threading.Thread(target=run)
-    loop.start()
-    try:
-        # Every run but the one in dispatch taken over and sent to the full lane three times
-        # on average.
-        wait_for(lambda: worker.counters.lane_full >= 3 * 14, timeout=120)
-        assert StuckThenFlaky.handed[1:] == []  # nothing but the stuck batch was handed off
-        StuckThenFlaky.release.set()
+            StuckThenFlaky.release.set()
         wait_for(lambda: not Run.objects.filter(status__in=Run.UNFINISHED).exists(), timeout=120)
-    finally:
-        StuckThenFlaky.release.set()
-        worker.stopping = True
-        loop.join(60)
-    assert not loop.is_alive()
 
     runs = list(Run.objects.all())
     assert [(r.status, r.error) for r in runs] == [("succeeded", "")] * 15

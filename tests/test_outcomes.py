@@ -210,11 +210,20 @@ def test_a_run_never_reported_stops_holding_back_its_schedule_after_the_outcome_
     assert first.status == "dispatched"  # its outcome stays unknown
 
 
-def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
-    schedule = make_schedule(dispatcher="queue", next_run_at=timezone.now() - timedelta(seconds=5))
+def claimed(dispatcher: str) -> tuple[Schedule, Worker, list[Any], str]:
+    """A due schedule of ``dispatcher`` whose run a scheduler claimed and committed, and has
+    not dispatched yet: the schedule, the scheduler, the occurrences and the claim token."""
+    schedule = make_schedule(
+        dispatcher=dispatcher, next_run_at=timezone.now() - timedelta(seconds=5)
+    )
     worker = Worker(worker_id="t")
     batch, token = worker.claimer.claim(10)
     occurrences, _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    return schedule, worker, occurrences, token
+
+
+def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
+    schedule, worker, occurrences, token = claimed("queue")
     [occurrence] = occurrences
     # The worker is quicker than the scheduler's record of the hand-off.
     assert outcomes.report_started(occurrence.key)
@@ -237,10 +246,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
     }  # fmt: skip
     Flaky.attempts.clear()
     Flaky.failures = 1
-    schedule = make_schedule(dispatcher="flaky", next_run_at=timezone.now() - timedelta(seconds=5))
-    worker = Worker(worker_id="t")
-    batch, token = worker.claimer.claim(10)
-    occurrences, _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    schedule, worker, occurrences, token = claimed("flaky")
     [occurrence] = occurrences
     assert outcomes.report_started(occurrence.key)
     worker._dispatch_now(worker._lane("flaky"), _leased(occurrences, token))

@@ -23,7 +23,7 @@ from django_schedulinator.worker import Worker
 
 from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Receipt, Redelivery
-from .processes import output, wait_for
+from .processes import looping, output, wait_for
 from .redis_server import RedisServer
 from .webhook_receiver import SECRET, webhook_receiver
 
@@ -225,26 +225,13 @@ def test_a_failed_hand_off_is_sent_again_when_its_backoff_ends(
             dispatch_options={"target": "billing"},
         )
         worker = Worker(worker_id="t", lease_seconds=60, max_sleep=5)
-
-        def run() -> None:
-            try:
-                worker.run()
-            finally:
-                connections.close_all()
-
-        loop = threading.Thread(target=run)
         arrivals: list[float] = []
-        loop.start()
-        try:
+        with looping(worker):
             deadline = time.monotonic() + 30
             while len(arrivals) < 4 and time.monotonic() < deadline:
                 arrivals += [time.monotonic()] * (len(receiver.received) - len(arrivals))
                 time.sleep(0.01)
             wait_for(lambda: Run.objects.get(schedule=schedule).status == "succeeded", 30)
-        finally:
-            worker.stopping = True
-            loop.join(60)
-        assert not loop.is_alive()
 
     assert [r.body["attempt"] for r in receiver.received] == [1, 2, 3, 4]
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]

@@ -21,9 +21,11 @@ advance plus the new runs) and one index script, whatever the batch size:
 
 from __future__ import annotations
 
+import heapq
 import logging
 import secrets
-from collections.abc import Callable, Collection, Mapping, Sequence
+import threading
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -81,6 +83,7 @@ class Counters:
     invalid: int = 0  # rows whose timing cannot be evaluated
     leases_expired: int = 0  # in-flight entries returned to the due set
     redispatched: int = 0  # pending runs taken over after their lease expired
+    retried: int = 0  # failed hand-offs handed off again once their back-off ended
     reconciled: int = 0  # entries healed by reconcile passes (lost sync writes)
     auto_paused: int = 0  # schedules paused after too many failures in a row
     # Committed runs not dispatched: their schedule was deleted or paused before dispatch.
@@ -96,6 +99,44 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class PlannedRetries:
+    """When the retries this process recorded are due (Redis time, epoch ms), so that it
+    takes them over then instead of at its next periodic take-over. Recorded by the lanes'
+    threads, read by the loop. If this process dies, the periodic take-overs of the
+    others send them."""
+
+    # Retries due within the same tenth of a second share one take-over.
+    GRAIN_MS = 100
+
+    def __init__(self) -> None:
+        self._due: list[int] = []  # a heap of the distinct moments in _planned
+        self._planned: set[int] = set()
+        self._lock = threading.Lock()
+
+    def add(self, moments: Iterable[datetime]) -> None:
+        with self._lock:
+            for at in moments:
+                # Rounded up: a take-over at that moment finds the run's lease ended.
+                ms = -(-timing.to_ms(timing.ceil_ms(at)) // self.GRAIN_MS) * self.GRAIN_MS
+                if ms not in self._planned:
+                    self._planned.add(ms)
+                    heapq.heappush(self._due, ms)
+
+    def take_due(self, now_ms: int) -> bool:
+        """Whether a retry is due at ``now_ms``; those due are forgotten (the take-over
+        that follows sends them)."""
+        with self._lock:
+            due = False
+            while self._due and self._due[0] <= now_ms:
+                self._planned.discard(heapq.heappop(self._due))
+                due = True
+            return due
+
+    def next_ms(self) -> int | None:
+        with self._lock:
+            return self._due[0] if self._due else None
 
 
 @dataclass(slots=True)
@@ -145,11 +186,11 @@ def timing_of(row: Any) -> timing.Timing:
 
 def _runs_of(due: Due) -> list[NewRun]:
     """The ledger rows of one due schedule: fired (pending; the insert leases them to this
-    claim), buffered (waiting for the previous run; queued later with attempts from 0),
+    claim; no attempt until their hand-off), buffered (waiting for the previous run),
     skipped."""
     row = due.row
     return [
-        *(NewRun.of(row, at) for at in due.plan.fire),
+        *(NewRun.of(row, at, attempts=0) for at in due.plan.fire),
         *(NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
         *(
             NewRun.of(row, skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason,
@@ -175,6 +216,7 @@ class Claimer:
         self.index = index or get_index()
         self.db = using or router.db_for_write(Schedule)
         self.clock = clock
+        self.retries = PlannedRetries()
 
     # -- 1. claim -------------------------------------------------------------------------
 
@@ -400,21 +442,28 @@ class Claimer:
 
     # -- runs waiting in SQL: expired leases, and runs queued for any scheduler ----------
 
-    def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str]:
+    def take_over_expired(self, now_ms: int, limit: int) -> tuple[list[Occurrence], str, Counters]:
         """Unfinished runs whose lease expired, now leased to this process under a new claim
         token (returned), to dispatch. These are runs whose process died or stalled, and
         runs queued with an expired lease on purpose (run now, backfill, a released buffer:
-        their ``attempts`` was 0, so their first dispatch has ``attempt == 1``)."""
+        no attempt yet, so their first hand-off has ``attempt == 1``). Each occurrence's
+        ``attempt`` is the hand-off it is about to be (``dispatchable`` counts it). The
+        counters say which kind each was: ``queued``, ``retried`` (a failed hand-off whose
+        back-off ended) or ``redispatched`` (left behind by the process that held it)."""
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
-        candidates = list(
-            runs.lease_expired(now)
+        # Held by no process (an empty claim token): queued, or waiting for its retry.
+        held_before = {
+            pk: (claim_token, attempts)
+            for pk, claim_token, attempts in runs.lease_expired(now)
             .order_by("lease_expires_at")
-            .values_list("pk", flat=True)[:limit]
-        )
+            .values_list("pk", "claim_token", "attempts")[:limit]
+        }
+        candidates = list(held_before)
         token = new_token()
+        counters = Counters()
         if not candidates:
-            return [], token
+            return [], token, counters
         ledger.take_over(
             candidates,
             now=now,
@@ -432,7 +481,7 @@ class Claimer:
                 schedule_name=name,
                 task=task,
                 scheduled_for=scheduled_for,
-                attempt=attempts,
+                attempt=attempts + 1,
                 args=args,
                 kwargs=kwargs,
                 dispatcher=dispatcher,
@@ -443,13 +492,27 @@ class Claimer:
                 attempts,
             ) in taken
         ]  # fmt: skip
-        again = sum(1 for o in occurrences if o.attempt > 1)
-        if again:
+        for o in occurrences:
+            held_by, attempts = held_before[o.run_id]
+            if held_by:
+                counters.redispatched += 1
+            elif attempts:
+                counters.retried += 1
+            else:
+                counters.queued += 1
+        counters.fired = len(occurrences)
+        if counters.retried:
+            logger.info(
+                "Handing off %d run(s) again whose back-off after a failed hand-off ended "
+                "(same keys).",
+                counters.retried,
+            )
+        if counters.redispatched:
             logger.warning(
                 "Dispatching %d run(s) again whose lease expired (same keys).",
-                again,
+                counters.redispatched,
             )
-        return occurrences, token
+        return occurrences, token, counters
 
     def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
         """Extend the leases of the runs that ``token`` still holds; their ids.
@@ -465,7 +528,8 @@ class Claimer:
     def dispatchable(
         self, occurrences: Sequence[Occurrence], token: str
     ) -> tuple[list[Occurrence], int]:
-        """The occurrences still to dispatch, and how many were cancelled; one query.
+        """The occurrences still to dispatch, each with its hand-off counted, and how many
+        were cancelled; one statement when all of them go.
 
         A committed batch may wait before its dispatch (in the dispatch queue, or behind a
         slow batch). Meanwhile its schedule may have been deleted, which deletes its runs
@@ -476,6 +540,10 @@ class Claimer:
         if not occurrences:
             return [], 0
         ids = [o.run_id for o in occurrences]
+        # The usual case: every run is still held here and goes. Each occurrence's attempt
+        # is already the count this makes (the lease kept anyone else from changing it).
+        if ledger.count_hand_offs(ids, token, using=self.db) == len(ids):
+            return list(occurrences), 0
         held = {
             pk: (trigger, enabled)
             for pk, trigger, enabled in Run.objects.using(self.db)
@@ -525,10 +593,10 @@ class Claimer:
         dispatcher: BaseDispatcher,
     ) -> set[int]:
         """Store what ``dispatcher`` returned, in one transaction (``outcomes.record``): the
-        ledger, each schedule's failures in a row and auto-pause. Returns the schedules
-        whose runs ended."""
+        ledger, each schedule's failures in a row and auto-pause. Plans a take-over for
+        when each retry is due. Returns the schedules whose runs ended."""
         now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
-        return outcomes.record(
+        recorded = outcomes.record(
             results,
             schedule_of,
             dispatcher=dispatcher,
@@ -537,6 +605,8 @@ class Claimer:
             using=self.db,
             index=self.index,
         )
+        self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
+        return {schedule_of[o.run_id] for o in recorded.ended}
 
     # -- overlap "buffer" -----------------------------------------------------------------
 

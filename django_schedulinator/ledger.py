@@ -5,8 +5,9 @@ makes an occurrence impossible to record twice, and the idempotency key derives 
 same pair, so the ledger is what makes "fired exactly once" decidable. Runs enter it when a
 claim fires, buffers or skips occurrences (``record_claimed``), when a resume or a run now
 passes occurrences over (``record_skipped``), and when someone queues work by hand
-(``queue``, ``requeue_skipped``). They leave ``pending`` when a scheduler takes them over
-(``take_over``), starts them (``mark_running``), cancels them (``cancel_paused``) or records
+(``queue``, ``requeue_skipped``). A scheduler takes them over (``take_over``) and counts
+each hand-off (``count_hand_offs``). They leave ``pending`` when a scheduler starts them
+(``mark_running``), cancels them (``cancel_paused``) or records
 their outcome (``record_outcomes``; a hand-off that failed goes back to pending after a
 backoff), and when a worker reports on a handed-off run by its key (``record_started``,
 ``record_reported_end``); buffered runs are released by ``release_buffered``.
@@ -20,11 +21,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from . import timing
@@ -140,8 +141,9 @@ def take_over(
     using: str,
 ) -> int:
     """Lease the runs among ``candidates`` whose lease expired to this process under a new
-    claim token, one attempt more. Conditional: of two processes taking over the same run,
-    exactly one matches. Returns how many it took."""
+    claim token. Conditional: of two processes taking over the same run, exactly one
+    matches. Returns how many it took. Taking a run is not handing it off: its attempts
+    stay (``count_hand_offs`` counts them)."""
     return (
         Run.objects.using(using)
         .filter(pk__in=candidates)
@@ -151,8 +153,23 @@ def take_over(
             claim_token=claim_token,
             worker_id=worker_id,
             lease_expires_at=lease_expires_at,
-            attempts=F("attempts") + 1,
         )
+    )
+
+
+def count_hand_offs(run_ids: Sequence[int], claim_token: str, *, using: str) -> int:
+    """One attempt more for each run among ``run_ids`` that ``claim_token`` still holds and
+    that is about to be handed off: queued by hand, or of a schedule not paused since its
+    claim (``cancel_paused`` takes those). How many were counted.
+
+    ``attempts`` counts hand-offs, so it is counted here, just before the dispatcher is
+    called, and nowhere else: a run that waits (a full lane, a process that died before
+    dispatching) is taken over lease after lease without using any up."""
+    return (
+        Run.objects.using(using)
+        .held_by(claim_token, json_ids(run_ids, using))
+        .filter(Q(schedule__enabled=True) | ~Q(trigger=Run.Trigger.SCHEDULE))
+        .update(attempts=F("attempts") + 1)
     )
 
 
@@ -210,6 +227,15 @@ class Retry:
 NO_RETRY = Retry(max_attempts=1, backoff=1.0, backoff_max=1.0)
 
 
+@dataclass(slots=True)
+class Recorded:
+    """What ``record_outcomes`` did: the outcomes that ended runs (for the failure
+    streaks), and when the runs it sent back to pending for a retry are due again."""
+
+    ended: list[Outcome] = field(default_factory=list)
+    retry_at: list[datetime] = field(default_factory=list)
+
+
 def record_outcomes(
     outcomes: Sequence[Outcome],
     *,
@@ -218,21 +244,25 @@ def record_outcomes(
     using: str,
     outcome_due_by: datetime | None = None,
     retry: Retry = NO_RETRY,
-) -> list[Outcome]:
+) -> Recorded:
     """Store what the dispatcher said of each run (those still unfinished), in one
     transaction (the caller's). Returns the outcomes that ended runs (succeeded or failed,
-    the hand-offs given up on included), for the schedules' failure streaks.
+    the hand-offs given up on included), for the schedules' failure streaks, and when the
+    retries are due.
 
     - ``dispatched``: handed off. A run a report already moved on (started, or ended) keeps
       that status. ``outcome_due_by`` (when the dispatcher learns outcomes) is how long it
       counts as in progress for overlap.
     - ``retry``: the hand-off may pass later. Below ``retry.max_attempts`` the run goes back
       to pending, no process holding it, with a lease that ends after the backoff: a
-      take-over dispatches it again then, with the same key. At the limit it fails.
+      take-over dispatches it again then (the caller plans one for that moment), with
+      the same key. At the limit it fails. A run
+      a worker reported started meanwhile keeps that status: its hand-off arrived.
     - ``succeeded``/``failed``: ended.
     """
     runs = Run.objects.using(using)
-    ended: list[Outcome] = []
+    recorded = Recorded()
+    ended = recorded.ended
     handed_off: list[Outcome] = []
     succeeded: list[Outcome] = []
     failed: list[Outcome] = []
@@ -276,15 +306,18 @@ def record_outcomes(
             **_receipts(succeeded),
         )
     if retries:
-        attempts = dict(
-            runs.unfinished()
-            .filter(pk__in=json_ids([o.run_id for o in retries], using))
-            .values_list("pk", "attempts")
+        retried = json_ids([o.run_id for o in retries], using)
+        # A run reported started has no lease: its hand-off reached a worker whatever the
+        # dispatcher says, and it waits for its reported end like any hand-off.
+        runs.filter(pk__in=retried, status=Run.Status.RUNNING, lease_expires_at=None).update(
+            dispatched_at=dispatched_at
         )
+        leased = runs.unfinished().exclude(lease_expires_at=None)
+        attempts = dict(leased.filter(pk__in=retried).values_list("pk", "attempts"))
         for o in retries:
             attempt = attempts.get(o.run_id)
             if attempt is None:
-                continue  # taken over, or ended meanwhile
+                continue  # reported started, or ended, meanwhile
             if attempt >= retry.max_attempts:
                 failed.append(
                     replace(
@@ -295,13 +328,15 @@ def record_outcomes(
                     )
                 )
                 continue
-            runs.unfinished().filter(pk=o.run_id).update(
+            again_at = now + retry.delay(attempt)
+            if leased.filter(pk=o.run_id).update(
                 status=Run.Status.PENDING,
                 claim_token="",
-                lease_expires_at=now + retry.delay(attempt),
+                lease_expires_at=again_at,
                 error=o.error,
                 response_status=o.response_status,
-            )
+            ):
+                recorded.retry_at.append(again_at)
     for o in failed:  # one statement each: failures carry their own error text
         if (
             runs.unfinished()
@@ -316,7 +351,7 @@ def record_outcomes(
             )
         ):
             ended.append(o)
-    return ended
+    return recorded
 
 
 def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -408,5 +443,6 @@ def release_buffered(schedule_ids: Collection[int] | None, *, now: datetime, usi
     return waiting.exclude(schedule_id__in=busy).update(
         status=Run.Status.PENDING,
         attempts=0,
+        claim_token="",  # queued: held by no process (the claim that buffered it is over)
         lease_expires_at=F("scheduled_for"),  # already expired: any scheduler takes it
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
@@ -23,6 +24,7 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from . import clock, ledger, services, timing
 from .errors import SchedulinatorError
 from .models import Run
+from .querysets import json_ids
 
 if TYPE_CHECKING:
     from .dispatch.base import BaseDispatcher, Outcome
@@ -71,12 +73,22 @@ class InvalidKey(SchedulinatorError, ValueError):
     """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
 
 
+# ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits.
+KEY_PATTERN = re.compile(r"([0-9]{1,19}):(-?[0-9]{1,15})")
+# A schedule's primary key is a bigint.
+MAX_SCHEDULE_ID = 2**63 - 1
+
+
 def parse_key(key: str) -> tuple[int, datetime]:
-    """The schedule id and nominal time an occurrence key stands for."""
-    schedule, sep, ms = str(key).partition(":")
-    if not (sep and schedule.isdigit() and ms.lstrip("-").isdigit()):
-        raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
-    return int(schedule), timing.from_ms(int(ms))
+    """The schedule id and nominal time an occurrence key stands for. Something else, or a
+    key whose numbers no schedule id or datetime can hold, raises ``InvalidKey``."""
+    match = KEY_PATTERN.fullmatch(str(key))
+    if match and int(match[1]) <= MAX_SCHEDULE_ID:
+        try:
+            return int(match[1]), timing.from_ms(int(match[2]))
+        except OverflowError:  # past the years 1-9999
+            pass
+    raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
 
 
 def retry_of(dispatcher: BaseDispatcher) -> ledger.Retry:
@@ -110,9 +122,10 @@ def record(
     now: datetime,
     using: str,
     index: DueIndex | None = None,
-) -> set[int]:
-    """Store what ``dispatcher`` returned for a batch, in one transaction; the schedules
-    whose runs ended (their buffered run may go now)."""
+) -> ledger.Recorded:
+    """Store what ``dispatcher`` returned for a batch, in one transaction: the ledger, then
+    the failure streaks of the schedules whose runs ended (their buffered run may go now).
+    Returns what the ledger recorded: those outcomes, and when the retries are due."""
     awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
     with transaction.atomic(using=using):
@@ -122,7 +135,7 @@ def record(
             [schedule_of[o.run_id] for o in outcomes if o.status in ("failed", "retry")],
             using=using,
         )
-        ended = ledger.record_outcomes(
+        recorded = ledger.record_outcomes(
             outcomes,
             dispatched_at=dispatched_at,
             now=now,
@@ -130,13 +143,9 @@ def record(
             outcome_due_by=due_by if awaited else None,
             retry=retry_of(dispatcher),
         )
-        _streaks(
-            resets,
-            [schedule_of[o.run_id] for o in ended if o.status == "failed"],
-            using=using,
-            index=index,
-        )
-    return {schedule_of[o.run_id] for o in ended}
+        failed = [o.run_id for o in recorded.ended if o.status == "failed"]
+        _streaks(resets, _nominal_times(failed, using), using=using, index=index)
+    return recorded
 
 
 @through_a_dropped_connection
@@ -181,7 +190,7 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
             using=db,
         )
         if ended:
-            _streaks(resets, [] if succeeded else [schedule_id], using=db)
+            _streaks(resets, {} if succeeded else {schedule_id: [at]}, using=db)
     if not ended:
         logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
         return False
@@ -202,11 +211,29 @@ def release_buffered(
     return released
 
 
+def _nominal_times(run_ids: Sequence[int], using: str) -> dict[int, list[datetime]]:
+    """The nominal times of these runs, by schedule."""
+    times: dict[int, list[datetime]] = {}
+    if run_ids:
+        for schedule_id, at in (
+            Run.objects.using(using)
+            .filter(pk__in=json_ids(run_ids, using))
+            .values_list("schedule_id", "scheduled_for")
+        ):
+            times.setdefault(schedule_id, []).append(at)
+    return times
+
+
 def _streaks(
-    succeeded: Sequence[int], failed: Sequence[int], *, using: str, index: DueIndex | None = None
+    succeeded: Sequence[int],
+    failed: Mapping[int, Sequence[datetime]],
+    *,
+    using: str,
+    index: DueIndex | None = None,
 ) -> None:
-    """Each schedule's failures in a row (``succeeded``: those with a count to reset, from
-    ``services.lock_streaks``); those that reach ``pause_after_failures`` pause (through the
+    """Each schedule's failures in a row (``succeeded``: those with a success and a count
+    above zero, from ``services.lock_streaks``; ``failed``: the nominal times of the runs
+    that failed, by schedule); those that reach ``pause_after_failures`` pause (through the
     service layer, in the caller's transaction)."""
     reached = services.record_streaks(succeeded, failed, using=using)
     paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)

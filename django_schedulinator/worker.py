@@ -427,7 +427,7 @@ class Worker:
                     break
                 if self._reconcile_behind:
                     continue  # the next slice of reconcile's backlog, after one more pass
-                self._sleep(self._sleep_seconds(result))
+                self._sleep_between_passes(result)
         finally:
             self._stop_lanes()
             self.close()
@@ -437,7 +437,10 @@ class Worker:
 
     def run_pass(self) -> PassResult:
         """Claim one batch, fire what is due, then take the runs waiting in SQL: those whose
-        lease expired, and those queued by run now, backfill or a released buffer."""
+        lease expired, those queued by run now, backfill or a released buffer, and failed
+        hand-offs whose back-off ended. That take-over runs every quarter lease, when a run
+        was queued (the claim says so), when the last one was a full batch, and when a
+        retry this process recorded is due."""
         limit = self._claim_limit()
         leased_at = time.monotonic()
         batch, token = self.claimer.claim(limit)
@@ -453,20 +456,22 @@ class Worker:
         self.counters.add(counters)
         self._dispatch(Leased(occurrences, token, leased_at, plan.buffering))
         periodic = time.monotonic() >= self._next_takeover
+        retry_due = self.claimer.retries.take_due(batch.now_ms)
         more = False
-        if (periodic or batch.woken or self._takeover_more) and not self._runs_exhausted():
+        if (
+            periodic or batch.woken or self._takeover_more or retry_due
+        ) and not self._runs_exhausted():
             if periodic:
                 self._next_takeover = time.monotonic() + self._takeover_every
                 # Buffered runs whose release was missed (their predecessor's process died).
                 self.claimer.release_buffered()
             # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
             takeover_limit = self._claim_limit()
-            taken, takeover = self.claimer.take_over_expired(batch.now_ms, takeover_limit)
+            taken, takeover, taken_counters = self.claimer.take_over_expired(
+                batch.now_ms, takeover_limit
+            )
             more = self._takeover_more = len(taken) >= takeover_limit
-            queued = sum(1 for o in taken if o.attempt == 1)
-            self.counters.queued += queued
-            self.counters.redispatched += len(taken) - queued
-            self.counters.fired += len(taken)
+            self.counters.add(taken_counters)
             self._dispatch(Leased(taken, takeover, leased_at))
         self._chores()
         if counters.claimed:
@@ -861,18 +866,32 @@ class Worker:
             return True
         return False
 
-    def _sleep_seconds(self, result: PassResult) -> float:
+    def _sleep_seconds(self, result: PassResult, next_retry_ms: int | None = None) -> float:
+        """Until the earliest due entry or retry planned here, at most a jittered maximum."""
         # Jitter keeps many idle schedulers from polling Redis in lockstep.
         ceiling = self.max_sleep * random.uniform(0.75, 1.0)
-        if result.next_due_ms is None:
+        due = [ms for ms in (result.next_due_ms, next_retry_ms) if ms is not None]
+        if not due:
             return ceiling
-        return max(0.0, min(ceiling, (result.next_due_ms - result.now_ms) / 1000))
+        return max(0.0, min(ceiling, (min(due) - result.now_ms) / 1000))
 
-    def _sleep(self, seconds: float) -> None:
+    def _sleep_between_passes(self, result: PassResult) -> None:
+        """Sleep as ``_sleep_seconds`` says, or less: a lane that records a failed hand-off
+        meanwhile plans its retry, and if that comes before any this sleep was computed
+        for, the next pass comes now (and computes the sleep again)."""
+        planned = self.claimer.retries.next_ms()
+
+        def earlier_retry() -> bool:
+            earliest = self.claimer.retries.next_ms()
+            return earliest is not None and (planned is None or earliest < planned)
+
+        self._sleep(self._sleep_seconds(result, planned), wake=earlier_retry)
+
+    def _sleep(self, seconds: float, *, wake: Callable[[], bool] | None = None) -> None:
         deadline = time.monotonic() + seconds
         while not self.stopping:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or (wake is not None and wake()):
                 return
             time.sleep(min(left, 0.1))
 

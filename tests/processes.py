@@ -1,10 +1,19 @@
-"""Helpers for the tests that run real processes: waiting for what they do, and reading what
-they said."""
+"""Helpers for the tests that run real processes (or a scheduler's loop in a thread): waiting
+for what they do, and reading what they said."""
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+if TYPE_CHECKING:
+    from django_schedulinator.worker import Worker
 
 
 def wait_for(condition, timeout: float = 60.0, interval: float = 0.1) -> None:
@@ -17,3 +26,24 @@ def wait_for(condition, timeout: float = 60.0, interval: float = 0.1) -> None:
 
 def output(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.read() if proc.stdout else ""
+
+
+@contextmanager
+def looping(worker: Worker) -> Iterator[None]:
+    """``worker.run()`` in a thread of its own, as ``run_scheduler`` runs it (its database
+    connections closed when it ends); stopped, and its end awaited, on leaving."""
+
+    def run() -> None:
+        try:
+            worker.run()
+        finally:
+            connections.close_all()
+
+    loop = threading.Thread(target=run)
+    loop.start()
+    try:
+        yield
+    finally:
+        worker.stopping = True
+        loop.join(60)
+    assert not loop.is_alive(), "the loop did not stop"

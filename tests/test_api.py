@@ -1545,3 +1545,43 @@ def test_a_report_that_is_not_one_names_the_field(
     response = worker.post(f"{API}runs/report/", body, format="json")
     assert response.status_code == 400
     assert field in response.json()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "1:--5",  # two signs
+        "1:\u00b2",  # a superscript two: str.isdigit() says it is a digit
+        "\u00b2:1",
+        "1:\u0661\u0662",  # Arabic-Indic digits: int() reads them
+        "1:99999999999999999",  # milliseconds past the last datetime (year 9999)
+        "1:-99999999999999999",
+        "9223372036854775808:1",  # a schedule id past the largest bigint
+        "99999999999999999999:1",
+    ],
+)
+def test_a_report_with_a_key_out_of_range_is_refused_naming_the_key(
+    world: dict[str, int], key: str
+) -> None:
+    """Keys of the right shape whose numbers no schedule or datetime can have were server
+    errors (a ValueError, an OverflowError, a DataError from the database)."""
+    worker = client_for(make_user("worker", REPORT_RUN))
+    response = worker.post(f"{API}runs/report/", {"key": key, "status": "failed"}, format="json")
+    assert response.status_code == 400, response.content
+    assert "is not an occurrence key" in response.json()["key"][0]
+
+
+def test_a_report_with_a_huge_error_keeps_its_end(world: dict[str, int]) -> None:
+    """An error text over the old 100,000-character limit lost the whole report (400, the run
+    left dispatched): the documented promise is its last 4,000 characters."""
+    Run.objects.filter(pk=world["r"]).update(status=Run.Status.DISPATCHED)
+    worker = client_for(make_user("worker", REPORT_RUN))
+    error = "x" * 150_000 + "the end"
+    response = worker.post(
+        f"{API}runs/report/",
+        {"key": world["k"], "status": "failed", "error": error},
+        format="json",
+    )
+    assert response.status_code == 200, response.content[:500]
+    assert response.json()["run_status"] == "failed"
+    assert Run.objects.get(pk=world["r"]).error == error[-4000:]

@@ -13,7 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services, timing
-from django_schedulinator.claiming import Claimer
+from django_schedulinator.claiming import Claimer, PlannedRetries
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, occurrence_key
 from django_schedulinator.querysets import Advance, NewRun
@@ -202,10 +202,10 @@ def test_a_pending_run_whose_dispatch_never_completed_is_redispatched_with_its_k
     assert worker.counters.redispatched == 1
     run = Run.objects.get()
     assert run.status == Run.Status.SUCCEEDED
-    assert run.attempts == 2
+    assert run.attempts == 1  # the one hand-off: the crash came before any
     delivery = Delivery.objects.get()
     assert delivery.key == occurrence.key
-    assert delivery.attempt == 2
+    assert delivery.attempt == 1
 
 
 def test_missing_marker_triggers_one_rebuild_then_firing(index: DueIndex) -> None:
@@ -439,3 +439,16 @@ def test_a_next_run_written_around_save_with_microseconds_fires_at_once_with_its
     assert run.status == Run.Status.SUCCEEDED
     assert run.scheduled_for == timing.truncate_ms(at)
     assert Delivery.objects.get(schedule_id=sid).key == occurrence_key(sid, at)
+
+
+def test_a_planned_retry_is_due_once_its_lease_has_ended() -> None:
+    """A retry's lease ends at a moment with microseconds; the take-over planned for it
+    compares whole milliseconds of Redis time, so it must not come before that moment (it
+    found nothing, and the retry waited for the periodic scan)."""
+    retries = PlannedRetries()
+    lease_end = timing.from_ms(1_700_000_000_100) + timedelta(microseconds=456)
+    retries.add([lease_end])
+    assert retries.next_ms() == 1_700_000_000_200
+    assert not retries.take_due(1_700_000_000_100)
+    assert retries.take_due(1_700_000_000_200)
+    assert retries.next_ms() is None

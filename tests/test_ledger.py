@@ -3,19 +3,25 @@ the scheduler that makes them."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import pytest
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.claiming import Claimer
+from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
 from .conftest import make_due, make_schedule
 from .models import Delivery
+from .processes import looping, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -44,8 +50,73 @@ def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: Du
     assert len(occurrences) == 3
     time.sleep(0.3)  # the batch waited in "slow"'s queue past its lease
     fast = Claimer(worker_id="fast", lease_seconds=30, index=built_index)
-    taken, fast_token = fast.take_over_expired(built_index.now_ms(), 10)
+    taken, fast_token, _counters = fast.take_over_expired(built_index.now_ms(), 10)
     assert len(taken) == 3
 
     assert slow.renew_leases([o.run_id for o in occurrences], token) == set()
     assert fast.renew_leases([o.run_id for o in taken], fast_token) == {o.run_id for o in taken}
+
+
+# -- attempts count hand-offs ----------------------------------------------------------------
+
+
+class StuckThenFlaky(BaseDispatcher):
+    """A broker that hangs until ``release`` is set, then refuses each occurrence's first
+    hand-off ("retry") and takes the second. ``handed`` lists every hand-off (key,
+    attempt), made when ``dispatch`` is called."""
+
+    release = threading.Event()
+    handed: ClassVar[list[tuple[str, int]]] = []
+    reports_outcomes = True
+
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        self.handed.extend((o.key, o.attempt) for o in occurrences)
+        while not self.release.wait(0.05):
+            progress.keepalive()
+        seen = Counter(key for key, _attempt in self.handed)
+        return [
+            Outcome(o.run_id, "retry", "broker hiccup")
+            if seen[o.key] == 1
+            else Outcome(o.run_id, "succeeded")
+            for o in occurrences
+        ]
+
+
+def test_runs_that_wait_in_a_stuck_lane_keep_their_attempts(
+    settings: Any, built_index: DueIndex
+) -> None:
+    """A lane that is stuck leaves its new runs pending; each lease that ends, a take-over
+    sends them to the same lane, which is still full. Those take-overs are not hand-offs:
+    with MAX_ATTEMPTS 3, every run must still get its three hand-offs once the broker is
+    back (they failed after one, "Handed off 4 time(s)")."""
+    StuckThenFlaky.handed.clear()
+    StuckThenFlaky.release.clear()
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"stuck": {"BACKEND": "tests.test_ledger.StuckThenFlaky",
+                                  "OPTIONS": {"MAX_ATTEMPTS": 3, "RETRY_BACKOFF_SECONDS": 0.05}}},
+    }  # fmt: skip
+    # One run a batch: the lane holds one batch in dispatch and ten waiting, the rest stay
+    # pending for a take-over.
+    make_due(15, dispatcher="stuck")
+    resync_schedules()
+    worker = Worker(worker_id="t", batch_size=1, lease_seconds=0.5)
+
+    with looping(worker):
+        try:
+            # Every run but the one in dispatch taken over and sent to the full lane three
+            # times on average.
+            wait_for(lambda: worker.counters.lane_full >= 3 * 14, timeout=120)
+            assert StuckThenFlaky.handed[1:] == []  # only the stuck batch was handed off
+        finally:
+            StuckThenFlaky.release.set()
+        wait_for(lambda: not Run.objects.filter(status__in=Run.UNFINISHED).exists(), timeout=120)
+
+    runs = list(Run.objects.all())
+    assert [(r.status, r.error) for r in runs] == [("succeeded", "")] * 15
+    handed = Counter(key for key, _attempt in StuckThenFlaky.handed)
+    assert {r.idempotency_key: r.attempts for r in runs} == handed
+    assert set(handed.values()) == {2}  # refused once, then taken
+    for run in runs:  # each hand-off says which one it is
+        key = run.idempotency_key
+        assert [a for k, a in StuckThenFlaky.handed if k == key] == [1, 2]

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import outcomes, resync_schedules
+from django_schedulinator import outcomes, resync_schedules, services
 from django_schedulinator.dispatch import Outcome, get_dispatcher
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
@@ -20,7 +20,7 @@ from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
-from .dispatchers import HandOff
+from .dispatchers import Flaky, HandOff
 
 pytestmark = pytest.mark.django_db
 
@@ -89,6 +89,83 @@ def test_a_reported_failure_counts_towards_auto_pause() -> None:
     ).exists()
 
 
+def backfilled(schedule: Schedule, minutes: int) -> list[Run]:
+    """Backfill the last ``minutes`` whole minutes of an every-minute cron and hand the
+    runs to the schedule's dispatcher in one take-over batch; its runs, oldest first."""
+    this_minute = timezone.now().replace(second=0, microsecond=0)
+    report = services.backfill(
+        schedule, this_minute - timedelta(minutes=minutes), this_minute - timedelta(minutes=1)
+    )
+    assert report.queued == minutes
+    Worker(worker_id="t").run_pass()  # its first pass takes over what is queued
+    return list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+
+
+def every_minute(**fields: Any) -> Schedule:
+    return make_schedule(kind="cron", cron="* * * * *", **fields)
+
+
+def test_failures_recorded_together_each_count_towards_auto_pause() -> None:
+    """Five failed runs of one schedule in one batch are five failures in a row: they
+    counted as one, and pause_after_failures=3 never paused after five failed backfills."""
+    schedule = every_minute(task="tests.boom", pause_after_failures=3)
+
+    runs = backfilled(schedule, 5)
+
+    assert [r.status for r in runs] == ["failed"] * 5
+    schedule.refresh_from_db()
+    assert schedule.failure_streak == 5
+    assert not schedule.enabled
+    assert schedule.pause_note == outcomes.AUTO_PAUSE_NOTE
+
+
+def test_a_late_success_of_an_older_run_keeps_the_streak_of_the_newer_ones() -> None:
+    """ "N times in a row" is the newest N runs by their nominal time: the three newest
+    failed, so the late success of the oldest does not reset the count (it did)."""
+    schedule = every_minute(dispatcher="queue")
+    oldest, *newer = backfilled(schedule, 4)
+    assert {r.status for r in [oldest, *newer]} == {"dispatched"}
+    for run in newer:
+        assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")
+    assert Schedule.objects.get(pk=schedule.pk).failure_streak == 3
+
+    assert outcomes.report_finished(oldest.idempotency_key, succeeded=True)
+
+    assert Schedule.objects.get(pk=schedule.pk).failure_streak == 3
+
+
+def test_a_late_failure_of_a_run_older_than_a_success_starts_no_streak() -> None:
+    schedule = every_minute(dispatcher="queue", pause_after_failures=2)
+    *older, newest = backfilled(schedule, 3)
+    assert outcomes.report_finished(newest.idempotency_key, succeeded=True)
+
+    for run in older:
+        assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")
+
+    schedule.refresh_from_db()
+    assert (schedule.failure_streak, schedule.enabled) == (0, True)
+
+
+def test_a_long_streak_is_counted_in_the_ledgers_order() -> None:
+    """Past the newest runs the count reads (services.STREAK_WINDOW) it goes on from the
+    stored count; a late outcome of a run older than those is counted from the ledger."""
+    assert services.STREAK_WINDOW <= 12
+    schedule = every_minute(dispatcher="queue")
+    runs = backfilled(schedule, 16)
+
+    def streak() -> int:
+        return Schedule.objects.get(pk=schedule.pk).failure_streak
+
+    for run in runs[1:3] + runs[4:]:  # 14 failures; the first run and the fourth not ended
+        outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")
+    assert streak() == 14
+
+    outcomes.report_finished(runs[3].idempotency_key, succeeded=True)
+    assert streak() == 12  # the failures after it
+    outcomes.report_finished(runs[0].idempotency_key, succeeded=False, error="boom")
+    assert streak() == 12  # older than the success
+
+
 def test_overlap_skip_waits_for_the_reported_end_of_a_handed_off_run() -> None:
     schedule, first = handed_off(overlap="skip")
 
@@ -133,11 +210,20 @@ def test_a_run_never_reported_stops_holding_back_its_schedule_after_the_outcome_
     assert first.status == "dispatched"  # its outcome stays unknown
 
 
-def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
-    schedule = make_schedule(dispatcher="queue", next_run_at=timezone.now() - timedelta(seconds=5))
+def claimed(dispatcher: str) -> tuple[Schedule, Worker, list[Any], str]:
+    """A due schedule of ``dispatcher`` whose run a scheduler claimed and committed, and has
+    not dispatched yet: the schedule, the scheduler, the occurrences and the claim token."""
+    schedule = make_schedule(
+        dispatcher=dispatcher, next_run_at=timezone.now() - timedelta(seconds=5)
+    )
     worker = Worker(worker_id="t")
     batch, token = worker.claimer.claim(10)
     occurrences, _counters = worker.claimer.commit(worker.claimer.recheck(batch), token)
+    return schedule, worker, occurrences, token
+
+
+def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
+    schedule, worker, occurrences, token = claimed("queue")
     [occurrence] = occurrences
     # The worker is quicker than the scheduler's record of the hand-off.
     assert outcomes.report_started(occurrence.key)
@@ -149,13 +235,40 @@ def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
     assert run.lease_expires_at is None  # no scheduler hands it off again
 
 
+def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: Any) -> None:
+    """The hand-off reached the worker (it reported the start) although the dispatcher
+    answered "retry" (a broker's confirmation lost, say): the run must not go back to
+    pending and be handed off again."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"flaky": {"BACKEND": "tests.dispatchers.Flaky",
+                                  "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.01}}},
+    }  # fmt: skip
+    Flaky.attempts.clear()
+    Flaky.failures = 1
+    schedule, worker, occurrences, token = claimed("flaky")
+    [occurrence] = occurrences
+    assert outcomes.report_started(occurrence.key)
+    worker._dispatch_now(worker._lane("flaky"), _leased(occurrences, token))
+
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.lease_expires_at) == ("running", None)
+    time.sleep(0.05)  # past any backoff
+    assert worker.claimer.take_over_expired(worker.claimer.now_ms(), 10)[0] == []
+    assert Flaky.attempts == [(occurrence.key, 1)]  # handed off once
+
+
 def _leased(occurrences: Any, token: str) -> Any:
     from django_schedulinator.worker import Leased
 
     return Leased(occurrences, token, time.monotonic())
 
 
-@pytest.mark.parametrize("key", ["", "abc", "12", "12:", ":5", "1:2:3", "x:1"])
+@pytest.mark.parametrize(
+    "key",
+    ["", "abc", "12", "12:", ":5", "1:2:3", "x:1", "1:--5", "1:\u00b2", "1:99999999999999999",
+     "9223372036854775808:1"],
+)  # fmt: skip
 def test_a_report_with_something_that_is_not_a_key_is_refused(key: str) -> None:
     with pytest.raises(outcomes.InvalidKey, match="is not an occurrence key"):
         outcomes.report_finished(key, succeeded=True)

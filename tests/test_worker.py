@@ -3,10 +3,13 @@ under a running scheduler, and its recovery from a failed pass."""
 
 from __future__ import annotations
 
+import itertools
+import logging
 import signal
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import OperationalError, connection, connections
@@ -15,13 +18,14 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
 from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Receipt, Redelivery
-from .processes import output, wait_for
+from .processes import looping, output, wait_for
 from .redis_server import RedisServer
+from .webhook_receiver import SECRET, webhook_receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -186,3 +190,57 @@ def test_a_pass_that_fails_after_its_claim_gives_the_entries_back_at_once(
     worker.run_pass()  # the next pass fires it, well within the lease
     worker.close()
     assert Schedule.objects.get(pk=schedule.pk).runs.count() == 1
+
+
+# -- retries of failed hand-offs ---------------------------------------------------------------
+
+
+def test_a_failed_hand_off_is_sent_again_when_its_backoff_ends(
+    settings: Any, built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver answering 503: each retry goes out when its backoff ends, from the
+    scheduler that recorded the failure, even while it sleeps; not at the take-over scan a
+    quarter lease later (15 s here), which came 5-8 s apart with the default lease. And it
+    is logged and counted as a retry, not as runs whose lease expired."""
+    caplog.set_level(logging.INFO, logger="django_schedulinator")
+    with webhook_receiver() as receiver:
+        settings.SCHEDULINATOR = {
+            **settings.SCHEDULINATOR,
+            "DISPATCHERS": {
+                "hooks": {
+                    "BACKEND": "django_schedulinator.dispatch.webhook.WebhookDispatcher",
+                    "OPTIONS": {
+                        "TARGETS": {"billing": {"URL": f"{receiver.url}/hook", "SECRET": SECRET}},
+                        "RETRY_BACKOFF_SECONDS": 0.2,
+                        "RETRY_BACKOFF_MAX_SECONDS": 0.4,
+                        "TIMEOUT_SECONDS": 5,
+                    },
+                }
+            },
+        }
+        receiver.answer("/hook", 503, 503, 503)  # then 204
+        schedule = make_schedule(
+            next_run_at=timezone.now() - timedelta(seconds=1),
+            dispatcher="hooks",
+            dispatch_options={"target": "billing"},
+        )
+        worker = Worker(worker_id="t", lease_seconds=60, max_sleep=5)
+        arrivals: list[float] = []
+        with looping(worker):
+            deadline = time.monotonic() + 30
+            while len(arrivals) < 4 and time.monotonic() < deadline:
+                arrivals += [time.monotonic()] * (len(receiver.received) - len(arrivals))
+                time.sleep(0.01)
+            wait_for(lambda: Run.objects.get(schedule=schedule).status == "succeeded", 30)
+
+    assert [r.body["attempt"] for r in receiver.received] == [1, 2, 3, 4]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    # At most RETRY_BACKOFF_MAX_SECONDS and a pass apart: bounded well under the 15 s scan.
+    assert all(0.05 < gap < 5 for gap in gaps), gaps
+    assert Run.objects.get(schedule=schedule).attempts == 4
+    assert (worker.counters.retried, worker.counters.redispatched) == (3, 0)
+    messages = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert not [m for _level, m in messages if "whose lease expired" in m]
+    retried = [level for level, m in messages if "back-off" in m]
+    assert retried
+    assert set(retried) == {logging.INFO}

@@ -16,6 +16,7 @@ from drf_spectacular.plumbing import build_array_type, build_object_type
 from drf_spectacular.utils import Direction, extend_schema_field
 from rest_framework import serializers
 
+from .. import outcomes
 from ..conf import MAX_PREVIEW_COUNT, app_settings
 from ..models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
 from ..registry import registry
@@ -424,9 +425,12 @@ class OutcomeReportSerializer(serializers.Serializer[Any]):
         required=False,
         allow_blank=True,
         default="",
-        max_length=100_000,
         help_text="What went wrong (failed); its last 4,000 characters are kept.",
     )
+
+    def validate_error(self, value: str) -> str:
+        # Any length is taken (a long traceback must not lose the report): its end is kept.
+        return value[-outcomes.MAX_ERROR_CHARS :]
 
 
 class OutcomeReceiptSerializer(serializers.Serializer[Any]):

@@ -4,8 +4,13 @@ as written in a new project (tests/doc_project.py), and the statements a test ca
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import subprocess
+import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,9 +44,9 @@ def run_statuses(project: DocProject) -> list[str]:
     return [status for (status,) in project.query("SELECT status FROM django_schedulinator_run")]
 
 
-def commands(name: str) -> list[str]:
+def commands(name: str, page: str = "dispatch.md") -> list[str]:
     """The command lines of a documented shell block, comments left out."""
-    return [line for line in source(name).splitlines() if line.split("#")[0].strip()]
+    return [line for line in source(name, page).splitlines() if line.split("#")[0].strip()]
 
 
 @pytest.mark.subprocess
@@ -203,3 +208,36 @@ def test_the_docs_name_only_settings_that_exist() -> None:
         if name not in DEFAULTS
     }
     assert sorted(named) == []
+
+
+# -- installing before a release (README.md) ---------------------------------------------------
+
+ROOT = DOCS.parent
+
+
+@pytest.mark.subprocess
+def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Path) -> None:
+    """Nothing is on PyPI yet: the README builds a wheel from the clone and installs it by
+    name from that directory. Offline here: no dependencies, into a directory of its own."""
+    build, install = commands("wheel", "../README.md")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(line: str, *more: str) -> None:
+        program, *words = shlex.split(line.replace("/path/to/django-schedulinator", str(ROOT)))
+        python = {"python": [sys.executable], "pip": [sys.executable, "-m", "pip"]}[program]
+        done = subprocess.run(
+            [*python, *words, *more], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+
+    run(build)
+    [wheel] = (tmp_path / "dist").glob("django_schedulinator-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    text = zipfile.ZipFile(wheel).read(license_file).decode()
+    assert text == (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, the django-schedulinator")
+
+    run(install, "--no-deps", "--no-index", "--target", str(tmp_path / "site"))
+    assert (tmp_path / "site" / "django_schedulinator" / "lua" / "claim.lua").is_file()

@@ -210,6 +210,27 @@ def test_the_docs_name_only_settings_that_exist() -> None:
     assert sorted(named) == []
 
 
+# -- links between the pages ---------------------------------------------------------------
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    as hyphens."""
+    headings = re.findall(r"^#+ (.*)$", page.read_text("utf-8"), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_the_links_between_the_pages_land_on_headings_that_exist() -> None:
+    pages = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+    broken = [
+        f"{page.name}: {target}#{anchor}"
+        for page in pages
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", page.read_text())
+        if anchor not in heading_anchors(page.parent / target if target else page)
+    ]
+    assert broken == []
+
+
 # -- installing before a release (README.md) ---------------------------------------------------
 
 ROOT = DOCS.parent

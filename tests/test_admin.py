@@ -1135,7 +1135,7 @@ def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
     html = shown.content.decode()
     assert "by admin:operator, waiting for a scheduler" in html
     assert any(text.startswith("Rebuild asked for:") for _level, text in shown_messages(shown))
-    assert "`rebuild_due_index`" in shown_messages(shown)[0][1]
+    assert "<code>rebuild_due_index</code>" in shown_messages(shown)[0][1]
 
     Worker(worker_id="w1", once=True).run()  # the first scheduler to look performs it
 

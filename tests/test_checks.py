@@ -5,6 +5,7 @@ The full table of bad settings (``rejections.SETTINGS_CASES``) is run by the las
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import pytest
@@ -67,6 +68,23 @@ def test_e003_a_cache_that_is_not_redis(settings: Any) -> None:
 def test_e004_a_dispatcher_that_is_not_one(settings: Any, dispatcher: str) -> None:
     alias = {"default": {"BACKEND": dispatcher}}
     assert setting_ids(settings, DISPATCHERS=alias) == ["schedulinator.E004"]
+
+
+def test_e024_a_tasks_dispatcher_without_the_tasks_framework(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither Django 6's django.tasks nor the backport can be imported (E023 is a
+    BACKEND_ALIAS that is not in TASKS)."""
+    for name in ("django.tasks", "django_tasks"):
+        monkeypatch.setitem(sys.modules, name, None)  # what a failed import leaves
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {"t": {"BACKEND": "django_schedulinator.dispatch.tasks.TasksDispatcher"}},
+    }
+    [error] = checks.check_settings()
+    assert error.id == "schedulinator.E024"
+    assert "needs Django's tasks framework" in error.msg
+    assert error.hint == "pip install 'django-schedulinator[tasks]'"
 
 
 def test_e005_use_tz_is_required(settings: Any) -> None:

@@ -17,6 +17,7 @@ from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
@@ -61,7 +62,7 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "dispatchers": health.dispatcher_status(timezone.now()),
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
-        "rebuild_command": run_command("rebuild_due_index"),
+        "rebuild_command": run_command("rebuild_due_index", html=True),
     }
     return TemplateResponse(request, TEMPLATE, context)
 
@@ -91,12 +92,14 @@ def ask_for_rebuild(request: HttpRequest, model_admin: ScheduleAdmin) -> None:
         return
     model_admin.message_user(
         request,
-        gettext(
-            "Rebuild asked for: the first scheduler to look (within seconds) rebuilds the "
-            "index under the same lock as %(command)s. With no scheduler running, run "
-            "%(command)s instead."
-        )
-        % {"command": run_command("rebuild_due_index")},
+        format_html(
+            gettext(
+                "Rebuild asked for: the first scheduler to look (within seconds) rebuilds the "
+                "index under the same lock as {command}. With no scheduler running, run "
+                "{command} instead."
+            ),
+            command=run_command("rebuild_due_index", html=True),
+        ),
         messages.SUCCESS,
     )
 

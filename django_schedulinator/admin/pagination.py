@@ -12,14 +12,12 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.translation import gettext
 
-from .display import COUNT_LIMIT, count_at_most
+from .display import COUNT_LIMIT, ExactTimes, _ModelAdmin, count_at_most
 
 if TYPE_CHECKING:
     _Paginator = Paginator[Any]
-    _ModelAdmin = admin.ModelAdmin[Any]
 else:  # not generic at run time
     _Paginator = Paginator
-    _ModelAdmin = admin.ModelAdmin
 
 
 class CappedCountPaginator(_Paginator):
@@ -100,7 +98,7 @@ class CappedCountAdmin(_ModelAdmin):
         )
 
 
-class ReadOnlyAdmin(CappedCountAdmin):
+class ReadOnlyAdmin(ExactTimes, CappedCountAdmin):
     """A record the app writes (the run ledger, the change log): nobody adds, edits or
     deletes its rows by hand."""
 

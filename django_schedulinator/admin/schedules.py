@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote, unquote
@@ -22,7 +22,6 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, URLPattern, path, reverse
-from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import capfirst
 from django.utils.translation import gettext, ngettext
@@ -39,9 +38,11 @@ from .display import (
     CHANGES_SHOWN,
     COUNT_LIMIT,
     NAMES_SHOWN,
+    ExactTimes,
     changelist_url,
     count_at_most,
     error_text,
+    exact_time,
     local_time,
     may_view,
     names_text,
@@ -97,14 +98,8 @@ def _declared(schedule: Schedule) -> bool:
     return bool(schedule.declared_in) and schedule.name in declared.declared_names()
 
 
-if TYPE_CHECKING:
-    _ModelAdmin = admin.ModelAdmin[Schedule]
-else:  # not generic at run time
-    _ModelAdmin = admin.ModelAdmin
-
-
 @admin.register(Schedule)
-class ScheduleAdmin(_ModelAdmin):
+class ScheduleAdmin(ExactTimes):
     form = ScheduleForm
     action_form = ScheduleActionForm
     change_list_template = "django_schedulinator/admin/schedule_change_list.html"
@@ -157,13 +152,10 @@ class ScheduleAdmin(_ModelAdmin):
         # The most recent run of each schedule, as two subqueries served by the unique
         # (schedule, scheduled_for) index: a page costs the same queries whatever its size.
         latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-scheduled_for")
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                last_run_status=Subquery(latest.values("status")[:1]),
-                last_run_time=Subquery(latest.values("scheduled_for")[:1]),
-            )
+        schedules: QuerySet[Schedule] = super().get_queryset(request)
+        return schedules.annotate(
+            last_run_status=Subquery(latest.values("status")[:1]),
+            last_run_time=Subquery(latest.values("scheduled_for")[:1]),
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
@@ -196,7 +188,7 @@ class ScheduleAdmin(_ModelAdmin):
                 shown.append((title, {**options, "fields": fields}))
         return shown
 
-    def get_list_display(self, request: HttpRequest) -> list[Any] | tuple[Any, ...]:
+    def get_list_display(self, request: HttpRequest) -> list[Any]:
         columns = super().get_list_display(request)
         if may_view(self.admin_site, request, Run):
             return columns
@@ -342,7 +334,7 @@ class ScheduleAdmin(_ModelAdmin):
             return ""
         entries = [
             {
-                "when": f"{timezone.localtime(entry.at):%Y-%m-%d %H:%M:%S %Z}",
+                "when": exact_time(entry.at),
                 "who": entry.actor_name or "—",
                 "source": entry.get_source_display(),
                 "action": entry.get_action_display(),

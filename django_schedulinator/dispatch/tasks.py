@@ -103,7 +103,7 @@ class TasksDispatcher(BaseDispatcher):
                     f"The dispatcher {self.alias!r} needs Django's tasks framework: Django 6, "
                     "or the django-tasks backport.",
                     hint="pip install 'django-schedulinator[tasks]'",
-                    id="schedulinator.E023",
+                    id="schedulinator.E024",
                 )
             ]
         try:

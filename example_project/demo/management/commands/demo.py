@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -10,8 +12,19 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from django_schedulinator.dispatch import dispatchers
+from django_schedulinator.dispatch.tasks import TasksDispatcher
+from django_schedulinator.index import get_index
+from django_schedulinator.rebuild import RebuildInProgress, rebuild_index
 from example_project import embedded_redis
 from example_project.commands import manage_py
+
+logger = logging.getLogger("demo")
+# The admin login the banner offers: a demo's, on 127.0.0.1 only, so a known password.
+ADMIN_PASSWORD = "demo"
+CREATE_ADMIN = (
+    "createsuperuser", "--noinput", "--username", "admin", "--email", "admin@example.com",
+)  # fmt: skip
 
 
 def positive_seconds(value: str) -> float:
@@ -46,6 +59,8 @@ class Command(BaseCommand):
                 raise CommandError(str(exc)) from exc
         call_command("migrate", interactive=False, verbosity=0)
         call_command("seed_demo")
+        if embedded:
+            rebuild_if_empty()
         self.stdout.write(self._banner(embedded, options["seconds"]))
         scheduler_options: dict[str, Any] = {}
         if options["seconds"] is not None:
@@ -68,8 +83,9 @@ class Command(BaseCommand):
         lines = [
             "",
             self.style.SUCCESS("django-schedulinator demo"),
-            f"  database: {connection.vendor} {db['NAME']}",
-            f"  redis:    {redis}",
+            f"  database:   {connection.vendor} {db['NAME']}",
+            f"  redis:      {redis}",
+            *dispatcher_lines(),
             "",
             'Each time a schedule fires you will see a "[demo] ... fired" line:',
             "  - a heartbeat every 5 seconds (interval)",
@@ -82,12 +98,44 @@ class Command(BaseCommand):
             "Try in a second terminal, from this directory (each occurrence still fires",
             "exactly once):",
             f"  {manage_py('run_scheduler')}",
-            "Admin: create a user, run the web server, then open http://127.0.0.1:8000/admin/",
-            "(the REST API's OpenAPI schema: http://127.0.0.1:8000/api/schedulinator/schema/):",
-            f"  {manage_py('createsuperuser')}",
+            "Admin: create its login once (user admin, password demo), run the web server,",
+            "then open http://127.0.0.1:8000/admin/ (the runs, the change log, the operations",
+            "page; the REST API's schema: http://127.0.0.1:8000/api/schedulinator/schema/):",
+            f"  {manage_py(*CREATE_ADMIN, env={'DJANGO_SUPERUSER_PASSWORD': ADMIN_PASSWORD})}",
             f"  {manage_py('runserver')}",
             "",
             f"{stop} Ctrl-C to stop (the current batch finishes first).",
             "",
         ]
         return "\n".join(lines)
+
+
+def rebuild_if_empty() -> None:
+    """The embedded Valkey keeps nothing on disk: once stopped, it starts empty. Rebuild the
+    due index from the rows before the scheduler starts, and say why, at INFO: that is how
+    the demo works, not Redis losing data (which the scheduler would warn about)."""
+    index = get_index()
+    if index.is_built():
+        return
+    logger.info(
+        "The embedded Valkey server started empty (it keeps nothing on disk): rebuilding the "
+        "due index from the schedules in the database, which are the truth."
+    )
+    with contextlib.suppress(RebuildInProgress):  # another process is at it: the scheduler waits
+        rebuild_index(index, built_by="demo")
+
+
+def dispatcher_lines() -> list[str]:
+    """Where the demo's runs go, as the banner says it."""
+    dispatcher = dispatchers["default"]
+    if not isinstance(dispatcher, TasksDispatcher):
+        return ["  dispatcher: inline: each task runs in this scheduler process, in a thread pool"]
+    alias = dispatcher.settings["BACKEND_ALIAS"]
+    backend = settings.TASKS[alias]["BACKEND"].rpartition(".")[2]
+    return [
+        "  dispatcher: Django tasks (DEMO_DISPATCHER=tasks): each occurrence is enqueued on",
+        f"              TASKS[{alias!r}], the {backend}, which runs the task at once, inside",
+        "              this scheduler process (no worker). Its outcome is the run's status in",
+        "              the admin's runs and the API (/api/schedulinator/runs/). A project",
+        "              hands its tasks to workers instead: docs/dispatch.md#django-tasks.",
+    ]

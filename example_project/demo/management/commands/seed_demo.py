@@ -1,4 +1,7 @@
-"""``manage.py seed_demo``: create (or refresh) the demo's sample schedules. Idempotent."""
+"""``manage.py seed_demo``: create the demo's sample schedules, or bring them back to their
+definition, through the service layer as any project would (each change in the change log,
+the version moved only by a change). The one-off is armed again on every seeding, 15 seconds
+later, so that each run of the demo sees it fire."""
 
 from __future__ import annotations
 
@@ -8,85 +11,71 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from django_schedulinator.models import Schedule
+from django_schedulinator import services
+from django_schedulinator.changelog import Origin
+from django_schedulinator.models import Schedule, ScheduleChange
 
 ONE_OFF_DELAY = timedelta(seconds=15)
+COMMAND = Origin(None, ScheduleChange.Source.COMMAND)
 
 
-def sample_schedules() -> list[tuple[str, dict[str, Any]]]:
-    """(name, field values) of every demo schedule; the one-off is re-armed on each call."""
-    return [
-        (
-            "demo: heartbeat every 5 seconds",
-            {
-                "task": "demo.heartbeat",
-                "kind": Schedule.Kind.INTERVAL,
-                "interval": timedelta(seconds=5),
-                "cron": "",
-                "run_at": None,
-                "timezone": "UTC",
-                "args": [],
-                "kwargs": {},
-                "enabled": True,
-            },
-        ),
-        (
-            "demo: heartbeat every 10 seconds (cron)",
-            {
-                "task": "demo.heartbeat",
-                "kind": Schedule.Kind.CRON,
-                # Six fields, seconds first (cronsim's format).
-                "cron": "*/10 * * * * *",
-                "interval": None,
-                "run_at": None,
-                "timezone": "UTC",
-                "args": [],
-                "kwargs": {},
-                "enabled": True,
-            },
-        ),
-        (
-            "demo: report every minute (Europe/Berlin)",
-            {
-                "task": "demo.report",
-                "kind": Schedule.Kind.CRON,
-                "cron": "* * * * *",
-                "interval": None,
-                "run_at": None,
-                "timezone": "Europe/Berlin",
-                "args": [],
-                "kwargs": {"zone": "Europe/Berlin"},
-                "enabled": True,
-            },
-        ),
-        (
-            "demo: one-off 15 seconds after seeding",
-            {
-                "task": "demo.say",
-                "kind": Schedule.Kind.ONCE,
-                "run_at": timezone.now() + ONE_OFF_DELAY,
-                "cron": "",
-                "interval": None,
-                "timezone": "UTC",
-                "args": [],
-                "kwargs": {"message": "a one-off fires exactly once"},
-                "enabled": True,
-            },
-        ),
-    ]
+def sample_schedules() -> dict[str, dict[str, Any]]:
+    """The field values of every demo schedule, by name; the one-off at 15 s from now."""
+    return {
+        "demo: heartbeat every 5 seconds": {
+            "task": "demo.heartbeat",
+            "kind": Schedule.Kind.INTERVAL,
+            "interval": timedelta(seconds=5),
+        },
+        "demo: heartbeat every 10 seconds (cron)": {
+            "task": "demo.heartbeat",
+            "kind": Schedule.Kind.CRON,
+            # Six fields, seconds first (cronsim's format).
+            "cron": "*/10 * * * * *",
+            "timezone": "UTC",
+        },
+        "demo: report every minute (Europe/Berlin)": {
+            "task": "demo.report",
+            "kind": Schedule.Kind.CRON,
+            "cron": "* * * * *",
+            "timezone": "Europe/Berlin",
+            "kwargs": {"zone": "Europe/Berlin"},
+        },
+        "demo: one-off 15 seconds after seeding": {
+            "task": "demo.say",
+            "kind": Schedule.Kind.ONCE,
+            "run_at": timezone.now() + ONE_OFF_DELAY,
+            "kwargs": {"message": "a one-off fires exactly once"},
+        },
+    }
+
+
+def definition(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with every field they leave out at its default: an edited schedule is
+    brought back to the demo's definition (another kind's fields cleared, resumed)."""
+    defaults = {
+        "cron": "", "interval": None, "run_at": None, "timezone": "UTC", "args": [],
+        "kwargs": {}, "enabled": True,
+    }  # fmt: skip
+    return {**defaults, **values}
 
 
 class Command(BaseCommand):
     help = "Create or refresh the demo schedules (interval, cron with seconds, cron, one-off)."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for name, values in sample_schedules():
-            # update_or_create saves through Schedule.save(), so next_run_at is computed and
-            # the post_save signal mirrors the row into the due index (bulk paths would not).
-            schedule, created = Schedule.objects.update_or_create(name=name, defaults=values)
+        for name, values in sample_schedules().items():
+            wanted = definition(values)
+            schedule = Schedule.objects.filter(name=name).first()
+            if schedule is None:
+                schedule = services.create({"name": name, **wanted}, origin=COMMAND)
+                done = "created"
+            else:
+                changed = services.update(schedule, wanted, origin=COMMAND)
+                done = "updated" if changed else "unchanged"
             self.stdout.write(
-                f"{'created' if created else 'updated'}: {name!r} -> {schedule.task}, "
-                f"{schedule.description}; next run {describe_next_run(schedule)}"
+                f"{done}: {name!r} -> {schedule.task}, {schedule.description}; "
+                f"next run {describe_next_run(schedule)}"
             )
 
 

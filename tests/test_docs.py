@@ -1,0 +1,264 @@
+"""What the docs tell a new user, checked against what the code does: the walkthroughs run
+as written in a new project (tests/doc_project.py), and the statements a test can keep true
+(the checks table, the statuses of handed-off runs) are compared with the code."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from django_schedulinator import outcomes
+from django_schedulinator.index import DueIndex
+
+from .doc_examples import DOCS, source
+from .doc_project import DocProject
+
+
+@pytest.fixture
+def doc_projects(tmp_path: Path, key_prefix: str) -> Iterator[list[DocProject]]:
+    made: list[DocProject] = []
+    yield made
+    for project in made:
+        project.stop_all()
+
+
+def wait_for(condition: object, what: str, seconds: float = 90) -> None:
+    """A bound on what processes of their own do, not a timing under test."""
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def run_statuses(project: DocProject) -> list[str]:
+    return [status for (status,) in project.query("SELECT status FROM django_schedulinator_run")]
+
+
+def commands(name: str, page: str = "dispatch.md") -> list[str]:
+    """The command lines of a documented shell block, comments left out."""
+    return [line for line in source(name, page).splitlines() if line.split("#")[0].strip()]
+
+
+@pytest.mark.subprocess
+def test_the_django_tasks_walkthrough_runs_a_schedule_on_a_real_db_worker(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/dispatch.md#django-tasks copied top to bottom (on Django 5.2 with the backport,
+    on Django 6 with django.tasks): the settings, the task in reports/scheduled_tasks.py,
+    the schedule, then migrate, run_scheduler and db_worker as the page writes them."""
+    project = DocProject(tmp_path, key_prefix, settings=[source("tasks")], apps=["reports"])
+    doc_projects.append(project)
+    project.write("reports/scheduled_tasks.py", source("tasks-task"))
+    migrate, scheduler, worker = commands("tasks-commands")
+    assert migrate.startswith("python manage.py migrate"), migrate
+
+    project.run(migrate)
+    project.shell(source("tasks-schedule") + "\nservices.run_now(schedule)")
+    project.start(scheduler)
+    wait_for(lambda: run_statuses(project) == ["dispatched"], "the hand-off to the backend")
+    project.start(worker)
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the worker's report of the end")
+
+
+# A Celery project's own celery.py, as Celery's "First steps with Django" writes it; the
+# page's block adds to it.
+CELERY_PY = """\
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "myproject.settings")
+app = Celery("myproject")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+"""
+
+
+def project_file(block: str) -> tuple[str, str]:
+    """(path, text) of a documented module: its first line names the file (``# a/b.py``)."""
+    first, _, rest = source(block).partition("\n")
+    assert re.fullmatch(r"# [\w/]+\.py", first), first
+    return first[2:], rest
+
+
+@pytest.mark.subprocess
+def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/dispatch.md#celery in a Celery project: the registration where the page puts
+    it must be found by the process that saves the schedule and by the worker, and the
+    hook must report the end (on the real RabbitMQ, the test process's own queue)."""
+    from .celery_app import BROKER
+    from .celery_support import QUEUE, purge, worker_argv
+
+    hook_path, hook = project_file("celery-hook")
+    task_path, task = project_file("celery-task")
+    assert hook_path == "myproject/celery.py"
+    app_name = task_path.split("/")[0]
+    project = DocProject(
+        tmp_path, key_prefix, settings=[source("celery"), f"CELERY_BROKER_URL = {BROKER!r}"],
+        apps=[app_name],
+    )  # fmt: skip
+    doc_projects.append(project)
+    project.write(hook_path, CELERY_PY + hook)
+    project.write(task_path, task)
+    purge()
+
+    project.run("python manage.py migrate")
+    project.shell(
+        "from django_schedulinator import services\n"
+        "schedule = services.create({'name': 'invoices', 'task': 'billing.invoice_run', "
+        "'kind': 'cron', 'cron': '0 6 * * *', 'dispatcher': 'celery', "
+        f"'dispatch_options': {{'queue': {QUEUE!r}}}}})\n"
+        "services.run_now(schedule)"
+    )
+    project.start("python manage.py run_scheduler")
+    wait_for(lambda: run_statuses(project) == ["dispatched"], "the hand-off to the broker")
+    project.popen([*worker_argv()[:3], "-A", "myproject", *worker_argv()[5:]])
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the worker's report of the end")
+    purge()
+
+
+# -- the checks table of docs/settings.md ---------------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parent.parent / "django_schedulinator"
+CHECK_ID = r"schedulinator\.[EW]\d{3}"
+
+
+def ids_the_code_emits() -> set[str]:
+    return {
+        found
+        for path in PACKAGE.rglob("*.py")
+        for found in re.findall(rf'\bid="({CHECK_ID})"', path.read_text("utf-8"))
+    }
+
+
+def ids_in_the_checks_table() -> list[str]:
+    page = (DOCS / "settings.md").read_text("utf-8")
+    table = page[page.index("## System checks") :]
+    return re.findall(rf"^\| `({CHECK_ID})` \|", table, re.MULTILINE)
+
+
+def test_every_check_id_the_code_emits_has_one_row_in_the_checks_table() -> None:
+    emitted = ids_the_code_emits()
+    documented = ids_in_the_checks_table()
+    assert "schedulinator.E001" in emitted  # the search finds them
+    assert len(documented) == len(set(documented)), "an id with two rows"
+    assert sorted(emitted - set(documented)) == [], "emitted, with no row in docs/settings.md"
+    assert sorted(set(documented) - emitted) == [], "a row for an id the code never emits"
+
+
+# -- what a handed-off run is after OUTCOME_TIMEOUT_SECONDS (docs/dispatch.md) ---------------
+
+
+def table_row(page: str, starts: str) -> str:
+    text = (DOCS / page).read_text("utf-8")
+    [row] = [line for line in text.splitlines() if line.startswith(starts)]
+    return row
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("started", [True, False], ids=["start reported", "never reported"])
+def test_a_handed_off_run_keeps_its_status_when_its_outcome_timeout_passes(
+    settings: Any, built_index: DueIndex, started: bool
+) -> None:
+    """The Django tasks, Celery and RQ integrations all report the start: such a run stays
+    `running`, not `dispatched`, once overlap stops waiting for it."""
+    from .test_outcomes import REPORTING, fire_again, handed_off
+
+    reporting = {**REPORTING, "OPTIONS": {"REPORTS": True, "OUTCOME_TIMEOUT_SECONDS": 1}}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": reporting}}
+    schedule, first = handed_off(overlap="skip")
+    if started:
+        assert outcomes.report_started(first.idempotency_key)
+    time.sleep(1.1)  # past the outcome timeout
+
+    assert fire_again(schedule)[-1].status == "dispatched"  # overlap no longer waits
+    first.refresh_from_db()
+    kept = "running" if started else "dispatched"
+    assert first.status == kept
+    assert f"`{kept}`" in table_row("dispatch.md", "| overlap `skip` |")
+
+
+# -- settings the docs name --------------------------------------------------------------------
+
+# The pages that tell of settings that are gone (the upgrade guide, the changelog) are left
+# out: the others must name settings that exist.
+SETTING_NAMED = re.compile(r"""SCHEDULINATOR\[["']([A-Z_]+)["']\]""")
+
+
+def test_the_docs_name_only_settings_that_exist() -> None:
+    from django_schedulinator.conf import DEFAULTS
+
+    pages = [p for p in sorted(DOCS.glob("*.md")) if p.name != "upgrading.md"]
+    named = {
+        f"{page.name}: {name}"
+        for page in [*pages, DOCS.parent / "README.md"]
+        for name in SETTING_NAMED.findall(page.read_text("utf-8"))
+        if name not in DEFAULTS
+    }
+    assert sorted(named) == []
+
+
+# -- links between the pages ---------------------------------------------------------------
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces
+    as hyphens."""
+    headings = re.findall(r"^#+ (.*)$", page.read_text("utf-8"), re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def test_the_links_between_the_pages_land_on_headings_that_exist() -> None:
+    pages = [*sorted(DOCS.glob("*.md")), DOCS.parent / "README.md"]
+    broken = [
+        f"{page.name}: {target}#{anchor}"
+        for page in pages
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md)?#([\w-]+)\)", page.read_text())
+        if anchor not in heading_anchors(page.parent / target if target else page)
+    ]
+    assert broken == []
+
+
+# -- installing before a release (README.md) ---------------------------------------------------
+
+ROOT = DOCS.parent
+
+
+@pytest.mark.subprocess
+def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Path) -> None:
+    """Nothing is on PyPI yet: the README builds a wheel from the clone and installs it by
+    name from that directory. Offline here: no dependencies, into a directory of its own."""
+    build, install = commands("wheel", "../README.md")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def run(line: str, *more: str) -> None:
+        program, *words = shlex.split(line.replace("/path/to/django-schedulinator", str(ROOT)))
+        python = {"python": [sys.executable], "pip": [sys.executable, "-m", "pip"]}[program]
+        done = subprocess.run(
+            [*python, *words, *more], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+
+    run(build)
+    [wheel] = (tmp_path / "dist").glob("django_schedulinator-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    text = zipfile.ZipFile(wheel).read(license_file).decode()
+    assert text == (ROOT / "LICENSE").read_text()
+    assert text.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, the django-schedulinator")
+
+    run(install, "--no-deps", "--no-index", "--target", str(tmp_path / "site"))
+    assert (tmp_path / "site" / "django_schedulinator" / "lua" / "claim.lua").is_file()

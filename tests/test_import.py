@@ -364,6 +364,32 @@ def test_a_line_whose_meaning_needs_the_shell_is_left_out_with_the_reason(
     assert hourly.args == ["schedtest_echo", "a > b", "x;y", "$HOME", "*", "100%"]
 
 
+def test_a_line_that_runs_manage_py_through_another_program_is_left_out(
+    settings: Any, tmp_path: Path
+) -> None:
+    """A program before manage.py (other than Python itself) changes what the line does: a
+    time limit, a lock, a priority. A schedule cannot keep that, so the line is left out,
+    naming the program, instead of being imported without it."""
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "COMMANDS": {"clearsessions": {}}}
+    path = tmp_path / "crontab"
+    path.write_text(
+        "0 1 * * * timeout 60 python manage.py clearsessions\n"
+        "0 2 * * * flock -n /tmp/cs.lock /srv/venv/bin/python manage.py clearsessions\n"
+        "0 3 * * * nice -n 10 python3 manage.py clearsessions\n"
+        "0 4 * * * python -W error manage.py clearsessions\n"
+        "0 5 * * * /srv/venv/bin/python3.12 /srv/app/manage.py clearsessions\n"
+        "0 6 * * * /srv/venv/bin/django-admin clearsessions\n"
+    )
+
+    out = run("--from", "crontab", str(path))
+
+    assert sorted(s.cron for s in Schedule.objects.all()) == ["0 5 * * *", "0 6 * * *"]
+    assert "skipped crontab:1: it runs manage.py through 'timeout 60'" in out
+    assert "skipped crontab:2: it runs manage.py through 'flock -n /tmp/cs.lock'" in out
+    assert "skipped crontab:3: it runs manage.py through 'nice -n 10'" in out
+    assert "skipped crontab:4: it runs manage.py through 'python -W error'" in out
+
+
 def test_the_command_says_what_it_needs() -> None:
     with pytest.raises(CommandError, match="--from crontab needs the file"):
         run("--from", "crontab")

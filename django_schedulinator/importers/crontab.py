@@ -14,7 +14,9 @@ shell is left out, its reason naming each token that does: an operator (``;``, `
 ``2>&1``, ``< file``), a command substitution (``$(...)``, backticks), a variable
 (``$HOME``), a pattern the shell expands (``*.json``, ``~``), a variable set for the command
 (``NAME=value python manage.py ...``); and cron's own ``%`` (what follows goes to the
-command's input). Quoted, these characters are plain text and the line is imported. shlex
+command's input). So is a line that runs ``manage.py`` through another program than Python
+(``timeout 60``, ``flock -n lock``, ``nice``, ``python -W error``): the schedule would run
+the command without what that program adds. Quoted, these characters are plain text and the line is imported. shlex
 finds the tokens (quotes kept, so a quoted ``;`` is not an operator); nothing here parses
 the shell's grammar. Everything else that cannot be imported is reported too: a line that
 runs no ``manage.py``, ``@reboot``, a command outside ``SCHEDULINATOR["COMMANDS"]`` (the
@@ -56,6 +58,8 @@ VARIABLE = re.compile(r"\$(\{[^}]*\}?|[A-Za-z_][A-Za-z0-9_]*|[0-9@*#?$!-])")
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 CRON_PERCENT = re.compile(r"(?<!\\)%")  # cron turns it into a newline; \% is a plain %
 DJANGO_ENTRY_POINTS = ("manage.py", "django-admin", "django-admin.py")
+# The only program a line may run manage.py with: Python itself, with no options.
+PYTHON = re.compile(r"^python[0-9.]*$")
 
 
 def from_file(text: str, path: str, timezone: str) -> Iterator[Found]:
@@ -125,6 +129,16 @@ def _parse(line: str) -> tuple[str, str, list[str]]:
             features = _shell_features(rest)
             if features:
                 raise ValueError(f"it needs the shell: {', '.join(features)}")
+            runner = words[:i]
+            if runner and not (len(runner) == 1 and PYTHON.match(PurePath(runner[0]).name)):
+                # timeout, flock, nice, python -W ...: what they add to the line (a time
+                # limit, a lock, a priority, warnings as errors) a schedule cannot keep.
+                if PYTHON.match(PurePath(runner[-1]).name):
+                    runner = runner[:-1]  # timeout 60 python: named by what it adds
+                raise ValueError(
+                    f"it runs manage.py through '{' '.join(runner)}', which a schedule of "
+                    "the command task cannot do: it calls the command itself"
+                )
             tail = words[i + 1 :]
             if tail[0].startswith("-"):
                 raise ValueError("manage.py is called without a command")

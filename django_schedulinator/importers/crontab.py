@@ -16,11 +16,11 @@ shell is left out, its reason naming each token that does: an operator (``;``, `
 (``NAME=value python manage.py ...``); and cron's own ``%`` (what follows goes to the
 command's input). So is a line that runs ``manage.py`` through another program than Python
 (``timeout 60``, ``flock -n lock``, ``nice``, ``python -W error``): the schedule would run
-the command without what that program adds. Quoted, these characters are plain text and the line is imported. shlex
-finds the tokens (quotes kept, so a quoted ``;`` is not an operator); nothing here parses
-the shell's grammar. Everything else that cannot be imported is reported too: a line that
-runs no ``manage.py``, ``@reboot``, a command outside ``SCHEDULINATOR["COMMANDS"]`` (the
-command task's allowlist), a line that cannot be parsed.
+the command without what that program adds. Quoted, the shell's characters are plain text
+and the line is imported. shlex finds the tokens (quotes kept, so a quoted ``;`` is not an
+operator); nothing here parses the shell's grammar. Everything else that cannot be imported
+is reported too: a line that runs no ``manage.py``, ``@reboot``, a command outside
+``SCHEDULINATOR["COMMANDS"]`` (the command task's allowlist), a line that cannot be parsed.
 """
 
 from __future__ import annotations

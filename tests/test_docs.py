@@ -210,6 +210,28 @@ def test_the_docs_name_only_settings_that_exist() -> None:
     assert sorted(named) == []
 
 
+# Writes of schedules that skip the service layer (no change log, no version check).
+AROUND_THE_SERVICES = re.compile(
+    r"Schedule\.objects\.(?:create|update_or_create|get_or_create|bulk_create)\(|"
+    r"\bschedule\.save\(|\bschedule\.delete\("
+)
+
+
+def test_the_docs_write_schedules_through_the_services() -> None:
+    """What the docs show a user to copy goes through the one write path. The pages that
+    explain writes around it (bulk writes and resync_schedules, the upgrade guide) say so
+    in their text; their code blocks name the escape hatch on purpose."""
+    on_purpose = {"concepts.md", "upgrading.md"}
+    pages = [p for p in sorted(DOCS.glob("*.md")) if p.name not in on_purpose]
+    found = [
+        f"{page.name}: {match}"
+        for page in [*pages, DOCS.parent / "README.md"]
+        for block in re.findall(r"```python\n(.*?)```", page.read_text("utf-8"), re.S)
+        for match in AROUND_THE_SERVICES.findall(block)
+    ]
+    assert found == []
+
+
 # -- links between the pages ---------------------------------------------------------------
 
 

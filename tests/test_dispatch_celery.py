@@ -185,7 +185,7 @@ def test_checks_name_a_missing_app_and_an_unreachable_broker(settings: Any) -> N
         },
     }
     messages = {m.id: m.msg for m in check_settings()}
-    assert "'no.such.app', which cannot be imported" in messages["schedulinator.E021"]
+    assert "'no.such.app', which cannot be imported" in messages["schedulinator.E025"]
     assert "'APP' must name your Celery app" in messages["schedulinator.E004"]
     unreachable = [
         m for m in check_dispatchers(databases=["default"]) if m.id == "schedulinator.W021"

@@ -219,7 +219,7 @@ def test_checks_name_a_missing_queue_and_an_unreachable_redis(settings: Any) -> 
         },
     }
     [missing] = check_settings()
-    assert missing.id == "schedulinator.E022"
+    assert missing.id == "schedulinator.E026"
     assert "'nowhere', which is not in RQ_QUEUES" in missing.msg
     unreachable = [
         m for m in check_dispatchers(databases=["default"]) if m.id == "schedulinator.W022"

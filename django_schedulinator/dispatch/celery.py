@@ -97,7 +97,7 @@ class CeleryDispatcher(BaseDispatcher):
                 Error(
                     f"The dispatcher {self.alias!r}: OPTIONS['APP'] is "
                     f"{self.settings['APP']!r}, which cannot be imported: {exc}",
-                    id="schedulinator.E021",
+                    id="schedulinator.E025",
                 )
             ]
         if not connect:

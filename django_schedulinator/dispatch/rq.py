@@ -90,7 +90,7 @@ class RQDispatcher(BaseDispatcher):
                 Error(
                     f"The dispatcher {self.alias!r} uses the RQ queue {queue!r}, which is not in "
                     f"RQ_QUEUES ({', '.join(sorted(_queues())) or 'none'}).",
-                    id="schedulinator.E022",
+                    id="schedulinator.E026",
                 )
             ]
         if connect:

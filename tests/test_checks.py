@@ -92,7 +92,7 @@ def test_e005_use_tz_is_required(settings: Any) -> None:
     assert setting_ids(settings) == ["schedulinator.E005"]
 
 
-def test_e040_an_entry_of_commands_that_disagrees_with_its_command(settings: Any) -> None:
+def test_w040_an_entry_of_commands_that_disagrees_with_its_command(settings: Any) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
         "COMMANDS": {

@@ -4,13 +4,12 @@ for what they do, and reading what they said."""
 from __future__ import annotations
 
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from django.db import connections
+from .handoff import run_in_thread
 
 if TYPE_CHECKING:
     from django_schedulinator.worker import Worker
@@ -33,14 +32,7 @@ def looping(worker: Worker) -> Iterator[None]:
     """``worker.run()`` in a thread of its own, as ``run_scheduler`` runs it (its database
     connections closed when it ends); stopped, and its end awaited, on leaving."""
 
-    def run() -> None:
-        try:
-            worker.run()
-        finally:
-            connections.close_all()
-
-    loop = threading.Thread(target=run)
-    loop.start()
+    loop = run_in_thread(worker)
     try:
         yield
     finally:

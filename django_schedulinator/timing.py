@@ -1075,10 +1075,11 @@ def _describe_cron(expr: str, day_rule: str = DAYS_EITHER) -> str:
         described = str(descriptor.get_description())
         if not both_days_restricted(text):
             return described
-        # cron-descriptor reads both day fields as "and" (", only on Monday"): say the rule.
+        # cron-descriptor 1.x reads both day fields as "and" (", only on Monday"), 2.x as
+        # "or" (", or on Monday"): say the schedule's rule either way.
         weekdays = str(descriptor.get_description(DescriptionTypeEnum.DAYOFWEEK))
         if weekdays.startswith(", ") and weekdays in described:
-            which = weekdays[2:].removeprefix("only ")
+            which = weekdays[2:].removeprefix("only ").removeprefix("or ")
             joined = f", but only {which}" if day_rule == DAYS_BOTH else f", or {which}"
             return described.replace(weekdays, joined, 1)
         return f"{described}, {DAY_RULE_TEXT[day_rule]}"  # a locale that words it otherwise

@@ -186,11 +186,11 @@ def timing_of(row: Any) -> timing.Timing:
 
 def _runs_of(due: Due) -> list[NewRun]:
     """The ledger rows of one due schedule: fired (pending; the insert leases them to this
-    claim; no attempt until their hand-off), buffered (waiting for the previous run),
-    skipped."""
+    claim and counts the hand-off that follows under that lease: a batch that is not handed
+    off after all gives it back), buffered (waiting for the previous run), skipped."""
     row = due.row
     return [
-        *(NewRun.of(row, at, attempts=0) for at in due.plan.fire),
+        *(NewRun.of(row, at) for at in due.plan.fire),
         *(NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
         *(
             NewRun.of(row, skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason,
@@ -526,10 +526,15 @@ class Claimer:
         return ledger.renew_leases(run_ids, token, until=now + self.lease, using=self.db)
 
     def dispatchable(
-        self, occurrences: Sequence[Occurrence], token: str
+        self, occurrences: Sequence[Occurrence], token: str, *, counted: bool = False
     ) -> tuple[list[Occurrence], int]:
         """The occurrences still to dispatch, each with its hand-off counted, and how many
         were cancelled; one statement when all of them go.
+
+        ``counted``: the batch's hand-offs were counted when it was claimed (its runs were
+        inserted with their first attempt), so the usual case writes nothing here; a run of
+        it that another process took over meanwhile gets its count back (that process
+        counts its own hand-off).
 
         A committed batch may wait before its dispatch (in the dispatch queue, or behind a
         slow batch). Meanwhile its schedule may have been deleted, which deletes its runs
@@ -542,8 +547,16 @@ class Claimer:
         ids = [o.run_id for o in occurrences]
         # The usual case: every run is still held here and goes. Each occurrence's attempt
         # is already the count this makes (the lease kept anyone else from changing it).
-        if ledger.count_hand_offs(ids, token, using=self.db) == len(ids):
-            return list(occurrences), 0
+        if not counted:
+            # A take-over: counted now, and each occurrence says which hand-off it is as
+            # the ledger has it now (a waiting batch may have given its count back since).
+            handed_off = ledger.count_hand_offs(ids, token, using=self.db)
+            attempts = ledger.attempts_held(ids, token, using=self.db)
+            occurrences = [
+                replace(o, attempt=attempts.get(o.run_id, o.attempt)) for o in occurrences
+            ]
+            if handed_off == len(ids):
+                return occurrences, 0
         held = {
             pk: (trigger, enabled)
             for pk, trigger, enabled in Run.objects.using(self.db)
@@ -571,6 +584,8 @@ class Claimer:
                 len(paused),
             )
         if len(missing) > len(deleted):
+            if counted:  # never handed off from here: the process that took them counts
+                ledger.give_back_hand_offs(sorted(missing - deleted), using=self.db)
             logger.warning(
                 "%d run(s) were taken over by another scheduler while queued here; not "
                 "dispatching them twice.",
@@ -578,6 +593,12 @@ class Claimer:
             )
         wanted = held.keys() - set(paused)
         return [o for o in occurrences if o.run_id in wanted], len(paused) + len(deleted)
+
+    def give_back_hand_offs(self, run_ids: Sequence[int], token: str) -> None:
+        """The runs of a claimed batch that will not be handed off from here after all (a
+        stuck lane refused it, a stop gave up on it): their counted hand-off is given back,
+        so that waiting never uses up attempts."""
+        ledger.give_back_hand_offs(run_ids, claim_token=token, using=self.db)
 
     def mark_running(self, run_ids: Collection[int], token: str) -> None:
         """Record that the dispatcher started these runs (those ``token`` still holds)."""

@@ -162,15 +162,39 @@ def count_hand_offs(run_ids: Sequence[int], claim_token: str, *, using: str) -> 
     that is about to be handed off: queued by hand, or of a schedule not paused since its
     claim (``cancel_paused`` takes those). How many were counted.
 
-    ``attempts`` counts hand-offs, so it is counted here, just before the dispatcher is
-    called, and nowhere else: a run that waits (a full lane, a process that died before
-    dispatching) is taken over lease after lease without using any up."""
+    ``attempts`` counts hand-offs: a run taken over (or queued) is counted here, just
+    before the dispatcher is called; a freshly claimed one when it was inserted, under the
+    lease it is handed off in (``give_back_hand_offs`` returns the count of one that waited
+    instead). So a run that waits (a full lane, a stop) is taken over lease after lease
+    without using any up; one whose process died between its claim and its hand-off is
+    counted once more than it was handed off."""
     return (
         Run.objects.using(using)
         .held_by(claim_token, json_ids(run_ids, using))
         .filter(Q(schedule__enabled=True) | ~Q(trigger=Run.Trigger.SCHEDULE))
         .update(attempts=F("attempts") + 1)
     )
+
+
+def attempts_held(run_ids: Sequence[int], claim_token: str, *, using: str) -> dict[int, int]:
+    """The attempts of the runs among ``run_ids`` that ``claim_token`` still holds."""
+    held = Run.objects.using(using).held_by(claim_token, json_ids(list(run_ids), using))
+    return dict(held.values_list("pk", "attempts"))
+
+
+def give_back_hand_offs(
+    run_ids: Sequence[int], *, claim_token: str | None = None, using: str
+) -> int:
+    """One attempt less for each run among ``run_ids`` whose counted hand-off did not
+    happen: a claimed batch (counted when its runs were inserted) that a stuck lane refused
+    or a stop gave up on (those ``claim_token`` still holds), or whose runs another process
+    took over before this one handed them off. How many."""
+    runs = Run.objects.using(using)
+    if claim_token is None:
+        waiting = runs.filter(pk__in=json_ids(list(run_ids), using))
+    else:
+        waiting = runs.held_by(claim_token, json_ids(list(run_ids), using))
+    return waiting.filter(attempts__gt=0).update(attempts=F("attempts") - 1)
 
 
 def renew_leases(

@@ -128,6 +128,9 @@ class Leased:
     leased_at: float  # time.monotonic() when the lease began (taken just before it began)
     # Schedules (overlap "buffer") whose buffered run is released once these are recorded.
     release: set[int] = field(default_factory=set)
+    # Their hand-offs were counted when they were claimed (a fresh claim), not yet (a
+    # take-over): a batch that waited instead gives its counts back.
+    counted: bool = False
 
 
 @dataclass(slots=True)
@@ -454,7 +457,7 @@ class Worker:
             self._give_back(batch, token)
             raise
         self.counters.add(counters)
-        self._dispatch(Leased(occurrences, token, leased_at, plan.buffering))
+        self._dispatch(Leased(occurrences, token, leased_at, plan.buffering, counted=True))
         periodic = time.monotonic() >= self._next_takeover
         retry_due = self.claimer.retries.take_due(batch.now_ms)
         more = False
@@ -492,7 +495,9 @@ class Worker:
                 o
             )
         for alias, occurrences in by_alias.items():
-            part = Leased(occurrences, leased.token, leased.leased_at, leased.release)
+            part = Leased(
+                occurrences, leased.token, leased.leased_at, leased.release, leased.counted
+            )
             lane = self._lane(alias)
             if not self._lanes_running:
                 self._dispatch_now(lane, part)
@@ -509,6 +514,7 @@ class Worker:
                 lane.outbox.put_nowait(part)
             except queue.Full:
                 self.counters.lane_full += len(occurrences)
+                self._give_back_hand_offs(part)
                 logger.warning(
                     "The dispatcher %r is stuck: %d run(s) wait for their lease to expire "
                     "and are dispatched then, with the same keys.",
@@ -591,6 +597,7 @@ class Worker:
                     return  # stopped, and nothing left
                 if self.past_stop_grace():
                     not_started += len(leased.occurrences)  # left for a take-over
+                    self._give_back_hand_offs(leased)
                     continue
                 try:
                     self._dispatch_now(lane, leased)
@@ -635,7 +642,7 @@ class Worker:
         # Leave out runs whose schedule was deleted or paused while the batch waited, and
         # runs another scheduler took over (it dispatches them: doing it here too would
         # deliver them twice).
-        occurrences, cancelled = self._dispatchable(occurrences, token)
+        occurrences, cancelled = self._dispatchable(occurrences, token, leased.counted)
         self.counters.cancelled += cancelled
         if not occurrences:
             return
@@ -667,19 +674,35 @@ class Worker:
         error = f"The dispatcher {lane.alias!r} failed: {type(exc).__name__}: {exc}"
         return [Outcome(o.run_id, "retry", error) for o in occurrences]
 
+    def _give_back_hand_offs(self, leased: Leased) -> None:
+        """A batch left for a take-over without being handed off: if its hand-offs were
+        counted at the claim, they are given back (waiting uses up no attempts)."""
+        if not leased.counted:
+            return
+        try:
+            self.claimer.give_back_hand_offs([o.run_id for o in leased.occurrences], leased.token)
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            logger.warning(
+                "Could not give back the hand-offs counted for %d run(s) left for a take-over "
+                "(%s): each counts one attempt more than it was handed off.",
+                len(leased.occurrences),
+                exc,
+            )
+
     def _dispatchable(
-        self, occurrences: list[Occurrence], token: str
+        self, occurrences: list[Occurrence], token: str, counted: bool = False
     ) -> tuple[list[Occurrence], int]:
         """The claimer's check before dispatch, through a database blip: this thread's
         connection may have been dropped (a failover, pg_terminate_backend) since its last
         batch. Still failing, the batch is dispatched unchecked, as committed: it must not
         wait a whole lease for a check that only narrows a window."""
         try:
-            return self.claimer.dispatchable(occurrences, token)
+            return self.claimer.dispatchable(occurrences, token, counted=counted)
         except (OperationalError, InterfaceError):
             connections.close_all()  # this thread's: reconnect
         try:
-            return self.claimer.dispatchable(occurrences, token)
+            return self.claimer.dispatchable(occurrences, token, counted=counted)
         except (OperationalError, InterfaceError) as exc:
             connections.close_all()
             logger.warning(

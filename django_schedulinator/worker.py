@@ -129,8 +129,9 @@ class Leased:
     # Schedules (overlap "buffer") whose buffered run is released once these are recorded.
     release: set[int] = field(default_factory=set)
     # Their hand-offs were counted when they were claimed (a fresh claim), not yet (a
-    # take-over): a batch that waited instead gives its counts back.
-    counted: bool = False
+    # take-over): a batch that waited instead gives its counts back. Said at every
+    # construction: a wrong default would count each hand-off twice, or never.
+    counted: bool = field(kw_only=True)
 
 
 @dataclass(slots=True)
@@ -475,7 +476,7 @@ class Worker:
             )
             more = self._takeover_more = len(taken) >= takeover_limit
             self.counters.add(taken_counters)
-            self._dispatch(Leased(taken, takeover, leased_at))
+            self._dispatch(Leased(taken, takeover, leased_at, counted=False))
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
@@ -496,7 +497,7 @@ class Worker:
             )
         for alias, occurrences in by_alias.items():
             part = Leased(
-                occurrences, leased.token, leased.leased_at, leased.release, leased.counted
+                occurrences, leased.token, leased.leased_at, leased.release, counted=leased.counted
             )
             lane = self._lane(alias)
             if not self._lanes_running:

@@ -410,7 +410,9 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     Schedule.objects.get(pk=deleted).delete()
     services.pause(Schedule.objects.get(pk=paused), "maintenance")
 
-    worker._dispatch_now(worker._lane("default"), Leased(occurrences, token, time.monotonic()))
+    worker._dispatch_now(
+        worker._lane("default"), Leased(occurrences, token, time.monotonic(), counted=True)
+    )
 
     assert set(Delivery.objects.values_list("schedule_id", flat=True)) == {kept}
     run = Run.objects.get(schedule_id=paused)

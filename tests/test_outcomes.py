@@ -261,7 +261,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
 def _leased(occurrences: Any, token: str) -> Any:
     from django_schedulinator.worker import Leased
 
-    return Leased(occurrences, token, time.monotonic())
+    return Leased(occurrences, token, time.monotonic(), counted=True)  # a fresh claim
 
 
 @pytest.mark.parametrize(

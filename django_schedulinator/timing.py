@@ -106,6 +106,7 @@ MAX_CRON_LENGTH = 200
 MIN_INTERVAL = timedelta(seconds=1)
 MAX_JITTER = timedelta(days=1)
 ONE_MS = timedelta(milliseconds=1)
+ONE_SECOND = timedelta(seconds=1)  # cron's smallest step
 # Offsets are sampled this far around an instant to bound the local times that can map
 # near it: further apart than any two transitions of a real zone.
 OFFSET_SPAN = timedelta(hours=26)
@@ -575,6 +576,39 @@ def _near_change(zone: tzinfo, at: datetime, sign: int) -> timedelta | None:
     return _offset(zone, at + sign * (abs(here - far) + ONE_MS))
 
 
+def _change_in(zone: tzinfo, start: datetime, end: datetime) -> datetime:
+    """The first instant after ``start``, to the millisecond, whose offset is not
+    ``start``'s, for a change known to lie in (``start``, ``end``]."""
+    offset = _offset(zone, start)
+    while end - start > ONE_MS:
+        middle = start + (end - start) / 2
+        if _offset(zone, middle) == offset:
+            start = middle
+        else:
+            end = middle
+    return end
+
+
+def _fold_walls_start(zone: tzinfo, at: datetime, offset: timedelta, sign: int) -> datetime | None:
+    """Where a walk of the wall times that map with ``offset`` begins when the clocks fall
+    back within ``offset``'s reach of ``at`` (after it for ``sign`` 1, before it for -1), or
+    None. Only from the change on (before it, going back) do wall times map with the
+    offset of the other side; the ones between are those of the other walk again, which
+    map to instants on the wrong side of ``at``: a per-second cron would walk up to an hour
+    of them for each occurrence."""
+    own = _offset(zone, at)
+    if own is None or sign * (own - offset) <= timedelta(0):
+        return None  # the offset in force, or a spring forward (its gap's walls count)
+    if _near_change(zone, at, sign) != offset:
+        return None
+    reach = abs(own - offset) + ONE_MS
+    if sign > 0:
+        change = _change_in(zone, at, at + reach)
+        return (change + offset - ONE_SECOND).replace(tzinfo=None)
+    change = _change_in(zone, at - reach, at)
+    return (change + offset + ONE_SECOND).replace(tzinfo=None)
+
+
 def _offsets_around(zone: tzinfo, at: datetime) -> set[timedelta]:
     """The offsets a wall time can map with near ``at``: its own, and the other side of a
     change within its length (a gap's wall times map with the offset from before it)."""
@@ -636,7 +670,10 @@ def _cron_next(
     while todo - tried:
         offset = min(todo - tried)
         tried.add(offset)
-        walls = _walls(expr, (after + offset).replace(tzinfo=None), day_rule)
+        start = (after + offset).replace(tzinfo=None)
+        if (fold_start := _fold_walls_start(zone, after, offset, 1)) is not None:
+            start = max(start, fold_start)
+        walls = _walls(expr, start, day_rule)
         try:
             for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
                 for moment in _moments_of_wall(wall, zone, gap, fold):
@@ -665,7 +702,10 @@ def _cron_prev(
     while todo - tried:
         offset = max(todo - tried)
         tried.add(offset)
-        walls = _walls(expr, (before + offset).replace(tzinfo=None), day_rule, reverse=True)
+        start = (before + offset).replace(tzinfo=None)
+        if (fold_start := _fold_walls_start(zone, before - ONE_MS, offset, -1)) is not None:
+            start = min(start, fold_start)
+        walls = _walls(expr, start, day_rule, reverse=True)
         try:
             for _step, wall in zip(range(MAX_WALL_STEPS), walls, strict=False):
                 for moment in _moments_of_wall(wall, zone, gap, fold):

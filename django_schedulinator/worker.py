@@ -390,6 +390,12 @@ class Worker:
         # How long the claim waits for a lane that is behind (back-pressure, bounded).
         self._lane_wait = min(LANE_WAIT_SECONDS, self.lease_seconds / 4)
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
+        # What heartbeats and probes read (from other threads): when the loop started, when
+        # it last completed a pass (time.monotonic()), and why its last pass failed, if one
+        # has since it last completed one.
+        self.started_at: datetime | None = None
+        self.last_pass_at: float | None = None
+        self.last_error = ""
         # While run() runs, each lane's thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
 
@@ -407,6 +413,8 @@ class Worker:
         )
         self._lanes_running = True
         self._stop_grace_ends = None
+        self.started_at = timezone.now()
+        self.last_pass_at, self.last_error = None, ""
         self.leases = LeaseKeeper(self.claimer, self.lease_seconds)  # a stop closes it
         for lane in self._lanes.values():
             self._start(lane)
@@ -418,8 +426,10 @@ class Worker:
                     result = self.run_pass()
                 except TRANSIENT_ERRORS as exc:
                     failures += 1
+                    self.last_error = f"{type(exc).__name__}: {exc}"
                     self._recover(exc, failures)
                     continue
+                self.last_pass_at, self.last_error = time.monotonic(), ""
                 if failures:
                     logger.warning("Connections are back after %d failed pass(es).", failures)
                     failures = 0
@@ -522,6 +532,18 @@ class Worker:
                     alias,
                     len(occurrences),
                 )
+
+    def lane_depths(self) -> dict[str, tuple[int, float | None]]:
+        """Each lane's batches waiting for its dispatcher, and how long the oldest has waited
+        (seconds, None when none waits). A snapshot, read from any thread."""
+        now = time.monotonic()
+        depths: dict[str, tuple[int, float | None]] = {}
+        for alias, lane in list(self._lanes.items()):
+            with lane.outbox.mutex:  # the lane's thread takes from it meanwhile
+                waiting = list(lane.outbox.queue)
+            oldest = min((b.leased_at for b in waiting), default=None)
+            depths[alias] = (len(waiting), None if oldest is None else now - oldest)
+        return depths
 
     def _lane(self, alias: str) -> Lane:
         lane = self._lanes.get(alias)

@@ -72,6 +72,12 @@ DEFAULTS: dict[str, Any] = {
     "DRIFT_SAMPLE_SIZE": 200,
     # How often each scheduler logs its counters (claimed, fired, repaired, ...) at INFO.
     "LOG_STATS_SECONDS": 60.0,
+    # How often each scheduler records its heartbeat in Redis; a heartbeat expires after three
+    # of these, so a scheduler killed outright drops off the list within that.
+    "HEARTBEAT_SECONDS": 5.0,
+    # A scheduler whose loop has not completed a pass for this long is unhealthy (its
+    # /healthz fails, scheduler_status says so): stuck, or backing off from an outage.
+    "PASS_STALE_SECONDS": 60.0,
     # Catch-up for schedules that leave theirs blank: which of several due occurrences fire
     # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
     # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
@@ -374,6 +380,14 @@ class Settings:
     @property
     def LOG_STATS_SECONDS(self) -> float:
         return self._positive_number("LOG_STATS_SECONDS")
+
+    @property
+    def HEARTBEAT_SECONDS(self) -> float:
+        return self._positive_number("HEARTBEAT_SECONDS")
+
+    @property
+    def PASS_STALE_SECONDS(self) -> float:
+        return self._positive_number("PASS_STALE_SECONDS")
 
     @property
     def DRIFT_SAMPLE_SIZE(self) -> int:

@@ -17,7 +17,7 @@ class SchedulinatorConfig(AppConfig):
         from . import checks, command_task  # noqa: F401
         from .conf import app_settings
         from .models import Schedule
-        from .signals import schedule_changed, sync_after_migrate
+        from .receivers import schedule_changed, sync_after_migrate
 
         post_migrate.connect(
             sync_after_migrate, sender=self, dispatch_uid="schedulinator_sync_declared"

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db import OperationalError, router, transaction
 
-from . import clock, ledger, outcomes, services, timing
+from . import clock, ledger, outcomes, services, signals, timing
 from .conf import app_settings
 from .dispatch.base import BaseDispatcher, Occurrence, Outcome
 from .errors import TimingError
@@ -165,6 +165,8 @@ class Plan:
     # Schedules whose overlap policy buffers and that fire here: their buffered run is
     # released once the runs fired here are recorded.
     buffering: set[int] = field(default_factory=set)
+    # Stale entries re-indexed at their row's time: (schedule id, entry ms, row's due ms).
+    repaired: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def timing_of(row: Any) -> timing.Timing:
@@ -242,6 +244,7 @@ class Claimer:
             return plan
         now = timing.from_ms(batch.now_ms)
         ids = [sid for sid, _score in batch.entries]
+        entry_ms = dict(batch.entries)
         rows = {
             row.pk: row
             for row in Schedule.objects.using(self.db)
@@ -270,6 +273,7 @@ class Claimer:
             if due_ms > batch.now_ms:
                 # The index said due, the row says later: trust the row, fix the index.
                 plan.changes.append(Change(sid, row.revision, SET, due_ms))
+                plan.repaired.append((sid, entry_ms[sid], due_ms))
                 counters.repaired += 1
                 logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
@@ -418,7 +422,15 @@ class Claimer:
                     counters.busy,
                     LOCKED_RETRY.total_seconds(),
                 )
+        # Committed: announced before the index write, which may fail (the runs still go,
+        # taken over once their lease ends).
+        for o in occurrences:
+            signals.send(signals.occurrence_fired, Schedule, occurrence=o, worker_id=self.worker_id)
         self.index.apply(changes, release_token=token)
+        for sid, entry, due in plan.repaired:
+            signals.send(
+                signals.entry_repaired, Schedule, schedule_id=sid, entry_ms=entry, due_ms=due
+            )
         return occurrences, counters
 
     def _advance_and_record(
@@ -498,8 +510,11 @@ class Claimer:
                 counters.redispatched += 1
             elif attempts:
                 counters.retried += 1
-            else:
+            else:  # its first hand-off: a run now, a backfilled or a released buffered run
                 counters.queued += 1
+                signals.send(
+                    signals.occurrence_fired, Schedule, occurrence=o, worker_id=self.worker_id
+                )
         counters.fired = len(occurrences)
         if counters.retried:
             logger.info(

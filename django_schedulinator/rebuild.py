@@ -21,6 +21,7 @@ from django.db import router
 from django.utils import timezone
 from redis.exceptions import LockError
 
+from . import signals
 from .conf import app_settings
 from .errors import RebuildInProgress as RebuildInProgress  # its home was here
 from .index import FORGET, SET, ApplyResult, Change, DueIndex, get_index
@@ -76,6 +77,15 @@ def rebuild_index(
         report = _rebuild(index, lock, dry_run=False, chunk_size=chunk_size, progress=progress)
         index.mark_built(
             {"built_at": timezone.now().isoformat(), "rows": report.rows, "by": built_by}
+        )
+        signals.send(
+            signals.index_rebuilt,
+            DueIndex,
+            rows=report.rows,
+            added=report.added,
+            fixed=report.fixed,
+            removed=report.removed,
+            built_by=built_by,
         )
         return report
     finally:

@@ -196,6 +196,18 @@ MODEL_CASES = [
         pause_after_failures=0,
     ),
     bad("pause-note-501", "pause_note", "at most 500", pause_note="n" * 501),
+    # missed-run alerts
+    bad("grace-half-second", "grace", "at least 1 second", grace=timedelta(milliseconds=500)),
+    bad("grace-negative", "grace", "at least 1 second", grace=timedelta(seconds=-60)),
+    bad("grace-32-days", "grace", "at most 31 days", grace=timedelta(days=32)),
+    bad("grace-int", "grace", "Enter a duration", grace=300),
+    bad(
+        "grace-within-jitter",
+        "grace",
+        "longer than the jitter",
+        grace=timedelta(minutes=1),
+        jitter=timedelta(minutes=2),
+    ),
 ]
 
 
@@ -490,6 +502,48 @@ SETTINGS_CASES = [
     setting("max-skips-negative", "MAX_SKIPS_RECORDED", -1, "from 0 to 5000"),
     setting("max-skips-float", "MAX_SKIPS_RECORDED", 1.5, "from 0 to 5000"),
     setting("max-backfill-0", "MAX_BACKFILL_RUNS", 0, "positive integer"),
+    setting("missed-check-0", "MISSED_CHECK_SECONDS", 0, "positive, finite"),
+    setting("notify-text", "NOTIFY", "mail", "must be None or a dict"),
+    setting("notify-unknown-key", "NOTIFY", {"BACKENDS": "x"}, "must be None or a dict"),
+    setting("notify-backend-empty", "NOTIFY", {"BACKEND": ""}, "must be a dotted path"),
+    setting("notify-options-list", "NOTIFY", {"OPTIONS": []}, "['OPTIONS'] must be a dict"),
+    setting("notify-event-unknown", "NOTIFY", {"EVENTS": ["late"]}, "['EVENTS'] must be a list"),
+    setting("notify-events-text", "NOTIFY", {"EVENTS": "missed"}, "['EVENTS'] must be a list"),
+    setting("notify-base-url-path", "NOTIFY", {"BASE_URL": "/admin"}, "http:// or https://"),
+    setting(
+        "notify-backend-os-system", "NOTIFY", {"BACKEND": "os.system"}, "not a", check_id="E050"
+    ),
+    setting(
+        "notify-backend-missing",
+        "NOTIFY",
+        {"BACKEND": "no.such.Notifier"},
+        "cannot be imported",
+        check_id="E050",
+    ),
+    setting(
+        "notify-mail-unknown-option",
+        "NOTIFY",
+        {"OPTIONS": {"TO": "ops@example.com"}},
+        "'TO' is not an option of MailNotifier",
+        check_id="E051",
+    ),
+    setting(
+        "notify-webhook-no-target",
+        "NOTIFY",
+        {"BACKEND": "django_schedulinator.notify.WebhookNotifier", "OPTIONS": {}},
+        "'DISPATCHER' is required",
+        check_id="E051",
+    ),
+    setting(
+        "notify-webhook-unknown-alias",
+        "NOTIFY",
+        {
+            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
+        },
+        "'hooks' is not a dispatcher alias",
+        check_id="E051",
+    ),
     setting("not-a-dict-list", NOT_A_DICT, ["BATCH_SIZE", 10], "must be a dict, got list"),
     setting("not-a-dict-none", NOT_A_DICT, None, "must be a dict, got NoneType"),
 ]

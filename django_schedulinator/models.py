@@ -998,6 +998,12 @@ class Run(models.Model):
                 condition=Q(alert_at__isnull=False),
                 name="schedulinator_run_alert",
             ),
+            # The runs raised as missed, newest first (the admin's and the API's filter).
+            models.Index(
+                fields=["id"],
+                condition=Q(missed_at__isnull=False),
+                name="schedulinator_run_missed",
+            ),
             # The outcome of a Django task arrives with its result id.
             models.Index(
                 fields=["external_id"],

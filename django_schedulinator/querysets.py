@@ -157,6 +157,26 @@ class Advanced(NamedTuple):
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def with_missed_mark(self) -> ScheduleQuerySet:
+        """Annotated with ``missed_open``: whether the schedule's latest missed occurrence
+        (``missed_at``) is not yet followed by a run at or after it that succeeded. The
+        mark the admin and the API show; one subquery per row, which the unique (schedule,
+        nominal time) index serves."""
+        runs = self.model._meta.get_field("runs").related_model
+        recovered = models.Exists(
+            runs._default_manager.filter(
+                schedule=models.OuterRef("pk"),
+                status="succeeded",
+                scheduled_for__gte=models.OuterRef("missed_at"),
+            )
+        )
+        return self.annotate(
+            missed_open=models.ExpressionWrapper(
+                models.Q(missed_at__isnull=False) & ~recovered,
+                output_field=models.BooleanField(),
+            )
+        )
+
     def delete(self) -> tuple[int, dict[str, int]]:
         """Delete the schedules with their runs, their rows locked first.
 

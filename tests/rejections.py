@@ -300,6 +300,10 @@ ADMIN_CASES = [
         "greater than or equal to 1",
         pause_after_failures="0",
     ),
+    bad("grace-0", "grace", "at least 1 second", grace="0"),
+    bad("grace-32-days", "grace", "at most 31 days", grace="32 00:00:00"),
+    bad("grace-garbage", "grace", "valid duration", grace="a while"),
+    bad("grace-within-jitter", "grace", "longer than the jitter", grace="60", jitter="120"),
 ]
 
 

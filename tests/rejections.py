@@ -387,6 +387,18 @@ SUBPROCESS_CASES = [
         [REBUILD, "--dry-run", "--reset"], {}, ["--dry-run and --reset"], id="rebuild-dry-reset"
     ),
     pytest.param(
+        ["import_schedules", "--from", "celery-beat-schedule", "--grace", "soon"],
+        {},
+        ["argument --grace", "'soon' is not a duration"],
+        id="import-grace-soon",
+    ),
+    pytest.param(
+        ["schedule", "grace", "nightly", "soon"],
+        {},
+        ["'soon' is not a duration"],
+        id="schedule-grace-soon",
+    ),
+    pytest.param(
         [RUN, "--once"],
         {"SCHEDULINATOR_TEST_LEASE": "nan"},
         ["schedulinator.E001", "SCHEDULINATOR['LEASE_SECONDS']", "finite"],

@@ -81,6 +81,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument(
+        "--grace",
+        type=float,
+        default=0,
+        help="give every schedule a grace of this many seconds (missed-run alerts: its runs "
+        "carry an alert time, cleared by their success); 0: none",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, a database and key prefix of its own: checks that it still runs",
@@ -107,6 +114,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     from django_schedulinator.worker import Worker
 
     now = timezone.now().replace(microsecond=0)
+    grace = timedelta(seconds=options.grace) if options.grace else None
     started = time.perf_counter()
     chunk = 20_000
     for offset in range(0, options.total, chunk):
@@ -121,6 +129,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
                     cron="*/5 * * * *",
                     interval=timedelta(minutes=5),
                     timezone="UTC",
+                    **({"grace": grace} if grace else {}),
                     # Spread the not-due rows over the next days, as real schedules are.
                     next_run_at=now - timedelta(seconds=5)
                     if due
@@ -153,9 +162,12 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     fired = worker.counters.fired
     assert fired == options.due, worker.counters.as_dict()
     assert Run.objects.filter(status="succeeded").count() == options.due
+    if grace:
+        assert not Run.objects.exclude(alert_at=None).exists()  # each success cleared its own
     print(
         f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
-        f"(batch {options.batch_size}, {options.total} schedules)"
+        f"(batch {options.batch_size}, {options.total} schedules"
+        f"{f', grace {grace}' if grace else ''})"
     )
 
     idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")

@@ -195,6 +195,11 @@ class BaseNotifier:
                 problems.append(f"{name!r} {problem}")
         return problems
 
+    def wants(self, event: Event) -> bool:
+        """Whether anyone would be told of ``event``: asked before the event is completed
+        with its schedule's name (a query), which is skipped when nobody would be."""
+        return True
+
     def notify(self, event: Event) -> None:
         raise NotImplementedError
 
@@ -208,6 +213,11 @@ class MailNotifier(BaseNotifier):
             float, "The longest the mail server may take to answer.", minimum=0.1, default=10.0
         ),
     }
+
+    def wants(self, event: Event) -> bool:
+        from django.conf import settings
+
+        return bool(settings.ADMINS)
 
     def notify(self, event: Event) -> None:
         from django.core.mail import get_connection, mail_admins
@@ -378,7 +388,7 @@ def deliver(event: Event) -> None:
     """Tell the notifier of the settings; whatever goes wrong is logged, never raised."""
     try:
         notifier = get_notifier()
-        if notifier is not None:
+        if notifier is not None and notifier.wants(event):
             notifier.notify(complete(event))
     except Exception:
         logger.exception("Could not notify of %s (%s): the notifier failed.", event.kind, event.id)

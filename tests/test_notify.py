@@ -123,6 +123,17 @@ def test_no_scheduler_alive_mails_the_admins_once(index: DueIndex, mailoutbox: l
     assert "no schedule fires until one runs again" in mail.body
 
 
+def test_mail_to_nobody_reads_nothing(
+    settings: Any, mailoutbox: list[Any], django_assert_num_queries: Any
+) -> None:
+    """Without ADMINS the default notifier wants nothing: not even the schedule's name."""
+    settings.ADMINS = []
+    event = notify.Event("missed", timezone.now(), schedule_id=1, reason="failed")
+    with django_assert_num_queries(0):
+        notify.deliver(event)
+    assert mailoutbox == []
+
+
 def test_without_a_notifier_nothing_is_told(settings: Any, mailoutbox: list[Any]) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY": None}
     assert not signals.run_missed.receivers

@@ -89,8 +89,8 @@ class Heartbeat:
         return (now - since).total_seconds() <= app_settings.PASS_STALE_SECONDS
 
     def state(self, now: datetime) -> str:
-        """"stopping" (told to stop, finishing what its lanes hold), "stale" (no pass within
-        PASS_STALE_SECONDS) or "healthy"."""
+        """The scheduler's state at ``now``: stopping (told to stop, finishing what its lanes
+        hold), stale (no pass within PASS_STALE_SECONDS) or healthy."""
         if self.stopping:
             return "stopping"
         return "healthy" if self.healthy(now) else "stale"

@@ -1,14 +1,21 @@
 """Heartbeats (``django_schedulinator/heartbeat.py``) on the real Redis: what a record holds,
-its expiry, several schedulers, a Redis outage and a running loop."""
+its expiry, several schedulers, a Redis outage, a running loop, and real ``run_scheduler``
+processes seen by ``scheduler_status`` while they run, when SIGSTOPped, after SIGKILL and
+after a clean SIGTERM."""
 
 from __future__ import annotations
 
+import json
 import logging
+import signal
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from django_schedulinator import __version__, resync_schedules
 from django_schedulinator.heartbeat import (
@@ -23,8 +30,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.timing import from_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due
-from .processes import looping, wait_for
+from .conftest import ROOT, Schedulers, make_due, make_schedule, subprocess_env
+from .processes import looping, output, wait_for
 from .redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
@@ -215,3 +222,86 @@ def test_a_stopping_scheduler_says_so(index: DueIndex) -> None:
     source = worker(index)
     source.stopping = True
     assert HeartbeatKeeper(source, index).beat().stopping
+
+
+# -- real processes ------------------------------------------------------------------------
+
+# The schedulers beat every 6 s (their record lives 18 s) and a pass older than 10 s is
+# stale: a running scheduler's pass, as its last beat saw it, is never that old, and one
+# SIGSTOPped just after a beat shows stale from 10 s until its record expires at 18 s.
+HEARTBEAT, PASS_STALE = "6", "10"
+
+
+def status(env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "scheduler_status", "--json", "--no-drift"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout else {}, proc.stderr
+
+
+@pytest.mark.subprocess
+def test_scheduler_status_sees_real_schedulers_run_stall_die_and_stop(
+    built_index: DueIndex, schedulers: Schedulers, key_prefix: str, settings: Any
+) -> None:
+    make_schedule(next_run_at=timezone.now() + timedelta(hours=1))  # something to fire
+    env = subprocess_env(
+        key_prefix, SCHEDULINATOR_TEST_HEARTBEAT=HEARTBEAT, SCHEDULINATOR_TEST_PASS_STALE=PASS_STALE
+    )
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "PASS_STALE_SECONDS": float(PASS_STALE)}
+    doomed = schedulers.start("--worker-id", "doomed", env=env)
+    clean = schedulers.start("--worker-id", "clean", env=env)
+    seen: list[Any] = []
+
+    def both_healthy() -> bool:
+        """both schedulers healthy in scheduler_status --json, exit code 0"""
+        seen[:] = status(env)
+        code, report, _stderr = seen
+        states = {s["id"]: s["state"] for s in report.get("schedulers", []) if s["last_pass_at"]}
+        return code == 0 and states == {"doomed": "healthy", "clean": "healthy"}
+
+    wait_for(both_healthy, timeout=120, interval=0.5)
+    _code, report, _stderr = seen
+    listed = {s["id"]: s for s in report["schedulers"]}
+    assert listed["doomed"]["pid"] == doomed.pid
+    assert listed["clean"]["pid"] == clean.pid
+    assert listed["doomed"]["version"] == __version__
+    assert report["healthy"] is True
+    assert report["problems"] == []
+
+    # A clean stop removes the record at once.
+    clean.send_signal(signal.SIGTERM)
+    assert clean.wait(timeout=60) == 0, output(clean)
+    assert ids(built_index) == ["doomed"]
+
+    # SIGSTOP just after a beat: its record stays (alive) while its pass grows stale.
+    last = wait_for_beat(built_index).beat_at
+    wait_for(lambda: wait_for_beat(built_index).beat_at > last, timeout=60, interval=0.05)
+    doomed.send_signal(signal.SIGSTOP)
+
+    def stale() -> bool:
+        """scheduler_status to report the stopped scheduler stale, with exit code 1"""
+        seen[:] = status(env)
+        code, report, _stderr = seen
+        states = {s["id"]: s["state"] for s in report.get("schedulers", [])}
+        return code == 1 and states == {"doomed": "stale"}
+
+    wait_for(stale, timeout=30, interval=0.2)
+    _code, report, stderr = seen
+    assert report["healthy"] is False
+    assert [p["code"] for p in report["problems"]] == ["scheduler-stale"]
+    assert "Scheduler doomed" in report["problems"][0]["message"]
+    assert "Unhealthy: 1 problem(s)" in stderr
+
+    # SIGKILL: no clean stop; the record expires on its own.
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=30)
+    wait_for(lambda: ids(built_index) == [], timeout=60)
+    code, report, _stderr = status(env)
+    assert code == 1
+    assert [p["code"] for p in report["problems"]] == ["no-scheduler"]
+    assert report["schedulers"] == []

@@ -24,7 +24,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -42,13 +41,13 @@ from rest_framework.test import APIClient
 from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
-from django_schedulinator.heartbeat import HeartbeatKeeper
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
+from .heartbeats import beat
 from .walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
@@ -1228,10 +1227,7 @@ def test_index_health_reports_an_entry_gone_missing(api: APIClient, index: DueIn
 
 def test_the_schedulers_alive(api: APIClient, built_index: DueIndex) -> None:
     assert api.get(f"{API}schedulers/").json()["schedulers"] == []
-    scheduler = Worker(worker_id="api-1", index=built_index)
-    scheduler.close()
-    scheduler.last_pass_at = time.monotonic() - 1
-    HeartbeatKeeper(scheduler, built_index, every=60).beat()
+    beat(built_index, "api-1", pass_ago=1)
 
     answer = api.get(f"{API}schedulers/").json()
     (listed,) = answer["schedulers"]
@@ -1253,9 +1249,7 @@ def test_the_status_is_the_scheduler_status_report(api: APIClient, built_index: 
     assert api.get(f"{API}status/?drift=false&max_lag=5").json()["index"]["drift"] is None
     assert api.get(f"{API}status/?max_lag=5").json()["max_lag_seconds"] == 5
 
-    scheduler = Worker(worker_id="api-1", index=built_index)
-    scheduler.close()
-    HeartbeatKeeper(scheduler, built_index, every=60).beat()
+    beat(built_index, "api-1")
     assert api.get(f"{API}status/").json()["healthy"] is True
 
 

@@ -9,7 +9,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,36 +20,17 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services
 from django_schedulinator.health import cluster_status
-from django_schedulinator.heartbeat import Heartbeat, HeartbeatKeeper
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
-from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, lose_redis, make_due, make_schedule, subprocess_env
+from .heartbeats import beat
 from .redis_server import free_port
 
 pytestmark = pytest.mark.django_db
 
 OPERATIONS_DOC = (ROOT / "docs" / "operations.md").read_text("utf-8")
-
-
-def beat(
-    index: DueIndex,
-    worker_id: str = "w1",
-    *,
-    pass_ago: float | None = 0.0,
-    error: str = "",
-    stopping: bool = False,
-) -> Heartbeat:
-    """A scheduler's heartbeat as its keeper writes it, for a scheduler whose last pass was
-    ``pass_ago`` seconds ago (None: none yet)."""
-    source = Worker(worker_id=worker_id, index=index)
-    source.close()
-    source.last_pass_at = None if pass_ago is None else time.monotonic() - pass_ago
-    source.last_error, source.stopping = error, stopping
-    source.counters.fired, source.counters.repaired = 1234, 2
-    return HeartbeatKeeper(source, index, every=60).beat()
 
 
 def status(*argv: str) -> tuple[int, str]:

@@ -203,9 +203,13 @@ def test_a_running_scheduler_beats_with_its_passes_and_counters(
     with looping(scheduler):
 
         def fired() -> bool:
-            """a beat after the three fired"""
+            """a beat after the pass that fired the three"""
             beats = alive(built_index)
-            return bool(beats) and beats[0].counters.get("fired") == 3
+            return (
+                bool(beats)
+                and beats[0].counters.get("fired") == 3
+                and beats[0].last_pass_at is not None
+            )
 
         wait_for(fired, timeout=60)
         beat = alive(built_index)[0]

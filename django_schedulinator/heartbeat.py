@@ -181,7 +181,7 @@ def alive(index: DueIndex | None = None) -> list[Heartbeat]:
             found.append(Heartbeat.from_dict(json.loads(raw)))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue  # not a record this version can read: leave it to expire
-    return sorted(found, key=lambda beat: beat.beat_at, reverse=True)
+    return sorted(found, key=lambda beat: (beat.beat_at, beat.id), reverse=True)
 
 
 def _text(value: Any) -> str:

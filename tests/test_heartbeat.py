@@ -27,7 +27,7 @@ from django_schedulinator.heartbeat import (
     registry_key,
 )
 from django_schedulinator.index import DueIndex
-from django_schedulinator.timing import from_ms
+from django_schedulinator.timing import from_ms, to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, Schedulers, make_due, make_schedule, subprocess_env
@@ -109,7 +109,8 @@ def test_healthy_means_a_pass_within_pass_stale_seconds(index: DueIndex, setting
 def test_alive_lists_several_schedulers_newest_beat_first(index: DueIndex) -> None:
     keepers = [HeartbeatKeeper(worker(index, f"w{n}"), index, every=60) for n in range(3)]
     for keeper in keepers:
-        keeper.beat()
+        beat_ms = to_ms(keeper.beat().beat_at)
+        wait_for(lambda ms=beat_ms: index.now_ms() > ms)  # the next beat is a later one
     fleeting = HeartbeatKeeper(worker(index, "fleeting"), index, every=0.05)
     fleeting.beat()
     assert set(ids(index)) == {"w0", "w1", "w2", "fleeting"}

@@ -82,7 +82,8 @@ class DueIndex:
     def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
         self.client = client if client is not None else get_redis()
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
-        tag = f"{{{self.prefix}}}"
+        # The Redis Cluster hash tag every key of the index (and of the heartbeats) starts with.
+        self.tag = tag = f"{{{self.prefix}}}"
         self.due_key = f"{tag}:due"
         self.inflight_key = f"{tag}:inflight"
         self.revisions_key = f"{tag}:rev"
@@ -186,6 +187,11 @@ class DueIndex:
             due, head = pipe.execute()
         earliest = int(float(head[0][1])) if head else None
         return int(due), earliest, now
+
+    def earliest(self) -> tuple[int, int] | None:
+        """The entry with the lowest score, due or not: (schedule id, score ms), or None."""
+        head = self.client.zrange(self.due_key, 0, 0, withscores=True)
+        return (int(head[0][0]), int(float(head[0][1]))) if head else None
 
     def random_entries(self, count: int) -> dict[int, int]:
         """Up to ``count`` distinct entries of the due set, picked at random: id -> score."""

@@ -34,6 +34,7 @@ from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk
+from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
 from .rebuild import ensure_built, rebuild_index
@@ -396,6 +397,8 @@ class Worker:
         self.started_at: datetime | None = None
         self.last_pass_at: float | None = None
         self.last_error = ""
+        # The port of this process's /metrics and probes, if it serves them (in heartbeats).
+        self.metrics_port: int | None = None
         # While run() runs, each lane's thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
 
@@ -420,6 +423,8 @@ class Worker:
             self._start(lane)
         bound_lock_waits()
         self._warn_about_eviction()
+        heartbeat = HeartbeatKeeper(self, self.index)
+        heartbeat.start()
         try:
             while not self.stopping:
                 try:
@@ -444,6 +449,7 @@ class Worker:
                 self._sleep_between_passes(result)
         finally:
             self._stop_lanes()
+            heartbeat.stop()  # after the lanes: until then, this scheduler still works
             self.close()
             bound_lock_waits(False)
             self._restore_signal_handlers(previous)
@@ -569,6 +575,10 @@ class Worker:
             if not lane.left:
                 with contextlib.suppress(Exception):
                     lane.dispatcher.close()
+
+    def is_stopping(self) -> bool:
+        """Told to stop, or its loop ended and its lanes finish what they hold."""
+        return self.stopping or self._stop_grace_ends is not None
 
     def past_stop_grace(self) -> bool:
         """Whether the lanes should start no more hand-offs: a stop's grace is over."""

@@ -306,6 +306,9 @@ RUN = "run_scheduler"
 REBUILD = "rebuild_due_index"
 
 
+STATUS = "scheduler_status"
+
+
 COMMAND_CASES = [
     option("batch-size-0", RUN, "--batch-size", "at least 1", "--batch-size", "0"),
     option("batch-size-negative", RUN, "--batch-size", "at least 1", "--batch-size", "-5"),
@@ -350,6 +353,13 @@ COMMAND_CASES = [
     option(
         "dry-run-with-reset", REBUILD, "--dry-run and --reset", "cannot", "--dry-run", "--reset"
     ),
+    option("max-lag-negative", STATUS, "--max-lag", "0 or more", "--max-lag=-1"),
+    option("max-lag-nan", STATUS, "--max-lag", "0 or more", "--max-lag", "nan"),
+    option("max-lag-inf", STATUS, "--max-lag", "0 or more", "--max-lag", "inf"),
+    option("max-lag-text", STATUS, "--max-lag", "not a number", "--max-lag", "soon"),
+    option("kw-max-lag-text", STATUS, "--max-lag", "0 or more", max_lag="60"),
+    option("kw-max-lag-negative", STATUS, "--max-lag", "0 or more", max_lag=-1),
+    option("kw-max-lag-bool", STATUS, "--max-lag", "0 or more", max_lag=True),
 ]
 
 

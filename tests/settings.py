@@ -150,6 +150,9 @@ SCHEDULINATOR = {
     "MAX_SLEEP_SECONDS": 0.2,
     "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
     "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
+    # Heartbeats and their staleness, for tests/test_heartbeat.py's real schedulers.
+    "HEARTBEAT_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_HEARTBEAT", "5")),
+    "PASS_STALE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_PASS_STALE", "60")),
 }
 
 if os.environ.get("SCHEDULINATOR_TEST_SCHEDULES"):

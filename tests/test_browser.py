@@ -280,4 +280,7 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
             re.compile(r"^\d+$")
         )
         expect(page.locator("#schedulinator-redis-error")).to_have_count(0)
+        # The scheduler that fired it is listed, from its heartbeat.
+        expect(page.locator("#schedulinator-schedulers tbody tr")).to_have_count(1)
+        expect(page.locator("#schedulinator-scheduler-1")).to_contain_text("healthy")
         shots.take("operations")

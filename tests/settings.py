@@ -173,6 +173,14 @@ if os.environ.get("SCHEDULINATOR_TEST_DISPATCHERS"):
     # The dispatchers of the test that starts these schedulers (tests/test_dispatch_leases.py).
     SCHEDULINATOR["DISPATCHERS"] = json.loads(os.environ["SCHEDULINATOR_TEST_DISPATCHERS"])
 
+if os.environ.get("SCHEDULINATOR_TEST_SENTRY_DSN"):
+    # Sentry Crons check-ins from the run_scheduler of tests/test_sentry.py, set up as a project
+    # sets Sentry up: initialised in its settings, with the SDK's default integrations.
+    import sentry_sdk
+
+    sentry_sdk.init(dsn=os.environ["SCHEDULINATOR_TEST_SENTRY_DSN"], environment="tests")
+    SCHEDULINATOR["SENTRY_CRONS"] = True
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

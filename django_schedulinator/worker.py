@@ -33,7 +33,7 @@ from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
-from .health import check_drift, eviction_risk
+from .health import check_drift, eviction_risk, record_drift
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
 from .rebuild import ensure_built, rebuild_index
@@ -874,6 +874,7 @@ class Worker:
 
     def _check_drift(self) -> None:
         drift = check_drift(self.index)
+        record_drift(self.index, drift)
         if drift.ok:
             logger.info("Index drift check: %s.", drift.summary())
         else:

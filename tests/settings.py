@@ -150,6 +150,9 @@ SCHEDULINATOR = {
     "MAX_SLEEP_SECONDS": 0.2,
     "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
     "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
+    # The probes' tests (tests/test_metrics.py) make a stuck loop show within seconds.
+    "PASS_STALE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_PASS_STALE", "60")),
+    "METRICS_CLUSTER_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_METRICS_CLUSTER", "5")),
 }
 
 if os.environ.get("SCHEDULINATOR_TEST_SCHEDULES"):

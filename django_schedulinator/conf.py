@@ -78,7 +78,13 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_SECONDS": 5.0,
     # A scheduler whose loop has not completed a pass for this long is unhealthy (its
     # /healthz fails, scheduler_status says so): stuck, or backing off from an outage.
+    # /healthz (a liveness probe) still passes while the loop backs off, or a rebuild moves
+    # on: a restart would not end an outage (its /readyz says which dependency is away).
     "PASS_STALE_SECONDS": 60.0,
+    # run_scheduler --metrics-port: how long the cluster-wide gauges (index size, due
+    # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
+    # that compute them; every scheduler that is scraped computes them at most this often.
+    "METRICS_CLUSTER_SECONDS": 5.0,
     # Catch-up for schedules that leave theirs blank: which of several due occurrences fire
     # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
     # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
@@ -476,6 +482,10 @@ class Settings:
     @property
     def PASS_STALE_SECONDS(self) -> float:
         return self._positive_number("PASS_STALE_SECONDS")
+
+    @property
+    def METRICS_CLUSTER_SECONDS(self) -> float:
+        return self._positive_number("METRICS_CLUSTER_SECONDS")
 
     @property
     def DRIFT_SAMPLE_SIZE(self) -> int:

@@ -98,6 +98,19 @@ def check_drift(
     return report
 
 
+def record_drift(index: DueIndex, report: DriftReport) -> None:
+    """Keep what a drift check found next to the index, for every process to read (the
+    metrics): one scheduler checks per period, all of them report it."""
+    index.set_drift_record(
+        {
+            "late_or_missing": len(report.late_or_missing),
+            "early_or_orphaned": len(report.early_or_orphaned),
+            "sampled": report.sampled,
+            "checked_at_ms": index.now_ms(),
+        }
+    )
+
+
 def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[int]]:
     from .models import Schedule
 

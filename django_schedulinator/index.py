@@ -92,6 +92,7 @@ class DueIndex:
         self.rebuild_request_key = f"{tag}:rebuild-request"
         self.reconcile_key = f"{tag}:reconcile"
         self.wake_key = f"{tag}:wake"
+        self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
@@ -107,6 +108,7 @@ class DueIndex:
             self.rebuild_request_key,
             self.reconcile_key,
             self.wake_key,
+            self.drift_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
 
@@ -269,6 +271,13 @@ class DueIndex:
 
     def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
+
+    def drift_record(self) -> dict[str, Any] | None:
+        """What the last drift check found (``health.record_drift``), or None."""
+        return _json_record(self.client.get(self.drift_key))
+
+    def set_drift_record(self, record: dict[str, Any]) -> None:
+        self.client.set(self.drift_key, json.dumps(record, sort_keys=True))
 
     def rebuild_lock(self, timeout: float) -> Any:
         """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart.

@@ -153,6 +153,7 @@ SCHEDULINATOR = {
     # Heartbeats and their staleness, for tests/test_heartbeat.py's real schedulers.
     "HEARTBEAT_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_HEARTBEAT", "5")),
     "PASS_STALE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_PASS_STALE", "60")),
+    "METRICS_CLUSTER_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_METRICS_CLUSTER", "5")),
 }
 
 if os.environ.get("SCHEDULINATOR_TEST_SCHEDULES"):

@@ -292,6 +292,7 @@ def test_the_busiest_minutes_name_their_groups_and_suggest_jitter(admin_client: 
     page = admin_client.get(url)
     assert page.status_code == 200
     assert page.context["cl"].result_count == 50
+    assert admin_client.get(f"{url}&_facets=True").status_code == 200  # "Show counts"
 
 
 def test_an_interval_groups_link_lists_its_schedules(admin_client: Client) -> None:
@@ -324,6 +325,14 @@ def test_a_timing_group_link_that_names_no_group_is_refused(
     page = admin_client.get(changelist, {"timing_group": value})
     assert page.status_code == 302
     assert page["Location"].endswith("?e=1")
+
+
+def test_a_timing_group_is_named_as_text(admin_client: Client) -> None:
+    changelist = reverse("admin:django_schedulinator_schedule_changelist")
+    token = forecasting.Family(forecasting.TimelineKey("cron", cron="<b>x</b>"), None).token()
+    html = admin_client.get(changelist, {"timing_group": token}).content.decode()
+    assert "&lt;b&gt;x&lt;/b&gt;" in html
+    assert "<b>x</b>" not in html
 
 
 def test_a_timing_group_reads_back_what_it_wrote() -> None:

@@ -13,10 +13,10 @@ array over the timeline, so a group costs a bisection, not a walk).
 The work is bounded, and the page says when a bound was reached: at most ``MAX_GROUPS``
 groups are read (the largest first; the schedules of the others are not counted), at most
 ``MAX_OCCURRENCES`` cron occurrences are expanded in all (an interval's or a one-off's count
-a tenth; the timings met after that are not counted), and one timing is expanded at most ``MAX_PER_TIMELINE`` times: a timing that fires
-more often than that in 24 hours (more than once a minute) is counted exactly up to there
-and then minute by minute (see ``_probe``), and the picture marks those minutes as
-estimated.
+a tenth; the timings met after that are not counted), and one timing is expanded at most
+``MAX_PER_TIMELINE`` times: a timing that fires more often than that in 24 hours (more than
+once a minute) is counted exactly up to there and then minute by minute (see ``_probe``),
+and the picture marks those minutes as estimated.
 
 An occurrence is counted at its nominal minute. A schedule with jitter fires up to its
 jitter later (a delay that is the same on every re-dispatch, and uniform across the

@@ -68,6 +68,8 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
         "rebuild_command": run_command("rebuild_due_index", html=True),
+        # The schedulers alive go before these once they record heartbeats: the template
+        # keeps a block for them (schedulinator_schedulers).
         "forecast": pictures.forecast_html(forecast.forecast()),
         "lateness": pictures.lateness_html(lateness.histogram()),
     }

@@ -1,10 +1,13 @@
 """The scheduler's operations page: the schedulers alive, the state of the due index, the
-problems ``scheduler_status`` reports, and a rebuild on request.
+problems ``scheduler_status`` reports, pictures of the next 24 hours and of recent
+lateness, and a rebuild on request.
 
-A view with its template, like a dashboard: it reads ``health.cluster_status()`` and shows it.
-The rebuild button only records the request in Redis; the first scheduler to look performs
-it with the same function as ``manage.py rebuild_due_index``, under the same lock (a
-request never runs the rebuild itself, nor starts a thread that would outlive it).
+A view with its template, like a dashboard: it reads ``health.cluster_status()`` and shows it,
+with the forecast of occurrences per minute (``forecast.py``) and the lateness histogram
+(``lateness.py``), drawn by ``pictures.py``; both read the database only, so they show while
+Redis is down. The rebuild button only records the request in Redis; the first scheduler to
+look performs it with the same function as ``manage.py rebuild_due_index``, under the same
+lock (a request never runs the rebuild itself, nor starts a thread that would outlive it).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from redis.exceptions import RedisError
 from .. import health
 from ..index import get_index
 from ..management import run_command
+from . import forecast, lateness, pictures
 from .display import exact_time, iso_text
 
 if TYPE_CHECKING:
@@ -75,6 +79,10 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
         "rebuild_command": run_command("rebuild_due_index", html=True),
+        # The schedulers alive go before these once they record heartbeats: the template
+        # keeps a block for them (schedulinator_schedulers).
+        "forecast": pictures.forecast_html(forecast.forecast()),
+        "lateness": pictures.lateness_html(lateness.histogram()),
     }
     return TemplateResponse(request, TEMPLATE, context)
 

@@ -20,10 +20,12 @@ from django.utils import timezone
 from django_schedulinator import services, timing
 from django_schedulinator.admin import forecast as forecasting
 from django_schedulinator.admin import lateness, pictures
+from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
 from .admin_pages import change_url
 from .conftest import make_schedule
+from .heartbeats import beat
 
 pytestmark = pytest.mark.django_db
 
@@ -536,8 +538,9 @@ def test_the_operations_page_shows_both_pictures_to_a_viewer(
     assert 'id="schedulinator-lateness-percentiles"' in html
     assert 'id="schedulinator-busiest"' in html
     assert "?timing_group=" in html  # the groups link to the schedule list
-    # The spot for the schedulers alive stays empty until heartbeats exist.
-    assert "schedulinator-schedulers" not in html
+    # No scheduler beats here: the picture of the schedulers alive says so.
+    alive = svg_of(html, "schedulinator-alive-svg")
+    assert "No scheduler has recorded a heartbeat recently." in "".join(alive.itertext())
 
 
 def test_the_pictures_are_numbers_whatever_the_language(
@@ -591,3 +594,33 @@ def test_a_schedule_page_leaves_the_strip_out_without_the_run_permission(
     add_run(schedule, timedelta(minutes=3), 12)
     html = staff_client("view_schedule").get(change_url(schedule)).content.decode()
     assert "schedulinator-run-strip" not in html
+
+
+def test_the_schedulers_alive_are_bars_of_their_last_pass(
+    admin_client: Client, index: DueIndex
+) -> None:
+    beat(index, "sched-a", pass_ago=0.4)
+    beat(index, "sched-b", pass_ago=90)  # PASS_STALE_SECONDS is 60 in the tests
+    beat(index, "sched-c", pass_ago=None)
+
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+
+    chart = svg_of(html, "schedulinator-alive-svg")
+    bars = {
+        bar.find(f"{SVG}title").text.split(" · ")[0]: bar
+        for bar in chart.iter(f"{SVG}g")
+        if bar.get("class") == "schedulinator-scheduler-bar"
+    }
+    assert set(bars) == {"sched-a", "sched-b", "sched-c"}
+    fresh, stale, unborn = bars["sched-a"], bars["sched-b"], bars["sched-c"]
+    # The state is said by shape, letter and word, not by colour alone.
+    assert "healthy" in "".join(fresh.itertext())
+    assert "stale" in "".join(stale.itertext())
+    assert stale.find(f"{SVG}rect").get("fill") == "url(#schedulinator-alive-hatch)"
+    assert fresh.find(f"{SVG}rect").get("fill") is None
+    widths = [float(b.find(f"{SVG}rect").get("width")) for b in (fresh, stale)]
+    assert widths[0] < widths[1]
+    assert "no pass yet" in unborn.find(f"{SVG}title").text
+    assert "last pass 90." in stale.find(f"{SVG}title").text
+    assert "stale after 60 s" in "".join(chart.itertext())
+    assert "1 of them stale" in chart.find(f"{SVG}desc").text

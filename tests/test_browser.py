@@ -291,6 +291,10 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         expect(page.locator("#schedulinator-schedulers tbody tr")).to_have_count(1)
         expect(page.locator("#schedulinator-scheduler-1")).to_contain_text("healthy")
         shots.take("operations")
+        # And drawn: a bar of its last pass, short of the stale line.
+        alive = page.locator("#schedulinator-alive")
+        expect(alive.locator("#schedulinator-alive-1")).to_contain_text("healthy")
+        shots.take("schedulers-alive", alive)
 
 
 def test_admin_pictures(page: Page, example_project: ExampleProject, artifacts: Artifacts) -> None:

@@ -27,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
 from .. import health
+from ..conf import app_settings
 from ..index import get_index
 from ..management import run_command
 from . import forecast, lateness, pictures
@@ -60,6 +61,7 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
     except RedisError as exc:
         redis_error = str(exc) or type(exc).__name__
     findings = [] if report is None else [*report.problems, *report.warnings]
+    schedulers = [] if report is None else scheduler_rows(report)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": gettext("Scheduler operations"),
@@ -67,7 +69,7 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "status": status,
         "checked_at": iso_text(status.checked_at) if status is not None else "",
         "rows": status_rows(status, asked, opts.app_label) if status is not None else [],
-        "schedulers": [] if report is None else scheduler_rows(report),
+        "schedulers": schedulers,
         "no_scheduler": any(f.code == "no-scheduler" for f in findings),
         "run_scheduler": run_command("run_scheduler", html=True),
         "problems": [] if report is None else shown(report.problems),
@@ -79,8 +81,9 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
         "rebuild_command": run_command("rebuild_due_index", html=True),
-        # The schedulers alive go before these once they record heartbeats: the template
-        # keeps a block for them (schedulinator_schedulers).
+        "alive": ""
+        if report is None
+        else pictures.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
         "forecast": pictures.forecast_html(forecast.forecast()),
         "lateness": pictures.lateness_html(lateness.histogram()),
     }
@@ -120,6 +123,7 @@ def scheduler_rows(report: health.ClusterStatus) -> list[dict[str, Any]]:
                 else gettext("%(time)s (%(seconds).1f s ago)")
                 % {"time": exact_time(beat.last_pass_at), "seconds": age},
                 "lanes": ", ".join(lanes),
+                "age": age,
                 "state": state,
                 "state_label": STATES[state],
             }

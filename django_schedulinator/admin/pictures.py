@@ -569,3 +569,104 @@ def _strip_summary(schedule: Schedule, runs: list[dict[str, Any]], statuses: Cou
         "last": exact_time(runs[-1]["scheduled_for"]),
         "counts": counts,
     }
+
+
+# -- the schedulers alive -------------------------------------------------------------------
+
+SCHEDULERS_TEMPLATE = "django_schedulinator/admin/pictures/schedulers.html"
+A_LEFT, A_TOP, A_ROW, A_PLOT_W, A_RIGHT = 230, 30, 30, 420, 150
+A_SHOWN = 50  # schedulers drawn; the table above lists them all
+A_LOW_SECONDS = 0.1  # the left end of the pass-age scale
+# A state's mark: shape, letter, filled (the colour only repeats them), and its CSS status.
+STATE_MARKS = {
+    "healthy": ("circle", "H", True, "succeeded"),
+    "stale": ("triangle", "!", True, "failed"),
+    "stopping": ("square", "S", False, "skipped"),
+}
+
+
+def schedulers_html(rows: list[dict[str, Any]], stale_seconds: float) -> str:
+    return render_to_string(SCHEDULERS_TEMPLATE, schedulers_context(rows, stale_seconds))
+
+
+def schedulers_context(rows: list[dict[str, Any]], stale_seconds: float) -> dict[str, Any]:
+    """Each scheduler alive as a bar: how long ago its loop completed a pass, on a log scale
+    whose dashed line is ``PASS_STALE_SECONDS`` (past it, the scheduler is stale). The
+    rows are ``operations.scheduler_rows``: ``beat``, ``age`` (seconds or None), ``state``."""
+    top_seconds = stale_seconds * 2
+    span = math.log10(top_seconds / A_LOW_SECONDS)
+
+    def x_of(seconds: float) -> float:
+        clamped = min(max(seconds, A_LOW_SECONDS), top_seconds)
+        return A_LEFT + A_PLOT_W * math.log10(clamped / A_LOW_SECONDS) / span
+
+    bars = []
+    for n, row in enumerate(rows[:A_SHOWN]):
+        beat, age, state = row["beat"], row["age"], row["state"]
+        y = A_TOP + n * A_ROW
+        shape, letter, filled, status = STATE_MARKS[state]
+        mark_x, mark_y = A_LEFT + A_PLOT_W + 16, y + A_ROW / 2
+        waiting = sum(lane.waiting for lane in beat.lanes.values())
+        if age is None:
+            age_text = gettext("no pass yet")
+        else:
+            age_text = gettext("last pass %(seconds).1f s ago") % {"seconds": age}
+        details = [beat.id, f"{beat.host}, pid {beat.pid}, {beat.version}", age_text]
+        details.append(
+            ngettext("%(n)d batch waiting", "%(n)d batches waiting", waiting) % {"n": waiting}
+        )
+        if beat.last_error:
+            details.append(beat.last_error)
+        bars.append(
+            {
+                "label": beat.id if len(beat.id) <= 32 else beat.id[:31] + "…",
+                "label_y": y + A_ROW / 2,
+                "y": y + 7,
+                "width": 0 if age is None else max(x_of(age) - A_LEFT, 1),
+                "past_stale": age is not None and age >= stale_seconds,
+                "state_label": row["state_label"],
+                "title": " · ".join(details),
+                "mark": {
+                    "status": status,
+                    "filled": filled,
+                    "shape": shape,
+                    "letter": letter,
+                    "x": mark_x,
+                    "y": mark_y,
+                    "corner_x": mark_x - S_GLYPH,
+                    "corner_y": mark_y - S_GLYPH,
+                    "points": _shape_points(shape, mark_x, mark_y),
+                },
+                "text_x": mark_x + 14,
+            }
+        )
+    height = A_TOP + max(len(bars), 1) * A_ROW + 34
+    ticks = [
+        {"x": x_of(s), "label": f"{s:g} s"}
+        for s in (0.1, 1, 10, 100, 1000, 10000)
+        if A_LOW_SECONDS <= s <= top_seconds and abs(s - stale_seconds) > stale_seconds / 4
+    ]
+    stale = sum(bar["past_stale"] for bar in bars)
+    summary = ngettext("%(n)d scheduler alive", "%(n)d schedulers alive", len(rows)) % {
+        "n": len(rows)
+    } + (
+        ngettext(", %(stale)d of them stale", ", %(stale)d of them stale", stale) % {"stale": stale}
+        if stale
+        else ""
+    )
+    return {
+        "bars": bars,
+        "more": max(len(rows) - A_SHOWN, 0),
+        "width": A_LEFT + A_PLOT_W + A_RIGHT,
+        "height": height,
+        "left": A_LEFT,
+        "right": A_LEFT + A_PLOT_W,
+        "top": A_TOP - 6,
+        "base": height - 28,
+        "label_x": A_LEFT - 8,
+        "tick_label_y": height - 12,
+        "ticks": ticks,
+        "stale_x": x_of(stale_seconds),
+        "stale_label": gettext("stale after %(seconds)g s") % {"seconds": stale_seconds},
+        "summary": summary,
+    }

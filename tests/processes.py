@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+import httpx
+
 from .handoff import run_in_thread
 
 if TYPE_CHECKING:
@@ -80,3 +82,11 @@ class Lines:
                     f"no line matched {pattern!r} (exit {self.proc.poll()}):\n{self.text()}"
                 )
             time.sleep(0.05)
+
+
+# What run_scheduler --metrics-port logs once it serves, and a request to what it serves.
+SERVING = r"Serving /metrics, /healthz and /readyz on http://127\.0\.0\.1:(\d+)/"
+
+
+def get(port: int, path: str, timeout: float = 10) -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=timeout)

@@ -14,6 +14,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import pytest
 from django.utils import timezone
 
@@ -31,7 +32,7 @@ from django_schedulinator.timing import from_ms, to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, Schedulers, make_due, make_schedule, subprocess_env
-from .processes import looping, output, wait_for
+from .processes import SERVING, Lines, get, looping, output, wait_for
 from .redis_server import RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
@@ -258,7 +259,9 @@ def test_scheduler_status_sees_real_schedulers_run_stall_die_and_stop(
         key_prefix, SCHEDULINATOR_TEST_HEARTBEAT=HEARTBEAT, SCHEDULINATOR_TEST_PASS_STALE=PASS_STALE
     )
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "PASS_STALE_SECONDS": float(PASS_STALE)}
-    doomed = schedulers.start("--worker-id", "doomed", env=env)
+    # The one that dies also serves its probes: what a kubelet would see of it.
+    doomed = schedulers.start("--worker-id", "doomed", "--metrics-port", "0", env=env)
+    doomed_port = int(Lines(doomed).wait_for(SERVING)[1])
     clean = schedulers.start("--worker-id", "clean", env=env)
     seen: list[Any] = []
 
@@ -277,6 +280,8 @@ def test_scheduler_status_sees_real_schedulers_run_stall_die_and_stop(
     assert listed["doomed"]["version"] == __version__
     assert report["healthy"] is True
     assert report["problems"] == []
+    assert listed["doomed"]["metrics_port"] == doomed_port
+    assert get(doomed_port, "/healthz").status_code == 200
 
     # A clean stop removes the record at once.
     clean.send_signal(signal.SIGTERM)
@@ -301,6 +306,9 @@ def test_scheduler_status_sees_real_schedulers_run_stall_die_and_stop(
     assert [p["code"] for p in report["problems"]] == ["scheduler-stale"]
     assert "Scheduler doomed" in report["problems"][0]["message"]
     assert "Unhealthy: 1 problem(s)" in stderr
+    # Its probe gets no answer: a failed liveness probe to Kubernetes, which restarts it.
+    with pytest.raises(httpx.TimeoutException):
+        get(doomed_port, "/healthz", timeout=2)
 
     # SIGKILL: no clean stop; the record expires on its own.
     doomed.send_signal(signal.SIGKILL)

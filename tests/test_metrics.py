@@ -35,15 +35,10 @@ from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, Schedulers, lose_redis, make_due, make_schedule, subprocess_env
 from .models import Delivery
-from .processes import Lines, looping, wait_for
+from .processes import SERVING, Lines, get, looping, wait_for
 from .redis_server import RedisServer
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-SERVING = r"Serving /metrics, /healthz and /readyz on http://127\.0\.0\.1:(\d+)/"
-
-
-def get(port: int, path: str, timeout: float = 10) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=timeout)
 
 
 def samples(text: str) -> list[Sample]:

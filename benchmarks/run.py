@@ -2,6 +2,7 @@
 
     python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
     python -m benchmarks.run --smoke   # a few seconds: the whole path on tiny sizes (CI)
+    python -m benchmarks.run --metrics # the same with run_scheduler --metrics-port's metrics on
 
 Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
 - fire: one in-process Worker (inline dispatcher, a no-op task) firing every due occurrence,
@@ -88,6 +89,11 @@ def main() -> None:
         "carry an alert time, cleared by their success); 0: none",
     )
     parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="observe the hot path into Prometheus metrics, as --metrics-port does",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, a database and key prefix of its own: checks that it still runs",
@@ -156,6 +162,10 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         worker_id="bench",
         dispatcher=InlineDispatcher(max_workers=options.workers),
     )
+    if options.metrics:
+        from django_schedulinator.metrics import Metrics
+
+        worker.attach_metrics(Metrics(worker))
     started = time.perf_counter()
     worker.run()
     elapsed = time.perf_counter() - started
@@ -167,10 +177,12 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     print(
         f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
         f"(batch {options.batch_size}, {options.total} schedules"
-        f"{f', grace {grace}' if grace else ''})"
+        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
     )
 
     idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")
+    if options.metrics:
+        idle.attach_metrics(Metrics(idle))
     samples = []
     for _ in range(options.ticks):
         t = time.perf_counter()

@@ -34,3 +34,9 @@ class SchedulinatorConfig(AppConfig):
         from .dispatch.tasks import connect_signals
 
         connect_signals()
+        # Sentry Crons check-ins, when SENTRY_CRONS is on and sentry-sdk is installed; again
+        # whenever the setting changes (override_settings).
+        from .contrib import sentry
+
+        sentry.connect()
+        setting_changed.connect(sentry.connect, dispatch_uid="schedulinator_sentry_setting")

@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, router, transaction
 
@@ -40,6 +40,9 @@ from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex,
 from .models import Run, Schedule, alert_time, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
@@ -170,6 +173,8 @@ class Plan:
     buffering: set[int] = field(default_factory=set)
     # Stale entries re-indexed at their row's time: (schedule id, entry ms, row's due ms).
     repaired: list[tuple[int, int, int]] = field(default_factory=list)
+    # What the commit recorded as skipped, by reason (counters.skipped is their sum).
+    skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
 def timing_of(row: Any) -> timing.Timing:
@@ -227,6 +232,7 @@ class Claimer:
         self.db = using or router.db_for_write(Schedule)
         self.clock = clock
         self.retries = PlannedRetries()
+        self.metrics: Metrics | None = None  # the worker's, while metrics are on
 
     # -- 1. claim -------------------------------------------------------------------------
 
@@ -421,6 +427,8 @@ class Claimer:
                         )
                     )
                 counters.skipped += len(d.plan.skips)
+                for skip in d.plan.skips:
+                    plan.skip_reasons[skip.reason] = plan.skip_reasons.get(skip.reason, 0) + 1
                 counters.buffered += len(d.buffer)
             counters.fired = len(occurrences)
             if counters.busy:
@@ -650,6 +658,8 @@ class Claimer:
             index=self.index,
         )
         self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
+        if self.metrics is not None:
+            self.metrics.recorded(dispatcher.alias, results, recorded.ended)
         return {schedule_of[o.run_id] for o in recorded.ended}
 
     # -- overlap "buffer" -----------------------------------------------------------------

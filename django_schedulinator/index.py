@@ -82,7 +82,8 @@ class DueIndex:
     def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
         self.client = client if client is not None else get_redis()
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
-        tag = f"{{{self.prefix}}}"
+        # The Redis Cluster hash tag every key of the index (and of the heartbeats) starts with.
+        self.tag = tag = f"{{{self.prefix}}}"
         self.due_key = f"{tag}:due"
         self.inflight_key = f"{tag}:inflight"
         self.revisions_key = f"{tag}:rev"
@@ -93,6 +94,7 @@ class DueIndex:
         self.wake_key = f"{tag}:wake"
         # When an outage with no scheduler alive was first noticed (alerts.py).
         self.outage_key = f"{tag}:no-scheduler"
+        self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
@@ -109,6 +111,7 @@ class DueIndex:
             self.reconcile_key,
             self.wake_key,
             self.outage_key,
+            self.drift_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
 
@@ -189,6 +192,11 @@ class DueIndex:
             due, head = pipe.execute()
         earliest = int(float(head[0][1])) if head else None
         return int(due), earliest, now
+
+    def earliest(self) -> tuple[int, int] | None:
+        """The entry with the lowest score, due or not: (schedule id, score ms), or None."""
+        head = self.client.zrange(self.due_key, 0, 0, withscores=True)
+        return (int(head[0][0]), int(float(head[0][1]))) if head else None
 
     def random_entries(self, count: int) -> dict[int, int]:
         """Up to ``count`` distinct entries of the due set, picked at random: id -> score."""
@@ -279,6 +287,13 @@ class DueIndex:
 
     def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
+
+    def drift_record(self) -> dict[str, Any] | None:
+        """What the last drift check found (``health.record_drift``), or None."""
+        return _json_record(self.client.get(self.drift_key))
+
+    def set_drift_record(self, record: dict[str, Any]) -> None:
+        self.client.set(self.drift_key, json.dumps(record, sort_keys=True))
 
     def rebuild_lock(self, timeout: float) -> Any:
         """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart.

@@ -5,12 +5,16 @@ moment past the grace instead of waiting for it."""
 
 from __future__ import annotations
 
+import io
+import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import timezone
 
@@ -23,6 +27,7 @@ from django_schedulinator.worker import Worker
 
 from .conftest import make_schedule
 from .dispatchers import HandOff
+from .heartbeats import beat
 from .processes import looping, wait_for
 
 pytestmark = pytest.mark.django_db
@@ -372,6 +377,41 @@ def test_a_running_scheduler_ends_the_outage(index: DueIndex) -> None:
     assert alerts.no_scheduler_alive(False, index=index)
     Worker(worker_id="t", index=index)._check_missed()
     assert index.client.get(index.outage_key) is None
+
+
+def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
+    built_index: DueIndex, missed: Heard
+) -> None:
+    """What a cron job runs while every scheduler may be down (docs/alerts.md)."""
+    down = Heard()
+    signals.schedulers_down.connect(down, weak=False)
+    try:
+        schedule = due(next_run_at=truncate_ms(timezone.now() - 2 * GRACE))
+        Schedule.objects.filter(pk=schedule.pk).update(updated_at=timezone.now() - 2 * GRACE)
+
+        def status(*argv: str) -> str:
+            out = io.StringIO()
+            with pytest.raises(CommandError):  # unhealthy: no scheduler while one waits
+                call_command("scheduler_status", "--no-drift", "--notify", *argv, stdout=out)
+            return out.getvalue()
+
+        printed = status()
+        assert (
+            "Alerts (--notify): no scheduler alive: raised now; missed runs raised now: 1"
+            in printed
+        )
+        assert f"  schedule {schedule.pk} at " in printed
+        assert printed.rstrip().endswith(": not_fired")
+        again = json.loads(status("--json"))["alerts"]
+        assert again == {"no_scheduler_raised": False, "missed_raised": []}  # once
+        assert len(down.calls) == 1
+        assert [call["reason"] for call in missed.calls] == ["not_fired"]
+
+        beat(built_index)  # a scheduler runs again: the outage is over
+        assert "no scheduler alive: nothing new to raise" in status()  # (its entry is late)
+        assert built_index.client.get(built_index.outage_key) is None
+    finally:
+        signals.schedulers_down.disconnect(down)
 
 
 # -- the grace itself ----------------------------------------------------------------------------

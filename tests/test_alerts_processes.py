@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 from datetime import timedelta
 from typing import Any
@@ -20,7 +21,7 @@ from rq import Worker as RQWorker
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
 
-from .conftest import Schedulers, make_schedule, subprocess_env
+from .conftest import ROOT, Schedulers, make_schedule, subprocess_env
 from .handoff import empty_queue, until
 from .webhook_receiver import SECRET, Received, webhook_receiver
 
@@ -123,3 +124,59 @@ def test_runs_no_worker_takes_are_notified_exactly_once_and_none_while_workers_r
         assert not Run.objects.filter(schedule=working).exclude(missed_at=None).exists()
         working.refresh_from_db()
         assert working.missed_at is None
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the command sees the commits
+def test_scheduler_status_notify_from_cron_tells_of_the_outage_once(
+    settings: Any, key_prefix: str, built_index: Any
+) -> None:
+    """Every scheduler down: ``manage.py scheduler_status --notify`` as a cron job runs it,
+    in a process of its own that ends right after. Run twice (two hosts, or two minutes),
+    it tells of the outage and of the occurrence that never fired once."""
+    with webhook_receiver() as receiver:
+        dispatchers = {
+            "hooks": {
+                "BACKEND": "django_schedulinator.dispatch.webhook.WebhookDispatcher",
+                "OPTIONS": {"TARGETS": {"ops": {"URL": receiver.url, "SECRET": SECRET}}},
+            }
+        }
+        notify = {
+            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
+        }
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": dispatchers}
+        schedule = make_schedule(
+            "nightly",
+            kind="cron",
+            cron="0 3 * * *",
+            grace=timedelta(seconds=1),
+            next_run_at=truncate_ms(timezone.now() - timedelta(minutes=5)),
+        )
+        Schedule.objects.filter(pk=schedule.pk).update(
+            updated_at=timezone.now() - timedelta(minutes=5)
+        )
+        env = subprocess_env(
+            key_prefix,
+            SCHEDULINATOR_TEST_DISPATCHERS=json.dumps(dispatchers),
+            SCHEDULINATOR_TEST_NOTIFY=json.dumps(notify),
+            SCHEDULINATOR_TEST_MISSED_CHECK="10",
+        )
+        argv = [sys.executable, "-m", "django", "scheduler_status", "--no-drift", "--notify"]
+        printed = []
+        for _ in range(2):
+            done = subprocess.run(
+                argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+            )
+            assert done.returncode == 1, done.stdout + done.stderr  # unhealthy, as it is
+            printed.append(done.stdout)
+        assert "no scheduler alive: raised now; missed runs raised now: 1" in printed[0]
+        assert "no scheduler alive: nothing new to raise; missed runs raised now: 0" in printed[1]
+        told = {r.body["type"]: r for r in receiver.received}
+        assert sorted(r.body["type"] for r in receiver.received) == [
+            "alert.missed",
+            "alert.no_scheduler",
+        ]
+        assert all(r.verified for r in receiver.received)
+        assert told["alert.missed"].body["reason"] == "not_fired"
+        assert told["alert.missed"].body["schedule"] == "nightly"

@@ -82,6 +82,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument(
+        "--grace",
+        type=float,
+        default=0,
+        help="give every schedule a grace of this many seconds (missed-run alerts: its runs "
+        "carry an alert time, cleared by their success); 0: none",
+    )
+    parser.add_argument(
         "--metrics",
         action="store_true",
         help="observe the hot path into Prometheus metrics, as --metrics-port does",
@@ -113,6 +120,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     from django_schedulinator.worker import Worker
 
     now = timezone.now().replace(microsecond=0)
+    grace = timedelta(seconds=options.grace) if options.grace else None
     started = time.perf_counter()
     chunk = 20_000
     for offset in range(0, options.total, chunk):
@@ -127,6 +135,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
                     cron="*/5 * * * *",
                     interval=timedelta(minutes=5),
                     timezone="UTC",
+                    **({"grace": grace} if grace else {}),
                     # Spread the not-due rows over the next days, as real schedules are.
                     next_run_at=now - timedelta(seconds=5)
                     if due
@@ -163,10 +172,12 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     fired = worker.counters.fired
     assert fired == options.due, worker.counters.as_dict()
     assert Run.objects.filter(status="succeeded").count() == options.due
+    if grace:
+        assert not Run.objects.exclude(alert_at=None).exists()  # each success cleared its own
     print(
         f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
         f"(batch {options.batch_size}, {options.total} schedules"
-        f"{', metrics on' if options.metrics else ''})"
+        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
     )
 
     idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")

@@ -18,6 +18,7 @@ class SchedulinatorConfig(AppConfig):
         from . import checks, command_task  # noqa: F401
         from .conf import app_settings
         from .models import Schedule
+        from .notify import connect_receivers, settings_changed
         from .receivers import schedule_changed, sync_after_migrate
 
         post_migrate.connect(
@@ -25,6 +26,9 @@ class SchedulinatorConfig(AppConfig):
         )
         post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
         post_delete.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete")
+        # The notifier hears the signals of the events it is told of (NOTIFY's EVENTS).
+        connect_receivers()
+        setting_changed.connect(settings_changed, dispatch_uid="schedulinator_notify_settings")
         autodiscover_modules(app_settings.TASKS_MODULE)
         # Outcomes of Django tasks come back through that framework's signals, if installed.
         from .dispatch.tasks import connect_signals

@@ -135,6 +135,46 @@ def check_index(
 
 
 @register()
+def check_notify(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """The notifier of missed runs: a BACKEND that cannot be used (E050), OPTIONS it does
+    not take or that name what is not configured, such as a webhook target (E051); a mail
+    notifier set up explicitly with nobody in ADMINS (W050)."""
+    from .notify import WHERE, MailNotifier, backend_class
+
+    try:
+        config = app_settings.NOTIFY
+    except ImproperlyConfigured:
+        return []  # E001 says so
+    if config is None:
+        return []
+    try:
+        cls = backend_class(config)
+    except ImproperlyConfigured as exc:
+        return [
+            Error(
+                str(exc),
+                hint="Name a subclass of django_schedulinator.notify.BaseNotifier, such as "
+                "django_schedulinator.notify.MailNotifier or "
+                "django_schedulinator.notify.WebhookNotifier.",
+                id="schedulinator.E050",
+            )
+        ]
+    problems = cls.option_problems(config.options)
+    if problems:
+        return [Error(f"{WHERE}['OPTIONS']: {'; '.join(problems)}.", id="schedulinator.E051")]
+    explicit = "NOTIFY" in app_settings.user_keys()
+    if issubclass(cls, MailNotifier) and explicit and not settings.ADMINS:
+        return [
+            Warning(
+                f"{WHERE} mails ADMINS, which is empty: nobody is told of missed runs.",
+                hint="Set ADMINS, or another notifier (docs/alerts.md).",
+                id="schedulinator.W050",
+            )
+        ]
+    return []
+
+
+@register()
 def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Schedules declared in code that cannot be synced (an invalid field, a name declared
     twice). Warnings, not errors: one bad declaration must not stop the schedulers (or

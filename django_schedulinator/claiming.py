@@ -37,7 +37,7 @@ from .conf import app_settings
 from .dispatch.base import BaseDispatcher, Occurrence, Outcome
 from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
-from .models import Run, Schedule, catch_up_policy, occurrence_key
+from .models import Run, Schedule, alert_time, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
 
@@ -50,7 +50,7 @@ ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
     "day_rule", "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
-    "kwargs", "dispatcher", "dispatch_options", "name",
+    "kwargs", "dispatcher", "dispatch_options", "name", "grace",
 )  # fmt: skip
 # The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window).
 PLAN_FIELDS = slice(ROW_FIELDS.index("next_run_at"), ROW_FIELDS.index("overlap"))
@@ -93,6 +93,9 @@ class Counters:
     cancelled: int = 0
     # Runs left pending because their dispatcher's lane was stuck: a take-over sends them.
     lane_full: int = 0
+    # Occurrences with no successful run within their schedule's grace, raised by this
+    # process's missed-run checks (alerts.py): each is counted once, by one scheduler.
+    missed: int = 0
 
     def add(self, other: Counters) -> None:
         for f in fields(self):
@@ -194,11 +197,16 @@ def timing_of(row: Any) -> timing.Timing:
 def _runs_of(due: Due) -> list[NewRun]:
     """The ledger rows of one due schedule: fired (pending; the insert leases them to this
     claim and counts the hand-off that follows under that lease: a batch that is not handed
-    off after all gives it back), buffered (waiting for the previous run), skipped."""
-    row = due.row
+    off after all gives it back), buffered (waiting for the previous run), skipped. With a
+    grace, the fired and buffered ones are missed at their nominal time plus the grace."""
+    row, grace = due.row, due.row.grace
     return [
-        *(NewRun.of(row, at) for at in due.plan.fire),
-        *(NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0) for at in due.buffer),
+        *(NewRun.of(row, at, alert_at=alert_time(grace, at)) for at in due.plan.fire),
+        *(
+            NewRun.of(row, at, status=Run.Status.BUFFERED, attempts=0,
+                      alert_at=alert_time(grace, at))
+            for at in due.buffer
+        ),
         *(
             NewRun.of(row, skip.at, status=Run.Status.SKIPPED, skip_reason=skip.reason,
                       note=skip.note)

@@ -81,6 +81,19 @@ DEFAULTS: dict[str, Any] = {
     # /healthz (a liveness probe) still passes while the loop backs off, or a rebuild moves
     # on: a restart would not end an outage (its /readyz says which dependency is away).
     "PASS_STALE_SECONDS": 60.0,
+    # How often one of the schedulers looks for occurrences that had no successful run
+    # within their schedule's grace (missed-run alerts, docs/alerts.md).
+    "MISSED_CHECK_SECONDS": 10.0,
+    # Who is told of missed runs (and, as EVENTS says, failed runs, auto-pauses and no
+    # scheduler alive): BACKEND, a dotted path of a notify.BaseNotifier subclass; its
+    # OPTIONS; EVENTS, those it is told of; BASE_URL, the site's address, for links to the
+    # admin. None: nobody (the signals are still sent).
+    "NOTIFY": {
+        "BACKEND": "django_schedulinator.notify.MailNotifier",
+        "OPTIONS": {},
+        "EVENTS": ["missed", "auto_paused", "no_scheduler"],
+        "BASE_URL": "",
+    },
     # run_scheduler --metrics-port: how long the cluster-wide gauges (index size, due
     # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
     # that compute them; every scheduler that is scraped computes them at most this often.
@@ -293,6 +306,21 @@ def _allowed_command(name: str, entry: Any) -> AllowedCommand:
     return AllowedCommand(tuple(args), allowed, keep_output)
 
 
+# What a notifier may be told of (SCHEDULINATOR["NOTIFY"]["EVENTS"]).
+NOTIFY_EVENTS = ("missed", "failed", "auto_paused", "no_scheduler")
+NOTIFY_KEYS = ("BACKEND", "OPTIONS", "EVENTS", "BASE_URL")
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """SCHEDULINATOR["NOTIFY"], checked, with its defaults."""
+
+    backend: str
+    options: dict[str, Any]
+    events: tuple[str, ...]
+    base_url: str  # without a trailing slash; "" when not given
+
+
 class Settings:
     """Typed, lazy accessors; ``app_settings.BATCH_SIZE`` reads settings.SCHEDULINATOR now."""
 
@@ -305,6 +333,10 @@ class Settings:
 
     def _get(self, key: str) -> Any:
         return self._user.get(key, DEFAULTS[key])
+
+    def user_keys(self) -> set[str]:
+        """The keys the project's setting gives (the rest take their defaults)."""
+        return set(self._user)
 
     def unknown_keys(self) -> list[str]:
         return sorted(set(self._user) - set(DEFAULTS) - set(REPLACED))
@@ -482,6 +514,49 @@ class Settings:
     @property
     def PASS_STALE_SECONDS(self) -> float:
         return self._positive_number("PASS_STALE_SECONDS")
+
+    @property
+    def MISSED_CHECK_SECONDS(self) -> float:
+        return self._positive_number("MISSED_CHECK_SECONDS")
+
+    @property
+    def NOTIFY(self) -> NotifyConfig | None:
+        """The notifier's configuration, the defaults filled in; None: no notifier."""
+        value = self._get("NOTIFY")
+        if value is None:
+            return None
+        if not isinstance(value, dict) or set(value) - set(NOTIFY_KEYS):
+            raise _error(
+                "NOTIFY",
+                f"must be None or a dict with {', '.join(NOTIFY_KEYS)}, got {value!r}",
+            )
+        default = DEFAULTS["NOTIFY"]
+        backend = value.get("BACKEND", default["BACKEND"])
+        if not isinstance(backend, str) or not backend:
+            raise _error("NOTIFY", f"['BACKEND'] must be a dotted path, got {backend!r}")
+        options = value.get("OPTIONS", {})
+        if not isinstance(options, dict):
+            raise _error("NOTIFY", f"['OPTIONS'] must be a dict, got {options!r}")
+        events = value.get("EVENTS", default["EVENTS"])
+        if (
+            not isinstance(events, list | tuple)
+            or not all(isinstance(e, str) for e in events)
+            or set(events) - set(NOTIFY_EVENTS)
+        ):
+            raise _error(
+                "NOTIFY",
+                f"['EVENTS'] must be a list of {', '.join(NOTIFY_EVENTS)}, got {events!r}",
+            )
+        base_url = value.get("BASE_URL", "")
+        if not isinstance(base_url, str) or (
+            base_url and not re.match(r"^https?://[^/\s]+(/\S*)?$", base_url)
+        ):
+            raise _error(
+                "NOTIFY",
+                f"['BASE_URL'] must be an http:// or https:// address (the site's, for links "
+                f"to the admin) or empty, got {base_url!r}",
+            )
+        return NotifyConfig(backend, options, tuple(events), base_url.rstrip("/"))
 
     @property
     def METRICS_CLUSTER_SECONDS(self) -> float:

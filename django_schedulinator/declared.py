@@ -48,6 +48,8 @@ SETTING = "SCHEDULINATOR['SCHEDULES']"
 # schedule paused with this note resumes (one paused by hand stays paused).
 REMOVED_PREFIX = "No longer declared in code"
 REMOVED_NOTE = REMOVED_PREFIX + " (it was in {where}): paused, not deleted."
+# Durations a declaration may also give as a number of seconds.
+SECONDS_FIELDS = ("interval", "grace")
 # Each timing field, and the kind it makes.
 TIMINGS = {"cron": "cron", "interval": "interval", "run_at": "once"}
 # Not part of what code declares: the name is the identity, the pause state is the people's
@@ -90,9 +92,10 @@ class Declaration:
                 + (f" (got {', '.join(timings)})" if timings else "")
             )
         values = dict(self.values)
-        interval = values.get("interval")
-        if isinstance(interval, int | float) and not isinstance(interval, bool):
-            values["interval"] = timedelta(seconds=interval)
+        for name in SECONDS_FIELDS:
+            value = values.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                values[name] = timedelta(seconds=value)
         return {**values, "kind": TIMINGS[timings[0]]}
 
     def __str__(self) -> str:

@@ -28,7 +28,7 @@ HEAL_SET: Op = "s"
 HEAL_REMOVE: Op = "r"
 
 # Periodic chores that one process of the fleet does per period (see take_turn).
-TURNS = ("reconcile", "drift")
+TURNS = ("reconcile", "drift", "missed")
 
 # Changes per script call: bounded work while Redis is blocked by the script.
 APPLY_CHUNK = 1000
@@ -92,6 +92,8 @@ class DueIndex:
         self.rebuild_request_key = f"{tag}:rebuild-request"
         self.reconcile_key = f"{tag}:reconcile"
         self.wake_key = f"{tag}:wake"
+        # When an outage with no scheduler alive was first noticed (alerts.py).
+        self.outage_key = f"{tag}:no-scheduler"
         self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
@@ -108,6 +110,7 @@ class DueIndex:
             self.rebuild_request_key,
             self.reconcile_key,
             self.wake_key,
+            self.outage_key,
             self.drift_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
@@ -264,6 +267,19 @@ class DueIndex:
         assert chore in TURNS, chore
         key = f"{self._turn_prefix}{chore}"
         return bool(self.client.set(key, owner, nx=True, px=max(1, int(seconds * 1000))))
+
+    # -- schedulers down -------------------------------------------------------------------
+
+    def begin_outage(self, since: str) -> bool:
+        """Record that no scheduler is alive, noticed at ``since`` (ISO 8601): True for the
+        one caller that records it first (SET NX), until ``end_outage``."""
+        return bool(self.client.set(self.outage_key, since, nx=True))
+
+    def end_outage(self) -> str | None:
+        """A scheduler is alive: forget the outage; when it was noticed, if there was one
+        (GETDEL: of several callers, one learns it)."""
+        raw = self.client.getdel(self.outage_key)
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def reconcile_cursor(self) -> dict[str, Any] | None:
         raw = self.client.get(self.reconcile_key)

@@ -10,7 +10,9 @@ each hand-off (``count_hand_offs``). They leave ``pending`` when a scheduler sta
 (``mark_running``), cancels them (``cancel_paused``) or records
 their outcome (``record_outcomes``; a hand-off that failed goes back to pending after a
 backoff), and when a worker reports on a handed-off run by its key (``record_started``,
-``record_reported_end``); buffered runs are released by ``release_buffered``.
+``record_reported_end``); buffered runs are released by ``release_buffered``. Runs of a
+schedule with a grace carry the time they are missed at unless they succeed (``alert_at``,
+cleared by the success); the missed-run check records those it raises (``record_missed``).
 
 Nothing else in the app writes runs, and the ledger writes nothing else (the schedules'
 counters are the services' ``record_streaks``). The SQL of the batched insert lives in
@@ -29,7 +31,7 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Coalesce
 
 from . import timing
-from .models import Run, Schedule
+from .models import Run, Schedule, alert_time
 from .querysets import NewRun, json_ids
 
 if TYPE_CHECKING:
@@ -90,11 +92,18 @@ def queue(
     """Runs queued for any scheduler to take (run now, backfill): pending, their lease over
     already (at ``now``, for a run now a millisecond or two ahead of it), no attempt yet, so
     the next take-over dispatches them with ``attempt == 1``. Occurrences already in the
-    ledger are left out."""
+    ledger are left out. With a grace, each is missed that long after it was queued (a
+    backfilled occurrence's nominal time has long passed)."""
     return Run.objects.using(using).insert_runs(
         [
             NewRun.of(
-                schedule, at, trigger=trigger, attempts=0, lease_expires_at=min(at, now), note=note
+                schedule,
+                at,
+                trigger=trigger,
+                attempts=0,
+                lease_expires_at=min(at, now),
+                note=note,
+                alert_at=alert_time(schedule.grace, max(at, now)),
             )
             for at in moments
         ],
@@ -104,10 +113,17 @@ def queue(
 
 
 def requeue_skipped(
-    schedule: Schedule, moments: Sequence[datetime], *, trigger: str, note: str, using: str
+    schedule: Schedule,
+    moments: Sequence[datetime],
+    *,
+    trigger: str,
+    note: str,
+    now: datetime,
+    using: str,
 ) -> int:
     """Turn skipped occurrences into queued runs (a backfill), with the schedule's task and
-    arguments as they are now. Returns how many were requeued."""
+    arguments as they are now (and, with a grace, missed that long after ``now``). Returns
+    how many were requeued."""
     if not moments:
         return 0
     return (
@@ -127,6 +143,7 @@ def requeue_skipped(
             kwargs=schedule.kwargs,
             dispatcher=schedule.dispatcher,
             dispatch_options=schedule.dispatch_options,
+            alert_at=alert_time(schedule.grace, now),
         )
     )
 
@@ -219,8 +236,26 @@ def cancel_paused(run_ids: Sequence[int], claim_token: str, *, using: str) -> in
             skip_reason=timing.PAUSED,
             note="The schedule was paused after this run was claimed, before its dispatch.",
             lease_expires_at=None,
+            alert_at=None,  # not missed: paused on purpose
         )
     )
+
+
+def record_missed(run_ids: Sequence[int], *, now: datetime, using: str) -> dict[int, str]:
+    """The runs among ``run_ids`` whose alert time has come without a success, recorded as
+    missed at ``now`` (``missed_at``; their ``alert_at`` cleared, so nothing raises them
+    again). Returns the status of each run this call recorded, by id: of several processes
+    that check at once, each run is recorded by exactly one."""
+    return Run.objects.using(using).mark_missed(run_ids, now)
+
+
+def forget_alerts(run_ids: Sequence[int], *, using: str) -> int:
+    """Stop waiting for a success of these runs without raising them (their schedule's grace
+    was cleared since they entered the ledger). How many."""
+    if not run_ids:
+        return 0
+    runs = Run.objects.using(using).filter(pk__in=json_ids(run_ids, using))
+    return runs.exclude(alert_at=None).update(alert_at=None)
 
 
 def mark_running(run_ids: Collection[int], claim_token: str, *, using: str) -> int:
@@ -299,12 +334,16 @@ def record_outcomes(
     if handed_off:
         handed = json_ids([o.run_id for o in handed_off], using)
         receipts = _receipts(handed_off)
+        # A dispatcher that never learns outcomes: the hand-off is all that will be known,
+        # and what the grace waits for.
+        unawaited = {} if outcome_due_by is not None else {"alert_at": None}
         runs.pending().filter(pk__in=handed).update(
             status=Run.Status.DISPATCHED,
             dispatched_at=dispatched_at,
             outcome_due_by=outcome_due_by,
             lease_expires_at=None,
             error="",
+            **unawaited,
             **receipts,
         )
         # Reported started before this was recorded: no longer leased, and awaited.
@@ -326,6 +365,7 @@ def record_outcomes(
             dispatched_at=dispatched_at,
             finished_at=now,
             lease_expires_at=None,
+            alert_at=None,  # in time, or not raised yet: not missed
             error="",
             **_receipts(succeeded),
         )
@@ -449,6 +489,8 @@ def record_reported_end(
             finished_at=now,
             lease_expires_at=None,
             dispatched_at=Coalesce("dispatched_at", Value(now)),
+            # A success ends the wait for one; a failure leaves it for the check to raise.
+            **({"alert_at": None} if succeeded else {}),
         )
     )
 

@@ -125,6 +125,11 @@ COUNTERS: dict[str, tuple[str, str]] = {
         "schedulinator_lane_full_runs",
         "Runs left pending because their dispatcher's lane was stuck (a take-over sends them).",
     ),
+    "missed": (
+        "schedulinator_occurrences_missed",
+        "Occurrences with no successful run within their schedule's grace, raised by this "
+        "scheduler's missed-run checks (each by one scheduler of the fleet).",
+    ),
 }
 
 

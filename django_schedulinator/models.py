@@ -377,6 +377,15 @@ class Schedule(models.Model):
         validators=[validators.MinValueValidator(1)],
         help_text=_("Pause the schedule after this many failed runs in a row."),
     )
+    grace = models.DurationField(
+        _("grace"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Raise a missed-run alert when an occurrence has no successful run this long "
+            "after its nominal time (blank: no alert)."
+        ),
+    )
     dispatcher = models.CharField(
         _("dispatcher"),
         max_length=100,
@@ -419,6 +428,17 @@ class Schedule(models.Model):
         help_text=_("When the next occurrence fires: next_run_at plus its jitter."),
     )
     last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True, editable=False)
+    # Written by the missed-run check (alerts.py) only: the mark in the admin and the API,
+    # and for an occurrence that never fired, what keeps it from being raised twice.
+    missed_at = models.DateTimeField(
+        _("missed"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The nominal time of the last occurrence that had no successful run within the grace."
+        ),
+    )
     run_count = models.PositiveBigIntegerField(_("run count"), default=0, editable=False)
     failure_streak = models.PositiveIntegerField(_("failure streak"), default=0, editable=False)
     paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
@@ -447,7 +467,9 @@ class Schedule(models.Model):
         "kind", "cron", "day_rule", "interval", "run_at", "timezone", "start_at", "end_at",
         "anchor_at", "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
     )  # fmt: skip
-    MACHINE_FIELDS = ("next_run_at", "due_at", "last_run_at", "run_count", "failure_streak")
+    MACHINE_FIELDS = (
+        "next_run_at", "due_at", "last_run_at", "run_count", "failure_streak", "missed_at",
+    )  # fmt: skip
     # Remembered as loaded (``_loaded``): save() compares against them.
     LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task", "dispatcher")
     # What people set, in the order forms and the API show it; the change log diffs these.
@@ -455,7 +477,7 @@ class Schedule(models.Model):
         "name", "task", "args", "kwargs", "enabled", "pause_note",
         "kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at", "dst_gap",
         "dst_fold", "start_at", "end_at", "max_runs", "jitter",
-        "catch_up", "catch_up_window", "overlap", "pause_after_failures",
+        "catch_up", "catch_up_window", "overlap", "pause_after_failures", "grace",
         "dispatcher", "dispatch_options",
     )  # fmt: skip
 
@@ -663,6 +685,7 @@ class Schedule(models.Model):
             ("interval", (timedelta, str), "a duration (datetime.timedelta)"),
             ("jitter", (timedelta, str), "a duration (datetime.timedelta)"),
             ("catch_up_window", (timedelta, str), "a duration (datetime.timedelta)"),
+            ("grace", (timedelta, str), "a duration (datetime.timedelta)"),
             ("run_at", (date, str), "a date and time (datetime.datetime)"),
             ("start_at", (date, str), "a date and time (datetime.datetime)"),
             ("end_at", (date, str), "a date and time (datetime.datetime)"),
@@ -714,6 +737,8 @@ class Schedule(models.Model):
             errors.setdefault(
                 "catch_up_window", _("The catch-up window must be at least 1 second.")
             )
+        for name, problem in grace_errors(self.grace, self.jitter).items():
+            errors.setdefault(name, problem)
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
         if (
             new_one_off
@@ -798,6 +823,35 @@ class Schedule(models.Model):
             timing.occurrences(spec, now, anchor=stopped_at, include_skipped=True), None
         )
         return passed[::-1], following.at if following else None
+
+
+# The longest grace: a monthly job may have the month; beyond that, an alert says nothing.
+MAX_GRACE = timedelta(days=31)
+
+
+def grace_errors(grace: Any, jitter: Any) -> dict[str, StrOrPromise]:
+    """What is wrong with a schedule's grace (an error on ``grace``, or none)."""
+    if not isinstance(grace, timedelta):
+        return {}  # blank (no alert), or a type clean_fields() reports
+    if grace < timedelta(seconds=1):
+        return {"grace": _("The grace must be at least 1 second.")}
+    if grace > MAX_GRACE:
+        return {"grace": _("The grace must be at most 31 days.")}
+    if isinstance(jitter, timedelta) and grace <= jitter:
+        return {
+            "grace": _(
+                "The grace must be longer than the jitter (%(jitter)s): an occurrence may "
+                "fire that late, and would be missed before it ran."
+            )
+            % {"jitter": jitter}
+        }
+    return {}
+
+
+def alert_time(grace: timedelta | None, counted_from: datetime) -> datetime | None:
+    """When a run counted from ``counted_from`` (its nominal time, or when it was queued)
+    is missed if it has not succeeded: None without a grace."""
+    return None if grace is None else counted_from + grace
 
 
 def catch_up_policy(mode: str, window: timedelta | None) -> timing.CatchUp:
@@ -898,6 +952,16 @@ class Run(models.Model):
     note = models.TextField(
         _("note"), blank=True, help_text=_("Why it was skipped, or how it was queued.")
     )
+    # While a run of a schedule with a grace has not succeeded: when it is missed (its
+    # nominal time, or when it was queued, plus the grace). Cleared by the success, or when
+    # the missed-run check raises it (alerts.py), which reads only runs that have one.
+    alert_at = models.DateTimeField(_("alert at"), null=True, blank=True)
+    missed_at = models.DateTimeField(
+        _("missed at"),
+        null=True,
+        blank=True,
+        help_text=_("When the missed-run check found it had no success within the grace."),
+    )
 
     objects: ClassVar[RunQuerySet] = RunQuerySet.as_manager()  # type: ignore[assignment]
 
@@ -927,6 +991,18 @@ class Run(models.Model):
                 condition=Q(status__in=["pending", "running", "buffered"])
                 | Q(status="dispatched", outcome_due_by__isnull=False),
                 name="schedulinator_run_active",
+            ),
+            # The missed-run check: only runs that may yet be missed, a few at any time.
+            models.Index(
+                fields=["alert_at"],
+                condition=Q(alert_at__isnull=False),
+                name="schedulinator_run_alert",
+            ),
+            # The runs raised as missed, newest first (the admin's and the API's filter).
+            models.Index(
+                fields=["id"],
+                condition=Q(missed_at__isnull=False),
+                name="schedulinator_run_missed",
             ),
             # The outcome of a Django task arrives with its result id.
             models.Index(

@@ -45,6 +45,9 @@ class NewRun(NamedTuple):
     # Pending runs only: the lease of the process that dispatches them. A run queued for
     # any scheduler to take (run now, backfill) carries one that has already expired.
     lease_expires_at: datetime | None = None
+    # Runs of a schedule with a grace (not skipped ones): when the run is missed unless it
+    # has succeeded (Run.alert_at).
+    alert_at: datetime | None = None
 
     @classmethod
     def of(cls, source: Any, at: datetime, **fields: Any) -> NewRun:
@@ -64,7 +67,7 @@ class NewRun(NamedTuple):
 
 
 # The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
-PLAIN_RUN = ("pending", "schedule", "", "", 1, None)
+PLAIN_RUN = ("pending", "schedule", "", "", 1, None, None)
 
 
 # Backends whose batches travel as one JSON parameter: the SQL text stays short and constant
@@ -131,7 +134,7 @@ def _names(model: Any, connection: Any) -> tuple[str, dict[str, str]]:
 # The JSON row types of NewRun, in field order.
 INSERT_TYPES = (
     "bigint", "timestamp", "text", "json", "json", "text", "json", "text", "text", "text",
-    "text", "bigint", "timestamp",
+    "text", "bigint", "timestamp", "timestamp",
 )  # fmt: skip
 # Where NewRun's fields after the snapshot of the schedule begin.
 PLAIN_FROM = 7
@@ -154,6 +157,26 @@ class Advanced(NamedTuple):
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def with_missed_mark(self) -> ScheduleQuerySet:
+        """Annotated with ``missed_open``: whether the schedule's latest missed occurrence
+        (``missed_at``) is not yet followed by a run at or after it that succeeded. The
+        mark the admin and the API show; one subquery per row, which the unique (schedule,
+        nominal time) index serves."""
+        runs = self.model._meta.get_field("runs").related_model
+        recovered = models.Exists(
+            runs._default_manager.filter(
+                schedule=models.OuterRef("pk"),
+                status="succeeded",
+                scheduled_for__gte=models.OuterRef("missed_at"),
+            )
+        )
+        return self.annotate(
+            missed_open=models.ExpressionWrapper(
+                models.Q(missed_at__isnull=False) & ~recovered,
+                output_field=models.BooleanField(),
+            )
+        )
+
     def delete(self) -> tuple[int, dict[str, int]]:
         """Delete the schedules with their runs, their rows locked first.
 
@@ -304,6 +327,33 @@ class RunQuerySet(models.QuerySet["Run"]):
         """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
         return self.unfinished().filter(lease_expires_at__lte=now)
 
+    def mark_missed(self, ids: Sequence[int], now: datetime) -> dict[int, str]:
+        """Record the runs among ``ids`` that still await their alert time (``alert_at``
+        set, and passed at ``now``) as missed at ``now``, their alert time cleared; returns
+        the status of each run this call marked, by id. Conditional, in one statement: of
+        several processes marking the same run at once, exactly one gets it."""
+        if not ids:
+            return {}
+        connection = connections[self.db]
+        if not batches_as_json(connection):  # other backends: one conditional row at a time
+            found = self.filter(pk__in=list(ids), alert_at__lte=now).values_list("pk", "status")
+            return {
+                pk: status
+                for pk, status in found
+                if self.filter(pk=pk, alert_at__lte=now).update(missed_at=now, alert_at=None)
+            }
+        table, col = _names(self.model, connection)
+        wanted = json_ids(ids, self.db)
+        sql = (
+            f"UPDATE {table} SET {col['missed_at']} = %s, {col['alert_at']} = NULL "
+            f"WHERE {col['id']} IN ({wanted.sql}) AND {col['alert_at']} <= %s "
+            f"RETURNING {col['id']}, {col['status']}"
+        )
+        at = connection.ops.adapt_datetimefield_value(now)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [at, *wanted.params, at])
+            return {int(pk): str(status) for pk, status in cursor.fetchall()}
+
     def insert_runs(
         self,
         runs: Sequence[NewRun],
@@ -332,7 +382,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         names = (
             "schedule", "scheduled_for", "task", "args", "kwargs", "dispatcher",
             "dispatch_options", "status", "trigger", "skip_reason", "note", "attempts",
-            "lease_expires_at", "claimed_at", "worker_id", "claim_token", "error",
+            "lease_expires_at", "alert_at", "claimed_at", "worker_id", "claim_token", "error",
             "external_id", "output",
         )  # fmt: skip
         t = functools.partial(_json_time, connection)
@@ -342,7 +392,13 @@ class RunQuerySet(models.QuerySet["Run"]):
             [
                 [r.schedule_id, t(r.scheduled_for), *r[2:PLAIN_FROM]]
                 if r[PLAIN_FROM:] == PLAIN_RUN
-                else [r.schedule_id, t(r.scheduled_for), *r[2:-1], t(r.lease_expires_at)]
+                else [
+                    r.schedule_id,
+                    t(r.scheduled_for),
+                    *r[2:-2],
+                    t(r.lease_expires_at),
+                    t(r.alert_at),
+                ]
                 for r in runs
             ]
         )
@@ -350,14 +406,14 @@ class RunQuerySet(models.QuerySet["Run"]):
         returned_at = _epoch_ms(connection, col["scheduled_for"])
         sql = (
             f"WITH v(sid, sf, task, args, kwargs, disp, dopts, status, trig, reason, note, "
-            f"attempts, lease) AS ({values}) "
+            f"attempts, lease, alert) AS ({values}) "
             f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
             f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, v.disp, v.dopts, "
             f"COALESCE(v.status, 'pending'), "
             f"COALESCE(v.trig, 'schedule'), COALESCE(v.reason, ''), COALESCE(v.note, ''), "
             f"COALESCE(v.attempts, 1), "
             f"CASE WHEN COALESCE(v.status, 'pending') = 'pending' THEN COALESCE(v.lease, %s) END, "
-            f"%s, %s, %s, '', '', '' "
+            f"v.alert, %s, %s, %s, '', '', '' "
             # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
             f"FROM v WHERE true "
             f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
@@ -402,6 +458,7 @@ class RunQuerySet(models.QuerySet["Run"]):
                     lease_expires_at=(r.lease_expires_at or lease_expires_at)
                     if r.status == "pending"
                     else r.lease_expires_at,
+                    alert_at=r.alert_at,
                     claimed_at=claimed_at,
                     worker_id=worker_id,
                     claim_token=claim_token,

@@ -20,9 +20,11 @@ keeps its derived fields consistent.
 from __future__ import annotations
 
 import logging
+import operator
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import reduce
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
@@ -53,6 +55,8 @@ __all__ = [
     "delete_many",
     "lock_for_edit",
     "lock_streaks",
+    "mark_missed",
+    "mark_not_fired",
     "pause",
     "record_streaks",
     "resume",
@@ -418,6 +422,48 @@ def auto_pause(
     return paused
 
 
+# -- missed runs ---------------------------------------------------------------------------
+
+
+def mark_missed(missed: Mapping[int, datetime], *, using: str) -> int:
+    """Record on each schedule the nominal time of an occurrence of it that was missed
+    (``missed``: by schedule id), the mark the admin and the API show: only where it is
+    later than the one recorded. A mark of the scheduler's, like ``advance``: no setting,
+    so neither the version nor the change log moves; nor the revision (the index does not
+    depend on it). One statement. How many schedules it marked."""
+    if not missed:
+        return 0
+    later = {
+        pk: Q(pk=pk) & (Q(missed_at__isnull=True) | Q(missed_at__lt=at))
+        for pk, at in missed.items()
+    }
+    return (
+        Schedule.objects.using(using)
+        .filter(pk__in=sorted(missed))
+        .filter(reduce(operator.or_, later.values()))
+        .update(
+            missed_at=Case(
+                *(When(later[pk], then=Value(at)) for pk, at in missed.items()),
+                default=F("missed_at"),
+                output_field=Schedule._meta.get_field("missed_at"),
+            )
+        )
+    )
+
+
+def mark_not_fired(schedule_id: int, nominal: datetime, *, using: str) -> bool:
+    """Record that the schedule's next occurrence, at ``nominal``, never fired within its
+    grace, if it is still its next occurrence, it is enabled, and that occurrence was not
+    recorded already: whether this call recorded it. Of several processes that check at
+    once, exactly one does (the guard that raises it once)."""
+    return bool(
+        Schedule.objects.using(using)
+        .filter(pk=schedule_id, enabled=True, next_run_at=nominal)
+        .filter(Q(missed_at__isnull=True) | Q(missed_at__lt=nominal))
+        .update(missed_at=nominal)
+    )
+
+
 # -- run now, backfill ---------------------------------------------------------------------
 
 
@@ -534,7 +580,9 @@ def backfill(
             worker_id="backfill",
             using=db,
         )
-        ledger.requeue_skipped(current, skipped, trigger=Run.Trigger.BACKFILL, note=note, using=db)
+        ledger.requeue_skipped(
+            current, skipped, trigger=Run.Trigger.BACKFILL, note=note, now=now, using=db
+        )
         _record(
             current,
             origin,

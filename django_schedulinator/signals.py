@@ -44,6 +44,9 @@ schedule_paused = Signal()
 entry_repaired = Signal()
 # sender=DueIndex. rows, added, fixed, removed (the rebuild's report), built_by.
 index_rebuilt = Signal()
+# sender=DueIndex. since: when it was noticed that no scheduler is alive. Sent once per
+# outage, by the process that noticed it (alerts.no_scheduler_alive).
+schedulers_down = Signal()
 
 
 def send(signal: Signal, sender: Any, **kwargs: Any) -> None:

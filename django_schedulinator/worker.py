@@ -30,6 +30,7 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
+from . import alerts, clock, notify, timing
 from .claiming import Claimer, Counters
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
@@ -74,6 +75,8 @@ LANE_IDLE_SECONDS = 0.1
 STOP_RECORD_SECONDS = 2.0
 # How often each scheduler looks for a rebuild asked for on the admin's operations page.
 REBUILD_REQUEST_LOOK_SECONDS = 2.0
+# The longest a stop waits for the notifications still queued to be sent.
+NOTIFY_DRAIN_SECONDS = 5.0
 
 
 # The threads of the loop (claiming and dispatching, not the tasks): their PostgreSQL
@@ -385,6 +388,8 @@ class Worker:
         self._reconcile_every = app_settings.RECONCILE_SECONDS
         self._drift_every = app_settings.DRIFT_CHECK_SECONDS
         self._stats_every = app_settings.LOG_STATS_SECONDS
+        self._missed_every = app_settings.MISSED_CHECK_SECONDS
+        self._next_missed = 0.0
         self._next_reconcile = 0.0
         # This process holds reconcile's turn and has not caught up yet: it reads another
         # slice after each pass, without sleeping between, until it has.
@@ -437,6 +442,7 @@ class Worker:
         for lane in self._lanes.values():
             self._start(lane)
         bound_lock_waits()
+        notify.outbox.send_in_background()  # never on the claim path
         self._warn_about_eviction()
         heartbeat = HeartbeatKeeper(self, self.index)
         heartbeat.start()
@@ -470,6 +476,8 @@ class Worker:
             heartbeat.stop()  # after the lanes: until then, this scheduler still works
             self.close()
             bound_lock_waits(False)
+            notify.outbox.send_in_background(False)
+            notify.outbox.drain(NOTIFY_DRAIN_SECONDS)
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 
@@ -663,6 +671,7 @@ class Worker:
 
     def _dispatch_loop(self, lane: Lane) -> None:
         bound_lock_waits()
+        notify.outbox.send_in_background()  # a failed run or an auto-pause may notify
         not_started = 0
         try:
             while True:
@@ -831,6 +840,9 @@ class Worker:
         if now >= self._next_drift:
             self._next_drift = now + self._drift_every * random.uniform(0.8, 1.0)
             self._chore("drift", self._drift_every, self._check_drift)
+        if now >= self._next_missed:
+            self._next_missed = now + self._missed_every * random.uniform(0.8, 1.0)
+            self._chore("missed", self._missed_every, self._check_missed)
         if now >= self._next_stats:
             self._next_stats = now + self._stats_every
             self._log_summary(now)
@@ -927,6 +939,14 @@ class Worker:
                 report.rows,
                 report.batches,
             )
+
+    def _check_missed(self) -> None:
+        """Raise the occurrences with no success within their grace (``alerts.check``), at
+        the claim's clock; and, this scheduler being alive, end an outage noticed while
+        none was."""
+        alerts.no_scheduler_alive(True, index=self.index)
+        now = clock.redis_or_host_time(lambda: timing.from_ms(self.claimer.now_ms()))
+        self.counters.missed += len(alerts.check(now, using=self.claimer.db))
 
     def _check_drift(self) -> None:
         drift = check_drift(self.index)

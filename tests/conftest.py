@@ -236,6 +236,7 @@ def form_data(**overrides: str) -> dict[str, str]:
         "overlap": "allow",
         "pause_note": "",
         "pause_after_failures": "",
+        "grace": "",
         "dispatcher": "default",
         "dispatch_options": "{}",
     }

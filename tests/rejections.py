@@ -196,6 +196,18 @@ MODEL_CASES = [
         pause_after_failures=0,
     ),
     bad("pause-note-501", "pause_note", "at most 500", pause_note="n" * 501),
+    # missed-run alerts
+    bad("grace-half-second", "grace", "at least 1 second", grace=timedelta(milliseconds=500)),
+    bad("grace-negative", "grace", "at least 1 second", grace=timedelta(seconds=-60)),
+    bad("grace-32-days", "grace", "at most 31 days", grace=timedelta(days=32)),
+    bad("grace-int", "grace", "Enter a duration", grace=300),
+    bad(
+        "grace-within-jitter",
+        "grace",
+        "longer than the jitter",
+        grace=timedelta(minutes=1),
+        jitter=timedelta(minutes=2),
+    ),
 ]
 
 
@@ -288,6 +300,10 @@ ADMIN_CASES = [
         "greater than or equal to 1",
         pause_after_failures="0",
     ),
+    bad("grace-0", "grace", "at least 1 second", grace="0"),
+    bad("grace-32-days", "grace", "at most 31 days", grace="32 00:00:00"),
+    bad("grace-garbage", "grace", "valid duration", grace="a while"),
+    bad("grace-within-jitter", "grace", "longer than the jitter", grace="60", jitter="120"),
 ]
 
 
@@ -410,6 +426,18 @@ SUBPROCESS_CASES = [
         [REBUILD, "--dry-run", "--reset"], {}, ["--dry-run and --reset"], id="rebuild-dry-reset"
     ),
     pytest.param(
+        ["import_schedules", "--from", "celery-beat-schedule", "--grace", "soon"],
+        {},
+        ["argument --grace", "'soon' is not a duration"],
+        id="import-grace-soon",
+    ),
+    pytest.param(
+        ["schedule", "grace", "nightly", "soon"],
+        {},
+        ["'soon' is not a duration"],
+        id="schedule-grace-soon",
+    ),
+    pytest.param(
         [RUN, "--once"],
         {"SCHEDULINATOR_TEST_LEASE": "nan"},
         ["schedulinator.E001", "SCHEDULINATOR['LEASE_SECONDS']", "finite"],
@@ -529,6 +557,48 @@ SETTINGS_CASES = [
     setting("max-skips-negative", "MAX_SKIPS_RECORDED", -1, "from 0 to 5000"),
     setting("max-skips-float", "MAX_SKIPS_RECORDED", 1.5, "from 0 to 5000"),
     setting("max-backfill-0", "MAX_BACKFILL_RUNS", 0, "positive integer"),
+    setting("missed-check-0", "MISSED_CHECK_SECONDS", 0, "positive, finite"),
+    setting("notify-text", "NOTIFY", "mail", "must be None or a dict"),
+    setting("notify-unknown-key", "NOTIFY", {"BACKENDS": "x"}, "must be None or a dict"),
+    setting("notify-backend-empty", "NOTIFY", {"BACKEND": ""}, "must be a dotted path"),
+    setting("notify-options-list", "NOTIFY", {"OPTIONS": []}, "['OPTIONS'] must be a dict"),
+    setting("notify-event-unknown", "NOTIFY", {"EVENTS": ["late"]}, "['EVENTS'] must be a list"),
+    setting("notify-events-text", "NOTIFY", {"EVENTS": "missed"}, "['EVENTS'] must be a list"),
+    setting("notify-base-url-path", "NOTIFY", {"BASE_URL": "/admin"}, "http:// or https://"),
+    setting(
+        "notify-backend-os-system", "NOTIFY", {"BACKEND": "os.system"}, "not a", check_id="E050"
+    ),
+    setting(
+        "notify-backend-missing",
+        "NOTIFY",
+        {"BACKEND": "no.such.Notifier"},
+        "cannot be imported",
+        check_id="E050",
+    ),
+    setting(
+        "notify-mail-unknown-option",
+        "NOTIFY",
+        {"OPTIONS": {"TO": "ops@example.com"}},
+        "'TO' is not an option of MailNotifier",
+        check_id="E051",
+    ),
+    setting(
+        "notify-webhook-no-target",
+        "NOTIFY",
+        {"BACKEND": "django_schedulinator.notify.WebhookNotifier", "OPTIONS": {}},
+        "'DISPATCHER' is required",
+        check_id="E051",
+    ),
+    setting(
+        "notify-webhook-unknown-alias",
+        "NOTIFY",
+        {
+            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
+        },
+        "'hooks' is not a dispatcher alias",
+        check_id="E051",
+    ),
     setting("sentry-crons-text", "SENTRY_CRONS", "all", "must be False, True"),
     setting("sentry-crons-unknown-key", "SENTRY_CRONS", {"SLUGS": {}}, "unknown keys SLUGS"),
     setting("sentry-crons-one-name", "SENTRY_CRONS", {"SCHEDULES": "nightly"}, "a list of"),

@@ -154,6 +154,12 @@ def invoice_run(*args, **kwargs):
     return None
 
 
+@task(name="reports.nightly")
+def nightly_report(*args, **kwargs):
+    """The task the example in docs/alerts.md schedules (tests/test_notify.py runs it)."""
+    return None
+
+
 # The Celery tasks of tests/celery_app.py, registered for scheduling under their Celery names.
 def _register_celery_tasks() -> None:
     from .celery_app import boom as celery_boom

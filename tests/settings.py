@@ -124,8 +124,11 @@ CACHES = {
 # own that it flushes and stops, and keeps the broker where it was (BROKER_URL).
 TEST_QUEUE = f"schedtest-{CHECKOUT}-{XDIST_WORKER}"  # RQ and Celery
 RQ_TEST_QUEUE = TEST_QUEUE
+# A queue no worker listens to (tests/test_alerts_processes.py: runs whose end never comes).
+RQ_STALLED_QUEUE = f"{TEST_QUEUE}-stalled"
 RQ_QUEUES = {
     RQ_TEST_QUEUE: {"URL": os.environ.get("SCHEDULINATOR_TEST_BROKER_URL", REDIS_URL)},
+    RQ_STALLED_QUEUE: {"URL": REDIS_URL},
     "down": {"URL": "redis://127.0.0.1:1/0", "SOCKET_CONNECT_TIMEOUT": 1},
 }
 
@@ -173,6 +176,12 @@ if os.environ.get("SCHEDULINATOR_TEST_RQ_DISPATCHER"):
 if os.environ.get("SCHEDULINATOR_TEST_DISPATCHERS"):
     # The dispatchers of the test that starts these schedulers (tests/test_dispatch_leases.py).
     SCHEDULINATOR["DISPATCHERS"] = json.loads(os.environ["SCHEDULINATOR_TEST_DISPATCHERS"])
+
+if os.environ.get("SCHEDULINATOR_TEST_NOTIFY"):
+    # The notifier of the schedulers a test starts (tests/test_alerts_processes.py), and how
+    # often they look for missed runs.
+    SCHEDULINATOR["NOTIFY"] = json.loads(os.environ["SCHEDULINATOR_TEST_NOTIFY"])
+    SCHEDULINATOR["MISSED_CHECK_SECONDS"] = float(os.environ["SCHEDULINATOR_TEST_MISSED_CHECK"])
 
 if os.environ.get("SCHEDULINATOR_TEST_SENTRY_DSN"):
     # Sentry Crons check-ins from the run_scheduler of tests/test_sentry.py, set up as a project

@@ -242,6 +242,46 @@ def test_the_changelist_filters(
         assert title in html
 
 
+def test_the_changelist_marks_a_missed_run_until_a_later_run_succeeds(
+    admin_client: Client,
+) -> None:
+    """The mark of docs/alerts.md: the nominal time, to the second, in the schedule's zone,
+    in words (the colour only adds to them); a filter lists the schedules it marks."""
+    nightly = make_schedule("nightly", kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    add_runs(nightly, "succeeded", "failed")
+    failed = Run.objects.get(schedule=nightly, status="failed")
+    Schedule.objects.filter(pk=nightly.pk).update(missed_at=failed.scheduled_for)
+    recovered = make_schedule("recovered")
+    add_runs(recovered, "failed", "succeeded")
+    first = Run.objects.filter(schedule=recovered).earliest("scheduled_for")
+    Schedule.objects.filter(pk=recovered.pk).update(missed_at=first.scheduled_for)
+    make_schedule("never-missed")
+
+    page = admin_client.get(reverse(CHANGELIST))
+    html = page.content.decode()
+    local = failed.scheduled_for.astimezone(BERLIN)
+    assert f"missed {local:%Y-%m-%d %H:%M:%S %Z}" in html
+    assert html.count('class="schedulinator-missed"') == 1  # a later success clears it
+    assert "By missed runs" in html
+    missed = admin_client.get(reverse(CHANGELIST), {"missed": "yes"})
+    assert listed(missed) == {"nightly"}
+    others = admin_client.get(reverse(CHANGELIST), {"missed": "no"})
+    assert listed(others) == {"recovered", "never-missed"}
+
+
+def test_the_grace_is_set_in_the_form_with_the_other_policies(admin_client: Client) -> None:
+    page = admin_client.post(
+        reverse("admin:django_schedulinator_schedule_add"),
+        form_data(name="graced", grace="00:30:00"),
+    )
+    assert page.status_code == 302, page.context["adminform"].form.errors
+    assert Schedule.objects.get(name="graced").grace == timedelta(minutes=30)
+    form = admin_client.get(change_url(Schedule.objects.get(name="graced"))).content.decode()
+    policies = form[form.index("Missed runs, overlap and failures") :]
+    assert 'name="grace"' in policies
+    assert "Raise a missed-run alert" in policies
+
+
 def test_a_page_of_schedules_costs_the_same_queries_whatever_its_size(
     admin_client: Client,
 ) -> None:
@@ -951,6 +991,21 @@ def test_runs_can_be_listed_for_one_schedule(admin_client: Client) -> None:
         reverse("admin:django_schedulinator_run_changelist"), {"status__exact": "failed"}
     )
     assert [r.schedule_id for r in filtered.context["cl"].result_list] == [one.pk]
+
+
+def test_the_runs_show_when_they_were_raised_as_missed(admin_client: Client) -> None:
+    schedule = make_schedule("nightly")
+    add_runs(schedule, "failed", "succeeded")
+    raised = timezone.now().replace(microsecond=0)
+    Run.objects.filter(status="failed").update(missed_at=raised)
+    runs = reverse("admin:django_schedulinator_run_changelist")
+    page = admin_client.get(runs, {"missed": "yes"})
+    assert [r.status for r in page.context["cl"].result_list] == ["failed"]
+    html = page.content.decode()
+    assert f"{timezone.localtime(raised):%Y-%m-%d %H:%M:%S %Z}" in html
+    assert [
+        r.status for r in admin_client.get(runs, {"missed": "no"}).context["cl"].result_list
+    ] == ["succeeded"]
 
 
 def counts(captured: CaptureQueriesContext) -> list[str]:

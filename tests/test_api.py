@@ -323,21 +323,25 @@ def test_durations_round_trip_through_a_client_as_seconds(api: APIClient) -> Non
         interval="P1DT2H30M",
         jitter="00:00:01.5",
         catch_up_window=2 * 86400,
+        grace="PT10M",
     )["id"]
     read = api.get(f"{API}schedules/{sid}/")
     body = read.json()
     assert timedelta(seconds=body["interval"]) == timedelta(days=1, hours=2, minutes=30)
     assert timedelta(seconds=body["jitter"]) == timedelta(seconds=1.5)
     assert timedelta(seconds=body["catch_up_window"]) == timedelta(days=2)
+    assert body["grace"] == 600
     assert isinstance(body["interval"], int)  # whole seconds are an integer
     sent = api.put(
         f"{API}schedules/{sid}/", body, format="json", HTTP_IF_MATCH=read.headers["ETag"]
     )
     assert sent.status_code == 200, sent.content
-    assert {k: sent.json()[k] for k in ("interval", "jitter", "catch_up_window", "version")} == {
+    keys = ("interval", "jitter", "catch_up_window", "grace", "version")
+    assert {k: sent.json()[k] for k in keys} == {
         "interval": 95400,
         "jitter": 1.5,
         "catch_up_window": 172800,
+        "grace": 600,
         "version": 1,
     }
     assert not ScheduleChange.objects.filter(action="changed").exists()
@@ -349,7 +353,7 @@ def test_the_schema_describes_durations_as_seconds_and_what_requests_may_send(
     api: APIClient,
 ) -> None:
     components = api.get(f"{API}schema/?format=json").json()["components"]["schemas"]
-    for name in ("interval", "jitter", "catch_up_window"):
+    for name in ("interval", "jitter", "catch_up_window", "grace"):
         answer = components["Schedule"]["properties"][name]
         assert answer["type"] == "number"
         assert answer["nullable"] is True
@@ -377,6 +381,9 @@ def test_the_schema_describes_durations_as_seconds_and_what_requests_may_send(
         ({"name": "two\nlines"}, "name"),
         ({"max_runs": 0}, "max_runs"),
         ({"jitter": "2 00:00:00"}, "jitter"),
+        ({"grace": 0}, "grace"),
+        ({"grace": "P32D"}, "grace"),
+        ({"grace": 60, "jitter": 60}, "grace"),
         ({"kind": "sometimes"}, "kind"),
         ({"dispatcher": "https://attacker.example/"}, "dispatcher"),  # an alias, never a URL
         ({"dispatch_options": {"queue": "x"}}, "dispatch_options"),  # inline takes none
@@ -884,6 +891,35 @@ def test_run_filters(api: APIClient, query: str, expected: list[str]) -> None:
     assert notes == expected
     by_schedule = api.get(f"{API}runs/?schedule={other.pk}").json()["results"]
     assert [item["note"] for item in by_schedule] == ["other"]
+
+
+def test_missed_runs_are_marked_and_filtered(api: APIClient) -> None:
+    """The marks of docs/alerts.md: a schedule's missed_at, and ?missed=true for those whose
+    latest missed occurrence no run at or after it has succeeded since; a run's missed_at,
+    and ?missed=true for the runs raised."""
+    open_ = make_schedule("open", grace=timedelta(minutes=5))
+    closed = make_schedule("closed", grace=timedelta(minutes=5))
+    make_schedule("fine")
+    raised = add_run(open_, PAST, status="failed", missed_at=PAST + timedelta(minutes=5))
+    add_run(closed, PAST, status="dispatched", missed_at=PAST + timedelta(minutes=5))
+    add_run(closed, PAST + timedelta(hours=1), status="succeeded")
+    Schedule.objects.filter(pk__in=[open_.pk, closed.pk]).update(missed_at=PAST)
+
+    body = api.get(f"{API}schedules/{open_.pk}/").json()
+    assert (body["grace"], body["missed_at"]) == (300, "2025-01-01T00:00:00Z")
+
+    def names(query: str) -> set[str]:
+        return {s["name"] for s in api.get(f"{API}schedules/?{query}").json()["results"]}
+
+    assert names("missed=true") == {"open"}
+    assert names("missed=false") == {"closed", "fine"}
+    missed_runs = api.get(f"{API}runs/?missed=true").json()["results"]
+    assert len(missed_runs) == 2
+    assert api.get(f"{API}runs/{raised.pk}/").json()["missed_at"] == "2025-01-01T00:05:00Z"
+    assert len(api.get(f"{API}runs/?missed=false").json()["results"]) == 1
+    paths = api.get(f"{API}schema/?format=json").json()["paths"]
+    for path in ("schedules/", "runs/"):
+        assert "missed" in {p["name"] for p in paths[f"{API}{path}"]["get"]["parameters"]}
 
 
 def test_runs_list_and_retrieve(api: APIClient) -> None:

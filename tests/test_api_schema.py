@@ -200,6 +200,7 @@ def seed_rows(client: APIClient) -> dict[str, list[int]]:
             "kind": "interval",
             "interval": 3600,
             "jitter": 60,
+            "grace": 300,
             "args": [1, "a"],
             "kwargs": {"k": "v"},
         },
@@ -238,6 +239,11 @@ def seed_rows(client: APIClient) -> dict[str, list[int]]:
         format="json",
     )
     assert backfill.status_code == 200, backfill.content
+    # A missed occurrence, as the missed-run check marks it (the schedule and its run).
+    missed = Run.objects.filter(schedule_id=ids[1]).order_by("scheduled_for").first()
+    assert missed is not None
+    Run.objects.filter(pk=missed.pk).update(missed_at=now, alert_at=None)
+    Schedule.objects.filter(pk=ids[1]).update(missed_at=missed.scheduled_for)
     return {
         "schedules": ids,
         "runs": list(Run.objects.values_list("pk", flat=True)),
@@ -334,6 +340,7 @@ COMMON_FIELDS = {
     "max_runs": st.integers(1, 2**31 - 1),
     "catch_up": st.sampled_from(["", "latest", "skip", "all"]),
     "catch_up_window": durations(timedelta(days=999_999)),
+    "grace": durations(timedelta(days=40)),
     "overlap": st.sampled_from(["allow", "skip", "buffer"]),
     "enabled": st.booleans(),
 }

@@ -17,6 +17,7 @@ from django_schedulinator.index import DueIndex
 from .conftest import lose_redis
 from .redis_server import RedisServer
 from .rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
+from .webhook_receiver import SECRET as WEBHOOK_SECRET
 
 
 def setting_ids(settings: Any, **overrides: Any) -> list[str]:
@@ -119,6 +120,65 @@ def test_w040_an_entry_of_commands_that_disagrees_with_its_command(settings: Any
         f"{where} lists --status as a flag (True), but the command's --status takes a value: "
         "list the values it may take.",
     ]
+
+
+def notify_messages(settings: Any, notify: Any) -> list[Any]:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY": notify}
+    return checks.check_notify()
+
+
+def test_the_default_notifier_passes_with_or_without_admins(settings: Any) -> None:
+    settings.ADMINS = []
+    assert checks.check_notify() == []  # not set: whoever has not asked is not warned
+    assert notify_messages(settings, None) == []
+
+
+@pytest.mark.parametrize("backend", ["os.system", "no.such.Notifier"])
+def test_e050_a_notifier_that_is_not_one(settings: Any, backend: str) -> None:
+    [error] = notify_messages(settings, {"BACKEND": backend})
+    assert error.id == "schedulinator.E050"
+    assert error.msg.startswith(f"SCHEDULINATOR['NOTIFY']['BACKEND'] is {backend!r}, which ")
+    assert "BaseNotifier" in (error.hint or "")
+
+
+def test_e051_a_webhook_target_that_does_not_exist(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "hooks": {
+                "BACKEND": "django_schedulinator.dispatch.webhook.WebhookDispatcher",
+                "OPTIONS": {
+                    "TARGETS": {
+                        "ops": {"URL": "https://alerts.internal/", "SECRET": WEBHOOK_SECRET}
+                    }
+                },
+            }
+        },
+    }
+    notifier = "django_schedulinator.notify.WebhookNotifier"
+    [error] = notify_messages(
+        settings, {"BACKEND": notifier, "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "pager"}}
+    )
+    assert error.id == "schedulinator.E051"
+    assert error.msg == (
+        "SCHEDULINATOR['NOTIFY']['OPTIONS']: 'TARGET' 'pager' is not one of the TARGETS of "
+        "the dispatcher 'hooks' (ops)."
+    )
+    [error] = notify_messages(
+        settings, {"BACKEND": notifier, "OPTIONS": {"DISPATCHER": "default", "TARGET": "ops"}}
+    )
+    assert "'DISPATCHER' 'default' is not a webhook dispatcher (its BACKEND is Inline" in error.msg
+    fine = {"BACKEND": notifier, "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"}}
+    assert notify_messages(settings, fine) == []
+
+
+def test_w050_mail_to_nobody(settings: Any) -> None:
+    settings.ADMINS = []
+    [warning] = notify_messages(settings, {"BACKEND": "django_schedulinator.notify.MailNotifier"})
+    assert warning.id == "schedulinator.W050"
+    assert "ADMINS, which is empty" in warning.msg
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    assert checks.check_notify() == []
 
 
 def test_the_index_checks_run_only_under_check_database(index: DueIndex) -> None:

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index import SET, Change, DueIndex
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
 from .conftest import ROOT, make_due, make_schedule, subprocess_env
@@ -234,6 +234,21 @@ def test_the_schedule_command(sim: Simulation, capsys: pytest.CaptureFixture[str
                  "2026-03-22T00:00", "--dry-run")  # fmt: skip
     assert "Would queue 2 new" in capsys.readouterr().out
 
+    call_command("schedule", "grace", "nightly", "PT30M")
+    assert Schedule.objects.get(pk=schedule.pk).grace == timedelta(minutes=30)
+    assert capsys.readouterr().out == "nightly: grace 0:30:00.\n"
+    changed = ScheduleChange.objects.filter(schedule=schedule, source="command").order_by("-pk")
+    assert changed[0].changes["grace"] == [None, 1800.0]
+    Schedule.objects.filter(pk=schedule.pk).update(
+        missed_at=datetime(2026, 3, 29, 0, 30, tzinfo=UTC)
+    )
+    call_command("schedule", "grace", "nightly")  # shows it
+    assert capsys.readouterr().out == (
+        "nightly: grace 0:30:00.\nLatest occurrence missed: 2026-03-29 01:30:00 CET.\n"
+    )
+    call_command("schedule", "grace", "nightly", "off")
+    assert Schedule.objects.get(pk=schedule.pk).grace is None
+
 
 @pytest.mark.parametrize(
     ("argv", "fragment"),
@@ -246,6 +261,9 @@ def test_the_schedule_command(sim: Simulation, capsys: pytest.CaptureFixture[str
         (["preview", "nightly", "--count", "5000"], "--count must be at most 1000"),
         (["pause", "nightly", "--note", "n" * 501],
          "pause_note: Ensure this value has at most 500"),
+        (["grace", "nightly", "soon"], "'soon' is not a duration: give seconds (300)"),
+        (["grace", "nightly", "0.5"], "grace: The grace must be at least 1 second."),
+        (["grace", "nightly", "P40D"], "grace: The grace must be at most 31 days."),
     ],
 )  # fmt: skip
 def test_the_schedule_command_reports_mistakes(

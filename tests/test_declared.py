@@ -86,6 +86,25 @@ def test_a_schedule_in_the_setting_is_created_owned_by_the_code(settings: Any) -
     assert changes_of("nightly") == [("created", "code")]
 
 
+def test_a_declared_grace_is_a_duration_or_seconds(settings: Any) -> None:
+    declare(
+        settings,
+        nightly={**NIGHTLY, "grace": 1800},
+        hourly={"task": "tests.noop", "interval": 3600, "grace": timedelta(minutes=5)},
+    )
+    sync()
+    assert Schedule.objects.get(name="nightly").grace == timedelta(minutes=30)
+    assert Schedule.objects.get(name="hourly").grace == timedelta(minutes=5)
+
+    declare(settings, nightly={**NIGHTLY, "grace": 1800}, hourly={"task": "tests.noop",
+            "interval": 3600, "grace": 0.5})  # fmt: skip
+    _, problems = declared.validated()
+    assert problems == [
+        "The schedule 'hourly' declared in SCHEDULINATOR['SCHEDULES']['hourly'] is not valid: "
+        "grace: The grace must be at least 1 second."
+    ]
+
+
 def test_a_decorated_task_declares_its_schedules(settings: Any) -> None:
     @scheduled("every-ten-minutes", interval=600, kwargs={"n": 1})
     @scheduled("at-noon", cron="0 12 * * *")

@@ -390,6 +390,19 @@ def test_a_line_that_runs_manage_py_through_another_program_is_left_out(
     assert "skipped crontab:4: it runs manage.py through 'python -W error'" in out
 
 
+def test_imported_schedules_may_be_given_a_grace(beat_schedule: None) -> None:
+    out = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.record",
+              "--grace", "PT10M")  # fmt: skip
+    assert "created 'every-five-minutes': every 0:05:00, task 'tests.record', dispatcher " in out
+    assert ", grace 0:10:00" in out
+    imported = Schedule.objects.filter(name__in=["every-five-minutes", "every-thirty-seconds"])
+    assert {s.grace for s in imported} == {timedelta(minutes=10)}
+    with pytest.raises(CommandError, match="--grace: 'soon' is not a duration"):
+        call_command("import_schedules", "--from", "celery-beat-schedule", grace="soon")
+    with pytest.raises(CommandError, match="argument --grace: 'soon' is not a duration"):
+        run("--from", "celery-beat-schedule", "--grace", "soon")
+
+
 def test_the_command_says_what_it_needs() -> None:
     with pytest.raises(CommandError, match="--from crontab needs the file"):
         run("--from", "crontab")

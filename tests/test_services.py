@@ -181,12 +181,12 @@ def test_resync_records_only_what_it_wrote(settings: Any, index: DueIndex) -> No
 def test_every_service_takes_who_acts() -> None:
     for name in services.__all__:
         function = getattr(services, name)
-        # The scheduler's own writes (its advance, its counters, its auto-pause) act as the
-        # scheduler, the sync of declarations as the code; lock_for_edit and lock_streaks
-        # change nothing.
+        # The scheduler's own writes (its advance, its counters, its auto-pause, its marks
+        # of missed runs) act as the scheduler, the sync of declarations as the code;
+        # lock_for_edit and lock_streaks change nothing.
         machine = (
             "advance", "lock_streaks", "record_streaks", "auto_pause", "lock_for_edit",
-            "sync_declared",
+            "sync_declared", "mark_missed", "mark_not_fired",
         )  # fmt: skip
         if inspect.isfunction(function) and name not in machine:
             assert "origin" in inspect.signature(function).parameters, name

@@ -168,7 +168,8 @@ def test_the_migrations_match_the_models() -> None:
     # Development migrations were squashed into 0001 before the first release; each feature
     # since adds one.
     assert _migration_names() == [
-        "0001_initial", "0002_dispatchers", "0003_schedules_in_code", "0004_cron_day_rule"
+        "0001_initial", "0002_dispatchers", "0003_schedules_in_code", "0004_cron_day_rule",
+        "0005_missed_runs",
     ]  # fmt: skip
 
 

@@ -44,10 +44,11 @@ def _zone(name: str) -> Any:
         return UTC
 
 
-def local_time(value: datetime, zone_name: str) -> str:
-    """``value`` in the zone called ``zone_name``, with the zone's abbreviation."""
+def local_time(value: datetime, zone_name: str, *, seconds: bool = False) -> str:
+    """``value`` in the zone called ``zone_name``, with the zone's abbreviation (and its
+    seconds when they are not zero, or with ``seconds``)."""
     local = value.astimezone(_zone(zone_name))
-    return local.strftime(f"%Y-%m-%d %H:%M{':%S' if local.second else ''} %Z")
+    return local.strftime(f"%Y-%m-%d %H:%M{':%S' if local.second or seconds else ''} %Z")
 
 
 def relative(value: datetime, now: datetime | None = None) -> str:

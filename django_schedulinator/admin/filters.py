@@ -54,6 +54,39 @@ class LastRunStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
+class MissedFilter(admin.SimpleListFilter):
+    """Schedules whose latest missed occurrence is not yet followed by a success (the
+    changelist's ``missed_open`` annotation), or the others."""
+
+    title = _("missed runs")
+    parameter_name = "missed"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("Missed, no success since")), ("no", _("No missed run open"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in ("yes", "no"):
+            return queryset.filter(missed_open=value == "yes")
+        return queryset
+
+
+class MissedRunFilter(admin.SimpleListFilter):
+    """Runs the missed-run check raised (they had no success within the grace)."""
+
+    title = _("missed")
+    parameter_name = "missed"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("yes", _("Missed")), ("no", _("Not missed"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in ("yes", "no"):
+            return queryset.filter(missed_at__isnull=value == "no")
+        return queryset
+
+
 class TimingGroupFilter(admin.SimpleListFilter):
     """The schedules behind a busy minute of the operations page's forecast: those with the
     same timing and jitter. Shown only when a link from there sets it."""

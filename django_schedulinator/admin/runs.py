@@ -8,6 +8,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Run
+from .filters import MissedRunFilter
 from .pagination import ReadOnlyAdmin
 
 
@@ -24,9 +25,10 @@ class RunAdmin(ReadOnlyAdmin):
         "worker_id",
         "claimed_at",
         "finished_at",
+        "missed_at",
         "short_note",
     )
-    list_filter = ("status", "skip_reason", "trigger", "dispatcher")
+    list_filter = ("status", "skip_reason", "trigger", "dispatcher", MissedRunFilter)
     list_select_related = ("schedule",)
     search_fields = ("schedule__name", "task", "=external_id")
 

@@ -34,6 +34,7 @@ from ..conf import app_settings
 from ..errors import ServiceError
 from ..index import ApplyResult
 from ..models import Run, Schedule, ScheduleChange
+from ..querysets import ScheduleQuerySet
 from . import lateness, pictures
 from .display import (
     CHANGES_SHOWN,
@@ -52,7 +53,7 @@ from .display import (
     schedules_text,
     summarise_changes,
 )
-from .filters import LastRunStatusFilter, TaskFilter, TimingGroupFilter
+from .filters import LastRunStatusFilter, MissedFilter, TaskFilter, TimingGroupFilter
 from .forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from .operations import operations_view
 
@@ -82,6 +83,7 @@ STATE_FIELDS = (
     "last_run_at",
     "run_count",
     "failure_streak",
+    "missed_at",
     "paused_at",
     "settings_version",
     "revision",
@@ -114,10 +116,13 @@ class ScheduleAdmin(ExactTimes):
         "timezone",
         "next_run",
         "last_run",
+        "missed",
         "enabled",
         "runs_link",
     )
-    list_filter = ("kind", "enabled", TaskFilter, LastRunStatusFilter, TimingGroupFilter)
+    list_filter = (
+        "kind", "enabled", TaskFilter, LastRunStatusFilter, MissedFilter, TimingGroupFilter
+    )  # fmt: skip
     search_fields = ("name", "task")
     readonly_fields = (
         "declared_in", "description", "preview", "last_runs", "run_ledger", "recent_changes",
@@ -137,7 +142,7 @@ class ScheduleAdmin(ExactTimes):
         (_("Window and limits"), {"fields": ("start_at", "end_at", "max_runs", "jitter")}),
         (
             _("Missed runs, overlap and failures"),
-            {"fields": ("catch_up", "catch_up_window", "overlap", "pause_after_failures")},
+            {"fields": ("catch_up", "catch_up_window", "overlap", "pause_after_failures", "grace")},
         ),
         (_("Dispatch"), {"fields": ("dispatcher", "dispatch_options")}),
         (_("State"), {"fields": STATE_FIELDS}),
@@ -155,7 +160,8 @@ class ScheduleAdmin(ExactTimes):
         # (schedule, scheduled_for) index: a page costs the same queries whatever its size.
         latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-scheduled_for")
         schedules: QuerySet[Schedule] = super().get_queryset(request)
-        return schedules.annotate(
+        assert isinstance(schedules, ScheduleQuerySet)
+        return schedules.with_missed_mark().annotate(
             last_run_status=Subquery(latest.values("status")[:1]),
             last_run_time=Subquery(latest.values("scheduled_for")[:1]),
         )
@@ -252,6 +258,19 @@ class ScheduleAdmin(ExactTimes):
             label,
             local_time(at, obj.timezone),
             relative(at),
+        )
+
+    @admin.display(description=_("missed"), ordering="missed_at")
+    def missed(self, obj: Schedule) -> str:
+        """The latest occurrence with no success within the grace, until a run at or after
+        it succeeds (docs/alerts.md)."""
+        if obj.missed_at is None or not getattr(obj, "missed_open", True):
+            return ""
+        return format_html(
+            '<span class="schedulinator-missed" title="{}">{}</span>',
+            gettext("No successful run within the grace; none has succeeded since."),
+            gettext("missed %(time)s")
+            % {"time": local_time(obj.missed_at, obj.timezone, seconds=True)},
         )
 
     @admin.display(description=_("runs"))

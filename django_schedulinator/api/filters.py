@@ -26,9 +26,18 @@ class SearchFilter(filters.SearchFilter):
 
 
 class ScheduleFilter(django_filters.FilterSet):
+    missed = django_filters.BooleanFilter(
+        method="filter_missed",
+        label="Its latest missed occurrence (missed_at) is not yet followed by a success "
+        "(true), or it is (false): the admin's mark",
+    )
+
     class Meta:
         model = Schedule
-        fields = ("kind", "enabled", "task", "timezone", "overlap", "catch_up")
+        fields = ("kind", "enabled", "task", "timezone", "overlap", "catch_up", "missed")
+
+    def filter_missed(self, queryset: Any, name: str, value: bool) -> Any:
+        return queryset.with_missed_mark().filter(missed_open=value)
 
 
 class UTCDateTimeField(IsoDateTimeField):
@@ -57,9 +66,16 @@ class RunFilter(django_filters.FilterSet):
         field_name="scheduled_for", lookup_expr="lte", label="Nominal time at or before"
     )
 
+    missed = django_filters.BooleanFilter(
+        field_name="missed_at",
+        lookup_expr="isnull",
+        exclude=True,
+        label="Raised as missed (true), or not (false)",
+    )
+
     class Meta:
         model = Run
-        fields = ("schedule", "status", "trigger", "skip_reason", "task")
+        fields = ("schedule", "status", "trigger", "skip_reason", "task", "missed")
 
 
 class ScheduleChangeFilter(django_filters.FilterSet):

@@ -363,6 +363,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "output",
             "outcome_due_by",
             "error",
+            "missed_at",
         )
         read_only_fields = fields
 

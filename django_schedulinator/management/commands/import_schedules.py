@@ -3,6 +3,8 @@ or a crontab file, created in one transaction."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from ...errors import ServiceError, validation_message
 from ...importers import TaskNames, import_found
 from ...models import ScheduleChange
 from ...timing import DAY_RULE_TEXT, DAYS_BOTH
+from .schedule import duration
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
 
@@ -57,6 +60,12 @@ class Command(BaseCommand):
             "Celery app (a dotted path) instead of the setting.",
         )
         parser.add_argument(
+            "--grace",
+            type=duration,
+            help="The grace of the imported schedules' missed-run alerts: seconds, HH:MM:SS "
+            "or ISO 8601 (PT5M). Default: none (no alert).",
+        )
+        parser.add_argument(
             "--dry-run", action="store_true", help="Print what would be imported; write nothing."
         )
 
@@ -68,7 +77,20 @@ class Command(BaseCommand):
             )
         names = TaskNames(_mapping(options["map"]))
         dispatcher = options["dispatcher"]
+        grace = options["grace"]
+        if isinstance(grace, str):  # call_command() with grace="..." skips argparse
+            try:
+                grace = duration(grace)
+            except argparse.ArgumentTypeError as exc:
+                raise CommandError(f"--grace: {exc}.") from None
         found = list(self._found(source, options, names, dispatcher))
+        if grace is not None:
+            found = [
+                replace(item, fields={**item.fields, "grace": grace})
+                if item.fields is not None
+                else item
+                for item in found
+            ]
         try:
             result = import_found(
                 found,
@@ -145,6 +167,8 @@ def _describe(schedule: Any) -> str:
     args = f" with args {schedule.args}" if schedule.args else ""
     extra = f", dispatch options {schedule.dispatch_options}" if schedule.dispatch_options else ""
     paused = " (paused)" if not schedule.enabled else ""
+    grace = f", grace {schedule.grace}" if schedule.grace is not None else ""
     return (
-        f"{timing}, task {schedule.task!r}{args}, dispatcher {schedule.dispatcher!r}{extra}{paused}"
+        f"{timing}, task {schedule.task!r}{args}, dispatcher {schedule.dispatcher!r}{extra}"
+        f"{grace}{paused}"
     )

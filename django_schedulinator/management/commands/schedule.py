@@ -7,6 +7,9 @@
     schedule run-now NAME [--advance]     queue a run now (--advance: in place of the next)
     schedule backfill NAME --from T --to T [--dry-run]
                                           fire each occurrence in the range not yet fired
+    schedule grace NAME [DURATION|off]    the grace of its missed-run alerts: set it
+                                          (seconds, HH:MM:SS or ISO 8601), clear it, or
+                                          show it with the latest occurrence missed
 
 NAME is a schedule's name, or its id. Times are ISO 8601; without an offset they are read
 in the schedule's time zone.
@@ -14,21 +17,55 @@ in the schedule's time zone.
 
 from __future__ import annotations
 
-from datetime import datetime
+import argparse
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.dateparse import parse_datetime
+from django.utils.dateparse import parse_datetime, parse_duration
 
 from ...changelog import Origin
 from ...errors import ServiceError
 from ...models import Schedule, ScheduleChange
-from ...services import backfill, pause, resume, run_now
+from ...services import backfill, pause, resume, run_now, update
 from ...timing import get_zone
 from .run_scheduler import positive_int
 
 MAX_PREVIEW = 1000
+# What clears a grace.
+NO_GRACE = ("off", "none")
+
+
+def duration(text: str) -> timedelta:
+    """A duration typed on the command line (an argparse type): seconds (``300``, ``1.5``),
+    ``HH:MM:SS``, ``D HH:MM:SS`` or ISO 8601 (``PT5M``), as the REST API takes them."""
+    try:
+        return timedelta(seconds=float(text))
+    except (ValueError, OverflowError):
+        pass
+    try:
+        parsed = parse_duration(text)
+    except (ValueError, OverflowError):
+        parsed = None
+    if parsed is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds (300), HH:MM:SS (00:05:00) or ISO 8601 "
+            "(PT5M)"
+        )
+    return parsed
+
+
+def grace(text: str) -> timedelta | None:
+    """A grace typed on the command line: a ``duration``, or off (none)."""
+    if text.lower() in NO_GRACE:
+        return None
+    try:
+        return duration(text)
+    except argparse.ArgumentTypeError as exc:
+        raise CommandError(f"{exc}, or off.") from None
+
+
 # Recorded in the change log: a command has no user.
 COMMAND = Origin(None, ScheduleChange.Source.COMMAND)
 
@@ -62,10 +99,23 @@ class Command(BaseCommand):
         fill.add_argument("--from", dest="start", required=True, metavar="TIME")
         fill.add_argument("--to", dest="end", required=True, metavar="TIME")
         fill.add_argument("--dry-run", action="store_true", help="Count, queue nothing.")
+        action(
+            "grace",
+            "Set, clear or show how long after its nominal time each run must have "
+            "succeeded (missed-run alerts).",
+        ).add_argument(
+            "duration",
+            nargs="?",
+            help="Seconds, HH:MM:SS or ISO 8601 (PT5M); off clears it. Left out: show it.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        schedule = self._schedule(options["schedule"])
         action = options["action"]
+        # What was typed is checked before the schedule is looked up.
+        new_grace: str | None = options.get("duration")
+        setting_grace = action == "grace" and new_grace is not None
+        graced = grace(new_grace) if new_grace is not None and setting_grace else None
+        schedule = self._schedule(options["schedule"])
         try:
             if action == "preview":
                 self._preview(schedule, options["count"])
@@ -80,6 +130,8 @@ class Command(BaseCommand):
                 self.stdout.write(f"Queued run {run.pk} (key {run.idempotency_key}).")
             elif action == "backfill":
                 self._backfill(schedule, options)
+            elif action == "grace":
+                self._grace(schedule, setting_grace, graced)
         except ServiceError as exc:
             raise CommandError(str(exc)) from exc
         except ValidationError as exc:  # e.g. a pause note longer than the field allows
@@ -108,6 +160,15 @@ class Command(BaseCommand):
             if item.note:
                 line += f"   {flag}{item.note}"
             self.stdout.write(line)
+
+    def _grace(self, schedule: Schedule, setting: bool, value: timedelta | None) -> None:
+        if setting:
+            update(schedule, {"grace": value}, origin=COMMAND)
+        shown = str(schedule.grace) if schedule.grace is not None else "none (no alert)"
+        self.stdout.write(f"{schedule.name}: grace {shown}.")
+        if schedule.missed_at is not None:
+            local = schedule.missed_at.astimezone(get_zone(schedule.timezone))
+            self.stdout.write(f"Latest occurrence missed: {local:%Y-%m-%d %H:%M:%S %Z}.")
 
     def _backfill(self, schedule: Schedule, options: dict[str, Any]) -> None:
         start = self._time(options["start"], "--from", schedule)

@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from ... import alerts
 from ...health import DEFAULT_MAX_LAG_SECONDS, ClusterStatus, cluster_status
 from ...heartbeat import LaneDepth
 
@@ -51,6 +53,13 @@ class Command(BaseCommand):
             "--no-drift", action="store_true", help="Skip the drift check (a sampled comparison)."
         )
         parser.add_argument(
+            "--notify",
+            action="store_true",
+            help="Also raise and notify what the schedulers would (docs/alerts.md): 'no "
+            "scheduler alive' once per outage, and the runs missed past their grace. For a "
+            "cron job that alerts while every scheduler is down.",
+        )
+        parser.add_argument(
             "--max-lag",
             type=non_negative_seconds,
             default=DEFAULT_MAX_LAG_SECONDS,
@@ -69,8 +78,11 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--max-lag must be a number of seconds, 0 or more, got {max_lag!r}."
             )
+        raised: Raised | None = None
         try:
             report = cluster_status(drift=not options["no_drift"], max_lag=float(max_lag))
+            if options["notify"]:
+                raised = raise_alerts(report)
         except RedisError as exc:
             raise CommandError(
                 f"Redis cannot be reached, so the status is unknown: {type(exc).__name__}: {exc}",
@@ -83,14 +95,60 @@ class Command(BaseCommand):
                 returncode=UNREACHABLE,
             ) from exc
         if options["json"]:
-            self.stdout.write(json.dumps(report.as_dict(), indent=2))
+            shown = report.as_dict()
+            if raised is not None:
+                shown["alerts"] = raised.as_dict()
+            self.stdout.write(json.dumps(shown, indent=2))
         else:
-            self.stdout.write("\n".join(human(report, drift=not options["no_drift"])))
+            lines = human(report, drift=not options["no_drift"])
+            if raised is not None:
+                lines += ["", *raised.lines()]
+            self.stdout.write("\n".join(lines))
         if not report.healthy:
             raise CommandError(
                 f"Unhealthy: {len(report.problems)} problem(s), listed above.",
                 returncode=UNHEALTHY,
             )
+
+
+@dataclass(frozen=True, slots=True)
+class Raised:
+    """What ``--notify`` raised: "no scheduler alive" (once per outage), the missed runs."""
+
+    no_scheduler: bool
+    missed: list[alerts.Missed]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "no_scheduler_raised": self.no_scheduler,
+            "missed_raised": [
+                {
+                    "schedule_id": m.schedule_id,
+                    "scheduled_for": m.scheduled_for.isoformat(),
+                    "run_id": m.run_id,
+                    "reason": m.reason,
+                }
+                for m in self.missed
+            ],
+        }
+
+    def lines(self) -> list[str]:
+        outage = "raised now" if self.no_scheduler else "nothing new to raise"
+        lines = [f"Alerts (--notify): no scheduler alive: {outage}; missed runs raised now: "
+                 f"{len(self.missed)}"]  # fmt: skip
+        lines += [
+            f"  schedule {m.schedule_id} at {moment(m.scheduled_for)}: {m.reason}"
+            for m in self.missed[:20]
+        ]
+        return lines
+
+
+def raise_alerts(report: ClusterStatus) -> Raised:
+    """What a scheduler raises between its passes, from here: "no scheduler alive" when this
+    report says none runs while schedules wait (once per outage, whoever asks), and the
+    runs missed past their grace (each once, whoever checks). Notified before it returns."""
+    outage = any(problem.code == "no-scheduler" for problem in report.problems)
+    return Raised(alerts.no_scheduler_alive(not outage), alerts.check())
 
 
 def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:

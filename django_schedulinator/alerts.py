@@ -1,0 +1,196 @@
+"""Missed-run alerts: occurrences with no successful run within their schedule's grace.
+
+A schedule with a ``grace`` expects each of its occurrences to have succeeded by its
+nominal time plus the grace. ``check`` finds those that did not, in two places, each read
+through a bounded query:
+
+- **Runs.** A run of such a schedule enters the ledger with the time it is missed at
+  (``Run.alert_at``: its nominal time plus the grace; for a run now or a backfill, the time
+  it was queued plus the grace), and the UPDATE that records its success clears it. The
+  runs whose time has come are recorded as missed by one conditional UPDATE
+  (``ledger.record_missed``): of several processes that check at once, each run is raised
+  by exactly one. The reason is what the run was at (``REASON_OF_STATUS``).
+- **Occurrences that never fired.** Enabled schedules whose next run plus the grace has
+  passed: every scheduler down, a dispatcher lane stuck, an index entry lost. Raised once
+  per occurrence: the schedule's ``missed_at`` records it, set conditionally
+  (``services.mark_not_fired``). The time counts from the nominal time, or from the last
+  change of the schedule if that is later (a resume that hands the paused period to
+  catch-up is not a miss).
+
+Each occurrence raised is marked on its schedule (``Schedule.missed_at``, the admin's and
+the API's mark), announced with the ``run_missed`` signal once the mark is committed (the
+notifier, ``notify.py``, is one of its receivers), logged, and counted by the scheduler
+that raised it (``Counters.missed``). A scheduler runs ``check`` between its passes, one
+scheduler of the fleet per period (``MISSED_CHECK_SECONDS``). When every scheduler is down
+nothing runs it: ``no_scheduler_alive`` raises that once per outage, and
+``scheduler_status --notify`` runs both from a plain process (a cron job, a Kubernetes
+CronJob), where notifications are sent before the call returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import router
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+from django.db.models.functions import Greatest
+
+from . import clock, ledger, services, signals
+from .index import DueIndex, get_index
+from .models import Run, Schedule
+
+logger = logging.getLogger("django_schedulinator.alerts")
+
+# Runs, and schedules, read per kind in one check: the rest wait for the next.
+CHECK_BATCH = 500
+
+NOT_FIRED = "not_fired"
+# The reason of a missed run, from its status when it was found.
+REASON_OF_STATUS: dict[str, str] = {
+    Run.Status.PENDING: "not_handed_off",
+    Run.Status.BUFFERED: "buffered",
+    Run.Status.RUNNING: "running",
+    Run.Status.DISPATCHED: "no_outcome",
+    Run.Status.FAILED: "failed",
+}
+# Each reason in words (docs/alerts.md lists them).
+REASONS = {
+    NOT_FIRED: "it never fired: no scheduler claimed it in time",
+    "not_handed_off": "it fired, but was not handed off in time (its dispatcher's lane "
+    "stuck, or hand-offs failing and waiting to be retried)",
+    "buffered": "it waited for the previous run to end (overlap 'buffer')",
+    "running": "it started and had not ended",
+    "no_outcome": "it was handed off and its end was never reported",
+    "failed": "it failed",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Missed:
+    """One occurrence raised: no successful run within its schedule's grace."""
+
+    schedule_id: int
+    scheduled_for: datetime  # its nominal time
+    run_id: int | None  # None: it never fired
+    reason: str
+    grace: timedelta
+
+
+def check(
+    now: datetime | None = None, *, using: str | None = None, limit: int = CHECK_BATCH
+) -> list[Missed]:
+    """Raise the occurrences missed at ``now`` (default: Redis TIME) that nobody raised
+    yet: each is marked, announced and logged once. Returns those this call raised."""
+    db = using or router.db_for_write(Run)
+    now = now or clock.now()
+    missed = _missed_runs(now, db, limit) + _not_fired(now, db, limit)
+    if not missed:
+        return []
+    latest: dict[int, datetime] = {}
+    for m in missed:
+        latest[m.schedule_id] = max(m.scheduled_for, latest.get(m.schedule_id, m.scheduled_for))
+    services.mark_missed(latest, using=db)
+    for m in missed:
+        signals.send_after_commit(
+            signals.run_missed,
+            Schedule,
+            using=db,
+            schedule_id=m.schedule_id,
+            scheduled_for=m.scheduled_for,
+            run_id=m.run_id,
+            reason=m.reason,
+            grace=m.grace,
+        )
+    shown = ", ".join(
+        f"schedule {m.schedule_id} at {m.scheduled_for.isoformat()} ({m.reason})"
+        for m in missed[:10]
+    )
+    logger.warning(
+        "%d occurrence(s) had no successful run within their schedule's grace: %s%s.",
+        len(missed),
+        shown,
+        f" and {len(missed) - 10} more" if len(missed) > 10 else "",
+    )
+    return missed
+
+
+def _missed_runs(now: datetime, db: str, limit: int) -> list[Missed]:
+    """Runs whose alert time has come: recorded as missed, each by one process."""
+    due = Run.objects.using(db).filter(alert_at__lte=now).order_by("alert_at")
+    candidates = list(
+        due.values_list(
+            "pk", "schedule_id", "scheduled_for", "schedule__grace", "schedule__missed_at"
+        )[:limit]
+    )
+    if not candidates:
+        return []
+    # Their schedule's grace was cleared since: nobody wants to hear of them any more.
+    ledger.forget_alerts([pk for pk, _, _, grace, _ in candidates if grace is None], using=db)
+    recorded = ledger.record_missed(
+        [pk for pk, _, _, grace, _ in candidates if grace is not None], now=now, using=db
+    )
+    missed = []
+    for pk, schedule_id, at, grace, marked in candidates:
+        status = recorded.get(pk)
+        if status is None or grace is None:
+            continue  # another process recorded it, or it succeeded meanwhile
+        if marked == at:
+            # Raised already as never fired: a scheduler fired it just as that was noticed.
+            continue
+        missed.append(Missed(schedule_id, at, pk, REASON_OF_STATUS.get(status, status), grace))
+    return missed
+
+
+def _not_fired(now: datetime, db: str, limit: int) -> list[Missed]:
+    """Enabled schedules whose next occurrence is past its grace: each raised once."""
+    deadline = ExpressionWrapper(
+        Greatest("next_run_at", "updated_at") + F("grace"), output_field=DateTimeField()
+    )
+    late = (
+        Schedule.objects.using(db)
+        # next_run_at first: an index serves it, and the rows due now are few.
+        .filter(next_run_at__lt=now, enabled=True, grace__isnull=False)
+        .filter(Q(missed_at__isnull=True) | Q(missed_at__lt=F("next_run_at")))
+        .alias(deadline=deadline)
+        .filter(deadline__lte=now)
+        .order_by("next_run_at")
+        .values_list("pk", "next_run_at", "grace")[:limit]
+    )
+    missed = []
+    for schedule_id, nominal, grace in late:
+        assert nominal is not None  # as filtered
+        assert grace is not None
+        if services.mark_not_fired(schedule_id, nominal, using=db):
+            missed.append(Missed(schedule_id, nominal, None, NOT_FIRED, grace))
+    return missed
+
+
+def no_scheduler_alive(
+    alive: bool | Callable[[], bool],
+    *,
+    index: DueIndex | None = None,
+    now: datetime | None = None,
+) -> bool:
+    """Raise "no scheduler is alive" once per outage. ``alive`` says whether any scheduler
+    is alive now (or is a function that finds out: the heartbeats'). While none is, the
+    first caller records the outage in Redis (SET NX, with when it was noticed) and sends
+    ``schedulers_down``; later callers, in any process, do nothing until a scheduler is
+    seen alive again, which ends the outage. Returns whether this call raised it."""
+    index = index or get_index()
+    if alive() if callable(alive) else alive:
+        since = index.end_outage()
+        if since:
+            logger.warning("A scheduler is alive again (none was since %s).", since)
+        return False
+    noticed = now or clock.now()
+    if not index.begin_outage(noticed.isoformat()):
+        return False
+    logger.error(
+        "No scheduler is alive (noticed at %s): nothing fires until one runs again.",
+        noticed.isoformat(),
+    )
+    signals.send(signals.schedulers_down, DueIndex, since=noticed)
+    return True

@@ -1,0 +1,340 @@
+"""Notifications (``notify.py``): mail to ADMINS, a webhook target, your own class; each
+told of an event once, from the signal that announced it; a notifier that raises or hangs
+is logged and holds nothing up. In this process notifications are sent before the signal
+returns; in a scheduler's threads, by a background thread."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.utils import timezone
+
+from django_schedulinator import alerts, notify, signals
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule
+from django_schedulinator.timing import to_ms, truncate_ms
+from django_schedulinator.worker import Worker
+
+from .conftest import make_schedule
+from .doc_examples import example
+from .notifiers import Hang, Keep
+from .processes import looping, wait_for
+from .webhook_receiver import SECRET, webhook_receiver
+
+pytestmark = pytest.mark.django_db
+
+GRACE = timedelta(minutes=5)
+REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+
+
+@pytest.fixture(autouse=True)
+def setup(settings: Any, built_index: DueIndex) -> None:
+    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
+    Keep.told.clear()
+    Keep.threads.clear()
+
+
+def notify_with(settings: Any, **config: Any) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY": config}
+
+
+def due(**fields: Any) -> Schedule:
+    fields.setdefault("grace", GRACE)
+    fields.setdefault("next_run_at", truncate_ms(timezone.now() - timedelta(seconds=5)))
+    return make_schedule(kind="interval", interval=timedelta(hours=1), **fields)
+
+
+def fire() -> None:
+    worker = Worker(worker_id="t")
+    worker.run_pass()
+    worker.close()
+
+
+def after_grace() -> datetime:
+    return timezone.now() + GRACE + timedelta(seconds=1)
+
+
+# -- mail to ADMINS ------------------------------------------------------------------------------
+
+
+def test_a_missed_run_mails_the_admins_with_its_time_reason_and_page(
+    settings: Any, mailoutbox: list[Any]
+) -> None:
+    notify_with(settings, BASE_URL="https://ops.example.com")
+    schedule = due(name="nightly-report", timezone="Europe/Berlin", task="tests.boom")
+    fire()
+    run = Run.objects.get(schedule=schedule)
+    assert mailoutbox == []  # the failure itself is not told of: "failed" is not asked for
+
+    alerts.check(after_grace())
+
+    [mail] = mailoutbox
+    local = f"{run.scheduled_for.astimezone(ZoneInfo('Europe/Berlin')):%Y-%m-%d %H:%M:%S %Z}"
+    assert mail.to == ["ops@example.com"]
+    assert mail.subject == f"[Django] Missed run of 'nightly-report', {local} (failed)"
+    assert f"Occurrence: {local}" in mail.body
+    assert f"({run.scheduled_for.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" in mail.body
+    assert "Reason: failed: it failed" in mail.body
+    assert "within its grace of 0:05:00" in mail.body
+    assert (
+        f"https://ops.example.com/admin/django_schedulinator/schedule/{schedule.pk}/change/"
+        in mail.body
+    )
+    alerts.check(after_grace() + timedelta(minutes=1))
+    assert len(mailoutbox) == 1  # once
+
+
+def test_an_auto_pause_mails_the_admins(mailoutbox: list[Any]) -> None:
+    due(name="flaky", task="tests.boom", pause_after_failures=1, grace=None)
+    fire()
+    [mail] = mailoutbox
+    assert mail.subject == "[Django] 'flaky' was paused after failures in a row"
+    assert "pause_after_failures" in mail.body
+
+
+def test_failed_runs_are_told_of_only_when_asked_for(settings: Any, mailoutbox: list[Any]) -> None:
+    # Not asked for: nothing listens to run_finished (a receiver costs a query a batch).
+    assert not signals.run_finished.receivers
+    due(task="tests.boom", grace=None)
+    fire()
+    assert mailoutbox == []
+
+    notify_with(settings, EVENTS=["failed"])
+    assert signals.run_finished.receivers
+    schedule = due(name="asked", task="tests.boom", grace=None)
+    fire()
+    [mail] = mailoutbox
+    assert mail.subject.startswith("[Django] Failed run of 'asked', ")
+    assert "Error:\nTraceback" in mail.body
+    assert "RuntimeError: boom\n" in mail.body
+    assert f"Run: {Run.objects.get(schedule=schedule).pk}" in mail.body
+
+
+def test_no_scheduler_alive_mails_the_admins_once(index: DueIndex, mailoutbox: list[Any]) -> None:
+    assert alerts.no_scheduler_alive(False, index=index)
+    assert not alerts.no_scheduler_alive(False, index=index)
+    [mail] = mailoutbox
+    assert mail.subject.startswith("[Django] No scheduler is running (noticed at ")
+    assert "no schedule fires until one runs again" in mail.body
+
+
+def test_mail_to_nobody_reads_nothing(
+    settings: Any, mailoutbox: list[Any], django_assert_num_queries: Any
+) -> None:
+    """Without ADMINS the default notifier wants nothing: not even the schedule's name."""
+    settings.ADMINS = []
+    event = notify.Event("missed", timezone.now(), schedule_id=1, reason="failed")
+    with django_assert_num_queries(0):
+        notify.deliver(event)
+    assert mailoutbox == []
+
+
+def test_without_a_notifier_nothing_is_told(settings: Any, mailoutbox: list[Any]) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY": None}
+    assert not signals.run_missed.receivers
+    due(task="tests.boom", pause_after_failures=1)
+    fire()
+    assert len(alerts.check(after_grace())) == 1  # still raised: signal, mark, counter
+    assert mailoutbox == []
+
+
+# -- a webhook target --------------------------------------------------------------------------
+
+
+def webhook_notifier(settings: Any, url: str) -> None:
+    """The example of docs/alerts.md, its target at the test's receiver."""
+    config = example("notify-webhook", "alerts.md")["SCHEDULINATOR"]
+    target = {"URL": f"{url}/alerts", "SECRET": SECRET}
+    config["DISPATCHERS"]["hooks"]["OPTIONS"]["TARGETS"]["ops"] = target
+    dispatchers = {**settings.SCHEDULINATOR["DISPATCHERS"], **config.pop("DISPATCHERS")}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config, "DISPATCHERS": dispatchers}
+
+
+def test_a_missed_run_is_posted_signed_to_a_named_webhook_target(settings: Any) -> None:
+    with webhook_receiver() as receiver:
+        webhook_notifier(settings, receiver.url)
+        schedule = due(name="hourly-sync", dispatcher="queue")
+        fire()
+        run = Run.objects.get(schedule=schedule)
+
+        alerts.check(after_grace())
+
+        [received] = receiver.received
+        assert received.verified  # the Standard Webhooks library checked the signature
+        assert received.path == "/alerts"
+        event_id = f"missed:{schedule.pk}:{to_ms(run.scheduled_for)}"
+        assert received.headers["webhook-id"] == event_id
+        body = received.body
+        assert body["type"] == "alert.missed"
+        assert body["id"] == event_id
+        assert (body["schedule"], body["schedule_id"], body["run_id"]) == (
+            "hourly-sync",
+            schedule.pk,
+            run.pk,
+        )
+        assert (body["reason"], body["grace_seconds"]) == ("no_outcome", 300.0)
+        assert body["scheduled_for_ms"] == to_ms(run.scheduled_for)
+
+
+def test_a_webhook_target_that_refuses_is_logged(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    with webhook_receiver() as receiver:
+        receiver.answer("/alerts", 500)
+        webhook_notifier(settings, receiver.url)
+        schedule = due(dispatcher="queue")
+        fire()
+        with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
+            [found] = alerts.check(after_grace())
+        assert found.schedule_id == schedule.pk
+        assert "answered HTTP 500" in caplog.text
+        schedule.refresh_from_db()
+        assert schedule.missed_at is not None  # raised all the same
+
+
+# -- your own class ----------------------------------------------------------------------------
+
+
+def test_a_notifier_of_your_own_is_told_each_event(settings: Any) -> None:
+    notify_with(settings, BACKEND="tests.notifiers.Keep", EVENTS=["missed", "failed"])
+    schedule = due(name="mine", task="tests.boom", timezone="America/New_York")
+    fire()
+    alerts.check(after_grace())
+    failed, missed = Keep.told
+    run = Run.objects.get(schedule=schedule)
+    assert (failed.kind, failed.run_id) == ("failed", run.pk)
+    assert failed.error.endswith("RuntimeError: boom\n")
+    assert (missed.kind, missed.schedule_id, missed.schedule_name) == (
+        "missed",
+        schedule.pk,
+        "mine",
+    )
+    assert (missed.scheduled_for, missed.reason, missed.grace) == (
+        run.scheduled_for,
+        "failed",
+        GRACE,
+    )
+    assert missed.timezone == "America/New_York"
+    assert missed.local(missed.scheduled_for).endswith(" EST")
+    assert Keep.threads == ["MainThread", "MainThread"]  # not in a scheduler: at once
+
+
+def test_a_notifier_that_raises_is_logged_and_changes_nothing(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    notify_with(settings, BACKEND="tests.notifiers.Broken")
+    schedule = due(task="tests.boom")
+    fire()
+    with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
+        assert len(alerts.check(after_grace())) == 1
+    assert "Could not notify of missed" in caplog.text
+    assert "the pager service is down" in caplog.text
+    schedule.refresh_from_db()
+    assert schedule.missed_at is not None
+
+
+# -- in a scheduler: a background thread ---------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # the loop runs on a thread of its own
+def test_in_a_scheduler_notifications_are_sent_by_a_thread_of_their_own(settings: Any) -> None:
+    notify_with(settings, BACKEND="tests.notifiers.Keep")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MISSED_CHECK_SECONDS": 0.2}
+    soon = truncate_ms(timezone.now() + timedelta(seconds=1))
+    due(task="tests.boom", pause_after_failures=1, grace=None, next_run_at=soon)
+    due(task="tests.boom", grace=timedelta(seconds=2), next_run_at=soon)
+    worker = Worker(worker_id="t")
+    with looping(worker):
+        wait_for(lambda: {e.kind for e in Keep.told} == {"auto_paused", "missed"}, 30)
+    assert set(Keep.threads) == {"schedulinator-notify"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notifier_that_hangs_holds_up_no_firing(settings: Any) -> None:
+    """The notifier blocks; the scheduler goes on firing, and its stop waits a bounded time
+    for the notifications still queued."""
+    notify_with(settings, BACKEND="tests.notifiers.Hang")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MISSED_CHECK_SECONDS": 0.2}
+    Hang.release.clear()
+    Hang.entered.clear()
+    soon = truncate_ms(timezone.now() + timedelta(seconds=1))
+    every_second = make_schedule(
+        kind="interval",
+        interval=timedelta(seconds=1),
+        task="tests.boom",
+        grace=timedelta(seconds=1, milliseconds=500),
+        next_run_at=soon,
+    )
+    worker = Worker(worker_id="t")
+    try:
+        with looping(worker):
+            wait_for(lambda: Hang.entered.is_set(), 30)
+            fired = worker.counters.fired
+            wait_for(lambda: worker.counters.fired >= fired + 3, 30)  # hung: still firing
+            assert worker.counters.missed >= 1
+    finally:
+        Hang.release.set()
+    assert Run.objects.filter(schedule=every_second).count() >= 3
+
+
+def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureFixture) -> None:
+    notify_with(settings, BACKEND="tests.notifiers.Hang")
+    Hang.release.clear()
+    Hang.entered.clear()
+    box = notify.Outbox(size=1)
+    box.send_in_background()
+    try:
+        at = timezone.now()
+        with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
+            box.put(notify.Event("no_scheduler", at))  # taken by the thread, which hangs
+            assert Hang.entered.wait(10)
+            box.put(notify.Event("no_scheduler", at + timedelta(seconds=1)))  # queued
+            box.put(notify.Event("no_scheduler", at + timedelta(seconds=2)))  # dropped
+        assert box.dropped == 1
+        assert "1 notification(s) dropped so far" in caplog.text
+        assert not box.drain(0.2)  # bounded: the hung one is not waited for
+    finally:
+        Hang.release.set()
+        box.send_in_background(False)
+    assert box.drain(10)
+
+
+# -- the examples of docs/alerts.md, as written --------------------------------------------------
+
+
+def test_the_grace_example_creates_a_schedule_with_its_grace() -> None:
+    schedule = example("grace", "alerts.md")["schedule"]
+    schedule.refresh_from_db()
+    assert schedule.grace == timedelta(minutes=30)
+
+
+def test_the_mail_example_mails_each_event_it_lists(
+    settings: Any, mailoutbox: list[Any], index: DueIndex
+) -> None:
+    config = example("notify-mail", "alerts.md")
+    settings.ADMINS = config["ADMINS"]
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config["SCHEDULINATOR"]}
+    due(task="tests.boom", pause_after_failures=1)
+    fire()  # failed, then paused
+    alerts.check(after_grace())  # missed
+    alerts.no_scheduler_alive(False, index=index)
+    subjects = [mail.subject for mail in mailoutbox]
+    assert len(subjects) == 4, subjects
+    # The failure and the pause it led to are told of once the outcome is committed.
+    kinds = {"Failed" if "Failed run of" in s else "paused" for s in subjects[:2]}
+    assert kinds == {"Failed", "paused"}
+    assert subjects[2].startswith("[Django] Missed run of ")
+    assert subjects[3].startswith("[Django] No scheduler is running")
+    assert all(mail.to == ["ops@example.com"] for mail in mailoutbox)
+
+
+def test_the_custom_example_is_a_notifier(caplog: pytest.LogCaptureFixture) -> None:
+    on_call_log = example("notify-custom", "alerts.md")["OnCallLog"]
+    with caplog.at_level(logging.CRITICAL, logger="myproject.oncall"):
+        on_call_log({}).notify(notify.Event("no_scheduler", timezone.now()))
+    assert "No scheduler is running" in caplog.text

@@ -90,6 +90,7 @@ class Counters:
     cancelled: int = 0
     # Runs left pending because their dispatcher's lane was stuck: a take-over sends them.
     lane_full: int = 0
+    pruned: int = 0  # runs deleted by retention (this process's prunes)
 
     def add(self, other: Counters) -> None:
         for f in fields(self):

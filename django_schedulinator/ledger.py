@@ -12,9 +12,10 @@ their outcome (``record_outcomes``; a hand-off that failed goes back to pending 
 backoff), and when a worker reports on a handed-off run by its key (``record_started``,
 ``record_reported_end``); buffered runs are released by ``release_buffered``.
 
-Nothing else in the app writes runs, and the ledger writes nothing else (the schedules'
-counters are the services' ``record_streaks``). The SQL of the batched insert lives in
-``RunQuerySet.insert_runs``; the functions here say when and why it is called.
+Nothing else in the app writes runs (retention, ``retention.py``, deletes old ones), and the
+ledger writes nothing else (the schedules' counters are the services' ``record_streaks``). The
+SQL of the batched insert lives in ``RunQuerySet.insert_runs``; the functions here say when
+and why it is called.
 """
 
 from __future__ import annotations

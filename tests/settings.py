@@ -170,6 +170,10 @@ if os.environ.get("SCHEDULINATOR_TEST_DISPATCHERS"):
     # The dispatchers of the test that starts these schedulers (tests/test_dispatch_leases.py).
     SCHEDULINATOR["DISPATCHERS"] = json.loads(os.environ["SCHEDULINATOR_TEST_DISPATCHERS"])
 
+if os.environ.get("SCHEDULINATOR_TEST_SETTINGS"):
+    # More settings of the test that starts these schedulers (tests/test_retention.py).
+    SCHEDULINATOR.update(json.loads(os.environ["SCHEDULINATOR_TEST_SETTINGS"]))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_schedulinator import ledger, resync_schedules, retention, services
+from django_schedulinator import ledger, outcomes, resync_schedules, retention, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
@@ -26,7 +26,7 @@ from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_due, subprocess_env
+from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Delivery
 from .processes import output, wait_for
 
@@ -263,6 +263,40 @@ def test_a_skipped_run_a_backfill_queues_meanwhile_is_not_deleted(
 
     assert prune_now().runs == 2
     assert Run.objects.get(pk=skipped[1].pk).status == Run.Status.PENDING
+
+
+def test_a_prune_keeps_the_failures_in_a_row(settings: Any, built_index: DueIndex) -> None:
+    """A schedule's failures in a row were counted from its newest ended runs in the ledger,
+    and fewer than ten of them, all failed, meant no older run: after a prune, four
+    failures and one more counted two, and ``pause_after_failures=5`` never paused."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+        },
+    }
+    schedule = make_schedule(
+        kind="cron", cron="* * * * *", dispatcher="queue", pause_after_failures=5
+    )
+    this_minute = timezone.now().replace(second=0, microsecond=0)
+    services.backfill(
+        schedule, this_minute - timedelta(minutes=6), this_minute - timedelta(minutes=1)
+    )
+    Worker(worker_id="t").run_pass()  # hands the backfill off
+    runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+    for run in runs[:4]:
+        assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")
+    schedule.refresh_from_db()
+    assert schedule.failure_streak == 4
+    Run.objects.filter(pk__in=[r.pk for r in runs[:4]]).update(
+        claimed_at=NOW - 60 * DAY, finished_at=NOW - 60 * DAY
+    )
+    assert prune(now=timezone.now(), run_age=30 * DAY, keep_last=1).runs == 4
+
+    assert outcomes.report_finished(runs[4].idempotency_key, succeeded=False, error="boom")
+
+    schedule.refresh_from_db()
+    assert (schedule.failure_streak, schedule.enabled) == (5, False)
 
 
 # -- the change log -------------------------------------------------------------------------

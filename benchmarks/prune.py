@@ -81,9 +81,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
 
     from django_schedulinator.conf import app_settings
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.rebuild import rebuild_index
 
-    base = timezone.now().replace(microsecond=0) + timedelta(seconds=2)
     n = options.schedules
     Schedule.objects.bulk_create(
         (
@@ -92,9 +90,6 @@ def measure(options: argparse.Namespace, index: Any) -> None:
                 task="bench.noop",
                 kind=Schedule.Kind.INTERVAL,
                 interval=timedelta(seconds=1),
-                # Spread over the second: a steady load, not a burst at each second.
-                anchor_at=base + timedelta(microseconds=1_000_000 * i // n // 1000 * 1000),
-                next_run_at=base + timedelta(microseconds=1_000_000 * i // n // 1000 * 1000),
                 catch_up="all",
                 timezone="UTC",
             )
@@ -102,7 +97,6 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         ),
         batch_size=5000,
     )
-    rebuild_index(index)
     print(
         f"setup: {n} schedules firing every second, PRUNE_BATCH_SIZE "
         f"{app_settings.PRUNE_BATCH_SIZE}, PRUNE_MAX_SECONDS {app_settings.PRUNE_MAX_SECONDS:g}"
@@ -113,11 +107,12 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"VACUUM ANALYZE {table}")
     scheduler = Scheduler()
+    warm_up = min(5.0, options.seconds / 2)  # past the start and the first passes
     try:
         # 1. The load alone.
+        arm(index)
         scheduler.start()
-        warm_up = min(5.0, options.seconds / 2)  # past the start and the first passes
-        time.sleep(max(0.0, (base - timezone.now()).total_seconds()) + warm_up)
+        time.sleep(warm_up)
         t0 = timezone.now()
         time.sleep(options.seconds)
         report("no prune", t0, timezone.now())
@@ -147,6 +142,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         write_old_ledger(options.runs, first=0)
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {table}")
+        arm(index)
         scheduler.start()
         time.sleep(warm_up)
         t0, started = timezone.now(), time.monotonic()
@@ -159,6 +155,25 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         report("command", t0, timezone.now(), f"{done.stdout.strip()} ({elapsed:.1f}s wall)")
     finally:
         scheduler.stop()
+
+
+def arm(index: Any) -> None:
+    """Every schedule's next run a second from now, spread evenly over the second (a steady
+    load, not a burst at each second), and the index rebuilt: no backlog of missed runs."""
+    from django.utils import timezone
+
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.rebuild import rebuild_index
+
+    schedules = list(Schedule.objects.order_by("pk"))
+    base = timezone.now().replace(microsecond=0) + timedelta(seconds=2)
+    for i, schedule in enumerate(schedules):
+        at = base + timedelta(milliseconds=1000 * i // len(schedules))
+        schedule.anchor_at = schedule.next_run_at = schedule.due_at = at
+        schedule.revision += 1  # newer than what the index holds
+    Schedule.objects.bulk_update(schedules, ["anchor_at", "next_run_at", "due_at", "revision"])
+    rebuild_index(index)
+    time.sleep(max(0.0, (base - timezone.now()).total_seconds()))
 
 
 def write_old_ledger(total: int, *, first: int) -> None:

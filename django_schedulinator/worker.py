@@ -37,9 +37,10 @@ from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
+from .querysets import is_lock_timeout
 from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
-from .retention import Pruner
+from .retention import Pruner, PruneReport
 from .timing import from_ms
 
 logger = logging.getLogger("django_schedulinator.worker")
@@ -880,12 +881,26 @@ class Worker:
             if self._pruner is None:
                 return  # the settings keep everything
         pruner = self._pruner
+
+        def count(batch: PruneReport) -> None:
+            self.counters.pruned += batch.runs
+
         try:
-            report = pruner.step(max_seconds=app_settings.PRUNE_MAX_SECONDS)
+            report = pruner.step(max_seconds=app_settings.PRUNE_MAX_SECONDS, progress=count)
+        except OperationalError as exc:
+            self._pruner = None
+            if not is_lock_timeout(exc):
+                raise
+            # A transaction holds old runs (a schedule with many runs being deleted): the
+            # prune gives way rather than fail the pass.
+            logger.info(
+                "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock; it starts "
+                "again at the next period."
+            )
+            return
         except BaseException:
             self._pruner = None
             raise
-        self.counters.pruned += report.runs
         if not report.caught_up:
             return
         self._pruner = None

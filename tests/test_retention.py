@@ -9,6 +9,7 @@ import itertools
 import json
 import logging
 import signal
+import threading
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_schedulinator import ledger, outcomes, resync_schedules, retention, services
@@ -24,7 +26,7 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
+from django_schedulinator.worker import Worker, bound_lock_waits
 
 from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Delivery
@@ -605,3 +607,45 @@ def test_a_large_ledger_is_pruned_beside_a_scheduler_that_keeps_firing(
             delivery = deliveries.pop(run.idempotency_key)
             assert delivery.received_at >= run.scheduled_for  # never early
     assert deliveries == {}  # nothing delivered that the ledger does not hold
+
+
+@pytest.mark.django_db(transaction=True)  # a second connection holds the lock
+@pytest.mark.usefixtures("small_slices")
+def test_a_prune_that_waits_on_a_row_lock_gives_way(
+    built_index: DueIndex, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transaction holding old runs (a schedule with millions of runs being deleted)
+    makes the prune wait LOCK_TIMEOUT_SECONDS at most, like every statement of the loop;
+    then it gives way until the next period, instead of failing the scheduler's pass."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks that SQLite has not")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOCK_TIMEOUT_SECONDS": 0.2}
+    runs = add_runs(idle_schedule(), 9)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(pk=runs[3].pk)
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    worker = Worker(index=built_index)
+    worker._next_prune = 0
+    try:
+        assert locked.wait(30)
+        bound_lock_waits()  # as the loop's thread does
+        with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+            worker._chores()  # must not raise
+    finally:
+        bound_lock_waits(False)
+        release.set()
+        holder.join(60)
+
+    assert worker._pruner is None
+    assert "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock" in caplog.text
+    assert Run.objects.count() == 9  # the batch with the locked row was not deleted

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
 from tqdm import tqdm
 
 from ... import clock
@@ -88,32 +89,39 @@ class Command(BaseCommand):
         if keep is None:
             keep = app_settings.RUN_KEEP_LAST
         size = options["batch_size"]
+        if run_age is None:
+            raise CommandError("--older-than is required.")
+        now = clock.now()  # Redis TIME, as every due decision; the host's if unreachable
+        deleted = PruneReport()
+        # tqdm hides itself when stderr is not a terminal (disable=None).
+        bar = tqdm(unit=" rows", desc="read", disable=True if options["no_progress"] else None)
+
+        def progress(batch: PruneReport) -> None:
+            deleted.add(batch)
+            bar.update(batch.read)
+            bar.set_postfix(deleted=f"{deleted.runs + deleted.changes:,}", refresh=False)
+
         try:
-            assert run_age is not None  # required
-            now = clock.now()  # Redis TIME, as every due decision; the host's if unreachable
-            # tqdm hides itself when stderr is not a terminal (disable=None).
-            bar = tqdm(unit=" rows", desc="read", disable=True if options["no_progress"] else None)
-            deleted = [0]
-
-            def progress(batch: PruneReport) -> None:
-                deleted[0] += batch.runs + batch.changes
-                bar.update(batch.read)
-                bar.set_postfix(deleted=f"{deleted[0]:,}", refresh=False)
-
-            try:
-                report = prune(
-                    now=now,
-                    run_age=run_age,
-                    keep_last=keep,
-                    change_age=change_age,
-                    batch_size=size,
-                    dry_run=options["dry_run"],
-                    progress=progress,
-                )
-            finally:
-                bar.close()
+            report = prune(
+                now=now,
+                run_age=run_age,
+                keep_last=keep,
+                change_age=change_age,
+                batch_size=size,
+                dry_run=options["dry_run"],
+                progress=progress,
+            )
         except ValueError as exc:  # options given to call_command() out of range
             raise CommandError(str(exc)) from exc
+        except DatabaseError as exc:
+            # Each batch is its own transaction: those before the error stay deleted.
+            raise CommandError(
+                f"Prune failed after deleting {deleted.runs:,} run(s) and {deleted.changes:,} "
+                f"change log entries, in whole batches; run it again. {type(exc).__name__}: "
+                f"{exc}"
+            ) from exc
+        finally:
+            bar.close()
         verb = "Would delete" if report.dry_run else "Deleted"
         line = (
             f"{verb} {report.runs:,} run(s) recorded before {now - run_age:%Y-%m-%d %H:%M:%S} "

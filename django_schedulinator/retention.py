@@ -49,6 +49,14 @@ AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _AGE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 
 
+def enabled() -> bool:
+    """Whether the settings ask the schedulers to prune anything."""
+    return (
+        app_settings.RUN_RETENTION_SECONDS is not None
+        or app_settings.CHANGE_RETENTION_SECONDS is not None
+    )
+
+
 def parse_age(text: str) -> timedelta:
     """An age as people write it: a whole number and a unit, ``30d``, ``12h``, ``90m`` or
     ``3600s``. A ValueError says what is wrong."""
@@ -131,10 +139,10 @@ class Pruner:
     @classmethod
     def from_settings(cls, now: datetime, *, using: str | None = None) -> Pruner | None:
         """The prune the settings ask for, or None when they keep everything."""
+        if not enabled():
+            return None
         run_age = app_settings.RUN_RETENTION_SECONDS
         change_age = app_settings.CHANGE_RETENTION_SECONDS
-        if run_age is None and change_age is None:
-            return None
         return cls(
             now=now,
             run_age=None if run_age is None else timedelta(seconds=run_age),

@@ -29,6 +29,7 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
+from . import retention
 from .claiming import Claimer, Counters
 from .clock import redis_or_host_time
 from .conf import MAX_BATCH_SIZE, app_settings
@@ -779,7 +780,8 @@ class Worker:
             self._chore("prune", self._prune_every, self._prune, turn=False)
         elif now >= self._next_prune:
             self._next_prune = now + self._prune_every * random.uniform(0.8, 1.0)
-            self._chore("prune", self._prune_every, self._prune)
+            if retention.enabled():  # switched off: no turn taken either
+                self._chore("prune", self._prune_every, self._prune)
 
     def _rebuild_if_asked(self) -> None:
         """Perform a rebuild asked for on the admin's operations page, with the function

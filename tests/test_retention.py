@@ -384,10 +384,20 @@ def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIn
     }
     add_runs(idle_schedule(), 5)
     assert Pruner.from_settings(NOW) is None
-    worker = Worker(index=built_index)
+    worker, other = Worker(index=built_index), Worker(index=built_index)
     worker._next_prune = 0
     worker._chores()
     assert Run.objects.count() == 5
+
+    # No turn was taken while it was off: switched on, the next period prunes at once.
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RUN_RETENTION_SECONDS": 86_400,
+        "RUN_KEEP_LAST": 1,
+    }
+    other._next_prune = 0
+    other._chores()
+    assert Run.objects.count() == 1
 
 
 # -- the schedulers' chore ------------------------------------------------------------------

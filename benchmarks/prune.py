@@ -122,15 +122,30 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         t0, started = timezone.now(), time.monotonic()
         worker = scheduler.worker
         assert worker is not None
+        slices: list[float] = []  # how long each slice held up the loop
+        prune_slice = worker._prune
+
+        def timed_slice() -> None:
+            begun = time.perf_counter()
+            try:
+                prune_slice()
+            finally:
+                slices.append((time.perf_counter() - begun) * 1000)
+
+        worker._prune = timed_slice
         worker._next_prune = 0  # now, rather than within a minute of its start
         pruned_before = worker.counters.pruned
         wait_until(lambda: worker._pruner is not None or worker.counters.pruned > pruned_before)
         wait_until(lambda: worker._pruner is None)
         elapsed = time.monotonic() - started
         deleted = worker.counters.pruned - pruned_before
+        slices.sort()
         report(
             "chore", t0, timezone.now(), f"deleted {deleted:,} runs in {elapsed:.1f}s "
-            f"({deleted / elapsed:,.0f}/s) in slices between claim passes"
+            f"({deleted / elapsed:,.0f}/s) in {len(slices):,} slices between claim passes: "
+            f"p50 {slices[len(slices) // 2]:.0f} ms, p99 "
+            f"{slices[min(len(slices) - 1, int(len(slices) * 0.99))]:.0f} ms, max "
+            f"{slices[-1]:.0f} ms"
         )  # fmt: skip
         settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_RETENTION_SECONDS": None}
         scheduler.stop()

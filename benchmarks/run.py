@@ -2,6 +2,7 @@
 
     python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
     python -m benchmarks.run --smoke   # a few seconds: the whole path on tiny sizes (CI)
+    python -m benchmarks.run --metrics # the same with run_scheduler --metrics-port's metrics on
 
 Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
 - fire: one in-process Worker (inline dispatcher, a no-op task) firing every due occurrence,
@@ -81,6 +82,11 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
     parser.add_argument("--ticks", type=int, default=200)
     parser.add_argument(
+        "--metrics",
+        action="store_true",
+        help="observe the hot path into Prometheus metrics, as --metrics-port does",
+    )
+    parser.add_argument(
         "--smoke",
         action="store_true",
         help="tiny sizes, a database and key prefix of its own: checks that it still runs",
@@ -147,6 +153,10 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         worker_id="bench",
         dispatcher=InlineDispatcher(max_workers=options.workers),
     )
+    if options.metrics:
+        from django_schedulinator.metrics import Metrics
+
+        worker.attach_metrics(Metrics(worker))
     started = time.perf_counter()
     worker.run()
     elapsed = time.perf_counter() - started
@@ -155,10 +165,13 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     assert Run.objects.filter(status="succeeded").count() == options.due
     print(
         f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
-        f"(batch {options.batch_size}, {options.total} schedules)"
+        f"(batch {options.batch_size}, {options.total} schedules"
+        f"{', metrics on' if options.metrics else ''})"
     )
 
     idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")
+    if options.metrics:
+        idle.attach_metrics(Metrics(idle))
     samples = []
     for _ in range(options.ticks):
         t = time.perf_counter()

@@ -14,6 +14,12 @@ INSTALLED_APPS = [
     "django_schedulinator",
     "benchmarks",
 ]
+# benchmarks/pictures.py renders the admin's pictures, which link to admin pages: it sets
+# BENCH_ADMIN for the admin app and its URLs.
+if os.environ.get("BENCH_ADMIN"):
+    INSTALLED_APPS = ["django.contrib.admin", *INSTALLED_APPS]
+    ROOT_URLCONF = "benchmarks.pictures"
+    TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",

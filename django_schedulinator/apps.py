@@ -10,6 +10,7 @@ class SchedulinatorConfig(AppConfig):
 
     def ready(self) -> None:
         # Wiring only, no I/O: signals, system checks, and the apps' task modules.
+        from django.core.signals import setting_changed
         from django.db.models.signals import post_delete, post_migrate, post_save
         from django.utils.module_loading import autodiscover_modules
 
@@ -17,7 +18,7 @@ class SchedulinatorConfig(AppConfig):
         from . import checks, command_task  # noqa: F401
         from .conf import app_settings
         from .models import Schedule
-        from .signals import schedule_changed, sync_after_migrate
+        from .receivers import schedule_changed, sync_after_migrate
 
         post_migrate.connect(
             sync_after_migrate, sender=self, dispatch_uid="schedulinator_sync_declared"
@@ -29,3 +30,9 @@ class SchedulinatorConfig(AppConfig):
         from .dispatch.tasks import connect_signals
 
         connect_signals()
+        # Sentry Crons check-ins, when SENTRY_CRONS is on and sentry-sdk is installed; again
+        # whenever the setting changes (override_settings).
+        from .contrib import sentry
+
+        sentry.connect()
+        setting_changed.connect(sentry.connect, dispatch_uid="schedulinator_sentry_setting")

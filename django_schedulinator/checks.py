@@ -174,3 +174,34 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         for name, allowed in commands.items()
         for problem in disagreements(name, allowed)
     ]
+
+
+@register()
+def check_sentry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """SENTRY_CRONS switched on: sentry-sdk must be installed (E070), and initialised with a
+    DSN in this process (W070), or no check-in is ever sent."""
+    from .contrib import sentry
+
+    if sentry.switched_on() is None:  # off, or invalid: E001 says so
+        return []
+    if not sentry.available():
+        return [
+            Error(
+                f"{SETTING_NAME}['SENTRY_CRONS'] is on, and sentry-sdk is not installed.",
+                hint="pip install 'django-schedulinator[sentry]'",
+                id="schedulinator.E070",
+            )
+        ]
+    import sentry_sdk
+
+    if not sentry_sdk.get_client().is_active():
+        return [
+            Warning(
+                f"{SETTING_NAME}['SENTRY_CRONS'] is on, and Sentry is not initialised in this "
+                "process: no check-in will be sent from it.",
+                hint="Call sentry_sdk.init(dsn=...) in settings.py, so that run_scheduler and "
+                "your workers initialise it too.",
+                id="schedulinator.W070",
+            )
+        ]
+    return []

@@ -28,11 +28,11 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, router, transaction
 
-from . import clock, ledger, outcomes, services, timing
+from . import clock, ledger, outcomes, services, signals, timing
 from .conf import app_settings
 from .dispatch.base import BaseDispatcher, Occurrence, Outcome
 from .errors import TimingError
@@ -40,6 +40,9 @@ from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex,
 from .models import Run, Schedule, catch_up_policy, occurrence_key
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
@@ -166,6 +169,10 @@ class Plan:
     # Schedules whose overlap policy buffers and that fire here: their buffered run is
     # released once the runs fired here are recorded.
     buffering: set[int] = field(default_factory=set)
+    # Stale entries re-indexed at their row's time: (schedule id, entry ms, row's due ms).
+    repaired: list[tuple[int, int, int]] = field(default_factory=list)
+    # What the commit recorded as skipped, by reason (counters.skipped is their sum).
+    skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
 def timing_of(row: Any) -> timing.Timing:
@@ -218,6 +225,7 @@ class Claimer:
         self.db = using or router.db_for_write(Schedule)
         self.clock = clock
         self.retries = PlannedRetries()
+        self.metrics: Metrics | None = None  # the worker's, while metrics are on
 
     # -- 1. claim -------------------------------------------------------------------------
 
@@ -243,6 +251,7 @@ class Claimer:
             return plan
         now = timing.from_ms(batch.now_ms)
         ids = [sid for sid, _score in batch.entries]
+        entry_ms = dict(batch.entries)
         rows = {
             row.pk: row
             for row in Schedule.objects.using(self.db)
@@ -271,6 +280,7 @@ class Claimer:
             if due_ms > batch.now_ms:
                 # The index said due, the row says later: trust the row, fix the index.
                 plan.changes.append(Change(sid, row.revision, SET, due_ms))
+                plan.repaired.append((sid, entry_ms[sid], due_ms))
                 counters.repaired += 1
                 logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
@@ -410,6 +420,8 @@ class Claimer:
                         )
                     )
                 counters.skipped += len(d.plan.skips)
+                for skip in d.plan.skips:
+                    plan.skip_reasons[skip.reason] = plan.skip_reasons.get(skip.reason, 0) + 1
                 counters.buffered += len(d.buffer)
             counters.fired = len(occurrences)
             if counters.busy:
@@ -419,7 +431,15 @@ class Claimer:
                     counters.busy,
                     LOCKED_RETRY.total_seconds(),
                 )
+        # Committed: announced before the index write, which may fail (the runs still go,
+        # taken over once their lease ends).
+        for o in occurrences:
+            signals.send(signals.occurrence_fired, Schedule, occurrence=o, worker_id=self.worker_id)
         self.index.apply(changes, release_token=token)
+        for sid, entry, due in plan.repaired:
+            signals.send(
+                signals.entry_repaired, Schedule, schedule_id=sid, entry_ms=entry, due_ms=due
+            )
         return occurrences, counters
 
     def _advance_and_record(
@@ -499,8 +519,11 @@ class Claimer:
                 counters.redispatched += 1
             elif attempts:
                 counters.retried += 1
-            else:
+            else:  # its first hand-off: a run now, a backfilled or a released buffered run
                 counters.queued += 1
+                signals.send(
+                    signals.occurrence_fired, Schedule, occurrence=o, worker_id=self.worker_id
+                )
         counters.fired = len(occurrences)
         if counters.retried:
             logger.info(
@@ -628,6 +651,8 @@ class Claimer:
             index=self.index,
         )
         self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
+        if self.metrics is not None:
+            self.metrics.recorded(dispatcher.alias, results, recorded.ended)
         return {schedule_of[o.run_id] for o in recorded.ended}
 
     # -- overlap "buffer" -----------------------------------------------------------------

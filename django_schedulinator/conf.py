@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import Any
 
 from django.conf import settings
@@ -72,6 +73,18 @@ DEFAULTS: dict[str, Any] = {
     "DRIFT_SAMPLE_SIZE": 200,
     # How often each scheduler logs its counters (claimed, fired, repaired, ...) at INFO.
     "LOG_STATS_SECONDS": 60.0,
+    # How often each scheduler records its heartbeat in Redis; a heartbeat expires after three
+    # of these, so a scheduler killed outright drops off the list within that.
+    "HEARTBEAT_SECONDS": 5.0,
+    # A scheduler whose loop has not completed a pass for this long is unhealthy (its
+    # /healthz fails, scheduler_status says so): stuck, or backing off from an outage.
+    # /healthz (a liveness probe) still passes while the loop backs off, or a rebuild moves
+    # on: a restart would not end an outage (its /readyz says which dependency is away).
+    "PASS_STALE_SECONDS": 60.0,
+    # run_scheduler --metrics-port: how long the cluster-wide gauges (index size, due
+    # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
+    # that compute them; every scheduler that is scraped computes them at most this often.
+    "METRICS_CLUSTER_SECONDS": 5.0,
     # Retention (retention.py): every PRUNE_SECONDS one of the schedulers (Redis decides
     # which) deletes the runs that ended more than RUN_RETENTION_SECONDS ago (30 days; None
     # keeps every run), except each schedule's newest RUN_KEEP_LAST, and the change log's
@@ -106,6 +119,12 @@ DEFAULTS: dict[str, Any] = {
     "API_MAX_PAGE_SIZE": 500,
     # Occurrences shown by the admin's preview and returned by the API's preview by default.
     "PREVIEW_COUNT": 10,
+    # Sentry Crons check-ins (django_schedulinator.contrib.sentry, the "sentry" extra): False,
+    # True for every recurring schedule, or a dict: {"SCHEDULES": "all" or a list of names
+    # and fnmatch patterns, "EXCLUDE": [names and patterns], "MONITOR_CONFIG": {what every
+    # monitor gets besides its schedule: checkin_margin (minutes, when the schedule has no
+    # grace), failure_issue_threshold, recovery_threshold, owner}}.
+    "SENTRY_CRONS": False,
 }
 
 CATCH_UP_MODES = ("skip", "latest", "all")
@@ -136,6 +155,11 @@ MAX_RETENTION_SECONDS = 36_500 * 86_400
 # Levels of nesting in a schedule's args and kwargs (the list or object itself is the first):
 # deeper JSON is refused before anything recurses through it (Python's json does).
 MAX_JSON_DEPTH = 100
+SENTRY_CRONS_KEYS = ("SCHEDULES", "EXCLUDE", "MONITOR_CONFIG")
+# What MONITOR_CONFIG may add to the monitor config derived from each schedule. Sentry takes
+# minutes up to 28 days (40,320) for the margin.
+SENTRY_MONITOR_KEYS = ("checkin_margin", "failure_issue_threshold", "recovery_threshold", "owner")
+SENTRY_MAX_MINUTES = 40_320
 
 
 def _error(key: str, problem: str) -> ImproperlyConfigured:
@@ -153,6 +177,82 @@ class AllowedCommand:
     options: dict[str, tuple[str, ...] | None] = field(default_factory=dict)
     # Whether the run keeps what the command prints (its output, or the error it fails with).
     keep_output: bool = False
+
+
+@dataclass(frozen=True)
+class SentryCrons:
+    """Which schedules check in with Sentry Crons, and what their monitors get besides the
+    configuration derived from each schedule."""
+
+    # Names and fnmatch patterns of the monitored schedules; None: all of them.
+    schedules: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    monitor_config: dict[str, int | str] = field(default_factory=dict)
+
+    def monitors(self, name: str) -> bool:
+        """Whether the schedule called ``name`` checks in (patterns match case-sensitively)."""
+        if any(fnmatchcase(name, pattern) for pattern in self.exclude):
+            return False
+        return self.schedules is None or any(fnmatchcase(name, p) for p in self.schedules)
+
+
+def _patterns(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise _error(
+            "SENTRY_CRONS",
+            f"[{key!r}] must be a list of schedule names and fnmatch patterns (such as "
+            f"'reports-*'), got {value!r}",
+        )
+    return tuple(value)
+
+
+def _sentry_crons(value: Any) -> SentryCrons | None:
+    """SENTRY_CRONS, checked: None when it is off."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return SentryCrons()
+    if not isinstance(value, dict):
+        raise _error(
+            "SENTRY_CRONS",
+            f"must be False, True (every recurring schedule) or a dict with the keys "
+            f"{', '.join(SENTRY_CRONS_KEYS)}, got {value!r}",
+        )
+    unknown = sorted(str(key) for key in set(value) - set(SENTRY_CRONS_KEYS))
+    if unknown:
+        raise _error(
+            "SENTRY_CRONS",
+            f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(SENTRY_CRONS_KEYS)}",
+        )
+    schedules = value.get("SCHEDULES", "all")
+    chosen = None if schedules == "all" else _patterns("SCHEDULES", schedules)
+    exclude = _patterns("EXCLUDE", value.get("EXCLUDE", []))
+    extra = value.get("MONITOR_CONFIG", {})
+    if not isinstance(extra, dict):
+        raise _error("SENTRY_CRONS", f"['MONITOR_CONFIG'] must be a dict, got {extra!r}")
+    for key, item in extra.items():
+        where = f"['MONITOR_CONFIG'][{key!r}]"
+        if key not in SENTRY_MONITOR_KEYS:
+            raise _error(
+                "SENTRY_CRONS",
+                f"{where} is not taken; the keys are {', '.join(SENTRY_MONITOR_KEYS)} (the "
+                f"schedule, time zone and maximum runtime come from each schedule)",
+            )
+        if key == "owner":
+            if not isinstance(item, str) or not item:
+                raise _error(
+                    "SENTRY_CRONS", f"{where} must be 'user:<id>' or 'team:<id>', got {item!r}"
+                )
+        elif (
+            isinstance(item, bool)
+            or not isinstance(item, int)
+            or not 1 <= item <= SENTRY_MAX_MINUTES
+        ):
+            raise _error(
+                "SENTRY_CRONS",
+                f"{where} must be a whole number from 1 to {SENTRY_MAX_MINUTES}, got {item!r}",
+            )
+    return SentryCrons(chosen, exclude, dict(extra))
 
 
 def _allowed_command(name: str, entry: Any) -> AllowedCommand:
@@ -395,6 +495,18 @@ class Settings:
         return self._positive_number("LOG_STATS_SECONDS")
 
     @property
+    def HEARTBEAT_SECONDS(self) -> float:
+        return self._positive_number("HEARTBEAT_SECONDS")
+
+    @property
+    def PASS_STALE_SECONDS(self) -> float:
+        return self._positive_number("PASS_STALE_SECONDS")
+
+    @property
+    def METRICS_CLUSTER_SECONDS(self) -> float:
+        return self._positive_number("METRICS_CLUSTER_SECONDS")
+
+    @property
     def DRIFT_SAMPLE_SIZE(self) -> int:
         return self._positive_int("DRIFT_SAMPLE_SIZE", maximum=MAX_DRIFT_SAMPLE_SIZE)
 
@@ -491,6 +603,11 @@ class Settings:
     @property
     def PREVIEW_COUNT(self) -> int:
         return self._positive_int("PREVIEW_COUNT", maximum=MAX_PREVIEW_COUNT)
+
+    @property
+    def SENTRY_CRONS(self) -> SentryCrons | None:
+        """Which schedules check in with Sentry Crons; None: the integration is off."""
+        return _sentry_crons(self._get("SENTRY_CRONS"))
 
     def validate(self) -> list[ImproperlyConfigured]:
         """Every setting problem at once, for the system check."""

@@ -1,4 +1,6 @@
-"""How far the due index is from the rows, and whether Redis may throw it away.
+"""How healthy the scheduling is: the due index against the rows, Redis's eviction policy,
+the dispatchers' waiting runs, and the whole picture (``cluster_status``) that
+``scheduler_status``, the API and the operations page show.
 
 The drift check is cheap enough to run every few minutes on a million schedules: two counts
 and a random sample compared in both directions (entries against their rows, rows against
@@ -9,14 +11,18 @@ fired between the two reads is not called drift.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from datetime import datetime
 from typing import Any
 
 from django.db import router
 from django.db.models import Max, Min
 
+from . import timing
 from .conf import app_settings
+from .heartbeat import Heartbeat, alive
 from .index import DueIndex, get_index
+from .management import run_command
 from .sync import IN_INDEX, change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
@@ -47,6 +53,17 @@ class DriftReport:
             f"{len(self.late_or_missing)} late or missing, "
             f"{len(self.early_or_orphaned)} early or orphaned"
         )
+
+    def as_dict(self) -> dict[str, Any]:
+        """What the API's index health and ``scheduler_status --json`` show of it."""
+        return {
+            "ok": self.ok,
+            "summary": self.summary(),
+            "rows_indexable": self.rows_indexable,
+            "sampled": self.sampled,
+            "late_or_missing": list(self.late_or_missing),
+            "early_or_orphaned": list(self.early_or_orphaned),
+        }
 
 
 def check_drift(
@@ -79,6 +96,19 @@ def check_drift(
         late, early = _compare(index, db, {*late, *early})
         report.late_or_missing, report.early_or_orphaned = sorted(late), sorted(early)
     return report
+
+
+def record_drift(index: DueIndex, report: DriftReport) -> None:
+    """Keep what a drift check found next to the index, for every process to read (the
+    metrics): one scheduler checks per period, all of them report it."""
+    index.set_drift_record(
+        {
+            "late_or_missing": len(report.late_or_missing),
+            "early_or_orphaned": len(report.early_or_orphaned),
+            "sampled": report.sampled,
+            "checked_at_ms": index.now_ms(),
+        }
+    )
 
 
 def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[int]]:
@@ -126,12 +156,19 @@ class IndexStatus:
     due_now: int  # entries whose time has come (Redis TIME), not claimed yet
     in_flight: int  # entries claimed by a scheduler and not yet written back
     oldest_due_lag_seconds: float | None  # how late the earliest unclaimed due entry is
+    oldest_due_schedule: int | None  # the schedule of that entry
     runs_in_flight: int  # runs pending or running in the ledger
     last_rebuild: dict[str, Any] | None  # the marker: built_at, rows, by
     rebuild_running: bool
     drift: DriftReport | None
     eviction_warning: str | None
     checked_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON types: the API's index health, and the index in ``scheduler_status``."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "drift"}
+        data["drift"] = None if self.drift is None else self.drift.as_dict()
+        return data
 
 
 def index_status(
@@ -153,9 +190,11 @@ def index_status(
     )
     entries_due, in_flight = index.counts()
     due_now, earliest_ms, now_ms = index.due_now()
-    lag = None
+    lag = oldest = None
     if earliest_ms is not None and earliest_ms <= now_ms:
         lag = (now_ms - earliest_ms) / 1000
+        head = index.earliest()
+        oldest = head[0] if head is not None else None
     return IndexStatus(
         schedules=counts["all_rows"],
         enabled=counts["enabled_rows"],
@@ -164,6 +203,7 @@ def index_status(
         due_now=due_now,
         in_flight=in_flight,
         oldest_due_lag_seconds=lag,
+        oldest_due_schedule=oldest,
         runs_in_flight=Run.objects.using(db).filter(status__in=Run.UNFINISHED).count(),
         last_rebuild=index.built_info(),
         rebuild_running=index.rebuild_running(),
@@ -248,3 +288,252 @@ def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStat
             )
         )
     return rows
+
+
+# -- the whole picture ----------------------------------------------------------------------
+
+# How late the oldest due entry may be before the schedulers count as unable to keep up.
+DEFAULT_MAX_LAG_SECONDS = 60.0
+AUTO_PAUSED_LISTED = 20  # the most recently auto-paused schedules named; all are counted
+LISTED_IDS = 10  # schedule ids named in one message
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A problem (the scheduling is unhealthy) or a warning: a stable code and what it means
+    for the operator, with what to do."""
+
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    def as_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class AutoPaused:
+    """A schedule the scheduler paused after ``pause_after_failures`` failures in a row."""
+
+    id: int
+    name: str
+    paused_at: datetime | None
+    failure_streak: int
+
+
+@dataclass(slots=True)
+class ClusterStatus:
+    """Everything ``scheduler_status`` reports, read in one go (a few queries and Redis
+    calls, whatever the size). Unhealthy when it has a problem; warnings do not count."""
+
+    checked_at: datetime  # Redis time
+    schedulers: list[Heartbeat]  # alive, newest beat first
+    index: IndexStatus
+    dispatchers: list[DispatcherStatus]
+    auto_paused: list[AutoPaused]  # the most recently paused, at most AUTO_PAUSED_LISTED
+    auto_paused_count: int
+    max_lag_seconds: float
+    pass_stale_seconds: float
+    problems: list[Finding]
+    warnings: list[Finding]
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        """As JSON types, with the keys docs/operations.md documents (stable)."""
+        return {
+            "healthy": self.healthy,
+            "checked_at": self.checked_at.isoformat(),
+            "problems": [p.as_dict() for p in self.problems],
+            "warnings": [w.as_dict() for w in self.warnings],
+            "max_lag_seconds": self.max_lag_seconds,
+            "pass_stale_seconds": self.pass_stale_seconds,
+            "schedulers": [beat.status_dict(self.checked_at) for beat in self.schedulers],
+            "index": self.index.as_dict(),
+            "dispatchers": [
+                {
+                    "alias": d.alias,
+                    "backend": d.backend,
+                    "reports_outcomes": d.reports_outcomes,
+                    "awaiting": d.awaiting,
+                    "past_deadline": d.past_deadline,
+                    "retrying": d.retrying,
+                }
+                for d in self.dispatchers
+            ],
+            "auto_paused": {
+                "count": self.auto_paused_count,
+                "schedules": [
+                    {
+                        "id": a.id,
+                        "name": a.name,
+                        "paused_at": None if a.paused_at is None else a.paused_at.isoformat(),
+                        "failure_streak": a.failure_streak,
+                    }
+                    for a in self.auto_paused
+                ],
+            },
+        }
+
+
+def cluster_status(
+    index: DueIndex | None = None,
+    *,
+    drift: bool = True,
+    max_lag: float | None = None,
+    using: str | None = None,
+) -> ClusterStatus:
+    """The schedulers alive (heartbeats), the index's health and drift (unless ``drift`` is
+    false), the oldest due entry's lag (a problem past ``max_lag`` seconds, default
+    DEFAULT_MAX_LAG_SECONDS), the dispatchers' waiting runs and the auto-paused schedules,
+    with the problems and warnings they make. Raises what Redis or the database raise when
+    they cannot be reached."""
+    from .models import Schedule
+    from .outcomes import AUTO_PAUSE_NOTE
+
+    index = index or get_index()
+    db = using or router.db_for_write(Schedule)
+    schedulers = alive(index)
+    now = timing.from_ms(index.now_ms())
+    status = index_status(index, drift=drift, using=db)
+    dispatchers = dispatcher_status(now, using=db)
+    # Paused by the scheduler and not touched since: a resume clears the note, a pause by
+    # someone else replaces it.
+    paused = Schedule.objects.using(db).filter(enabled=False, pause_note=AUTO_PAUSE_NOTE)
+    listed = [
+        AutoPaused(*row)
+        for row in paused.order_by("-paused_at", "-pk").values_list(
+            "pk", "name", "paused_at", "failure_streak"
+        )[:AUTO_PAUSED_LISTED]
+    ]
+    report = ClusterStatus(
+        checked_at=now,
+        schedulers=schedulers,
+        index=status,
+        dispatchers=dispatchers,
+        auto_paused=listed,
+        auto_paused_count=len(listed) if len(listed) < AUTO_PAUSED_LISTED else paused.count(),
+        max_lag_seconds=DEFAULT_MAX_LAG_SECONDS if max_lag is None else max_lag,
+        pass_stale_seconds=app_settings.PASS_STALE_SECONDS,
+        problems=[],
+        warnings=[],
+    )
+    report.problems, report.warnings = _problems(report), _warnings(report)
+    return report
+
+
+def _problems(report: ClusterStatus) -> list[Finding]:
+    status, found = report.index, []
+    running = [beat for beat in report.schedulers if not beat.stopping]
+    if not running and (status.indexable or status.runs_in_flight):
+        found.append(
+            Finding(
+                "no-scheduler",
+                f"No scheduler is running (none has a heartbeat in Redis) while "
+                f"{status.indexable} schedule(s) wait to fire ({status.due_now} due now) and "
+                f"{status.runs_in_flight} run(s) are in flight: nothing fires until one runs. "
+                f"Start {run_command('run_scheduler')}.",
+            )
+        )
+    for beat in running:
+        if beat.healthy(report.checked_at):
+            continue
+        since = beat.last_pass_at or beat.started_at
+        age = (report.checked_at - since).total_seconds()
+        what = "completed a pass" if beat.last_pass_at else "completed a pass since it started"
+        why = (
+            f"its passes fail: {beat.last_error}"
+            if beat.last_error
+            else "its loop is stuck in a call, or the process is stopped (SIGSTOP, a frozen "
+            "container)"
+        )
+        found.append(
+            Finding(
+                "scheduler-stale",
+                f"Scheduler {beat.id} (host {beat.host}, pid {beat.pid}) has not {what} for "
+                f"{age:.0f} s (PASS_STALE_SECONDS is {report.pass_stale_seconds:g}): {why}.",
+            )
+        )
+    if status.last_rebuild is None and status.indexable:
+        running_now = "; a rebuild is running now" if status.rebuild_running else ""
+        found.append(
+            Finding(
+                "index-not-built",
+                f"The due index is not built (its build marker is missing), so nothing fires "
+                f"until it is{running_now}. A running scheduler builds it at its next pass; "
+                f"or run {run_command('rebuild_due_index')}.",
+            )
+        )
+    lag = status.oldest_due_lag_seconds
+    if lag is not None and lag > report.max_lag_seconds:
+        found.append(
+            Finding(
+                "due-lag",
+                f"The oldest due entry (schedule {status.oldest_due_schedule}) is {lag:.1f} s "
+                f"late, more than the {report.max_lag_seconds:g} s allowed: the schedulers are "
+                f"down, stuck, or cannot keep up.",
+            )
+        )
+    if status.drift is not None and not status.drift.ok:
+        late = status.drift.late_or_missing
+        more = " ..." if len(late) > LISTED_IDS else ""
+        found.append(
+            Finding(
+                "drift",
+                f"Of {status.drift.sampled} schedules sampled, {len(late)} have an index entry "
+                f"later than their row, or none (ids {late[:LISTED_IDS]}{more}): they fire late "
+                f"or never until the schedulers' reconcile (rows changed recently) or "
+                f"{run_command('rebuild_due_index')} fixes them.",
+            )
+        )
+    return found
+
+
+def _warnings(report: ClusterStatus) -> list[Finding]:
+    found = []
+    for d in report.dispatchers:
+        if d.reports_outcomes is None:
+            found.append(
+                Finding(
+                    "dispatcher-unavailable",
+                    f"The dispatcher {d.alias!r} cannot be built, so its runs fail: {d.backend}",
+                )
+            )
+        if d.past_deadline:
+            found.append(
+                Finding(
+                    "outcome-overdue",
+                    f"{d.past_deadline} run(s) handed to the dispatcher {d.alias!r} were never "
+                    f"reported within its OUTCOME_TIMEOUT_SECONDS: do its workers report "
+                    f"outcomes (is the hook installed), and do they run?",
+                )
+            )
+    if report.auto_paused_count:
+        named = report.auto_paused[:LISTED_IDS]
+        names = ", ".join(repr(a.name) for a in named)
+        more = ", ..." if report.auto_paused_count > len(named) else ""
+        found.append(
+            Finding(
+                "auto-paused",
+                f"{report.auto_paused_count} schedule(s) were paused by the scheduler after "
+                f"failing pause_after_failures times in a row ({names}{more}): fix the cause, "
+                f"then resume them.",
+            )
+        )
+    if report.index.eviction_warning:
+        found.append(Finding("eviction-risk", report.index.eviction_warning))
+    ids = [beat.id for beat in report.schedulers]
+    for shared in sorted({i for i in ids if ids.count(i) > 1}):
+        found.append(
+            Finding(
+                "shared-worker-id",
+                f"{ids.count(shared)} schedulers run with the worker id {shared!r}: their runs "
+                f"and logs cannot be told apart. Give each its own --worker-id (or leave the "
+                f"default, host:pid).",
+            )
+        )
+    return found

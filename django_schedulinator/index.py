@@ -82,7 +82,8 @@ class DueIndex:
     def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
         self.client = client if client is not None else get_redis()
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
-        tag = f"{{{self.prefix}}}"
+        # The Redis Cluster hash tag every key of the index (and of the heartbeats) starts with.
+        self.tag = tag = f"{{{self.prefix}}}"
         self.due_key = f"{tag}:due"
         self.inflight_key = f"{tag}:inflight"
         self.revisions_key = f"{tag}:rev"
@@ -91,6 +92,7 @@ class DueIndex:
         self.rebuild_request_key = f"{tag}:rebuild-request"
         self.reconcile_key = f"{tag}:reconcile"
         self.wake_key = f"{tag}:wake"
+        self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
@@ -106,6 +108,7 @@ class DueIndex:
             self.rebuild_request_key,
             self.reconcile_key,
             self.wake_key,
+            self.drift_key,
             *(f"{self._turn_prefix}{name}" for name in TURNS),
         )
 
@@ -187,6 +190,11 @@ class DueIndex:
         earliest = int(float(head[0][1])) if head else None
         return int(due), earliest, now
 
+    def earliest(self) -> tuple[int, int] | None:
+        """The entry with the lowest score, due or not: (schedule id, score ms), or None."""
+        head = self.client.zrange(self.due_key, 0, 0, withscores=True)
+        return (int(head[0][0]), int(float(head[0][1]))) if head else None
+
     def random_entries(self, count: int) -> dict[int, int]:
         """Up to ``count`` distinct entries of the due set, picked at random: id -> score."""
         reply = self.client.zrandmember(self.due_key, count, withscores=True) or []
@@ -263,6 +271,13 @@ class DueIndex:
 
     def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
+
+    def drift_record(self) -> dict[str, Any] | None:
+        """What the last drift check found (``health.record_drift``), or None."""
+        return _json_record(self.client.get(self.drift_key))
+
+    def set_drift_record(self, record: dict[str, Any]) -> None:
+        self.client.set(self.drift_key, json.dumps(record, sort_keys=True))
 
     def rebuild_lock(self, timeout: float) -> Any:
         """The Redis lock (redis-py's, token-checked) that keeps two rebuilds apart.

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from . import clock, ledger, services, timing
+from . import clock, ledger, services, signals, timing
 from .errors import SchedulinatorError
-from .models import Run
+from .models import Run, occurrence_key
 from .querysets import json_ids
 
 if TYPE_CHECKING:
@@ -145,7 +145,64 @@ def record(
         )
         failed = [o.run_id for o in recorded.ended if o.status == "failed"]
         _streaks(resets, _nominal_times(failed, using), using=using, index=index)
+        handed_off = [o for o in outcomes if o.status == "dispatched"]
+        _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using)
     return recorded
+
+
+def _announce(
+    handed_off: Sequence[Outcome],
+    ended: Sequence[Outcome],
+    alias: str,
+    awaited: bool,
+    *,
+    using: str,
+) -> None:
+    """Send ``run_handed_off`` and ``run_finished`` once the caller's transaction commits.
+    Their nominal times cost a query, made only when a receiver is connected."""
+    if not (signals.run_handed_off.receivers or signals.run_finished.receivers):
+        return
+    run_ids = [o.run_id for o in (*handed_off, *ended)]
+    of = {
+        pk: (schedule_id, at)
+        for pk, schedule_id, at in Run.objects.using(using)
+        .filter(pk__in=json_ids(run_ids, using))
+        .values_list("pk", "schedule_id", "scheduled_for")
+    }
+    for o in handed_off:
+        if o.run_id in of:
+            schedule_id, at = of[o.run_id]
+            signals.send_after_commit(
+                signals.run_handed_off,
+                Run,
+                using=using,
+                run_id=o.run_id,
+                schedule_id=schedule_id,
+                scheduled_for=at,
+                key=occurrence_key(schedule_id, at),
+                dispatcher=alias,
+                awaits_outcome=awaited,
+            )
+    for o in ended:
+        if o.run_id in of:
+            schedule_id, at = of[o.run_id]
+            _finished(o.run_id, schedule_id, at, o.status, o.error, using=using)
+
+
+def _finished(
+    run_id: int, schedule_id: int, at: datetime, status: str, error: str, *, using: str
+) -> None:
+    signals.send_after_commit(
+        signals.run_finished,
+        Run,
+        using=using,
+        run_id=run_id,
+        schedule_id=schedule_id,
+        scheduled_for=at,
+        key=occurrence_key(schedule_id, at),
+        status=status,
+        error=error,
+    )
 
 
 @through_a_dropped_connection
@@ -191,6 +248,15 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
         )
         if ended:
             _streaks(resets, {} if succeeded else {schedule_id: [at]}, using=db)
+            if signals.run_finished.receivers:
+                run_id = (
+                    Run.objects.using(db)
+                    .filter(schedule_id=schedule_id, scheduled_for=at)
+                    .values_list("pk", flat=True)
+                    .get()
+                )
+                status = "succeeded" if succeeded else "failed"
+                _finished(run_id, schedule_id, at, status, str(error), using=db)
     if not ended:
         logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
         return False

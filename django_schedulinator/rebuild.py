@@ -21,6 +21,7 @@ from django.db import router
 from django.utils import timezone
 from redis.exceptions import LockError
 
+from . import signals
 from .conf import app_settings
 from .errors import RebuildInProgress as RebuildInProgress  # its home was here
 from .index import FORGET, SET, ApplyResult, Change, DueIndex, get_index
@@ -77,6 +78,15 @@ def rebuild_index(
         index.mark_built(
             {"built_at": timezone.now().isoformat(), "rows": report.rows, "by": built_by}
         )
+        signals.send(
+            signals.index_rebuilt,
+            DueIndex,
+            rows=report.rows,
+            added=report.added,
+            fixed=report.fixed,
+            removed=report.removed,
+            built_by=built_by,
+        )
         return report
     finally:
         try:
@@ -95,9 +105,15 @@ def take_rebuild_lock(index: DueIndex) -> Any:
 
 
 def ensure_built(
-    index: DueIndex, *, built_by: str, should_stop: Callable[[], bool], poll: float = 0.25
+    index: DueIndex,
+    *,
+    built_by: str,
+    should_stop: Callable[[], bool],
+    poll: float = 0.25,
+    progress: Callable[[int], None] | None = None,
 ) -> bool:
-    """Make sure the index was built: one process rebuilds it, the others wait for it."""
+    """Make sure the index was built: one process rebuilds it, the others wait for it.
+    ``progress`` is called after each chunk of a rebuild done here (``rebuild_index``)."""
     waited = False
     while not should_stop():
         if index.is_built():
@@ -115,7 +131,7 @@ def ensure_built(
             with contextlib.suppress(LockError):
                 lock.release()
             return True
-        report = rebuild_index(index, built_by=built_by, lock=lock)
+        report = rebuild_index(index, built_by=built_by, lock=lock, progress=progress)
         if _ever_dispatched():
             logger.warning(
                 "The due index was missing from Redis although schedulers have dispatched runs "
@@ -198,6 +214,8 @@ def _rebuild(
             if orphans:
                 written += index.apply([Change(sid, 0, FORGET) for sid in orphans])
             lock.reacquire()
+        if progress:
+            progress(0)  # no rows, but the rebuild moved on (a scheduler's /healthz)
     report.stale = written.stale
     report.seconds = time.monotonic() - started
     return report

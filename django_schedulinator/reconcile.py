@@ -137,6 +137,32 @@ def reconcile(
     )
 
 
+def lag(index: DueIndex | None = None, *, using: str | None = None) -> float | None:
+    """How long the oldest change that reconcile has not read yet has waited, in seconds of
+    the database's clock: 0 when it has read every change (a change within ``SETTLE`` of
+    now is left for its own index write, so up to ``SETTLE`` plus ``RECONCILE_SECONDS`` is
+    usual). None before reconcile first ran against this index. One indexed query."""
+    from .models import Schedule
+
+    index = index or get_index()
+    cursor = index.reconcile_cursor()
+    if not cursor or "since" not in cursor:
+        return None
+    db = using or router.db_for_write(Schedule)
+    lead = Cursor(cursor["since"], int(cursor.get("after_id", 0)))
+    since = datetime.fromisoformat(lead.since)
+    oldest = (
+        Schedule.objects.using(db)
+        .filter(Q(updated_at__gt=since) | Q(updated_at=since, pk__gt=lead.after_id))
+        .order_by("updated_at", "pk")
+        .values_list("updated_at", flat=True)
+        .first()
+    )
+    if oldest is None:
+        return 0.0
+    return max(0.0, (database_now(db) - oldest).total_seconds())
+
+
 class Cursor(NamedTuple):
     """Where a walk of the rows stands: past (``since``, ``after_id``)."""
 

@@ -29,7 +29,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from . import changelog, clock, declared, ledger, sync, timing
+from . import changelog, clock, declared, ledger, signals, sync, timing
 from .changelog import Origin
 from .conf import app_settings
 from .dbclock import DatabaseNow
@@ -234,6 +234,14 @@ def pause(schedule: Schedule, note: str = "", *, origin: Origin = PYTHON) -> Non
             current.enabled, current.pause_note = False, note
             current.save(using=db, update_fields=["enabled", "pause_note", "paused_at"])
             _record(current, origin, ScheduleChange.Action.PAUSED, {"note": note}, db)
+            signals.send_after_commit(
+                signals.schedule_paused,
+                Schedule,
+                using=db,
+                schedule_id=current.pk,
+                note=note,
+                auto=False,
+            )
     _adopt(schedule, current, WRITTEN_BY_ACTIONS)
 
 
@@ -407,6 +415,10 @@ def auto_pause(
             .values_list("pk", "name", "version")
         )
         sync.resync_on_commit(paused, using=using, index=index)
+        for pk in paused:
+            signals.send_after_commit(
+                signals.schedule_paused, Schedule, using=using, schedule_id=pk, note=note, auto=True
+            )
     return paused
 
 

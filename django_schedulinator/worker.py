@@ -16,11 +16,12 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
@@ -35,7 +36,8 @@ from .clock import redis_or_host_time
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
-from .health import check_drift, eviction_risk
+from .health import check_drift, eviction_risk, record_drift
+from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
 from .querysets import is_lock_timeout
@@ -43,6 +45,9 @@ from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
 from .retention import Pruner, PruneReport
 from .timing import from_ms
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.worker")
 
@@ -403,6 +408,24 @@ class Worker:
         # How long the claim waits for a lane that is behind (back-pressure, bounded).
         self._lane_wait = min(LANE_WAIT_SECONDS, self.lease_seconds / 4)
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
+        # What heartbeats and probes read (from other threads): when the loop started, when
+        # it last completed a pass (time.monotonic()), and why its last pass failed, if one
+        # has since it last completed one.
+        self.started_at: datetime | None = None
+        self.last_pass_at: float | None = None
+        self.last_error = ""
+        # When the loop last showed it is not stuck (time.monotonic()): a pass ended, well
+        # or in an error it backs off from, or a long step moved on (a chunk of a rebuild,
+        # a look at another process's rebuild). /healthz reads it (probes.py).
+        self.last_progress_at: float | None = None
+        # Occurrences recorded as skipped, by reason (catch-up, overlap, DST): what the
+        # passes' counters.skipped adds up, for the metrics.
+        self.skipped_by_reason: Counter[str] = Counter()
+        # Observations of the hot path (claim and commit times, lateness, results), only
+        # while metrics are on (attach_metrics): otherwise they cost nothing.
+        self.metrics: Metrics | None = None
+        # The port this process serves /metrics, /healthz and /readyz on (None: it does not).
+        self.metrics_port: int | None = None
         # While run() runs, each lane's thread dispatches and records batch N while this one
         # claims and advances batch N+1 (the database and Python then overlap).
 
@@ -420,19 +443,29 @@ class Worker:
         )
         self._lanes_running = True
         self._stop_grace_ends = None
+        self.started_at = timezone.now()
+        self.last_pass_at, self.last_error = None, ""
+        self.last_progress_at = time.monotonic()  # the loop starts: its first pass comes
         self.leases = LeaseKeeper(self.claimer, self.lease_seconds)  # a stop closes it
         for lane in self._lanes.values():
             self._start(lane)
         bound_lock_waits()
         self._warn_about_eviction()
+        heartbeat = HeartbeatKeeper(self, self.index)
+        heartbeat.start()
         try:
             while not self.stopping:
                 try:
                     result = self.run_pass()
                 except TRANSIENT_ERRORS as exc:
                     failures += 1
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    # Not stuck: backing off from an outage that a restart would not end.
+                    self.last_progress_at = time.monotonic()
                     self._recover(exc, failures)
                     continue
+                self.last_pass_at = self.last_progress_at = time.monotonic()
+                self.last_error = ""
                 if failures:
                     logger.warning("Connections are back after %d failed pass(es).", failures)
                     failures = 0
@@ -447,6 +480,7 @@ class Worker:
                 self._sleep_between_passes(result)
         finally:
             self._stop_lanes()
+            heartbeat.stop()  # after the lanes: until then, this scheduler still works
             self.close()
             bound_lock_waits(False)
             self._restore_signal_handlers(previous)
@@ -461,16 +495,29 @@ class Worker:
         limit = self._claim_limit()
         leased_at = time.monotonic()
         batch, token = self.claimer.claim(limit)
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.claimed(batch.now_ms, time.monotonic() - leased_at)
         if not batch.built:
-            ensure_built(self.index, built_by=self.worker_id, should_stop=lambda: self.stopping)
+            ensure_built(
+                self.index,
+                built_by=self.worker_id,
+                should_stop=self._stop_waiting,
+                progress=self._moved_on,
+            )
             return PassResult(0, True, batch.now_ms, None)
         try:
             plan = self.claimer.recheck(batch)
+            committing = time.monotonic()
             occurrences, counters = self.claimer.commit(plan, token)
         except BaseException:
             self._give_back(batch, token)
             raise
+        if metrics is not None and batch.entries:
+            metrics.committed(time.monotonic() - committing)
         self.counters.add(counters)
+        if plan.skip_reasons:
+            self.skipped_by_reason.update(plan.skip_reasons)
         self._dispatch(Leased(occurrences, token, leased_at, plan.buffering, counted=True))
         periodic = time.monotonic() >= self._next_takeover
         retry_due = self.claimer.retries.take_due(batch.now_ms)
@@ -501,6 +548,19 @@ class Worker:
             now_ms=batch.now_ms,
             next_due_ms=batch.next_due_ms,
         )
+
+    def attach_metrics(self, metrics: Metrics) -> None:
+        """Observe the hot path into ``metrics`` from now on (metrics.py)."""
+        self.metrics = self.claimer.metrics = metrics
+
+    def _moved_on(self, *args: Any) -> None:
+        """A long step of the loop moved on (a chunk of a rebuild): it is not stuck."""
+        self.last_progress_at = time.monotonic()
+
+    def _stop_waiting(self) -> bool:
+        """Whether a wait for another process's rebuild should end; each look is progress."""
+        self._moved_on()
+        return self.stopping
 
     def _dispatch(self, leased: Leased) -> None:
         """Hand each part of a committed batch to its dispatcher's lane (at once when the
@@ -538,6 +598,18 @@ class Worker:
                     len(occurrences),
                 )
 
+    def lane_depths(self) -> dict[str, tuple[int, float | None]]:
+        """Each lane's batches waiting for its dispatcher, and how long the oldest has waited
+        (seconds, None when none waits). A snapshot, read from any thread."""
+        now = time.monotonic()
+        depths: dict[str, tuple[int, float | None]] = {}
+        for alias, lane in list(self._lanes.items()):
+            with lane.outbox.mutex:  # the lane's thread takes from it meanwhile
+                waiting = list(lane.outbox.queue)
+            oldest = min((b.leased_at for b in waiting), default=None)
+            depths[alias] = (len(waiting), None if oldest is None else now - oldest)
+        return depths
+
     def _lane(self, alias: str) -> Lane:
         lane = self._lanes.get(alias)
         if lane is None:
@@ -562,6 +634,10 @@ class Worker:
             if not lane.left:
                 with contextlib.suppress(Exception):
                     lane.dispatcher.close()
+
+    def is_stopping(self) -> bool:
+        """Told to stop, or its loop ended and its lanes finish what they hold."""
+        return self.stopping or self._stop_grace_ends is not None
 
     def past_stop_grace(self) -> bool:
         """Whether the lanes should start no more hand-offs: a stop's grace is over."""
@@ -663,6 +739,8 @@ class Worker:
         if not occurrences:
             return
         progress = BatchProgress(self, lane.dispatcher, occurrences, token, renewed, leased.release)
+        if self.metrics is not None and leased.counted:  # a fresh claim's first hand-offs
+            self.metrics.handing_off(lane.alias, occurrences)
         try:
             with self.leases.keeping(progress):
                 outcomes = lane.dispatcher.dispatch(occurrences, progress)
@@ -792,7 +870,7 @@ class Worker:
             return
         by = str(asked.get("by") or "the operations page")
         try:
-            report = rebuild_index(self.index, built_by=by)
+            report = rebuild_index(self.index, built_by=by, progress=self._moved_on)
         except RebuildInProgress:
             self.index.give_back_rebuild_request(asked)  # another process rebuilds right now
             return
@@ -921,6 +999,7 @@ class Worker:
 
     def _check_drift(self) -> None:
         drift = check_drift(self.index)
+        record_drift(self.index, drift)
         if drift.ok:
             logger.info("Index drift check: %s.", drift.summary())
         else:

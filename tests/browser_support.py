@@ -242,3 +242,59 @@ class ExampleProject:
         for name in self.processes:
             if self.log_path(name).exists():
                 shutil.copyfile(self.log_path(name), artifacts.path(f"{name}.log"))
+
+
+# Schedules for the pictures (tests/test_browser.py::test_admin_pictures): herds at :00 and
+# :15, jittered, daily and dense schedules, and one schedule that fires every 2 seconds
+# through every status a strip shows (succeeded; failed, its zone argument made unknown;
+# skipped while paused; succeeded again), paused at the end. Run with `manage.py shell -c`,
+# through the service layer; prints the strip schedule's id.
+PICTURES_SCRIPT = """
+import time
+from datetime import timedelta
+from django_schedulinator import services
+from django_schedulinator.models import Run
+
+def make(name, **fields):
+    fields.setdefault("task", "demo.heartbeat")
+    fields.setdefault("kind", "cron")
+    return services.create({"name": name, **fields})
+
+for n in range(40):
+    make(f"pictures: hourly report {n:02d}", cron="0 * * * *")
+for n in range(15):
+    make(f"pictures: quarter-hourly sync {n:02d}", cron="*/15 * * * *", timezone="Europe/Berlin")
+for n in range(30):
+    make(f"pictures: jittered hourly {n:02d}", cron="0 * * * *", jitter=timedelta(minutes=10))
+for n in range(3):  # 1,620 a day: estimated past 1,500, in those hours only
+    make(f"pictures: business hours {n}", cron="*/20 * 9-17 * * *", timezone="Europe/Berlin")
+for n in range(25):
+    make(f"pictures: nightly {n:02d}", cron="30 2 * * *", timezone="Europe/Berlin")
+for n in range(5):
+    make(f"pictures: every 7 minutes {n}", kind="interval", interval=timedelta(minutes=7))
+strip = make(
+    "pictures: every 2 seconds", task="demo.report", kind="interval",
+    interval=timedelta(seconds=2), kwargs={"zone": "UTC"},
+)
+
+def wait_for(status, count, timeout=90):
+    deadline = time.monotonic() + timeout
+    while Run.objects.filter(schedule=strip, status=status).count() < count:
+        if time.monotonic() > deadline:
+            seen = list(Run.objects.filter(schedule=strip).values_list("status", flat=True))
+            raise SystemExit(f"no {count} {status} runs within {timeout} s: {seen}")
+        time.sleep(0.5)
+
+wait_for("succeeded", 6)
+services.update(strip, {"kwargs": {"zone": "Nowhere/Land"}})
+wait_for("failed", 4)
+services.pause(strip, "pictures")
+time.sleep(5)
+services.resume(strip)
+wait_for("skipped", 1)
+services.update(strip, {"kwargs": {"zone": "UTC"}})
+wait_for("succeeded", 12)
+# Paused: its 30 runs a minute would hide the herds in the forecast.
+services.pause(strip, "pictures taken")
+print(strip.pk)
+"""

@@ -308,6 +308,7 @@ REBUILD = "rebuild_due_index"
 
 PRUNE = "prune_runs"
 AGE = ("--older-than", "30d")
+STATUS = "scheduler_status"
 
 
 COMMAND_CASES = [
@@ -332,6 +333,24 @@ COMMAND_CASES = [
     option("worker-id-newline", RUN, "--worker-id", "1-200 printable", "--worker-id", "a\nb"),
     option("worker-id-201-chars", RUN, "--worker-id", "1-200 printable", "--worker-id", "w" * 201),
     option("unknown-option", RUN, "--bogus", "unrecognized arguments", "--bogus"),
+    option("metrics-port-negative", RUN, "--metrics-port", "0-65535", "--metrics-port=-1"),
+    option("metrics-port-too-big", RUN, "--metrics-port", "0-65535", "--metrics-port", "65536"),
+    option("metrics-port-text", RUN, "--metrics-port", "not a port", "--metrics-port", "web"),
+    option("metrics-addr-alone", RUN, "--metrics-addr", "needs --metrics", "--metrics-addr=::"),
+    option(
+        "metrics-addr-not-here",
+        RUN,
+        "192.0.2.1:0",
+        "Cannot assign requested address",
+        *("--metrics-port", "0", "--metrics-addr", "192.0.2.1"),
+    ),
+    option(
+        "metrics-addr-empty",
+        RUN,
+        "--metrics-addr",
+        "host name or an IP",
+        *("--metrics-port", "0", "--metrics-addr", " "),
+    ),
     option("kw-batch-size-0", RUN, "batch_size", "1-5000", batch_size=0),
     option("kw-batch-size-too-big", RUN, "batch_size", "1-5000", batch_size=10_000),
     option("kw-batch-size-text", RUN, "--batch-size", "whole number", batch_size="10"),
@@ -342,6 +361,11 @@ COMMAND_CASES = [
     option("kw-max-runs-0", RUN, "max_runs", "must be positive", max_runs=0),
     option("kw-max-seconds-inf", RUN, "max_seconds", "must be positive", max_seconds=float("inf")),
     option("kw-worker-id-number", RUN, "--worker-id", "1-200 printable", worker_id=7),
+    option("kw-metrics-port-text", RUN, "--metrics-port", "whole number", metrics_port="9108"),
+    option("kw-metrics-port-too-big", RUN, "--metrics-port", "0-65535", metrics_port=70_000),
+    option(
+        "kw-metrics-addr-number", RUN, "--metrics-addr", "host name", metrics_port=0, metrics_addr=7
+    ),
     option("chunk-size-0", REBUILD, "--chunk-size", "at least 1", "--chunk-size", "0"),
     option("chunk-size-negative", REBUILD, "--chunk-size", "at least 1", "--chunk-size", "-3"),
     option("chunk-size-too-big", REBUILD, "--chunk-size", "at most 50000", "--chunk-size", "50001"),
@@ -354,6 +378,13 @@ COMMAND_CASES = [
     option(
         "dry-run-with-reset", REBUILD, "--dry-run and --reset", "cannot", "--dry-run", "--reset"
     ),
+    option("max-lag-negative", STATUS, "--max-lag", "0 or more", "--max-lag=-1"),
+    option("max-lag-nan", STATUS, "--max-lag", "0 or more", "--max-lag", "nan"),
+    option("max-lag-inf", STATUS, "--max-lag", "0 or more", "--max-lag", "inf"),
+    option("max-lag-text", STATUS, "--max-lag", "not a number", "--max-lag", "soon"),
+    option("kw-max-lag-text", STATUS, "--max-lag", "0 or more", max_lag="60"),
+    option("kw-max-lag-negative", STATUS, "--max-lag", "0 or more", max_lag=-1),
+    option("kw-max-lag-bool", STATUS, "--max-lag", "0 or more", max_lag=True),
     option("older-than-missing", PRUNE, "--older-than", "arguments are required"),
     option("older-than-no-unit", PRUNE, "--older-than", "'30' is not an age", "--older-than", "30"),
     option("older-than-unit", PRUNE, "--older-than", "(s, m, h or d)", "--older-than", "30x"),
@@ -422,6 +453,12 @@ SUBPROCESS_CASES = [
     ),
     pytest.param(
         [RUN, "--once", "--worker-id", ""], {}, ["--worker-id", "printable"], id="run-worker-id"
+    ),
+    pytest.param(
+        [RUN, "--metrics-port", "65536"], {}, ["--metrics-port", "0-65535"], id="run-metrics-port"
+    ),
+    pytest.param(
+        [RUN, "--metrics-addr", "0.0.0.0"], {}, ["needs --metrics-port"], id="run-metrics-addr"
     ),
     pytest.param(
         [REBUILD, "--chunk-size", "0"], {}, ["--chunk-size", "at least 1"], id="rebuild-chunk-0"
@@ -553,6 +590,29 @@ SETTINGS_CASES = [
     setting("max-skips-negative", "MAX_SKIPS_RECORDED", -1, "from 0 to 5000"),
     setting("max-skips-float", "MAX_SKIPS_RECORDED", 1.5, "from 0 to 5000"),
     setting("max-backfill-0", "MAX_BACKFILL_RUNS", 0, "positive integer"),
+    setting("sentry-crons-text", "SENTRY_CRONS", "all", "must be False, True"),
+    setting("sentry-crons-unknown-key", "SENTRY_CRONS", {"SLUGS": {}}, "unknown keys SLUGS"),
+    setting("sentry-crons-one-name", "SENTRY_CRONS", {"SCHEDULES": "nightly"}, "a list of"),
+    setting("sentry-crons-empty-pattern", "SENTRY_CRONS", {"EXCLUDE": [""]}, "a list of"),
+    setting(
+        "sentry-crons-schedule-config",
+        "SENTRY_CRONS",
+        {"MONITOR_CONFIG": {"schedule": "0 * * * *"}},
+        "['MONITOR_CONFIG']['schedule'] is not taken",
+    ),
+    setting(
+        "sentry-crons-margin-0",
+        "SENTRY_CRONS",
+        {"MONITOR_CONFIG": {"checkin_margin": 0}},
+        "from 1 to 40320",
+    ),
+    setting(
+        "sentry-crons-margin-float",
+        "SENTRY_CRONS",
+        {"MONITOR_CONFIG": {"checkin_margin": 1.5}},
+        "from 1 to 40320",
+    ),
+    setting("sentry-crons-owner-empty", "SENTRY_CRONS", {"MONITOR_CONFIG": {"owner": ""}}, "team:"),
     setting("run-retention-0", "RUN_RETENTION_SECONDS", 0, "None (keep everything) or a number"),
     setting("run-retention-text", "RUN_RETENTION_SECONDS", "30d", "None (keep everything)"),
     setting("run-retention-nan", "RUN_RETENTION_SECONDS", float("nan"), "None (keep everything)"),

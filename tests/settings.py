@@ -150,6 +150,10 @@ SCHEDULINATOR = {
     "MAX_SLEEP_SECONDS": 0.2,
     "RECONCILE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_RECONCILE", "10")),
     "LOG_STATS_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_LOG_STATS", "60")),
+    # Heartbeats and their staleness, for tests/test_heartbeat.py's real schedulers.
+    "HEARTBEAT_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_HEARTBEAT", "5")),
+    "PASS_STALE_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_PASS_STALE", "60")),
+    "METRICS_CLUSTER_SECONDS": float(os.environ.get("SCHEDULINATOR_TEST_METRICS_CLUSTER", "5")),
 }
 
 if os.environ.get("SCHEDULINATOR_TEST_SCHEDULES"):
@@ -169,6 +173,14 @@ if os.environ.get("SCHEDULINATOR_TEST_RQ_DISPATCHER"):
 if os.environ.get("SCHEDULINATOR_TEST_DISPATCHERS"):
     # The dispatchers of the test that starts these schedulers (tests/test_dispatch_leases.py).
     SCHEDULINATOR["DISPATCHERS"] = json.loads(os.environ["SCHEDULINATOR_TEST_DISPATCHERS"])
+
+if os.environ.get("SCHEDULINATOR_TEST_SENTRY_DSN"):
+    # Sentry Crons check-ins from the run_scheduler of tests/test_sentry.py, set up as a project
+    # sets Sentry up: initialised in its settings, with the SDK's default integrations.
+    import sentry_sdk
+
+    sentry_sdk.init(dsn=os.environ["SCHEDULINATOR_TEST_SENTRY_DSN"], environment="tests")
+    SCHEDULINATOR["SENTRY_CRONS"] = True
 
 if os.environ.get("SCHEDULINATOR_TEST_SETTINGS"):
     # More settings of the test that starts these schedulers (tests/test_retention.py).

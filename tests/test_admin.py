@@ -24,11 +24,13 @@ from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .admin_pages import change_url, edit_data
 from .conftest import form_data, make_schedule
+from .heartbeats import beat
 
 pytestmark = pytest.mark.django_db
 
@@ -1102,6 +1104,75 @@ def test_the_operations_page_needs_its_permission(
     assert 'id="schedulinator-rebuild-form"' not in html  # no rebuild_index permission
     assert operator.post(reverse(OPERATIONS)).status_code == 403
     assert index.built_info() is None
+
+
+def test_the_operations_page_lists_the_schedulers_seen_recently(
+    admin_client: Client, built_index: DueIndex, settings: Any
+) -> None:
+    settings.TIME_ZONE = "Europe/Berlin"
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "PASS_STALE_SECONDS": 60}
+    make_schedule()
+    working = beat(built_index, "web-1", pass_ago=2)
+    beat(built_index, "web-2", pass_ago=600, error="OperationalError: the database went away")
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+
+    def cells(row_id: str) -> list[str]:
+        row = re.search(rf'<tr id="{row_id}"[^>]*>(.*?)</tr>', html, re.DOTALL)
+        assert row is not None, row_id
+        found = re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row.group(1), re.DOTALL)
+        return [re.sub(r"<[^>]+>", " ", c).strip() for c in found]
+
+    rows = {row[0]: row for row in (cells(f"schedulinator-scheduler-{n}") for n in (1, 2))}
+    stale, healthy = rows["web-2"], rows["web-1"]
+    assert healthy[:4] == ["web-1", working.host, str(working.pid), working.version]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T", healthy[4])  # up since
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T \(2\.\d s ago\)", healthy[5])
+    assert healthy[6:] == ["default: 0", "healthy"]
+    assert "600." in stale[5]
+    # Said in words, not by colour alone, with the reason.
+    assert " ".join(stale[7].split()) == (
+        "stale: no recent pass OperationalError: the database went away"
+    )
+    assert 'class="schedulinator-scheduler-stale"' in html
+    problems = re.search(r'id="schedulinator-problems">(.*?)</div>', html, re.DOTALL)
+    assert problems is not None
+    assert "Scheduler web-2" in problems.group(1)
+    assert 'data-code="scheduler-stale"' in problems.group(1)
+    assert 'id="schedulinator-no-scheduler"' not in html
+
+
+def test_the_operations_page_says_when_no_scheduler_runs_while_schedules_wait(
+    admin_client: Client, built_index: DueIndex
+) -> None:
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    assert 'id="schedulinator-no-schedulers"' in html  # the table's empty row
+    assert 'id="schedulinator-no-scheduler"' not in html  # nothing waits: no alarm
+
+    make_schedule()
+    make_schedule()
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    note = re.search(r'id="schedulinator-no-scheduler">(.*?)</div>', html, re.DOTALL)
+    assert note is not None
+    text = " ".join(re.sub(r"<[^>]+>", " ", note.group(1)).split())
+    assert text.startswith("No scheduler is running. 2 schedules wait to fire")
+    assert "<code>run_scheduler</code>" in note.group(1)
+    assert 'id="schedulinator-problems"' not in html  # said once, in the note
+
+    beat(built_index, "back")
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    assert 'id="schedulinator-no-scheduler"' not in html
+
+
+def test_the_operations_page_lists_warnings(admin_client: Client, built_index: DueIndex) -> None:
+    beat(built_index)
+    failing = make_schedule("nightly-report")
+    services.auto_pause([failing.pk], note=AUTO_PAUSE_NOTE, using="default")
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    warnings = re.search(r'id="schedulinator-warnings">(.*?)</div>', html, re.DOTALL)
+    assert warnings is not None
+    assert 'data-code="auto-paused"' in warnings.group(1)
+    assert "nightly-report" in warnings.group(1)
+    assert 'id="schedulinator-problems"' not in html
 
 
 def test_the_operations_page_highlights_drift(admin_client: Client, index: DueIndex) -> None:

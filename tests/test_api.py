@@ -47,6 +47,7 @@ from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
+from .heartbeats import beat
 from .walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
@@ -160,6 +161,8 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "changes": ("get", "changes/", None),
     "change": ("get", "changes/{c}/", None),
     "index": ("get", "index/", None),
+    "schedulers": ("get", "schedulers/", None),
+    "status": ("get", "status/?drift=false", None),
     "schema": ("get", "schema/?format=json", None),
     "report": ("post", "runs/report/", {"key": "{k}", "status": "succeeded"}),
 }
@@ -183,6 +186,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "changes": (VIEW_CHANGES,),
     "change": (VIEW_CHANGES,),
     "index": (VIEW_OPERATIONS,),
+    "schedulers": (VIEW_OPERATIONS,),
+    "status": (VIEW_OPERATIONS,),
     "schema": (),
     "report": (REPORT_RUN,),
 }
@@ -1217,7 +1222,53 @@ def test_index_health_reports_an_entry_gone_missing(api: APIClient, index: DueIn
     assert (drift["ok"], drift["late_or_missing"]) == (False, [sid])
 
 
-@pytest.mark.parametrize(("method", "path"), [("get", "index/"), ("post", "schedules/{s}/resync/")])
+# -- the schedulers alive, and the status -----------------------------------------------------
+
+
+def test_the_schedulers_alive(api: APIClient, built_index: DueIndex) -> None:
+    assert api.get(f"{API}schedulers/").json()["schedulers"] == []
+    beat(built_index, "api-1", pass_ago=1)
+
+    answer = api.get(f"{API}schedulers/").json()
+    (listed,) = answer["schedulers"]
+    assert (listed["id"], listed["state"], listed["stopping"]) == ("api-1", "healthy", False)
+    assert listed["lanes"] == {"default": {"waiting": 0, "oldest_seconds": None}}
+    assert listed["pass_age_seconds"] >= 1
+    assert answer["pass_stale_seconds"] == app_settings.PASS_STALE_SECONDS
+    assert datetime.fromisoformat(answer["checked_at"]) >= datetime.fromisoformat(listed["beat_at"])
+
+
+def test_the_status_is_the_scheduler_status_report(api: APIClient, built_index: DueIndex) -> None:
+    create(api, name="a")
+    report = api.get(f"{API}status/").json()
+    assert report["healthy"] is False  # a schedule, and no scheduler
+    assert [p["code"] for p in report["problems"]] == ["no-scheduler"]
+    assert report["index"]["drift"]["ok"] is True
+    assert report["max_lag_seconds"] == 60
+    assert report["auto_paused"] == {"count": 0, "schedules": []}
+    assert api.get(f"{API}status/?drift=false&max_lag=5").json()["index"]["drift"] is None
+    assert api.get(f"{API}status/?max_lag=5").json()["max_lag_seconds"] == 5
+
+    beat(built_index, "api-1")
+    assert api.get(f"{API}status/").json()["healthy"] is True
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf"])
+def test_the_status_refuses_a_max_lag_that_is_not_seconds(api: APIClient, value: str) -> None:
+    response = api.get(f"{API}status/?max_lag={value}")
+    assert response.status_code == 400
+    assert response.json() == {"max_lag": ["A number of seconds, 0 or more."]}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "index/"),
+        ("get", "schedulers/"),
+        ("get", "status/"),
+        ("post", "schedules/{s}/resync/"),
+    ],
+)
 def test_an_unreachable_redis_is_a_503(
     api: APIClient, settings: Any, method: str, path: str
 ) -> None:

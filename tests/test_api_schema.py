@@ -82,6 +82,8 @@ OPERATIONS = [
     "GET /api/schedulinator/changes/",
     "GET /api/schedulinator/changes/{id}/",
     "GET /api/schedulinator/index/",
+    "GET /api/schedulinator/schedulers/",
+    "GET /api/schedulinator/status/",
     "GET /api/schedulinator/runs/",
     "GET /api/schedulinator/runs/{id}/",
     "POST /api/schedulinator/runs/report/",
@@ -540,7 +542,7 @@ def test_every_seeded_row_answers_as_documented(target: FuzzTarget) -> None:
     operation = target.schema.find_operation_by_label
     cases = [
         operation(f"GET {API}{resource}/").Case()
-        for resource in ("schedules", "runs", "changes", "index")
+        for resource in ("schedules", "runs", "changes", "index", "schedulers", "status")
     ]
     for resource, ids in target.ids.items():
         cases += [
@@ -579,7 +581,15 @@ def test_a_refused_request_answers_as_documented(target: FuzzTarget, who: str) -
     assert Schedule.objects.filter(pk=sid).exists()  # the DELETE was refused too
 
 
-@pytest.mark.parametrize("label", [f"GET {API}index/", f"POST {API}schedules/{{id}}/resync/"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        f"GET {API}index/",
+        f"GET {API}schedulers/",
+        f"GET {API}status/",
+        f"POST {API}schedules/{{id}}/resync/",
+    ],
+)
 def test_an_unreachable_index_answers_as_documented(
     target: FuzzTarget, settings: Any, label: str
 ) -> None:

@@ -25,6 +25,7 @@ from .browser_support import (
     ADMIN_PASSWORD,
     ADMIN_USERNAME,
     CHROMIUM_ARGS,
+    PICTURES_SCRIPT,
     Artifacts,
     ExampleProject,
     browser_required,
@@ -106,16 +107,20 @@ def page(browser: Browser) -> Iterator[Page]:
 class Screenshots:
     """Numbered full-page screenshots of the steps, plus one of the page where a step failed."""
 
-    def __init__(self, page: Page, artifacts: Artifacts) -> None:
+    def __init__(self, page: Page, artifacts: Artifacts, prefix: str = "") -> None:
         self.page = page
         self.artifacts = artifacts
+        self.prefix = prefix
         self.count = 0
 
-    def take(self, step: str) -> None:
+    def take(self, step: str, element: Locator | None = None) -> None:
+        """The whole page, or only ``element`` (a picture, up close)."""
         self.count += 1
-        self.page.screenshot(
-            path=self.artifacts.path(f"{self.count:02d}-{step}.png"), full_page=True
-        )
+        path = self.artifacts.path(f"{self.prefix}{self.count:02d}-{step}.png")
+        if element is not None:
+            element.screenshot(path=path)
+        else:
+            self.page.screenshot(path=path, full_page=True)
 
     @contextmanager
     def on_failure(self) -> Iterator[None]:
@@ -124,7 +129,9 @@ class Screenshots:
         except BaseException:
             # Best effort: the failure itself is what pytest must report.
             with suppress(Exception):
-                self.page.screenshot(path=self.artifacts.path("failure.png"), full_page=True)
+                self.page.screenshot(
+                    path=self.artifacts.path(f"{self.prefix}failure.png"), full_page=True
+                )
             raise
 
 
@@ -280,4 +287,53 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
             re.compile(r"^\d+$")
         )
         expect(page.locator("#schedulinator-redis-error")).to_have_count(0)
+        # The scheduler that fired it is listed, from its heartbeat.
+        expect(page.locator("#schedulinator-schedulers tbody tr")).to_have_count(1)
+        expect(page.locator("#schedulinator-scheduler-1")).to_contain_text("healthy")
         shots.take("operations")
+        # And drawn: a bar of its last pass, short of the stale line.
+        alive = page.locator("#schedulinator-alive")
+        expect(alive.locator("#schedulinator-alive-1")).to_contain_text("healthy")
+        shots.take("schedulers-alive", alive)
+
+
+def test_admin_pictures(page: Page, example_project: ExampleProject, artifacts: Artifacts) -> None:
+    """The operations page's forecast and lateness histogram, and a schedule's strip of its
+    last runs (succeeded, failed, skipped while paused), drawn from what a real scheduler
+    fired; screenshots of each."""
+    project = example_project
+    shots = Screenshots(page, artifacts, prefix="pictures-")
+    with shots.on_failure():
+        strip_id = int(project.manage("shell", "-c", PICTURES_SCRIPT).split()[-1])
+        log_in(page, project)
+
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/operations/")
+        forecast = page.locator("#schedulinator-forecast")
+        expect(forecast.locator("svg#schedulinator-forecast-svg")).to_be_visible()
+        expect(forecast.locator("#schedulinator-forecast-peak")).to_contain_text("peak:")
+        busiest = page.locator("#schedulinator-busiest")
+        expect(busiest).to_contain_text("Every hour (UTC)")
+        lateness = page.locator("#schedulinator-lateness")
+        expect(lateness.locator("svg#schedulinator-lateness-svg")).to_be_visible()
+        expect(page.locator("#schedulinator-lateness-percentiles")).to_contain_text("p99")
+        shots.take("operations")
+        shots.take("forecast", forecast)
+        shots.take("lateness", lateness)
+
+        # A busy minute's group links to its schedules.
+        busiest.get_by_role("link", name="Every hour (UTC)").first.click()
+        expect(page.locator("#result_list tbody tr")).to_have_count(40)
+        expect(page.locator("#changelist-filter")).to_contain_text("no jitter")
+        shots.take("busiest-group-listed")
+
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/{strip_id}/change/")
+        strip = page.locator("#schedulinator-run-strip")
+        expect(strip.locator("svg#schedulinator-run-strip-svg")).to_be_visible()
+        for status in ("Succeeded", "Failed", "Skipped"):
+            expect(strip.locator(".schedulinator-legend")).to_contain_text(status)
+        strip.scroll_into_view_if_needed()
+        shots.take("schedule-strip-page")
+        shots.take("schedule-strip", strip)
+        # Each mark links to its run.
+        strip.locator("a.schedulinator-run-link").last.click()
+        expect(page).to_have_url(re.compile(r"/run/\d+/change/"))

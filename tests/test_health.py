@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from django_schedulinator.checks import check_index
-from django_schedulinator.health import check_drift
+from django_schedulinator.health import check_drift, record_drift
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.worker import Worker
@@ -36,6 +36,29 @@ def test_drift_check_reports_late_missing_and_orphaned_entries(built_index: DueI
     assert report.late_or_missing == sorted([missing.pk, late.pk])
     assert report.early_or_orphaned == [paused.pk]
     assert "2 late or missing" in report.summary()
+
+
+def test_the_last_drift_check_is_kept_for_every_scheduler_to_report(
+    built_index: DueIndex,
+) -> None:
+    assert built_index.drift_record() is None
+    missing = make_schedule()
+    built_index.client.zrem(built_index.due_key, missing.pk)
+    before_ms = built_index.now_ms()
+    record_drift(built_index, check_drift(built_index))
+    record = built_index.drift_record()
+    assert record is not None
+    assert record["late_or_missing"] == 1
+    assert record["early_or_orphaned"] == 0
+    assert record["checked_at_ms"] >= before_ms
+    # The scheduler that takes the drift chore's turn keeps it too.
+    built_index.client.delete(built_index.drift_key)
+    Worker(worker_id="drift")._check_drift()
+    kept = built_index.drift_record()
+    assert kept is not None
+    assert kept["late_or_missing"] == 1
+    built_index.drop()
+    assert built_index.drift_record() is None  # one of the index's keys
 
 
 # -- Redis that may evict the index -----------------------------------------------------------

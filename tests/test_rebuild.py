@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.utils import timezone
@@ -43,6 +44,32 @@ def test_the_first_start_of_a_new_install_builds_the_index_at_info(
     records = rebuild_records(caplog)
     assert [r.levelname for r in records] == ["INFO"], caplog.text
     assert f"built it from {schedules} schedules" in records[0].getMessage()
+
+
+def test_a_scheduler_building_the_index_moves_on_chunk_by_chunk(
+    index: DueIndex, settings: Any
+) -> None:
+    """A long build is progress for /healthz (probes.py), not a stuck loop: each chunk, and
+    each look at another process's build, says the loop moved on."""
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REBUILD_CHUNK_SIZE": 2}
+    for _ in range(5):
+        make_schedule(next_run_at=timezone.now() + timedelta(hours=1))
+    worker = Worker(worker_id="builder")
+    moments: list[float] = []
+    original = worker._moved_on
+
+    def moved_on(*args: Any) -> None:
+        original(*args)
+        assert worker.last_progress_at is not None
+        moments.append(worker.last_progress_at)
+
+    worker._moved_on = moved_on  # type: ignore[method-assign]
+    worker.run_pass()
+    assert index.is_built()
+    # The look for another process's build, three chunks of rows (2, 2, 1), and the chunks
+    # of entries looked at for orphans.
+    assert len(moments) >= 5
+    assert moments == sorted(moments)
 
 
 def test_an_index_lost_after_schedules_fired_is_rebuilt_with_a_warning(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.dbclock import DatabaseNow, database_now
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
-from django_schedulinator.reconcile import reconcile
+from django_schedulinator.reconcile import lag, reconcile
 from django_schedulinator.worker import Worker
 
 from .conftest import make_due, make_schedule
@@ -256,3 +257,20 @@ def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
         worker._reconcile()
     assert "Reconcile healed 1 index entry whose sync write had been missed" in caplog.text
     assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
+
+
+# -- how far behind (the metrics' reconcile lag) ---------------------------------------------
+
+
+def test_reconcile_lag_is_the_age_of_the_oldest_change_not_read_yet(
+    built_index: DueIndex,
+) -> None:
+    assert lag(built_index) is None  # reconcile never ran against this index
+    make_schedule()
+    reconcile(built_index, settle=timedelta(0))
+    assert lag(built_index) == 0
+    make_schedule()
+    time.sleep(1.1)  # a bound from below, not a timing under test
+    assert lag(built_index) >= 1
+    reconcile(built_index, settle=timedelta(0))
+    assert lag(built_index) == 0

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Run
 from ..registry import registry
+from .forecast import Family
 
 UNREGISTERED = "__unregistered__"
 NEVER_RUN = "never"
@@ -50,3 +52,30 @@ class LastRunStatusFilter(admin.SimpleListFilter):
         if value:
             return queryset.filter(last_run_status=value)
         return queryset
+
+
+class TimingGroupFilter(admin.SimpleListFilter):
+    """The schedules behind a busy minute of the operations page's forecast: those with the
+    same timing and jitter. Shown only when a link from there sets it."""
+
+    title = _("timing group")
+    parameter_name = "timing_group"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        value = request.GET.get(self.parameter_name)
+        if not value:
+            return []
+        try:
+            family = Family.from_token(value)
+        except ValueError as exc:
+            raise IncorrectLookupParameters(str(exc)) from None
+        return [(value, family.label())]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if not value:
+            return queryset
+        try:
+            return queryset.filter(Family.from_token(value).members())
+        except ValueError as exc:
+            raise IncorrectLookupParameters(str(exc)) from None

@@ -1,9 +1,13 @@
-"""The scheduler's operations page: the state of the due index, and a rebuild on request.
+"""The scheduler's operations page: the schedulers alive, the state of the due index, the
+problems ``scheduler_status`` reports, pictures of the next 24 hours and of recent
+lateness, and a rebuild on request.
 
-A view with its template, like a dashboard: it reads ``health.index_status()`` and shows it.
-The rebuild button only records the request in Redis; the first scheduler to look performs
-it with the same function as ``manage.py rebuild_due_index``, under the same lock (a
-request never runs the rebuild itself, nor starts a thread that would outlive it).
+A view with its template, like a dashboard: it reads ``health.cluster_status()`` and shows it,
+with the forecast of occurrences per minute (``forecast.py``) and the lateness histogram
+(``lateness.py``), drawn by ``pictures.py``; both read the database only, so they show while
+Redis is down. The rebuild button only records the request in Redis; the first scheduler to
+look performs it with the same function as ``manage.py rebuild_due_index``, under the same
+lock (a request never runs the rebuild itself, nor starts a thread that would outlive it).
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
 from .. import health
+from ..conf import app_settings
 from ..index import get_index
 from ..management import run_command
-from .display import iso_text
+from . import forecast, lateness, pictures
+from .display import exact_time, iso_text
 
 if TYPE_CHECKING:
     from .schedules import ScheduleAdmin
@@ -44,14 +50,18 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
             raise PermissionDenied
         ask_for_rebuild(request, model_admin)
         return HttpResponseRedirect(request.get_full_path())  # POST/redirect/GET
+    report: health.ClusterStatus | None = None
     status: health.IndexStatus | None = None
     asked: dict[str, Any] | None = None
     redis_error = ""
     try:
-        status = health.index_status()
+        report = health.cluster_status()
+        status = report.index
         asked = get_index().rebuild_request()
     except RedisError as exc:
         redis_error = str(exc) or type(exc).__name__
+    findings = [] if report is None else [*report.problems, *report.warnings]
+    schedulers = [] if report is None else scheduler_rows(report)
     context = {
         **model_admin.admin_site.each_context(request),
         "title": gettext("Scheduler operations"),
@@ -59,12 +69,66 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "status": status,
         "checked_at": iso_text(status.checked_at) if status is not None else "",
         "rows": status_rows(status, asked, opts.app_label) if status is not None else [],
-        "dispatchers": health.dispatcher_status(timezone.now()),
+        "schedulers": schedulers,
+        "no_scheduler": any(f.code == "no-scheduler" for f in findings),
+        "run_scheduler": run_command("run_scheduler", html=True),
+        "problems": [] if report is None else shown(report.problems),
+        "warnings": [] if report is None else shown(report.warnings),
+        # Redis away: the ledger still says what waits on each dispatcher.
+        "dispatchers": health.dispatcher_status(timezone.now())
+        if report is None
+        else report.dispatchers,
         "redis_error": redis_error,
         "can_rebuild": can_rebuild,
         "rebuild_command": run_command("rebuild_due_index", html=True),
+        "alive": ""
+        if report is None
+        else pictures.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
+        "forecast": pictures.forecast_html(forecast.forecast()),
+        "lateness": pictures.lateness_html(lateness.histogram()),
     }
     return TemplateResponse(request, TEMPLATE, context)
+
+
+# Findings the page shows in notes of their own (the scheduler table, drift, eviction).
+SHOWN_APART = ("no-scheduler", "drift", "eviction-risk")
+
+
+def shown(findings: list[health.Finding]) -> list[health.Finding]:
+    return [f for f in findings if f.code not in SHOWN_APART]
+
+
+STATES = {"healthy": _("healthy"), "stale": _("stale: no recent pass"), "stopping": _("stopping")}
+
+
+def scheduler_rows(report: health.ClusterStatus) -> list[dict[str, Any]]:
+    """One row per scheduler alive: who, since when, its last pass, its lanes, its state."""
+    rows = []
+    for beat in report.schedulers:
+        age = beat.pass_age(report.checked_at)
+        state = beat.state(report.checked_at)
+        lanes = [
+            gettext("%(alias)s: %(waiting)s") % {"alias": alias, "waiting": lane.waiting}
+            if not lane.waiting or lane.oldest_seconds is None
+            else gettext("%(alias)s: %(waiting)s (oldest %(seconds).1f s)")
+            % {"alias": alias, "waiting": lane.waiting, "seconds": lane.oldest_seconds}
+            for alias, lane in beat.lanes.items()
+        ]
+        rows.append(
+            {
+                "beat": beat,
+                "started": exact_time(beat.started_at),
+                "last_pass": gettext("none yet")
+                if beat.last_pass_at is None or age is None
+                else gettext("%(time)s (%(seconds).1f s ago)")
+                % {"time": exact_time(beat.last_pass_at), "seconds": age},
+                "lanes": ", ".join(lanes),
+                "age": age,
+                "state": state,
+                "state_label": STATES[state],
+            }
+        )
+    return rows
 
 
 def ask_for_rebuild(request: HttpRequest, model_admin: ScheduleAdmin) -> None:

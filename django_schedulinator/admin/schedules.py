@@ -34,6 +34,7 @@ from ..conf import app_settings
 from ..errors import ServiceError
 from ..index import ApplyResult
 from ..models import Run, Schedule, ScheduleChange
+from . import lateness, pictures
 from .display import (
     CHANGES_SHOWN,
     COUNT_LIMIT,
@@ -51,7 +52,7 @@ from .display import (
     schedules_text,
     summarise_changes,
 )
-from .filters import LastRunStatusFilter, TaskFilter
+from .filters import LastRunStatusFilter, TaskFilter, TimingGroupFilter
 from .forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from .operations import operations_view
 
@@ -116,10 +117,11 @@ class ScheduleAdmin(ExactTimes):
         "enabled",
         "runs_link",
     )
-    list_filter = ("kind", "enabled", TaskFilter, LastRunStatusFilter)
+    list_filter = ("kind", "enabled", TaskFilter, LastRunStatusFilter, TimingGroupFilter)
     search_fields = ("name", "task")
     readonly_fields = (
-        "declared_in", "description", "preview", "run_ledger", "recent_changes", *STATE_FIELDS
+        "declared_in", "description", "preview", "last_runs", "run_ledger", "recent_changes",
+        *STATE_FIELDS,
     )  # fmt: skip
     fieldsets = (
         (
@@ -139,7 +141,7 @@ class ScheduleAdmin(ExactTimes):
         ),
         (_("Dispatch"), {"fields": ("dispatcher", "dispatch_options")}),
         (_("State"), {"fields": STATE_FIELDS}),
-        (HISTORY, {"fields": ("run_ledger", "recent_changes")}),
+        (HISTORY, {"fields": ("last_runs", "run_ledger", "recent_changes")}),
     )
 
     class Media:
@@ -178,7 +180,11 @@ class ScheduleAdmin(ExactTimes):
         # those whose permissions open their own pages.
         hidden = {
             name
-            for name, model in (("run_ledger", Run), ("recent_changes", ScheduleChange))
+            for name, model in (
+                ("last_runs", Run),
+                ("run_ledger", Run),
+                ("recent_changes", ScheduleChange),
+            )
             if not may_view(self.admin_site, request, model)
         }
         shown = []
@@ -310,6 +316,13 @@ class ScheduleAdmin(ExactTimes):
         # Not "version": that name is the form's hidden field, which a read-only field of
         # the same name would remove.
         return obj.version if obj.pk is not None else None
+
+    @admin.display(description=_("last runs"))
+    def last_runs(self, obj: Schedule) -> str:
+        if obj.pk is None:
+            return ""
+        runs = lateness.recent_runs(obj.pk, pictures.STRIP_RUNS)
+        return pictures.run_strip_html(obj, runs)
 
     @admin.display(description=_("runs"))
     def run_ledger(self, obj: Schedule) -> str:

@@ -7,6 +7,8 @@ runs/, runs/{id}/               the ledger, read-only
 runs/report/                    POST: a worker reports a handed-off run's start or end
 changes/, changes/{id}/         the change log, read-only
 index/                          index health, read-only
+schedulers/                     the schedulers alive (heartbeats), read-only
+status/                         the whole status (manage.py scheduler_status), read-only
 schema/                         the OpenAPI 3 schema of these endpoints
 """
 
@@ -21,7 +23,9 @@ from .views import (
     OutcomeReportView,
     RunViewSet,
     ScheduleChangeViewSet,
+    SchedulersView,
     ScheduleViewSet,
+    StatusView,
 )
 
 app_name = "schedulinator-api"
@@ -33,6 +37,8 @@ router.register("changes", ScheduleChangeViewSet, basename="change")
 
 urlpatterns = [
     path("index/", IndexHealthView.as_view(), name="index-health"),
+    path("schedulers/", SchedulersView.as_view(), name="schedulers"),
+    path("status/", StatusView.as_view(), name="status"),
     # Before the router's runs/{id}/.
     path("runs/report/", OutcomeReportView.as_view(), name="run-report"),
     path("schema/", SchemaView.as_view(), name="schema"),

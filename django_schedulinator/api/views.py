@@ -1,4 +1,5 @@
-"""The API's views: schedules (CRUD and actions), runs, the change log and index health.
+"""The API's views: schedules (CRUD and actions), runs, the change log, index health, the
+schedulers alive and the scheduling's status.
 
 Edits carry a precondition: the schedule's ``version`` as an ``If-Match`` header (a stale
 one gets 412) or as the ``version`` field of the body (409). The version changes with every
@@ -9,6 +10,7 @@ transaction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -27,11 +29,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import outcomes, services
+from .. import outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import ScheduleDeleted, ServiceError, VersionConflict
-from ..health import index_status
+from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
+from ..heartbeat import alive
+from ..index import get_index
 from ..models import Run, Schedule, ScheduleChange
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
@@ -614,26 +618,77 @@ class IndexHealthView(
         responses={200: s.IndexStatusSerializer, **INDEX_UNAVAILABLE, **REFUSED},
     )
     def get(self, request: Request) -> Response:
-        drift = request.query_params.get("drift", "true").lower() not in ("false", "0", "no")
         try:
-            report = index_status(drift=drift)
+            report = index_status(drift=flag(request, "drift"))
+        except RedisError as exc:
+            raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
+        return Response(s.IndexStatusSerializer(report.as_dict()).data)
+
+
+def flag(request: Request, name: str) -> bool:
+    """A query-string flag that is on unless it says false, 0 or no."""
+    return request.query_params.get(name, "true").lower() not in ("false", "0", "no")
+
+
+class SchedulersView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView):
+    """The schedulers alive (their heartbeats in Redis), newest beat first, with how old
+    each one's last pass is and its state. Needs the view_operations permission."""
+
+    required_perms = {"GET": ["django_schedulinator.view_operations"]}
+
+    @extend_schema(
+        tags=["operations"],
+        responses={200: s.SchedulersSerializer, **INDEX_UNAVAILABLE, **REFUSED},
+    )
+    def get(self, request: Request) -> Response:
+        index = get_index()
+        try:
+            beats = alive(index)
+            now = timing.from_ms(index.now_ms())
         except RedisError as exc:
             raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
         data = {
-            **{
-                field: getattr(report, field)
-                for field in list(s.IndexStatusSerializer().fields)
-                if field != "drift"
-            },
-            "drift": None
-            if report.drift is None
-            else {
-                "ok": report.drift.ok,
-                "summary": report.drift.summary(),
-                "rows_indexable": report.drift.rows_indexable,
-                "sampled": report.drift.sampled,
-                "late_or_missing": report.drift.late_or_missing,
-                "early_or_orphaned": report.drift.early_or_orphaned,
-            },
+            "checked_at": now.isoformat(),
+            "pass_stale_seconds": app_settings.PASS_STALE_SECONDS,
+            "schedulers": [beat.status_dict(now) for beat in beats],
         }
-        return Response(s.IndexStatusSerializer(data).data)
+        return Response(s.SchedulersSerializer(data).data)
+
+
+class StatusView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView):
+    """Whether the scheduling is healthy: the report ``manage.py scheduler_status --json``
+    prints (the schedulers alive, the index and its drift, the oldest due lag, the runs
+    waiting on each dispatcher, the auto-paused schedules, and the problems and warnings
+    they make). 200 whether healthy or not: read ``healthy``. Needs the view_operations
+    permission."""
+
+    required_perms = {"GET": ["django_schedulinator.view_operations"]}
+
+    @extend_schema(
+        tags=["operations"],
+        parameters=[
+            OpenApiParameter("drift", OpenApiTypes.BOOL, description="Run the drift check."),
+            OpenApiParameter(
+                "max_lag",
+                OpenApiTypes.DOUBLE,
+                description="How late the oldest due entry may be, in seconds (default "
+                f"{DEFAULT_MAX_LAG_SECONDS:g}).",
+            ),
+        ],
+        responses={200: s.ClusterStatusSerializer, **INVALID, **INDEX_UNAVAILABLE, **REFUSED},
+    )
+    def get(self, request: Request) -> Response:
+        raw = request.query_params.get("max_lag")
+        max_lag = DEFAULT_MAX_LAG_SECONDS
+        if raw is not None:
+            try:
+                max_lag = float(raw)
+            except ValueError:
+                max_lag = -1.0
+            if not (math.isfinite(max_lag) and max_lag >= 0):
+                raise ValidationError({"max_lag": ["A number of seconds, 0 or more."]})
+        try:
+            report = cluster_status(drift=flag(request, "drift"), max_lag=max_lag)
+        except RedisError as exc:
+            raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
+        return Response(s.ClusterStatusSerializer(report.as_dict()).data)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
-from typing import Any
+import socket
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -12,7 +14,16 @@ from ...conf import MAX_BATCH_SIZE
 from ...services import sync_declared
 from ...worker import Worker
 
+if TYPE_CHECKING:
+    from ...probes import ProbeServer
+
 logger = logging.getLogger("django_schedulinator.declared")
+
+# Where --metrics-port listens unless --metrics-addr says otherwise: this host only. The
+# metrics say what runs here and when, with no authentication; exposing them is a choice
+# (a pod's address, --metrics-addr 0.0.0.0, for Prometheus and the kubelet's probes).
+DEFAULT_METRICS_ADDR = "127.0.0.1"
+METRICS_EXTRA = "pip install 'django-schedulinator[metrics]'"
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
@@ -37,6 +48,16 @@ def positive_float(value: str) -> float:
     return number
 
 
+def port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0-65535 (0: a free port), got {number}")
+    return number
+
+
 def batch_size(value: str) -> int:
     number = positive_int(value)
     if number > MAX_BATCH_SIZE:
@@ -50,6 +71,7 @@ NUMBER_OPTIONS: dict[str, type | tuple[type, ...]] = {
     "lease": (int, float),
     "max_runs": int,
     "max_seconds": (int, float),
+    "metrics_port": int,
 }
 
 
@@ -93,6 +115,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--worker-id", default=None, help="Name recorded on runs (default: hostname:pid)."
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            metavar="PORT",
+            help="Serve /metrics (Prometheus), /healthz and /readyz on this port (0: a free "
+            "port, logged). Needs the metrics extra.",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default=None,
+            metavar="ADDR",
+            help=f"The address --metrics-port listens on (default: {DEFAULT_METRICS_ADDR}; "
+            "0.0.0.0 for Prometheus and probes from other hosts, as in Kubernetes).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command(..., batch_size="10") skips argparse and its type conversion.
@@ -108,6 +145,14 @@ class Command(BaseCommand):
             isinstance(worker_id, str) and 0 < len(worker_id) <= 200 and worker_id.isprintable()
         ):
             raise CommandError("--worker-id must be 1-200 printable characters.")
+        metrics_port, metrics_addr = options["metrics_port"], options["metrics_addr"]
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise CommandError(f"--metrics-port must be 0-65535, got {metrics_port!r}.")
+        if metrics_addr is not None:
+            if metrics_port is None:
+                raise CommandError("--metrics-addr needs --metrics-port.")
+            if not isinstance(metrics_addr, str) or not metrics_addr.strip():
+                raise CommandError("--metrics-addr must be a host name or an IP address.")
         try:
             worker = Worker(
                 batch_size=options["batch_size"],
@@ -119,8 +164,44 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        sync_declared_schedules()
-        worker.run()
+        server = None
+        if metrics_port is not None:
+            # Before anything runs: a port in use fails the start, not a running loop.
+            server = serve_metrics(worker, metrics_port, metrics_addr or DEFAULT_METRICS_ADDR)
+        try:
+            sync_declared_schedules()
+            worker.run()
+        finally:
+            if server is not None:
+                server.close()
+
+
+def serve_metrics(worker: Worker, port: int, addr: str) -> ProbeServer:
+    """Start the metrics and probes server, or fail with what to do."""
+    try:
+        from ...metrics import serve
+    except ImportError as exc:
+        if (exc.name or "").partition(".")[0] != "prometheus_client":
+            raise
+        raise CommandError(
+            f"--metrics-port needs prometheus-client, which is not installed; install it "
+            f"with: {METRICS_EXTRA}"
+        ) from exc
+    where = f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
+    try:
+        return serve(worker, port=port, addr=addr)
+    except socket.gaierror as exc:
+        raise CommandError(
+            f"--metrics-addr {addr!r} is not an address of this host: {exc.strerror}."
+        ) from exc
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise CommandError(
+                f"Cannot serve metrics on {where}: the port is in use (by another scheduler "
+                f"on this host?). Give each scheduler a port of its own, or --metrics-port 0 "
+                f"for a free one."
+            ) from exc
+        raise CommandError(f"Cannot serve metrics on {where}: {exc.strerror or exc}.") from exc
 
 
 def sync_declared_schedules() -> None:

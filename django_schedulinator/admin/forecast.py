@@ -1,0 +1,575 @@
+"""The forecast of the operations page: how many occurrences fall in each minute of the next
+24 hours, across all schedules, and which schedules make the busiest minutes.
+
+Cheap on 100,000 schedules and more, because schedules share their timing: one GROUP BY
+query collects the enabled schedules with a next run in the window by what decides their
+times (a cron expression with its zone, day rule and DST policies; an interval with the
+minute of its next run, its phase; a one-off with its minute), with their jitter and what
+bounds them (an end in the window, runs left under ``max_runs``), and counts the members.
+Each timing is then expanded once with ``timing.occurrences`` (what the admin's preview
+uses), and each group adds its members to the occurrences within its bounds (a difference
+array over the timeline, so a group costs a bisection, not a walk).
+
+The work is bounded, and the page says when a bound was reached: at most ``MAX_GROUPS``
+groups are read (the largest first; the schedules of the others are not counted), at most
+``MAX_OCCURRENCES`` cron occurrences are expanded in all (an interval's or a one-off's count
+a tenth; the timings met after that are not counted), and one timing is expanded at most
+``MAX_PER_TIMELINE`` times: a timing that fires more often than that in 24 hours (more than
+once a minute) is counted exactly up to there and then minute by minute (see ``_probe``),
+and the picture marks those minutes as estimated.
+
+An occurrence is counted at its nominal minute. A schedule with jitter fires up to its
+jitter later (a delay that is the same on every re-dispatch, and uniform across the
+occurrences of many schedules): its occurrences are counted as spread evenly over that
+span, as a separate series, so the picture shows what jitter already spreads and where the
+herds at :00 are that have none. Intervals are counted from the minute of their next run
+(an interval that is not a whole number of minutes may land a minute off), and ``max_runs``
+and the end of the window bound each group as a whole: the forecast is for seeing load, not
+for predicting one schedule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import router
+from django.db.models import BigIntegerField, Case, Count, DateTimeField, F, Q, Value, When
+from django.db.models.functions import TruncMinute
+from django.utils.translation import gettext
+
+from .. import clock, timing
+from ..errors import TimingError
+from ..models import Schedule
+from .display import exact_time
+
+WINDOW_MINUTES = 24 * 60
+MINUTE_MS = 60_000
+MAX_GROUPS = 5_000  # groups read from the database, the largest first
+# The cron occurrences expanded across all timings (and minutes probed): a cron's next
+# occurrence is a walk of its wall clock, about 25 µs, so this bounds the expansion to about
+# a quarter of a second however many timings there are (docs/benchmarks.md). An interval's
+# or a one-off's is arithmetic, about a tenth of that, and counts as such.
+MAX_OCCURRENCES = 10_000
+ARITHMETIC_COST = 0.1
+MAX_PER_TIMELINE = 1_500  # one timing (every minute is 1,440); a denser one is estimated
+BUSIEST_SHOWN = 5  # the busiest minutes listed under the picture
+SHARES_SHOWN = 3  # the groups listed for each of them
+# The jitter suggested for a group at a busy minute: the smallest of these that brings the
+# minute down to the day's average, at most a quarter of the time between the group's runs
+# (a run stays near its time, far from the next one) and at most an hour.
+NICE_JITTERS = tuple(timedelta(seconds=s) for s in (15, 30, 60, 120, 300, 600, 900, 1800, 3600))
+LONGEST_SUGGESTED = timedelta(hours=1)
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineKey:
+    """What decides a group's times: the same key, the same occurrences."""
+
+    kind: str
+    cron: str = ""
+    timezone: str = "UTC"
+    day_rule: str = timing.DAYS_EITHER
+    dst_gap: str = timing.GAP_SHIFT
+    dst_fold: str = timing.FOLD_FIRST
+    interval: timedelta | None = None
+    # Intervals and one-offs: the minute of their next run (the phase of an interval).
+    anchor: datetime | None = None
+
+    def spec(self) -> timing.Timing:
+        return timing.Timing(
+            kind=self.kind,
+            cron=self.cron,
+            interval=self.interval,
+            run_at=self.anchor if self.kind == timing.ONCE else None,
+            timezone=self.timezone,
+            dst_gap=self.dst_gap,
+            dst_fold=self.dst_fold,
+            day_rule=self.day_rule,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """Schedules with the same times and jitter: what the busiest minutes list and link to."""
+
+    timeline: TimelineKey
+    jitter: timedelta | None
+
+    def describe(self) -> str:
+        key = self.timeline
+        try:
+            return timing.describe(key.spec())
+        except (TimingError, ValueError, OverflowError):
+            return key.cron or str(key.interval or key.anchor)
+
+    def label(self) -> str:
+        """The family in words, as the schedule list's filter names it."""
+        parts = [self.describe()]
+        key = self.timeline
+        if key.kind == timing.INTERVAL and key.anchor is not None:
+            parts.append(
+                gettext("next run in the minute from %(time)s") % {"time": exact_time(key.anchor)}
+            )
+        if self.jitter:
+            parts.append(gettext("jitter %(jitter)s") % {"jitter": duration_text(self.jitter)})
+        else:
+            parts.append(gettext("no jitter"))
+        return ", ".join(parts)
+
+    def token(self) -> str:
+        """The family as one query-string value (``TimingGroupFilter`` reads it back)."""
+        key = self.timeline
+        return json.dumps(
+            [
+                key.kind, key.cron, key.timezone, key.day_rule, key.dst_gap, key.dst_fold,
+                _ms(key.interval), timing.to_ms(key.anchor) if key.anchor else None,
+                _ms(self.jitter),
+            ],
+            separators=(",", ":"),
+        )  # fmt: skip
+
+    @classmethod
+    def from_token(cls, text: str) -> Family:
+        """The family a ``token()`` names; ValueError for anything else."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"not a timing group: {text!r}") from None
+        if not isinstance(value, list) or len(value) != 9:
+            raise ValueError(f"not a timing group: {text!r}")
+        *words, interval, anchor, jitter = value
+        if not all(isinstance(word, str) for word in words):
+            raise ValueError(f"not a timing group: {text!r}")
+        if not all(
+            v is None or (isinstance(v, int) and v >= 0) for v in (interval, anchor, jitter)
+        ):
+            raise ValueError(f"not a timing group: {text!r}")
+        kind, cron, zone, day_rule, gap, fold = words
+        try:
+            moment = timing.from_ms(anchor) if anchor is not None else None
+        except (OverflowError, ValueError):
+            raise ValueError(f"not a timing group: {text!r}") from None
+        key = TimelineKey(
+            kind, cron, zone, day_rule, gap, fold,
+            timedelta(milliseconds=interval) if interval is not None else None, moment,
+        )  # fmt: skip
+        return cls(key, timedelta(milliseconds=jitter) if jitter else None)
+
+    def members(self) -> Q:
+        """The enabled schedules of this family (as ``forecast`` groups them)."""
+        key = self.timeline
+        found = Q(enabled=True, kind=key.kind)
+        if key.kind == timing.CRON:
+            found &= Q(
+                cron=key.cron,
+                timezone=key.timezone,
+                day_rule=key.day_rule,
+                dst_gap=key.dst_gap,
+                dst_fold=key.dst_fold,
+            )
+        if key.interval is not None:
+            found &= Q(interval=key.interval)
+        if key.anchor is not None:
+            minute = key.anchor + timedelta(minutes=1)
+            found &= Q(next_run_at__gte=key.anchor, next_run_at__lt=minute)
+        if self.jitter:
+            found &= Q(jitter=self.jitter)
+        else:
+            found &= Q(jitter__isnull=True) | Q(jitter=timedelta(0))
+        return found
+
+
+def _ms(value: timedelta | None) -> int | None:
+    return value // timing.ONE_MS if value else None
+
+
+@dataclass(slots=True)
+class Timeline:
+    """One timing's occurrences from the start of the window on, to the first past its end
+    (so the gap after the last one in it is known). A timing that fires more than
+    MAX_PER_TIMELINE times is expanded that far, then looked at minute by minute: ``cut``
+    is the minute from which it is estimated, ``active`` the minutes from there on in which
+    it fires, ``per_active`` how often it fires in such a minute."""
+
+    times: list[int]  # epoch ms, increasing
+    cut: int | None = None
+    active: list[int] = field(default_factory=list)
+    per_active: float = 0.0
+    diff: dict[timedelta | None, list[int]] = field(default_factory=dict)  # by jitter
+    _gap: int | None = -1
+
+    def shortest_gap(self) -> int | None:
+        """The shortest time between two of its occurrences (ms), None for one alone."""
+        if self._gap == -1:
+            self._gap = min((b - a for a, b in itertools.pairwise(self.times)), default=None)
+        return self._gap
+
+    def work(self, kind: str) -> float:
+        """The occurrences and probes it took, in cron occurrences."""
+        steps = len(self.times) + len(self.active)
+        return steps if kind == timing.CRON else steps * ARITHMETIC_COST
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A row of the GROUP BY: members of one family with the same bounds."""
+
+    family: Family
+    members: int
+    first: int  # index in the timeline of the first occurrence counted
+    stop: int  # index past the last
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A family's occurrences at one busy minute, and the jitter suggested for it."""
+
+    family: Family
+    description: str
+    members: int
+    occurrences: int
+    suggested_jitter: timedelta | None
+    note: str  # why there is no suggestion, or ""
+
+
+@dataclass(frozen=True, slots=True)
+class BusyMinute:
+    minute: int  # index from the start of the window
+    at: datetime
+    total: float
+    shares: list[Share]
+
+
+@dataclass(slots=True)
+class Forecast:
+    now: datetime
+    start: datetime  # the first minute of the window (UTC, a whole minute)
+    nominal: list[int]  # per minute: occurrences of schedules without jitter
+    spread: list[float]  # per minute: jittered occurrences, spread over their jitter
+    estimated: list[bool] = field(default_factory=list)  # minutes that count a dense timing
+    schedules: int = 0  # counted
+    groups: int = 0
+    uncounted: int = 0  # schedules left out: a bound reached, or a timing that fails
+    groups_capped: bool = False
+    budget_spent: bool = False
+    failed_timings: int = 0
+    dense_timings: int = 0
+    busiest: list[BusyMinute] = field(default_factory=list)
+
+    @property
+    def estimated_from(self) -> int | None:
+        return next((minute for minute, guess in enumerate(self.estimated) if guess), None)
+
+    @property
+    def totals(self) -> list[float]:
+        return [n + s for n, s in zip(self.nominal, self.spread, strict=True)]
+
+    @property
+    def peak(self) -> tuple[int, float]:
+        """The busiest minute (the earliest of equals) and its count."""
+        totals = self.totals
+        best = max(range(len(totals)), key=lambda i: (totals[i], -i))
+        return best, totals[best]
+
+    @property
+    def mean(self) -> float:
+        return sum(self.totals) / len(self.nominal)
+
+    def minute_at(self, minute: int) -> datetime:
+        return self.start + timedelta(minutes=minute)
+
+
+def forecast(now: datetime | None = None, *, using: str | None = None) -> Forecast:
+    """The occurrences per minute of the next 24 hours from ``now`` (Redis TIME)."""
+    now = timing.truncate_ms(now or clock.now())
+    start = now.replace(second=0, microsecond=0)
+    end = start + timedelta(minutes=WINDOW_MINUTES)
+    result = Forecast(
+        now, start, [0] * WINDOW_MINUTES, [0.0] * WINDOW_MINUTES, [False] * WINDOW_MINUTES
+    )
+    rows = _group_rows(start, end, using)
+    if len(rows) > MAX_GROUPS:
+        result.groups_capped = True
+        rows = rows[:MAX_GROUPS]
+        result.uncounted += _eligible(start, end, using).count() - sum(r["members"] for r in rows)
+    timelines: dict[TimelineKey, Timeline | None] = {}
+    budget: float = MAX_OCCURRENCES
+    groups: list[Group] = []
+    for row in rows:
+        key = _timeline_key(row)
+        if key not in timelines:
+            if budget <= 0:
+                result.budget_spent = True
+                result.uncounted += row["members"]
+                continue
+            try:
+                expanded: Timeline | None = _expand(key, start, end)
+            except (TimingError, ValueError, OverflowError):
+                expanded = None  # a zone gone from tzdata, a row written around the checks
+                result.failed_timings += 1
+            timelines[key] = expanded
+            if expanded is not None:
+                budget -= expanded.work(key.kind)
+                if expanded.cut is not None:
+                    result.dense_timings += 1
+                    for minute in expanded.active:
+                        result.estimated[minute] = True
+        line = timelines[key]
+        if line is None:
+            result.uncounted += row["members"]
+            continue
+        group = _group(row, key, line, start, end)
+        if group.stop > group.first:
+            diff = line.diff.setdefault(group.family.jitter, [0] * (len(line.times) + 1))
+            diff[group.first] += group.members
+            diff[group.stop] -= group.members
+        groups.append(group)
+        result.schedules += group.members
+    result.groups = len(groups)
+    for line in timelines.values():
+        if line is not None:
+            _count(line, result, end)
+    result.busiest = _busiest(result, groups, timelines)
+    return result
+
+
+def _eligible(start: datetime, end: datetime, using: str | None) -> Any:
+    db = using or router.db_for_read(Schedule)
+    return (
+        Schedule.objects.using(db)
+        .filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=end)
+        .filter(Q(end_at__isnull=True) | Q(end_at__gte=start))
+    )
+
+
+def _group_rows(start: datetime, end: datetime, using: str | None) -> list[dict[str, Any]]:
+    """The schedules by what decides their times, the largest groups first (one query)."""
+    return list(
+        _eligible(start, end, using)
+        .annotate(
+            start_minute=TruncMinute("next_run_at", tzinfo=UTC),
+            end_bound=Case(
+                When(end_at__lt=end, then=F("end_at")),
+                default=Value(None),
+                output_field=DateTimeField(),
+            ),
+            left=Case(
+                When(max_runs__isnull=False, then=F("max_runs") - F("run_count")),
+                default=Value(None),
+                output_field=BigIntegerField(),
+            ),
+        )
+        .values(
+            "kind",
+            "cron",
+            "timezone",
+            "day_rule",
+            "dst_gap",
+            "dst_fold",
+            "interval",
+            "jitter",
+            "start_minute",
+            "end_bound",
+            "left",
+        )
+        .annotate(members=Count("pk"))
+        .order_by("-members", "kind", "cron", "timezone", "interval", "start_minute")[
+            : MAX_GROUPS + 1
+        ]
+    )
+
+
+def _timeline_key(row: dict[str, Any]) -> TimelineKey:
+    kind = row["kind"]
+    if kind == timing.CRON:
+        return TimelineKey(
+            kind,
+            cron=row["cron"],
+            timezone=row["timezone"],
+            day_rule=row["day_rule"],
+            dst_gap=row["dst_gap"],
+            dst_fold=row["dst_fold"],
+        )
+    anchor = row["start_minute"]
+    if kind == timing.INTERVAL:
+        return TimelineKey(kind, interval=row["interval"], anchor=anchor)
+    return TimelineKey(kind, anchor=anchor)
+
+
+def _expand(key: TimelineKey, start: datetime, end: datetime) -> Timeline:
+    """The timing's occurrences from ``start`` (or its anchor, the minute of an interval's
+    or a one-off's next run) on, up to the first at or past ``end``. An overdue interval
+    goes on on the grid of its next run, as the scheduler does."""
+    spec = key.spec()
+    after = max(start, key.anchor or start) - timing.ONE_MS
+    times: list[int] = []
+    for moment in timing.occurrences(spec, after, anchor=key.anchor):
+        times.append(timing.to_ms(moment.at))
+        if moment.at >= end:
+            return Timeline(times)
+        if len(times) >= MAX_PER_TIMELINE:
+            return _probe(key, spec, times, start, end)
+    return Timeline(times)
+
+
+def _probe(
+    key: TimelineKey, spec: timing.Timing, times: list[int], start: datetime, end: datetime
+) -> Timeline:
+    """The rest of a dense timing's window, minute by minute: its first occurrence from the
+    start of each minute on (one step of ``timing.following``), which finds the minutes it
+    fires in and leaps over those it does not (a cron every second from 09:00 to 17:59 is
+    estimated in those hours only). Each such minute counts as many occurrences as a
+    minute had on average in the part expanded exactly (at most 60: cron's step is a
+    second)."""
+    start_ms = timing.to_ms(start)
+    end_ms = timing.to_ms(end)
+    cut = (times[-1] - start_ms) // MINUTE_MS  # that minute was expanded in part
+    exact = [at for at in times if (at - start_ms) // MINUTE_MS < cut]
+    minutes = {(at - start_ms) // MINUTE_MS for at in exact}
+    line = Timeline(times, cut=cut, per_active=len(exact) / max(len(minutes), 1))
+    minute = cut
+    while minute < WINDOW_MINUTES:
+        after = timing.from_ms(start_ms + minute * MINUTE_MS) - timing.ONE_MS
+        found = timing.following(spec, after, key.anchor or after)
+        if found is None or timing.to_ms(found.at) >= end_ms:
+            break
+        minute = (timing.to_ms(found.at) - start_ms) // MINUTE_MS
+        line.active.append(minute)
+        minute += 1
+    return line
+
+
+def _group(
+    row: dict[str, Any], key: TimelineKey, line: Timeline, start: datetime, end: datetime
+) -> Group:
+    times = line.times
+    # From the minute of its next run: a later start_at has moved it there.
+    lower = max(start, row["start_minute"])
+    first = bisect.bisect_left(times, timing.to_ms(lower))
+    upper = row["end_bound"] or end
+    stop = (
+        bisect.bisect_right(times, timing.to_ms(upper))
+        if row["end_bound"]
+        else bisect.bisect_left(times, timing.to_ms(upper))
+    )
+    if row["left"] is not None:
+        stop = min(stop, first + max(row["left"], 0))
+    family = Family(key, row["jitter"] or None)
+    return Group(family, row["members"], first, max(first, stop))
+
+
+def _count(line: Timeline, result: Forecast, end: datetime) -> None:
+    """Add the timeline's occurrences, times their members, to the minutes they fall in."""
+    start_ms = timing.to_ms(result.start)
+    end_ms = timing.to_ms(end)
+    times = line.times
+    # A dense timing is counted exactly up to the minute it was cut in, and estimated from
+    # there on (that minute, counted in part, would show a dip).
+    cut = line.cut
+    for jitter, diff in line.diff.items():
+        members = 0
+        for i, at in enumerate(times):
+            members += diff[i]
+            if at >= end_ms or (cut is not None and (at - start_ms) // MINUTE_MS >= cut):
+                break
+            if not members:
+                continue
+            if not jitter:
+                result.nominal[(at - start_ms) // MINUTE_MS] += members
+                continue
+            # Jitter: the delay is below the gap to the next occurrence (timing.jitter_delay).
+            span = jitter // timing.ONE_MS
+            if i + 1 < len(times):
+                span = min(span, times[i + 1] - at - 1)
+            _spread(result.spread, at - start_ms, span, members)
+        if cut is not None and members:
+            series: list[Any] = result.spread if jitter else result.nominal
+            value = members * line.per_active
+            for minute in line.active:
+                series[minute] += value if jitter else round(value)
+
+
+def _spread(minutes: list[float], offset: int, span: int, amount: int) -> None:
+    """``amount`` spread evenly over ``span`` ms from ``offset`` (ms into the window)."""
+    if span <= 0:
+        minutes[offset // MINUTE_MS] += amount
+        return
+    stop = offset + span
+    position = offset
+    while position < stop:
+        minute = position // MINUTE_MS
+        if minute >= len(minutes):
+            return  # the rest falls past the window
+        boundary = min(stop, (minute + 1) * MINUTE_MS)
+        minutes[minute] += amount * (boundary - position) / span
+        position = boundary
+
+
+def _busiest(
+    result: Forecast, groups: list[Group], timelines: dict[TimelineKey, Timeline | None]
+) -> list[BusyMinute]:
+    totals = result.totals
+    order = sorted(
+        (i for i, total in enumerate(totals) if total >= 0.5), key=lambda i: (-totals[i], i)
+    )
+    mean = max(result.mean, 1.0)
+    start_ms = timing.to_ms(result.start)
+    busy = []
+    for minute in order[:BUSIEST_SHOWN]:
+        low = start_ms + minute * MINUTE_MS
+        counts: dict[Family, list[int]] = defaultdict(lambda: [0, 0])
+        for group in groups:
+            line = timelines[group.family.timeline]
+            if line is None:
+                continue
+            first = max(group.first, bisect.bisect_left(line.times, low))
+            stop = min(group.stop, bisect.bisect_left(line.times, low + MINUTE_MS))
+            # Fires every minute or more often: no minute is busier for it, and jitter
+            # cannot spread it across minutes.
+            gap = line.shortest_gap()
+            if gap is not None and gap <= MINUTE_MS:
+                continue
+            if stop > first:
+                counts[group.family][0] += group.members
+                counts[group.family][1] += group.members * (stop - first)
+        ranked = sorted(counts.items(), key=lambda item: (-item[1][1], item[0].describe()))
+        shares = [
+            _share(family, members, occurrences, mean, timelines[family.timeline])
+            for family, (members, occurrences) in ranked[:SHARES_SHOWN]
+        ]
+        busy.append(BusyMinute(minute, result.minute_at(minute), totals[minute], shares))
+    return busy
+
+
+def _share(
+    family: Family, members: int, occurrences: int, mean: float, line: Timeline | None
+) -> Share:
+    gap = line.shortest_gap() if line is not None else None
+    longest = LONGEST_SUGGESTED
+    if gap is not None:
+        longest = min(longest, timedelta(milliseconds=gap) / 4)
+    allowed = [j for j in NICE_JITTERS if j <= longest]
+    needed = timedelta(minutes=occurrences / mean)
+    suggested = next((j for j in allowed if j >= needed), allowed[-1] if allowed else None)
+    note = ""
+    if suggested is None:
+        note = gettext("fires too often for jitter to help")
+    elif family.jitter and family.jitter >= suggested:
+        note = gettext("already jittered")
+        suggested = None
+    return Share(family, family.describe(), members, occurrences, suggested, note)
+
+
+def duration_text(value: timedelta) -> str:
+    """A jitter as people write it: "30 s", "5 min", "1 h 30 min"."""
+    seconds = int(value.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (seconds, "s")) if n]
+    return " ".join(parts) or f"{value / timing.ONE_MS:.0f} ms"

@@ -1,0 +1,1 @@
+"""Integrations with other services, each switched on by a setting (docs/sentry.md)."""

@@ -1,0 +1,226 @@
+"""``manage.py scheduler_status``: is the scheduling healthy? For people, cron and probes.
+
+It prints ``health.cluster_status()`` (the schedulers alive, the index, the oldest due entry,
+the dispatchers' waiting runs, the auto-paused schedules, and the problems they make), as
+aligned text or as JSON, and exits 0 when healthy, 1 when not, 2 when Redis or the database
+cannot be reached: an exec probe for Kubernetes, or a cron check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from ...health import DEFAULT_MAX_LAG_SECONDS, ClusterStatus, cluster_status
+from ...heartbeat import LaneDepth
+
+# Exit codes (docs/commands.md): 0 healthy, 1 unhealthy (or a usage mistake), 2 unreachable.
+UNHEALTHY = 1
+UNREACHABLE = 2
+
+
+def non_negative_seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not (math.isfinite(number) and number >= 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, 0 or more, got {value}")
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Report the schedulers alive, the due index, the oldest due entry, runs waiting on "
+        "dispatchers and auto-paused schedules. Exit 0 healthy, 1 unhealthy, 2 Redis or the "
+        "database unreachable."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--json", action="store_true", help="Print JSON (stable keys).")
+        parser.add_argument(
+            "--no-drift", action="store_true", help="Skip the drift check (a sampled comparison)."
+        )
+        parser.add_argument(
+            "--max-lag",
+            type=non_negative_seconds,
+            default=DEFAULT_MAX_LAG_SECONDS,
+            metavar="SECONDS",
+            help=f"How late the oldest due entry may be (default {DEFAULT_MAX_LAG_SECONDS:g}).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        max_lag = options["max_lag"]
+        # call_command(max_lag=...) skips argparse.
+        if (
+            isinstance(max_lag, bool)
+            or not isinstance(max_lag, int | float)
+            or not (math.isfinite(max_lag) and max_lag >= 0)
+        ):
+            raise CommandError(
+                f"--max-lag must be a number of seconds, 0 or more, got {max_lag!r}."
+            )
+        try:
+            report = cluster_status(drift=not options["no_drift"], max_lag=float(max_lag))
+        except RedisError as exc:
+            raise CommandError(
+                f"Redis cannot be reached, so the status is unknown: {type(exc).__name__}: {exc}",
+                returncode=UNREACHABLE,
+            ) from exc
+        except DatabaseError as exc:
+            raise CommandError(
+                f"The database cannot be read, so the status is unknown: "
+                f"{type(exc).__name__}: {exc}",
+                returncode=UNREACHABLE,
+            ) from exc
+        if options["json"]:
+            self.stdout.write(json.dumps(report.as_dict(), indent=2))
+        else:
+            self.stdout.write("\n".join(human(report, drift=not options["no_drift"])))
+        if not report.healthy:
+            raise CommandError(
+                f"Unhealthy: {len(report.problems)} problem(s), listed above.",
+                returncode=UNHEALTHY,
+            )
+
+
+def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:
+    """The report as aligned lines of text, times to the second in the current time zone."""
+    index = report.index
+    verdict = "healthy" if report.healthy else f"UNHEALTHY ({len(report.problems)} problem(s))"
+    lines = [f"Scheduler status at {moment(report.checked_at)}: {verdict}", ""]
+
+    lines.append(f"Schedulers alive: {len(report.schedulers)}")
+    if report.schedulers:
+        rows = []
+        for beat in report.schedulers:
+            age = beat.pass_age(report.checked_at)
+            lanes = ", ".join(lane_text(alias, lane) for alias, lane in beat.lanes.items())
+            rows.append(
+                [
+                    beat.id,
+                    beat.host,
+                    str(beat.pid),
+                    beat.version,
+                    moment(beat.started_at),
+                    "none yet" if age is None else f"{age:.1f} s ago",
+                    lanes or "-",
+                    beat.state(report.checked_at),
+                ]
+            )
+        headers = ["ID", "HOST", "PID", "VERSION", "UP SINCE", "LAST PASS", "LANES WAITING"]
+        lines += indent(table([*headers, "STATE"], rows))
+        for beat in report.schedulers:
+            counted = [f"{name.replace('_', ' ')} {n:,}" for name, n in beat.counters.items() if n]
+            lines.append(f"  {beat.id}: {', '.join(counted) or 'nothing counted yet'}")
+            if beat.last_error:
+                lines.append(f"  {beat.id}: last error: {beat.last_error}")
+    lines.append("")
+
+    built = index.last_rebuild
+    if built is None:
+        lines.append("Due index: not built")
+    else:
+        when = built.get("built_at")
+        lines.append(
+            f"Due index: built {'at an unknown time' if when is None else moment_text(when)} "
+            f"by {built.get('by', 'someone unknown')} ({built.get('rows', '?')} rows)"
+            + ("; a rebuild is running" if index.rebuild_running else "")
+        )
+    lines.append(
+        f"  schedules {index.schedules:,}, enabled {index.enabled:,}, to index "
+        f"{index.indexable:,}; entries {index.entries_due:,}, due now {index.due_now:,}, in "
+        f"flight {index.in_flight:,}; runs in flight {index.runs_in_flight:,}"
+    )
+    lag = index.oldest_due_lag_seconds
+    lines.append(
+        "  oldest due entry: none due"
+        if lag is None
+        else f"  oldest due entry: schedule {index.oldest_due_schedule}, {lag:.1f} s late "
+        f"(allowed {report.max_lag_seconds:g} s)"
+    )
+    if index.drift is not None:
+        lines.append(f"  drift: {index.drift.summary()}")
+    else:
+        lines.append("  drift: not checked" + ("" if drift else " (--no-drift)"))
+    lines.append("")
+
+    lines.append("Dispatchers:")
+    lines += indent(
+        table(
+            ["ALIAS", "BACKEND", "OUTCOME AWAITED", "PAST DEADLINE", "RETRYING"],
+            [
+                [d.alias, d.backend, str(d.awaiting), str(d.past_deadline), str(d.retrying)]
+                for d in report.dispatchers
+            ],
+        )
+    )
+    lines.append("")
+
+    lines.append(f"Auto-paused schedules: {report.auto_paused_count}")
+    if report.auto_paused:
+        lines += indent(
+            table(
+                ["ID", "NAME", "PAUSED AT", "FAILURES IN A ROW"],
+                [
+                    [
+                        str(a.id),
+                        a.name,
+                        "-" if a.paused_at is None else moment(a.paused_at),
+                        str(a.failure_streak),
+                    ]
+                    for a in report.auto_paused
+                ],
+            )
+        )
+        if report.auto_paused_count > len(report.auto_paused):
+            lines.append(f"  ... and {report.auto_paused_count - len(report.auto_paused)} more")
+
+    for title, findings in (("Problems", report.problems), ("Warnings", report.warnings)):
+        if findings:
+            lines += ["", f"{title}:"]
+            lines += [f"  - [{f.code}] {f.message}" for f in findings]
+    return lines
+
+
+def lane_text(alias: str, lane: LaneDepth) -> str:
+    """A lane's waiting batches, and the wait of the oldest: "default 2 (oldest 1.5 s)"."""
+    if not lane.waiting or lane.oldest_seconds is None:
+        return f"{alias} {lane.waiting}"
+    return f"{alias} {lane.waiting} (oldest {lane.oldest_seconds:.1f} s)"
+
+
+def moment(value: datetime) -> str:
+    """To the second, in the current time zone (TIME_ZONE), with its abbreviation."""
+    return f"{timezone.localtime(value):%Y-%m-%d %H:%M:%S %Z}"
+
+
+def moment_text(value: Any) -> str:
+    """An ISO 8601 time kept as text (the build marker's), as ``moment`` shows times."""
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return str(value) if timezone.is_naive(parsed) else moment(parsed)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in (headers, *rows)
+    ]
+
+
+def indent(lines: list[str]) -> list[str]:
+    return [f"  {line}" for line in lines]

@@ -96,6 +96,7 @@ class Counters:
     # Occurrences with no successful run within their schedule's grace, raised by this
     # process's missed-run checks (alerts.py): each is counted once, by one scheduler.
     missed: int = 0
+    pruned: int = 0  # runs deleted by retention (this process's prunes)
 
     def add(self, other: Counters) -> None:
         for f in fields(self):

@@ -98,6 +98,20 @@ DEFAULTS: dict[str, Any] = {
     # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
     # that compute them; every scheduler that is scraped computes them at most this often.
     "METRICS_CLUSTER_SECONDS": 5.0,
+    # Retention (retention.py): every PRUNE_SECONDS one of the schedulers (Redis decides
+    # which) deletes the runs that ended more than RUN_RETENTION_SECONDS ago (30 days; None
+    # keeps every run), except each schedule's newest RUN_KEEP_LAST, and the change log's
+    # entries older than CHANGE_RETENTION_SECONDS (a year; None keeps them). A schedule every
+    # second writes 86,400 runs a day: unpruned, the ledger grows for ever.
+    "RUN_RETENTION_SECONDS": 30 * 86_400.0,
+    "RUN_KEEP_LAST": 10,
+    "CHANGE_RETENTION_SECONDS": 365 * 86_400.0,
+    "PRUNE_SECONDS": 600.0,
+    # Rows read, and at most deleted, per statement (one short transaction each; Oban's
+    # pruner deletes at most 10,000 a pass), and how long a prune that is behind works between
+    # two claim passes of the scheduler doing it, slice after slice, until it has caught up.
+    "PRUNE_BATCH_SIZE": 2000,
+    "PRUNE_MAX_SECONDS": 0.1,
     # Catch-up for schedules that leave theirs blank: which of several due occurrences fire
     # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
     # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
@@ -146,6 +160,11 @@ MAX_RECONCILE_BATCH_SIZE = 50_000
 MAX_DRIFT_SAMPLE_SIZE = 10_000
 MAX_API_PAGE_SIZE = 10_000
 MAX_PREVIEW_COUNT = 500
+MAX_PRUNE_BATCH_SIZE = 10_000
+# Each schedule's newest runs kept by a prune are found by reading that many index entries.
+MAX_KEEP_LAST = 1000
+# Retention ages: at least a second, at most a century (older than that is no date).
+MAX_RETENTION_SECONDS = 36_500 * 86_400
 # Levels of nesting in a schedule's args and kwargs (the list or object itself is the first):
 # deeper JSON is refused before anything recurses through it (Python's json does).
 MAX_JSON_DEPTH = 100
@@ -565,6 +584,46 @@ class Settings:
     @property
     def DRIFT_SAMPLE_SIZE(self) -> int:
         return self._positive_int("DRIFT_SAMPLE_SIZE", maximum=MAX_DRIFT_SAMPLE_SIZE)
+
+    def _retention(self, key: str) -> float | None:
+        value = self._get(key)
+        if value is None:
+            return None
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 1 <= value <= MAX_RETENTION_SECONDS
+        ):
+            raise _error(
+                key,
+                f"must be None (keep everything) or a number of seconds from 1 to "
+                f"{MAX_RETENTION_SECONDS:,} (a century), got {value!r}",
+            )
+        return float(value)
+
+    @property
+    def RUN_RETENTION_SECONDS(self) -> float | None:
+        return self._retention("RUN_RETENTION_SECONDS")
+
+    @property
+    def RUN_KEEP_LAST(self) -> int:
+        return self._positive_int("RUN_KEEP_LAST", maximum=MAX_KEEP_LAST)
+
+    @property
+    def CHANGE_RETENTION_SECONDS(self) -> float | None:
+        return self._retention("CHANGE_RETENTION_SECONDS")
+
+    @property
+    def PRUNE_SECONDS(self) -> float:
+        return self._positive_number("PRUNE_SECONDS")
+
+    @property
+    def PRUNE_BATCH_SIZE(self) -> int:
+        return self._positive_int("PRUNE_BATCH_SIZE", maximum=MAX_PRUNE_BATCH_SIZE)
+
+    @property
+    def PRUNE_MAX_SECONDS(self) -> float:
+        return self._positive_number("PRUNE_MAX_SECONDS")
 
     @property
     def CATCH_UP(self) -> str:

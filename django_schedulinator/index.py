@@ -28,7 +28,7 @@ HEAL_SET: Op = "s"
 HEAL_REMOVE: Op = "r"
 
 # Periodic chores that one process of the fleet does per period (see take_turn).
-TURNS = ("reconcile", "drift", "missed")
+TURNS = ("reconcile", "drift", "missed", "prune")
 
 # Changes per script call: bounded work while Redis is blocked by the script.
 APPLY_CHUNK = 1000

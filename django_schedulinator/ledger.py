@@ -14,9 +14,10 @@ backoff), and when a worker reports on a handed-off run by its key (``record_sta
 schedule with a grace carry the time they are missed at unless they succeed (``alert_at``,
 cleared by the success); the missed-run check records those it raises (``record_missed``).
 
-Nothing else in the app writes runs, and the ledger writes nothing else (the schedules'
-counters are the services' ``record_streaks``). The SQL of the batched insert lives in
-``RunQuerySet.insert_runs``; the functions here say when and why it is called.
+Nothing else in the app writes runs (retention, ``retention.py``, deletes old ones), and the
+ledger writes nothing else (the schedules' counters are the services' ``record_streaks``). The
+SQL of the batched insert lives in ``RunQuerySet.insert_runs``; the functions here say when
+and why it is called.
 """
 
 from __future__ import annotations

@@ -130,6 +130,10 @@ COUNTERS: dict[str, tuple[str, str]] = {
         "Occurrences with no successful run within their schedule's grace, raised by this "
         "scheduler's missed-run checks (each by one scheduler of the fleet).",
     ),
+    "pruned": (
+        "schedulinator_runs_pruned",
+        "Runs this scheduler deleted past their retention (RUN_RETENTION_SECONDS).",
+    ),
 }
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import connections, models, transaction
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
 if TYPE_CHECKING:
@@ -353,6 +354,24 @@ class RunQuerySet(models.QuerySet["Run"]):
         with connection.cursor() as cursor:
             cursor.execute(sql, [at, *wanted.params, at])
             return {int(pk): str(status) for pk, status in cursor.fetchall()}
+
+    def done(self, now: datetime) -> RunQuerySet:
+        """Runs nothing waits for any more (retention may delete them): succeeded, failed,
+        skipped, or handed off with no outcome expected after ``now``. Never pending,
+        running or buffered."""
+        return self.filter(
+            models.Q(status__in=("succeeded", "failed", "skipped"))
+            | models.Q(status="dispatched", outcome_due_by__isnull=True)
+            | models.Q(status="dispatched", outcome_due_by__lte=now)
+        )
+
+    def recorded_before(self, cutoff: datetime) -> RunQuerySet:
+        """Runs last recorded before ``cutoff``: when they ended, else when they were handed
+        off, else when they entered the ledger; not their nominal time (a backfill of last
+        year is new)."""
+        return self.alias(
+            recorded_at=Coalesce("finished_at", "dispatched_at", "claimed_at")
+        ).filter(recorded_at__lt=cutoff)
 
     def insert_runs(
         self,

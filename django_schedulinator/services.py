@@ -363,8 +363,12 @@ def _failures_in_a_row(
     leading = next(
         (i for i, (_at, status) in enumerate(newest) if status != Run.Status.FAILED), len(newest)
     )
+    if leading < len(newest):
+        return leading  # a success among the newest
     if leading < STREAK_WINDOW:
-        return leading  # a success among the newest, or no older run
+        # No success left in the ledger: its failures, and any that retention deleted
+        # (it keeps a schedule's newest runs, not its streak), which the stored count has.
+        return max(leading, stored + len(failed))
     # At least STREAK_WINDOW in a row, and the last success older than all of them. If the
     # failures just recorded are all among these, they come after it: the stored count,
     # which counted every failure since it, gains them. A success just recorded, or a

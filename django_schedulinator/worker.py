@@ -30,8 +30,9 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from . import alerts, clock, notify, timing
+from . import alerts, clock, notify, retention, timing
 from .claiming import Claimer, Counters
+from .clock import redis_or_host_time
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import DEFAULT_ALIAS, BaseDispatcher, Occurrence, Outcome, Progress, dispatchers
 from .errors import RebuildInProgress
@@ -39,8 +40,11 @@ from .health import check_drift, eviction_risk, record_drift
 from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
+from .querysets import is_lock_timeout
 from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
+from .retention import Pruner, PruneReport
+from .timing import from_ms
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -397,6 +401,14 @@ class Worker:
         self._next_drift = time.monotonic() + self._drift_every * random.uniform(0.1, 1.0)
         self._next_stats = time.monotonic() + self._stats_every
         self._next_rebuild_look = 0.0  # when to look for a rebuild asked for in the admin
+        # Retention: soon after a start (the turn keeps it to one prune per period across
+        # the fleet, so schedulers that never live a whole period still prune), then each
+        # period; a prune this process holds the turn of and has not finished goes on after
+        # each pass, like reconcile's backlog.
+        self._prune_every = app_settings.PRUNE_SECONDS
+        self._next_prune = time.monotonic() + min(60.0, self._prune_every) * random.uniform(0, 1)
+        self._pruner: Pruner | None = None
+        self._claim_full = False  # the last pass claimed a full batch
         # How long the claim waits for a lane that is behind (back-pressure, bounded).
         self._lane_wait = min(LANE_WAIT_SECONDS, self.lease_seconds / 4)
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
@@ -468,8 +480,8 @@ class Worker:
                     continue
                 if self.once:
                     break
-                if self._reconcile_behind:
-                    continue  # the next slice of reconcile's backlog, after one more pass
+                if self._reconcile_behind or self._pruner is not None:
+                    continue  # the next slice of reconcile's or the prune's, after one more pass
                 self._sleep_between_passes(result)
         finally:
             self._stop_lanes()
@@ -532,6 +544,8 @@ class Worker:
             more = self._takeover_more = len(taken) >= takeover_limit
             self.counters.add(taken_counters)
             self._dispatch(Leased(taken, takeover, leased_at, counted=False))
+        # A full batch: more is due right now, and a prune's slice waits for a pass that is not.
+        self._claim_full = len(batch.entries) >= limit
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
@@ -849,6 +863,14 @@ class Worker:
         if now >= self._next_rebuild_look:
             self._next_rebuild_look = now + REBUILD_REQUEST_LOOK_SECONDS
             self._chore("rebuild request", 0, self._rebuild_if_asked, turn=False)
+        if self._claim_full:
+            pass  # firing first: retention waits for a pass that has caught up
+        elif self._pruner is not None:
+            self._chore("prune", self._prune_every, self._prune, turn=False)
+        elif now >= self._next_prune:
+            self._next_prune = now + self._prune_every * random.uniform(0.8, 1.0)
+            if retention.enabled():  # switched off: no turn taken either
+                self._chore("prune", self._prune_every, self._prune)
 
     def _rebuild_if_asked(self) -> None:
         """Perform a rebuild asked for on the admin's operations page, with the function
@@ -947,6 +969,52 @@ class Worker:
         alerts.no_scheduler_alive(True, index=self.index)
         now = clock.redis_or_host_time(lambda: timing.from_ms(self.claimer.now_ms()))
         self.counters.missed += len(alerts.check(now, using=self.claimer.db))
+
+    def _prune(self) -> None:
+        """One slice of retention (retention.py) of at most PRUNE_MAX_SECONDS between two
+        claim passes: firing waits that long at most. A prune that is behind goes on slice
+        after slice; one that fails starts again at the next period."""
+        if self._pruner is None:
+            now = redis_or_host_time(lambda: from_ms(self.claimer.now_ms()))
+            self._pruner = Pruner.from_settings(now, using=self.claimer.db)
+            if self._pruner is None:
+                return  # the settings keep everything
+        pruner = self._pruner
+
+        def count(batch: PruneReport) -> None:
+            self.counters.pruned += batch.runs
+
+        try:
+            report = pruner.step(max_seconds=app_settings.PRUNE_MAX_SECONDS, progress=count)
+        except OperationalError as exc:
+            self._pruner = None
+            if not is_lock_timeout(exc):
+                raise
+            # A transaction holds old runs (a schedule with many runs being deleted): the
+            # prune gives way rather than fail the pass.
+            logger.info(
+                "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock; it starts "
+                "again at the next period."
+            )
+            return
+        except BaseException:
+            self._pruner = None
+            raise
+        if not report.caught_up:
+            return
+        self._pruner = None
+        total = pruner.total
+        log = logger.info if total.runs or total.changes else logger.debug
+        log(
+            "Pruned %d run(s) and %d change log entr%s past their retention (read %d rows in "
+            "%d batch(es), %.2fs of work).",
+            total.runs,
+            total.changes,
+            "y" if total.changes == 1 else "ies",
+            total.read,
+            total.batches,
+            total.seconds,
+        )
 
     def _check_drift(self) -> None:
         drift = check_drift(self.index)

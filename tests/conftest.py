@@ -110,9 +110,18 @@ def built_index(index: DueIndex) -> DueIndex:
 
 
 @pytest.fixture
-def sim(built_index: DueIndex, monkeypatch: pytest.MonkeyPatch) -> Iterator[Simulation]:
-    """A scheduler in this process on a travelling clock that starts at ``simulation.START``."""
+def sim(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> Iterator[Simulation]:
+    """A scheduler in this process on a travelling clock that starts at ``simulation.START``.
+    Retention is off: a simulation travels months and reads every run it fired."""
     from .simulation import START, Simulation  # simulation.py imports this module
+
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RUN_RETENTION_SECONDS": None,
+        "CHANGE_RETENTION_SECONDS": None,
+    }
 
     # The actions' "now" is Redis TIME: in the simulation, the travelling clock stands in.
     monkeypatch.setattr(clock, "now", lambda: truncate_ms(timezone.now()))

@@ -322,6 +322,8 @@ RUN = "run_scheduler"
 REBUILD = "rebuild_due_index"
 
 
+PRUNE = "prune_runs"
+AGE = ("--older-than", "30d")
 STATUS = "scheduler_status"
 
 
@@ -399,6 +401,61 @@ COMMAND_CASES = [
     option("kw-max-lag-text", STATUS, "--max-lag", "0 or more", max_lag="60"),
     option("kw-max-lag-negative", STATUS, "--max-lag", "0 or more", max_lag=-1),
     option("kw-max-lag-bool", STATUS, "--max-lag", "0 or more", max_lag=True),
+    option("older-than-missing", PRUNE, "--older-than", "arguments are required"),
+    option("older-than-no-unit", PRUNE, "--older-than", "'30' is not an age", "--older-than", "30"),
+    option("older-than-unit", PRUNE, "--older-than", "(s, m, h or d)", "--older-than", "30x"),
+    option("older-than-fraction", PRUNE, "--older-than", "not an age", "--older-than", "1.5d"),
+    option("older-than-negative", PRUNE, "--older-than", "not an age", "--older-than=-3d"),
+    option(
+        "older-than-0", PRUNE, "--older-than", "from 1 second to 36500 days", "--older-than", "0s"
+    ),
+    option(
+        "older-than-huge", PRUNE, "--older-than", "from 1 second", "--older-than", "9" * 40 + "d"
+    ),
+    option("keep-last-0", PRUNE, "--keep-last", "at least 1", *AGE, "--keep-last", "0"),
+    option("keep-last-too-big", PRUNE, "--keep-last", "at most 1000", *AGE, "--keep-last", "1001"),
+    option(
+        "keep-last-text", PRUNE, "--keep-last", "not a whole number", *AGE, "--keep-last", "all"
+    ),
+    option(
+        "prune-batch-too-big", PRUNE, "--batch-size", "at most 10000", *AGE, "--batch-size", "10001"
+    ),
+    option(
+        "changes-older-than-year",
+        PRUNE,
+        "--changes-older-than",
+        "'1y' is not an age",
+        *AGE,
+        "--changes-older-than",
+        "1y",
+    ),
+    option("kw-keep-last-0", PRUNE, "keep_last", "from 1 to 1000, got 0", *AGE, keep_last=0),
+    option("kw-keep-last-text", PRUNE, "keep_last", "got '3'", *AGE, keep_last="3"),
+    option("kw-prune-batch-0", PRUNE, "batch_size", "from 1 to 10000", *AGE, batch_size=0),
+    option(
+        "kw-changes-text",
+        PRUNE,
+        "--changes-older-than",
+        "'soon' is not an age",
+        *AGE,
+        changes_older_than="soon",
+    ),
+    option(
+        "kw-changes-number",
+        PRUNE,
+        "--changes-older-than",
+        "an age such as 30d, got 30",
+        *AGE,
+        changes_older_than=30,
+    ),
+    option(
+        "kw-changes-negative",
+        PRUNE,
+        "--changes-older-than",
+        "must be positive",
+        *AGE,
+        changes_older_than=-timedelta(days=1),
+    ),
 ]
 
 
@@ -437,6 +494,10 @@ SUBPROCESS_CASES = [
         ["'soon' is not a duration"],
         id="schedule-grace-soon",
     ),
+    pytest.param(
+        [PRUNE, "--older-than", "30"], {}, ["--older-than", "is not an age"], id="prune-age"
+    ),
+    pytest.param([PRUNE], {}, ["required: --older-than"], id="prune-no-age"),
     pytest.param(
         [RUN, "--once"],
         {"SCHEDULINATOR_TEST_LEASE": "nan"},
@@ -622,6 +683,16 @@ SETTINGS_CASES = [
         "from 1 to 40320",
     ),
     setting("sentry-crons-owner-empty", "SENTRY_CRONS", {"MONITOR_CONFIG": {"owner": ""}}, "team:"),
+    setting("run-retention-0", "RUN_RETENTION_SECONDS", 0, "None (keep everything) or a number"),
+    setting("run-retention-text", "RUN_RETENTION_SECONDS", "30d", "None (keep everything)"),
+    setting("run-retention-nan", "RUN_RETENTION_SECONDS", float("nan"), "None (keep everything)"),
+    setting("change-retention-bool", "CHANGE_RETENTION_SECONDS", True, "None (keep everything)"),
+    setting("change-retention-huge", "CHANGE_RETENTION_SECONDS", 10**12, "(a century)"),
+    setting("keep-last-0", "RUN_KEEP_LAST", 0, "positive integer"),
+    setting("keep-last-too-big", "RUN_KEEP_LAST", 1001, "at most 1000"),
+    setting("prune-batch-too-big", "PRUNE_BATCH_SIZE", 10_001, "at most 10000"),
+    setting("prune-seconds-0", "PRUNE_SECONDS", 0, "positive, finite"),
+    setting("prune-max-seconds-negative", "PRUNE_MAX_SECONDS", -1, "positive, finite"),
     setting("not-a-dict-list", NOT_A_DICT, ["BATCH_SIZE", 10], "must be a dict, got list"),
     setting("not-a-dict-none", NOT_A_DICT, None, "must be a dict, got NoneType"),
 ]

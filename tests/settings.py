@@ -191,6 +191,10 @@ if os.environ.get("SCHEDULINATOR_TEST_SENTRY_DSN"):
     sentry_sdk.init(dsn=os.environ["SCHEDULINATOR_TEST_SENTRY_DSN"], environment="tests")
     SCHEDULINATOR["SENTRY_CRONS"] = True
 
+if os.environ.get("SCHEDULINATOR_TEST_SETTINGS"):
+    # More settings of the test that starts these schedulers (tests/test_retention.py).
+    SCHEDULINATOR.update(json.loads(os.environ["SCHEDULINATOR_TEST_SETTINGS"]))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

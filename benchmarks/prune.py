@@ -1,0 +1,315 @@
+"""Lateness of a scheduler firing a steady load, with and without a prune of a large ledger
+beside it.
+
+    python -m benchmarks.prune --runs 3000000 --schedules 1000 --seconds 30
+    python -m benchmarks.prune --smoke   # a few seconds on tiny sizes (CI)
+
+Creates ``--schedules`` schedules firing every second, spread evenly over the second (a
+steady ``--schedules`` occurrences per second), and a ledger of ``--runs`` runs of theirs that
+ended 90 days ago, written by ``generate_series`` in the order a ledger grows (ids with
+time). One in-process scheduler (inline dispatcher, a no-op task) fires the load through the
+whole real path; the benchmark measures the lateness of what it fires (nominal time to
+hand-off, ``dispatched_at - scheduled_for``) in three phases:
+
+1. **no prune**: ``--seconds`` of the load alone;
+2. **chore**: the scheduler's own retention (30 days) prunes the ledger, a slice of
+   ``PRUNE_MAX_SECONDS`` between two of its claim passes, until it has caught up;
+3. **command**: the ledger written again (the ledger emptied first), ``manage.py prune_runs
+   --older-than 30d`` prunes it from a process of its own beside the scheduler (whose
+   retention is off).
+
+It prints, for each phase, the occurrences fired, the lateness p50, p99 and maximum, and for
+the prunes the rows deleted, the time and the rate. The database is ``schedulinator_bench_prune``
+(``BENCH_PG_NAME``): the ledger is larger than the other benchmarks'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+
+RETENTION = 30 * 86_400.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3_000_000, help="old runs in the ledger")
+    parser.add_argument("--schedules", type=int, default=1000, help="occurrences per second")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of phase 1")
+    parser.add_argument("--batch-size", type=int, default=None, help="PRUNE_BATCH_SIZE")
+    parser.add_argument("--max-seconds", type=float, default=None, help="PRUNE_MAX_SECONDS")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
+    )
+    options = parser.parse_args()
+    if options.smoke:
+        options.runs, options.schedules, options.seconds = 4000, 20, 2.0
+    else:
+        os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_prune")
+
+    from benchmarks.run import start
+
+    index = start(smoke=options.smoke)
+    from django.conf import settings
+
+    overrides = {"RUN_RETENTION_SECONDS": None, "CHANGE_RETENTION_SECONDS": None}
+    if options.batch_size:
+        overrides["PRUNE_BATCH_SIZE"] = options.batch_size
+    if options.max_seconds:
+        overrides["PRUNE_MAX_SECONDS"] = options.max_seconds
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
+    try:
+        measure(options, index)
+    finally:
+        index.drop()
+
+
+def measure(options: argparse.Namespace, index: Any) -> None:
+    from django.conf import settings
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.conf import app_settings
+    from django_schedulinator.models import Run, Schedule
+
+    n = options.schedules
+    Schedule.objects.bulk_create(
+        (
+            Schedule(
+                name=f"bench-{i}",
+                task="bench.noop",
+                kind=Schedule.Kind.INTERVAL,
+                interval=timedelta(seconds=1),
+                catch_up="all",
+                timezone="UTC",
+            )
+            for i in range(n)
+        ),
+        batch_size=5000,
+    )
+    print(
+        f"setup: {n} schedules firing every second, PRUNE_BATCH_SIZE "
+        f"{app_settings.PRUNE_BATCH_SIZE}, PRUNE_MAX_SECONDS {app_settings.PRUNE_MAX_SECONDS:g}"
+    )
+
+    write_old_ledger(options.runs, first=0)
+    table = Run._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {table}")
+    scheduler = Scheduler()
+    warm_up = min(5.0, options.seconds / 2)  # past the start and the first passes
+    try:
+        # 1. The load alone.
+        arm(index)
+        scheduler.start()
+        time.sleep(warm_up)
+        t0 = timezone.now()
+        time.sleep(options.seconds)
+        report("no prune", t0, timezone.now())
+
+        # 2. The scheduler's own prune.
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_RETENTION_SECONDS": RETENTION}
+        t0, started = timezone.now(), time.monotonic()
+        worker = scheduler.worker
+        assert worker is not None
+        slices: list[float] = []  # how long each slice held up the loop
+        prune_slice = worker._prune
+
+        def timed_slice() -> None:
+            begun = time.perf_counter()
+            try:
+                prune_slice()
+            finally:
+                slices.append((time.perf_counter() - begun) * 1000)
+
+        worker._prune = timed_slice
+        worker._next_prune = 0  # now, rather than within a minute of its start
+        pruned_before = worker.counters.pruned
+        wait_until(lambda: worker._pruner is not None or worker.counters.pruned > pruned_before)
+        wait_until(lambda: worker._pruner is None)
+        elapsed = time.monotonic() - started
+        deleted = worker.counters.pruned - pruned_before
+        slices.sort()
+        report(
+            "chore", t0, timezone.now(), f"deleted {deleted:,} runs in {elapsed:.1f}s "
+            f"({deleted / elapsed:,.0f}/s) in {len(slices):,} slices between claim passes: "
+            f"p50 {slices[len(slices) // 2]:.0f} ms, p99 "
+            f"{slices[min(len(slices) - 1, int(len(slices) * 0.99))]:.0f} ms, max "
+            f"{slices[-1]:.0f} ms"
+        )  # fmt: skip
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_RETENTION_SECONDS": None}
+        scheduler.stop()
+
+        # 3. prune_runs beside the scheduler, on a ledger written again (before the new runs,
+        # as a ledger grows: the walk ends at the first batch with nothing old).
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {table} RESTART IDENTITY")
+        write_old_ledger(options.runs, first=0)
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {table}")
+        arm(index)
+        scheduler.start()
+        time.sleep(warm_up)
+        t0, started = timezone.now(), time.monotonic()
+        command = [sys.executable, "-m", "django", "prune_runs", "--older-than", "30d"]
+        command += ["--no-progress"]
+        if options.batch_size:
+            command += ["--batch-size", str(options.batch_size)]
+        done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
+        elapsed = time.monotonic() - started
+        report("command", t0, timezone.now(), f"{done.stdout.strip()} ({elapsed:.1f}s wall)")
+    finally:
+        scheduler.stop()
+
+
+def arm(index: Any) -> None:
+    """Every schedule's next run a second from now, spread evenly over the second (a steady
+    load, not a burst at each second), and the index rebuilt: no backlog of missed runs."""
+    from django.utils import timezone
+
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.rebuild import rebuild_index
+
+    schedules = list(Schedule.objects.order_by("pk"))
+    base = timezone.now().replace(microsecond=0) + timedelta(seconds=2)
+    for i, schedule in enumerate(schedules):
+        at = base + timedelta(milliseconds=1000 * i // len(schedules))
+        schedule.anchor_at = schedule.next_run_at = schedule.due_at = at
+        schedule.revision += 1  # newer than what the index holds
+    Schedule.objects.bulk_update(schedules, ["anchor_at", "next_run_at", "due_at", "revision"])
+    rebuild_index(index)
+    time.sleep(max(0.0, (base - timezone.now()).total_seconds()))
+
+
+def write_old_ledger(total: int, *, first: int) -> None:
+    """``total`` runs of the schedules, ended 90 days ago, one a second per schedule from
+    ``first`` seconds on, written in the order a ledger grows: ids with time."""
+    from django.db import connection
+
+    from django_schedulinator.models import Run, Schedule
+
+    meta = Run._meta
+    qn = connection.ops.quote_name
+    values = {
+        "schedule_id": "s.id",
+        "scheduled_for": "t.at",
+        "status": "'succeeded'",
+        "trigger": "'schedule'",
+        "skip_reason": "''",
+        "task": "'bench.noop'",
+        "args": "'[]'",
+        "kwargs": "'{}'",
+        "dispatcher": "'default'",
+        "dispatch_options": "'{}'",
+        "claimed_at": "t.at",
+        "dispatched_at": "t.at",
+        "finished_at": "t.at + interval '10 milliseconds'",
+        "worker_id": "'bench-old'",
+        "claim_token": "''",
+        "attempts": "1",
+        "output": "''",
+        "external_id": "''",
+        "error": "''",
+        "note": "''",
+    }
+    columns = ", ".join(qn(meta.get_field(name).column) for name in values)
+    schedules = Schedule.objects.count()
+    per_schedule = total // schedules
+    step = max(1, 200_000 // schedules)  # rows per statement: about 200,000
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        for g in range(first, first + per_schedule, step):
+            last = min(g + step, first + per_schedule) - 1
+            cursor.execute(
+                f"INSERT INTO {qn(meta.db_table)} ({columns}) "
+                f"SELECT {', '.join(values.values())} "
+                f"FROM generate_series(%s, %s) AS g "
+                f"CROSS JOIN LATERAL (SELECT now() - interval '90 days' "
+                f"+ g * interval '1 second' AS at) AS t "
+                f"CROSS JOIN {qn(Schedule._meta.db_table)} AS s ORDER BY g, s.id",
+                [g, last],
+            )
+    print(
+        f"ledger: {per_schedule * schedules:,} runs ended 90 days ago written in "
+        f"{time.perf_counter() - started:.1f}s"
+    )
+
+
+class Scheduler:
+    """One in-process scheduler in a thread of its own, as ``run_scheduler`` runs it."""
+
+    def __init__(self) -> None:
+        self.worker: Any = None
+        self.thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        from django.db import connections
+
+        from django_schedulinator.dispatch.inline import InlineDispatcher
+        from django_schedulinator.worker import Worker
+
+        self.worker = worker = Worker(worker_id="bench", dispatcher=InlineDispatcher())
+
+        def run() -> None:
+            try:
+                worker.run()
+            finally:
+                connections.close_all()
+
+        self.thread = threading.Thread(target=run, name="scheduler")
+        self.thread.start()
+
+    def stop(self) -> None:
+        if self.thread is not None:
+            self.worker.stopping = True
+            self.thread.join(120)
+            self.thread = None
+
+
+def wait_until(condition: Any, timeout: float = 3600.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the prune did not finish")
+        time.sleep(0.1)
+
+
+def report(phase: str, since: datetime, until: datetime, note: str = "") -> None:
+    """The lateness of the occurrences due in the window (nominal time to hand-off)."""
+    from django_schedulinator.models import Run
+
+    rows = list(
+        Run.objects.filter(scheduled_for__gte=since, scheduled_for__lt=until)
+        .exclude(worker_id="bench-old")
+        .values_list("scheduled_for", "dispatched_at", "status")
+    )
+    late = sorted((d - s).total_seconds() * 1000 for s, d, _status in rows if d is not None)
+    undispatched = len(rows) - len(late)
+    seconds = (until - since).total_seconds()
+    if not late:
+        print(f"{phase}: nothing fired in {seconds:.0f}s" + (f"; {note}" if note else ""))
+        return
+
+    def pct(p: float) -> float:
+        return late[min(len(late) - 1, int(len(late) * p))]
+
+    print(
+        f"{phase}: {len(late):,} fired in {seconds:.0f}s ({len(late) / seconds:,.0f}/s), "
+        f"lateness p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {late[-1]:.0f} ms"
+        + (f", {undispatched} not handed off yet" if undispatched else "")
+        + (f"; {note}" if note else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""``manage.py prune_runs``: delete old runs (and change log entries) in bounded batches."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+from tqdm import tqdm
+
+from ... import clock
+from ...conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, app_settings
+from ...retention import PruneReport, parse_age, prune
+from .run_scheduler import positive_int
+
+
+def age(value: str) -> timedelta:
+    try:
+        return parse_age(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def keep_last(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_KEEP_LAST:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_KEEP_LAST}, got {number}")
+    return number
+
+
+def batch_size(value: str) -> int:
+    number = positive_int(value)
+    if number > MAX_PRUNE_BATCH_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_PRUNE_BATCH_SIZE}, got {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete runs that ended before an age, in short batches, keeping each schedule's "
+        "newest runs and every run not finished; safe while schedulers run."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--older-than",
+            type=age,
+            required=True,
+            metavar="AGE",
+            help="Delete runs recorded (ended, handed off or skipped) longer ago than this: "
+            "30d, 12h, 90m or 3600s.",
+        )
+        parser.add_argument(
+            "--keep-last",
+            type=keep_last,
+            default=None,
+            metavar="N",
+            help="Keep each schedule's N newest runs, whatever their age (default: settings "
+            "RUN_KEEP_LAST).",
+        )
+        parser.add_argument(
+            "--changes-older-than",
+            type=age,
+            default=None,
+            metavar="AGE",
+            help="Also delete change log entries older than this (each schedule keeps its "
+            "newest entry and the one that created it).",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=batch_size,
+            default=None,
+            metavar="N",
+            help=f"Rows per batch, one short DELETE each, at most {MAX_PRUNE_BATCH_SIZE:,} "
+            "(default: settings PRUNE_BATCH_SIZE).",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Count what would be deleted; delete nothing."
+        )
+        parser.add_argument("--no-progress", action="store_true", help="Hide the progress bar.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        # call_command() passes the optional options through unconverted.
+        run_age = _age_option(options["older_than"], "--older-than")
+        change_age = _age_option(options["changes_older_than"], "--changes-older-than")
+        keep = options["keep_last"]
+        if keep is None:
+            keep = app_settings.RUN_KEEP_LAST
+        size = options["batch_size"]
+        if run_age is None:
+            raise CommandError("--older-than is required.")
+        now = clock.now()  # Redis TIME, as every due decision; the host's if unreachable
+        deleted = PruneReport()
+        # tqdm hides itself when stderr is not a terminal (disable=None).
+        bar = tqdm(unit=" rows", desc="read", disable=True if options["no_progress"] else None)
+
+        def progress(batch: PruneReport) -> None:
+            deleted.add(batch)
+            bar.update(batch.read)
+            bar.set_postfix(deleted=f"{deleted.runs + deleted.changes:,}", refresh=False)
+
+        try:
+            report = prune(
+                now=now,
+                run_age=run_age,
+                keep_last=keep,
+                change_age=change_age,
+                batch_size=size,
+                dry_run=options["dry_run"],
+                progress=progress,
+            )
+        except ValueError as exc:  # options given to call_command() out of range
+            raise CommandError(str(exc)) from exc
+        except DatabaseError as exc:
+            # Each batch is its own transaction: those before the error stay deleted.
+            raise CommandError(
+                f"Prune failed after deleting {deleted.runs:,} run(s) and {deleted.changes:,} "
+                f"change log entries, in whole batches; run it again. {type(exc).__name__}: "
+                f"{exc}"
+            ) from exc
+        finally:
+            bar.close()
+        verb = "Would delete" if report.dry_run else "Deleted"
+        line = (
+            f"{verb} {report.runs:,} run(s) recorded before {now - run_age:%Y-%m-%d %H:%M:%S} "
+            f"UTC, keeping each schedule's newest {keep} and every run not finished"
+        )
+        if change_age is not None:
+            line += (
+                f", and {report.changes:,} change log entr{'y' if report.changes == 1 else 'ies'}"
+                f" older than {now - change_age:%Y-%m-%d %H:%M:%S} UTC"
+            )
+        self.stdout.write(
+            f"{line}. Read {report.read:,} rows in {report.batches:,} batch(es), "
+            f"{report.seconds:.1f}s."
+        )
+
+
+def _age_option(value: Any, flag: str) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        if isinstance(value, timedelta) and value <= timedelta(0):
+            raise CommandError(f"{flag} must be positive, got {value!r}.")
+        return value
+    if isinstance(value, str):
+        try:
+            return parse_age(value)
+        except ValueError as exc:
+            raise CommandError(f"{flag}: {exc}.") from exc
+    raise CommandError(f"{flag} must be an age such as 30d, got {value!r}.")

@@ -1,0 +1,310 @@
+"""Retention: the ledger and the change log pruned in bounded batches, never a live row.
+
+A schedule every second writes 86,400 runs a day. A prune deletes the runs that nothing waits
+for any more (``RunQuerySet.done``) recorded before a cutoff, and the change log's entries
+older than another. ``manage.py prune_runs`` runs one by hand; the schedulers run one every
+``PRUNE_SECONDS`` themselves (one of them at a time, ``DueIndex.take_turn``), a slice of at
+most ``PRUNE_MAX_SECONDS`` between two claim passes, slice after slice while behind.
+
+What keeps it cheap on a ledger of millions of rows, and out of the schedulers' way:
+
+- It walks the primary key, ``PRUNE_BATCH_SIZE`` rows at a time (at most 10,000): an index
+  range read, never a sort or a scan of the table. Ids grow with time, so the old rows come
+  first, and the walk ends at the first batch with no row that entered the ledger before
+  the cutoff (rows after it are newer: the next prune's).
+- Each batch is at most one DELETE, by id, of at most that many rows, in a transaction of its
+  own: locks on old rows that no scheduler writes, held for milliseconds. The DELETE states
+  again which rows may go, so a row that changed since it was read (a skipped run a
+  backfill turned into a pending one) stays.
+- A schedule's newest ``keep_last`` runs stay whatever their age. For each schedule with
+  candidates in a batch, the nominal time of its ``keep_last``-th newest run is read through
+  the unique (schedule, scheduled_for) index, a range read per schedule (never a window
+  over the table), and its runs before that may go. It is remembered for the rest of the
+  walk: a schedule's newest runs only get newer, so a remembered one keeps more, not fewer.
+
+A run's age is from when it was last recorded: it ended (``finished_at``), else was handed
+off (``dispatched_at``), else entered the ledger (``claimed_at``); never its nominal time.
+
+The change log keeps, for every schedule that exists, its newest entry and the one that
+created it (the sync of schedules declared in code reads it). The entries of deleted
+schedules go by age alone.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
+
+from django.db import router
+from django.db.models import OuterRef, Q, Subquery
+
+from .conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, MAX_RETENTION_SECONDS, app_settings
+from .models import Run, Schedule, ScheduleChange
+from .querysets import json_ids
+
+AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_AGE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
+
+
+def enabled() -> bool:
+    """Whether the settings ask the schedulers to prune anything."""
+    return (
+        app_settings.RUN_RETENTION_SECONDS is not None
+        or app_settings.CHANGE_RETENTION_SECONDS is not None
+    )
+
+
+def parse_age(text: str) -> timedelta:
+    """An age as people write it: a whole number and a unit, ``30d``, ``12h``, ``90m`` or
+    ``3600s``. A ValueError says what is wrong."""
+    match = _AGE.match(text) if isinstance(text, str) else None
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not an age: give a whole number and a unit (s, m, h or d), such as "
+            f"30d, 12h, 90m or 3600s"
+        )
+    seconds = int(match[1]) * AGE_UNITS[match[2]]
+    if not 1 <= seconds <= MAX_RETENTION_SECONDS:
+        raise ValueError(f"{text!r} must be from 1 second to 36500 days (a century)")
+    return timedelta(seconds=seconds)
+
+
+@dataclass(slots=True)
+class PruneReport:
+    """What a prune (or one slice of it) did; with ``dry_run``, what it would have done."""
+
+    runs: int = 0  # runs deleted
+    changes: int = 0  # change log entries deleted
+    read: int = 0  # rows read by the walks (kept ones included)
+    batches: int = 0
+    seconds: float = 0.0
+    caught_up: bool = False  # both walks reached their end: the prune is complete
+    dry_run: bool = False
+
+    def add(self, other: PruneReport) -> None:
+        for name in ("runs", "changes", "read", "batches", "seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.caught_up = other.caught_up
+
+    def as_dict(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+class Pruner:
+    """One prune: a walk of the ledger, then one of the change log, each by primary key,
+    resumable batch by batch (``step``). Its cutoffs are fixed when it is made."""
+
+    def __init__(
+        self,
+        *,
+        now: datetime,
+        run_age: timedelta | None,
+        keep_last: int,
+        change_age: timedelta | None = None,
+        batch_size: int | None = None,
+        dry_run: bool = False,
+        using: str | None = None,
+    ) -> None:
+        size = app_settings.PRUNE_BATCH_SIZE if batch_size is None else batch_size
+        # The command validates its options too, but call_command() skips argparse.
+        for name, value, maximum in (
+            ("batch_size", size, MAX_PRUNE_BATCH_SIZE),
+            ("keep_last", keep_last, MAX_KEEP_LAST),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+                raise ValueError(
+                    f"{name} must be a whole number from 1 to {maximum}, got {value!r}"
+                )
+        for name, age in (("run_age", run_age), ("change_age", change_age)):
+            if age is not None and age <= timedelta(0):
+                raise ValueError(f"{name} must be positive, got {age!r}")
+        self.now = now
+        self.run_cutoff = now - run_age if run_age is not None else None
+        self.change_cutoff = now - change_age if change_age is not None else None
+        self.keep_last = keep_last
+        self.batch_size = size
+        self.dry_run = dry_run
+        self.db = using or router.db_for_write(Run)
+        self.total = PruneReport(dry_run=dry_run, caught_up=self.caught_up)
+        self._run_cursor = 0  # the last id read
+        self._change_cursor = 0
+        # Each schedule's nominal time of its keep_last-th newest run (None: it has fewer,
+        # or is gone), and the id of its newest change: read once per prune.
+        self._kept_from: dict[int, datetime | None] = {}
+        self._newest_change: dict[int, int | None] = {}
+
+    @classmethod
+    def from_settings(cls, now: datetime, *, using: str | None = None) -> Pruner | None:
+        """The prune the settings ask for, or None when they keep everything."""
+        if not enabled():
+            return None
+        run_age = app_settings.RUN_RETENTION_SECONDS
+        change_age = app_settings.CHANGE_RETENTION_SECONDS
+        return cls(
+            now=now,
+            run_age=None if run_age is None else timedelta(seconds=run_age),
+            keep_last=app_settings.RUN_KEEP_LAST,
+            change_age=None if change_age is None else timedelta(seconds=change_age),
+            using=using,
+        )
+
+    @property
+    def caught_up(self) -> bool:
+        return self.run_cutoff is None and self.change_cutoff is None
+
+    def step(
+        self,
+        max_seconds: float | None = None,
+        progress: Callable[[PruneReport], None] | None = None,
+    ) -> PruneReport:
+        """Prune batch after batch until done, or until ``max_seconds`` have passed on a
+        monotonic clock (at least one batch); what this step did. ``progress`` is called
+        with what each batch did."""
+        started = time.monotonic()
+        report = PruneReport(dry_run=self.dry_run)
+        while not self.caught_up:
+            batch_started = time.monotonic()
+            batch = PruneReport(dry_run=self.dry_run, batches=1)
+            if self.run_cutoff is not None:
+                self._run_batch(self.run_cutoff, batch)
+            else:
+                assert self.change_cutoff is not None
+                self._change_batch(self.change_cutoff, batch)
+            batch.seconds = time.monotonic() - batch_started
+            batch.caught_up = self.caught_up
+            report.add(batch)
+            if progress is not None:
+                progress(batch)
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                break
+        report.caught_up = self.caught_up
+        self.total.add(report)
+        return report
+
+    # -- the ledger ------------------------------------------------------------------------
+
+    def _run_batch(self, cutoff: datetime, report: PruneReport) -> None:
+        rows = list(
+            Run.objects.using(self.db)
+            .filter(pk__gt=self._run_cursor)
+            .order_by("pk")
+            .values_list("pk", "schedule_id", "scheduled_for", "claimed_at")[: self.batch_size]
+        )
+        report.read += len(rows)
+        # Entered the ledger before the cutoff: the rows that may have been recorded before it.
+        old = [(pk, sid, at) for pk, sid, at, claimed_at in rows if claimed_at < cutoff]
+        if old:
+            kept_from = self._kept_from_of({sid for _pk, sid, _at in old})
+            candidates = [
+                pk
+                for pk, sid, at in old
+                if (first_kept := kept_from.get(sid)) is not None and at < first_kept
+            ]
+            if candidates:
+                doomed = (
+                    Run.objects.using(self.db)
+                    .filter(pk__in=json_ids(candidates, self.db))
+                    .done(self.now)
+                    .recorded_before(cutoff)
+                )
+                report.runs += doomed.count() if self.dry_run else doomed.delete()[0]
+        if rows:
+            self._run_cursor = rows[-1][0]
+        if len(rows) < self.batch_size or not old:
+            self.run_cutoff = None  # the end of the table, or of the rows old enough
+
+    def _kept_from_of(self, schedule_ids: Collection[int]) -> dict[int, datetime | None]:
+        """For each schedule, the nominal time from which its runs are kept (None: all of
+        them): one statement for those not read yet, a range read of the unique
+        (schedule, scheduled_for) index per schedule."""
+        missing = sorted(set(schedule_ids) - self._kept_from.keys())
+        if missing:
+            newest = (
+                Run.objects.filter(schedule_id=OuterRef("pk"))
+                .order_by("-scheduled_for")
+                .values("scheduled_for")[self.keep_last - 1 : self.keep_last]
+            )
+            found = dict(
+                Schedule.objects.using(self.db)
+                .filter(pk__in=json_ids(missing, self.db))
+                .order_by()
+                .annotate(kept_from=Subquery(newest))
+                .values_list("pk", "kept_from")
+            )
+            for sid in missing:
+                # A schedule gone meanwhile: its runs go with it (the cascade), not here.
+                self._kept_from[sid] = found.get(sid)
+        return self._kept_from
+
+    # -- the change log ----------------------------------------------------------------------
+
+    def _change_batch(self, cutoff: datetime, report: PruneReport) -> None:
+        rows = list(
+            ScheduleChange.objects.using(self.db)
+            .filter(pk__gt=self._change_cursor)
+            .order_by("pk")
+            .values_list("pk", "schedule_id", "at")[: self.batch_size]
+        )
+        report.read += len(rows)
+        old = [(pk, sid) for pk, sid, at in rows if at < cutoff]
+        if old:
+            newest = self._newest_change_of({sid for _pk, sid in old if sid is not None})
+            candidates = [pk for pk, sid in old if sid is None or newest.get(sid) not in (None, pk)]
+            if candidates:
+                doomed = (
+                    ScheduleChange.objects.using(self.db)
+                    .filter(pk__in=json_ids(candidates, self.db), at__lt=cutoff)
+                    # What made an existing schedule: the sync of declared schedules reads it.
+                    .exclude(Q(schedule__isnull=False) & Q(action=ScheduleChange.Action.CREATED))
+                )
+                report.changes += doomed.count() if self.dry_run else doomed.delete()[0]
+        if rows:
+            self._change_cursor = rows[-1][0]
+        if len(rows) < self.batch_size or not old:
+            self.change_cutoff = None
+
+    def _newest_change_of(self, schedule_ids: Collection[int]) -> dict[int, int | None]:
+        missing = sorted(set(schedule_ids) - self._newest_change.keys())
+        if missing:
+            newest = (
+                ScheduleChange.objects.filter(schedule_id=OuterRef("pk"))
+                .order_by("-at", "-pk")
+                .values("pk")[:1]
+            )
+            found = dict(
+                Schedule.objects.using(self.db)
+                .filter(pk__in=json_ids(missing, self.db))
+                .order_by()
+                .annotate(newest=Subquery(newest))
+                .values_list("pk", "newest")
+            )
+            for sid in missing:
+                self._newest_change[sid] = found.get(sid)
+        return self._newest_change
+
+
+def prune(
+    *,
+    now: datetime,
+    run_age: timedelta | None,
+    keep_last: int,
+    change_age: timedelta | None = None,
+    batch_size: int | None = None,
+    dry_run: bool = False,
+    using: str | None = None,
+    progress: Callable[[PruneReport], None] | None = None,
+) -> PruneReport:
+    """A whole prune at once (``manage.py prune_runs``): see ``Pruner``."""
+    pruner = Pruner(
+        now=now,
+        run_age=run_age,
+        keep_last=keep_last,
+        change_age=change_age,
+        batch_size=batch_size,
+        dry_run=dry_run,
+        using=using,
+    )
+    return pruner.step(progress=progress)

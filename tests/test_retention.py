@@ -1,0 +1,630 @@
+"""Retention (``django_schedulinator/retention.py``, ``manage.py prune_runs`` and the
+schedulers' prune chore): old finished runs and change log entries go, in bounded batches;
+unfinished runs, each schedule's newest runs and what the app still reads stay."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import logging
+import signal
+import threading
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import OperationalError, connection, transaction
+from django.utils import timezone
+
+from django_schedulinator import ledger, outcomes, resync_schedules, retention, services
+from django_schedulinator.conf import app_settings
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
+from django_schedulinator.timing import truncate_ms
+from django_schedulinator.worker import Worker, bound_lock_waits
+
+from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .models import Delivery
+from .processes import output, wait_for
+
+pytestmark = pytest.mark.django_db
+
+NOW = truncate_ms(timezone.now())
+DAY = timedelta(days=1)
+
+
+def add_runs(schedule: Schedule, count: int, **fields: Any) -> list[Run]:
+    """``count`` runs of ``schedule`` written in bulk, one a minute back from ``first``
+    (default: a year ago), succeeded and recorded ``recorded`` ago (default: 60 days), in
+    the order given (their ids grow with it)."""
+    first = fields.pop("first", NOW - 365 * DAY)
+    recorded = NOW - fields.pop("recorded", 60 * DAY)
+    fields.setdefault("status", Run.Status.SUCCEEDED)
+    fields.setdefault("worker_id", "tests")
+    fields.setdefault("claimed_at", recorded)
+    if fields["status"] in ("succeeded", "failed"):
+        fields.setdefault("finished_at", recorded)
+    runs = [
+        Run(
+            schedule=schedule,
+            scheduled_for=first - timedelta(minutes=i),
+            task=schedule.task,
+            claim_token="t",
+            **fields,
+        )
+        for i in range(count)
+    ]
+    Run.objects.bulk_create(runs)
+    return list(Run.objects.filter(schedule=schedule).order_by("pk"))[-count:]
+
+
+def idle_schedule(**fields: Any) -> Schedule:
+    """A schedule that does not fire during the test, created through the services (the
+    change log records it)."""
+    return services.create(
+        {
+            "name": f"idle-{uuid.uuid4().hex[:10]}",
+            "task": "tests.record",
+            "kind": "interval",
+            "interval": DAY,
+            "next_run_at": NOW + 30 * DAY,
+            **fields,
+        }
+    )
+
+
+def left(schedule: Schedule) -> list[datetime]:
+    return sorted(Run.objects.filter(schedule=schedule).values_list("scheduled_for", flat=True))
+
+
+def prune_now(**options: Any) -> PruneReport:
+    options.setdefault("run_age", 30 * DAY)
+    options.setdefault("keep_last", 1)
+    return prune(now=NOW, **options)
+
+
+# -- ages -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("30d", 30 * DAY), ("12h", timedelta(hours=12)), ("90m", timedelta(minutes=90)),
+     ("3600s", timedelta(hours=1)), (" 7d ", 7 * DAY), ("36500d", 36_500 * DAY)],
+)  # fmt: skip
+def test_an_age_is_a_whole_number_and_a_unit(text: str, expected: timedelta) -> None:
+    assert parse_age(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("30", "is not an age: give a whole number and a unit"),
+        ("30x", "is not an age"),
+        ("1.5d", "is not an age"),
+        ("-3d", "is not an age"),
+        ("d", "is not an age"),
+        ("", "is not an age"),
+        ("0s", "must be from 1 second to 36500 days"),
+        ("36501d", "must be from 1 second to 36500 days"),
+        ("9" * 40 + "d", "must be from 1 second to 36500 days"),
+    ],
+)
+def test_a_bad_age_says_what_an_age_is(text: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_age(text)
+
+
+# -- what goes and what stays ---------------------------------------------------------------
+
+
+def test_unfinished_runs_are_never_deleted() -> None:
+    schedule = idle_schedule()
+    newest = add_runs(schedule, 1, first=NOW)  # kept as the newest: out of the way
+    gone = {
+        status: add_runs(schedule, 1, status=status, first=NOW - 300 * DAY - i * DAY)[0]
+        for i, status in enumerate(("succeeded", "failed", "skipped"))
+    }
+    staying = {
+        status: add_runs(schedule, 1, status=status, first=NOW - 200 * DAY - i * DAY)[0]
+        for i, status in enumerate(("pending", "running", "buffered"))
+    }
+    # Handed off 60 days ago: its outcome still awaited (due tomorrow), overdue, or never
+    # expected (a dispatcher that does not learn outcomes).
+    awaited, overdue, unreported = (
+        add_runs(
+            schedule,
+            1,
+            status="dispatched",
+            dispatched_at=NOW - 60 * DAY,
+            outcome_due_by=due_by,
+            first=NOW - 100 * DAY - i * DAY,
+        )[0]
+        for i, due_by in enumerate((NOW + DAY, NOW - DAY, None))
+    )
+
+    report = prune_now()
+
+    assert report.runs == 5
+    remaining = set(Run.objects.values_list("pk", flat=True))
+    assert remaining == {newest[0].pk, awaited.pk, *(r.pk for r in staying.values())}
+    assert not {overdue.pk, unreported.pk, *(r.pk for r in gone.values())} & remaining
+
+
+def test_each_schedule_keeps_its_newest_runs_by_nominal_time() -> None:
+    """Its newest runs are the latest occurrences, whatever the order they entered the
+    ledger in (a backfill writes older occurrences after newer ones)."""
+    a, b, few = idle_schedule(), idle_schedule(), idle_schedule()
+    add_runs(a, 10, first=NOW - 100 * DAY)
+    add_runs(a, 10, first=NOW - 50 * DAY)  # written after older ones... newer
+    add_runs(a, 10, first=NOW - 200 * DAY)  # ...and older ones after them
+    add_runs(b, 30, first=NOW - 100 * DAY)
+    add_runs(few, 3, first=NOW - 100 * DAY)
+    expected = {s.pk: left(s)[-5:] for s in (a, b, few)}
+
+    report = prune_now(keep_last=5)
+
+    assert report.runs == 25 + 25
+    assert {s.pk: left(s) for s in (a, b, few)} == expected
+    assert prune_now(keep_last=5).runs == 0
+
+
+def test_a_runs_age_is_when_it_was_recorded_not_its_nominal_time() -> None:
+    schedule = idle_schedule()
+    add_runs(schedule, 1, first=NOW)  # the newest
+    # A backfill of last year, run yesterday; one that entered the ledger long ago but
+    # ended yesterday (a long task), or was handed off yesterday; one recorded 31 days ago.
+    backfill = add_runs(schedule, 1, first=NOW - 365 * DAY, recorded=DAY)[0]
+    long_task = add_runs(schedule, 1, first=NOW - 90 * DAY, recorded=60 * DAY)[0]
+    Run.objects.filter(pk=long_task.pk).update(finished_at=NOW - DAY)
+    handed_off = add_runs(
+        schedule, 1, status="dispatched", first=NOW - 80 * DAY, dispatched_at=NOW - DAY
+    )[0]
+    old = add_runs(schedule, 1, first=NOW - 31 * DAY, recorded=31 * DAY)[0]
+    skipped = add_runs(schedule, 1, status="skipped", first=NOW - 40 * DAY, recorded=40 * DAY)
+
+    assert prune_now().runs == 2
+
+    remaining = set(Run.objects.values_list("pk", flat=True))
+    assert {backfill.pk, long_task.pk, handed_off.pk} <= remaining
+    assert not {old.pk, skipped[0].pk} & remaining
+
+
+def test_a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing() -> None:
+    schedules = [idle_schedule() for _ in range(3)]
+    for schedule in schedules:
+        add_runs(schedule, 20)
+        add_runs(schedule, 2, status="pending", first=NOW - 200 * DAY)
+        add_runs(schedule, 5, recorded=DAY, first=NOW - 100 * DAY)
+    for schedule in schedules:
+        services.update(schedule, {"task": "tests.noop"})
+    ScheduleChange.objects.update(at=NOW - 400 * DAY)
+    before = (Run.objects.count(), ScheduleChange.objects.count())
+
+    dry = prune_now(keep_last=3, change_age=365 * DAY, dry_run=True, batch_size=7)
+
+    assert (Run.objects.count(), ScheduleChange.objects.count()) == before
+    assert (dry.runs, dry.changes, dry.dry_run) == (60, 0, True)
+    real = prune_now(keep_last=3, change_age=365 * DAY, batch_size=7)
+    assert (real.runs, real.changes) == (dry.runs, dry.changes)
+    assert Run.objects.count() == before[0] - 60
+
+
+def test_batches_are_bounded_and_the_walk_stops_after_the_old_rows() -> None:
+    schedule = idle_schedule()
+    add_runs(schedule, 103, first=NOW - 100 * DAY)
+    add_runs(schedule, 40, recorded=DAY, first=NOW)  # newer than the cutoff: never read
+    batches: list[PruneReport] = []
+
+    report = prune(now=NOW, run_age=30 * DAY, keep_last=1, batch_size=10, progress=batches.append)
+
+    assert report.runs == 103
+    assert all(b.read <= 10 and b.runs <= 10 for b in batches)
+    # Eleven batches of old rows (the last one reaching the new rows), and one of new rows
+    # that ends the walk: the 40 rows after the cutoff are read at most that far.
+    assert len(batches) == report.batches == 12
+    assert report.read <= 103 + 7 + 10
+
+
+def test_a_prune_in_slices_goes_on_where_it_stopped() -> None:
+    schedule = idle_schedule()
+    add_runs(schedule, 50)
+    pruner = Pruner(now=NOW, run_age=30 * DAY, keep_last=1, batch_size=10)
+
+    slices = []
+    while not pruner.caught_up:
+        slices.append(pruner.step(max_seconds=0))  # one batch each
+
+    # The newest run is the first written: the walk keeps it, and ends on an empty batch.
+    assert [s.runs for s in slices] == [9, 10, 10, 10, 10, 0]
+    assert pruner.total.runs == 49
+    assert left(schedule) == [NOW - 365 * DAY]
+
+
+def test_a_skipped_run_a_backfill_queues_meanwhile_is_not_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The DELETE states again which rows may go: a skipped run turned into a pending one
+    between the read of its batch and the delete stays, and is dispatched."""
+    schedule = idle_schedule()
+    add_runs(schedule, 1, first=NOW)
+    skipped = add_runs(schedule, 3, status="skipped", first=NOW - 90 * DAY)
+    kept_from_of = Pruner._kept_from_of
+
+    def backfill_meanwhile(self: Pruner, schedule_ids: Any) -> Any:
+        ledger.requeue_skipped(
+            schedule, [skipped[1].scheduled_for], trigger="backfill", note="", using="default"
+        )
+        return kept_from_of(self, schedule_ids)
+
+    monkeypatch.setattr(Pruner, "_kept_from_of", backfill_meanwhile)
+
+    assert prune_now().runs == 2
+    assert Run.objects.get(pk=skipped[1].pk).status == Run.Status.PENDING
+
+
+def test_a_prune_keeps_the_failures_in_a_row(settings: Any, built_index: DueIndex) -> None:
+    """A schedule's failures in a row were counted from its newest ended runs in the ledger,
+    and fewer than ten of them, all failed, meant no older run: after a prune, four
+    failures and one more counted two, and ``pause_after_failures=5`` never paused."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "DISPATCHERS": {
+            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+        },
+    }
+    schedule = make_schedule(
+        kind="cron", cron="* * * * *", dispatcher="queue", pause_after_failures=5
+    )
+    this_minute = timezone.now().replace(second=0, microsecond=0)
+    services.backfill(
+        schedule, this_minute - timedelta(minutes=6), this_minute - timedelta(minutes=1)
+    )
+    Worker(worker_id="t").run_pass()  # hands the backfill off
+    runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+    for run in runs[:4]:
+        assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")
+    schedule.refresh_from_db()
+    assert schedule.failure_streak == 4
+    Run.objects.filter(pk__in=[r.pk for r in runs[:4]]).update(
+        claimed_at=NOW - 60 * DAY, finished_at=NOW - 60 * DAY
+    )
+    assert prune(now=timezone.now(), run_age=30 * DAY, keep_last=1).runs == 4
+
+    assert outcomes.report_finished(runs[4].idempotency_key, succeeded=False, error="boom")
+
+    schedule.refresh_from_db()
+    assert (schedule.failure_streak, schedule.enabled) == (5, False)
+
+
+# -- the change log -------------------------------------------------------------------------
+
+
+def test_the_change_log_keeps_each_schedules_creation_and_newest_entry() -> None:
+    kept = idle_schedule()
+    services.update(kept, {"task": "tests.noop"})
+    services.update(kept, {"task": "tests.record"})
+    services.pause(kept, "for the test")
+    gone = idle_schedule()
+    services.update(gone, {"task": "tests.noop"})
+    services.delete(gone)
+    ScheduleChange.objects.update(at=NOW - 400 * DAY)
+    recent = idle_schedule()
+    services.update(recent, {"task": "tests.noop"})
+    assert ScheduleChange.objects.filter(schedule=kept).count() == 4
+
+    report = prune_now(run_age=None, change_age=365 * DAY)
+
+    assert report.changes == 2 + 3  # kept's two changes; all three of the deleted one's
+    actions = lambda s: sorted(  # noqa: E731
+        ScheduleChange.objects.filter(schedule=s).values_list("action", flat=True)
+    )
+    assert actions(kept) == ["created", "paused"]
+    assert actions(recent) == ["changed", "created"]
+    assert not ScheduleChange.objects.filter(schedule_name=gone.name).exists()
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def command(*args: str, **options: Any) -> str:
+    out = io.StringIO()
+    call_command("prune_runs", *args, stdout=out, stderr=io.StringIO(), **options)
+    return out.getvalue()
+
+
+def test_the_command_prunes_and_says_what_it_did() -> None:
+    schedule = idle_schedule()
+    add_runs(schedule, 12)
+    ScheduleChange.objects.update(at=NOW - 400 * DAY)
+    services.update(schedule, {"task": "tests.noop"})  # now the newest: the creation stays
+
+    dry = command("--older-than", "30d", "--keep-last", "2", "--dry-run", "--no-progress")
+    assert dry.startswith("Would delete 10 run(s) recorded before ")
+    assert "keeping each schedule's newest 2 and every run not finished" in dry
+    assert Run.objects.count() == 12
+
+    out = command(
+        "--older-than", "30d", "--keep-last", "2", "--changes-older-than", "365d",
+        "--batch-size", "5", "--no-progress",
+    )  # fmt: skip
+    assert out.startswith("Deleted 10 run(s) recorded before ")
+    assert ", and 0 change log entries older than " in out
+    assert "in 4 batch(es)" in out  # three of the old runs, one of the change log
+    assert Run.objects.count() == 2
+
+
+def test_the_command_keeps_the_settings_newest_runs_by_default(settings: Any) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_KEEP_LAST": 4}
+    schedule = idle_schedule()
+    add_runs(schedule, 12)
+    command("--older-than", "12h", "--no-progress")
+    assert len(left(schedule)) == 4
+
+
+# -- the settings ---------------------------------------------------------------------------
+
+
+def test_retention_is_on_by_default() -> None:
+    assert app_settings.RUN_RETENTION_SECONDS == 30 * 86_400
+    assert app_settings.CHANGE_RETENTION_SECONDS == 365 * 86_400
+    assert app_settings.RUN_KEEP_LAST == 10
+    assert 1 <= app_settings.PRUNE_BATCH_SIZE <= 10_000
+
+
+def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIndex) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RUN_RETENTION_SECONDS": None,
+        "CHANGE_RETENTION_SECONDS": None,
+    }
+    add_runs(idle_schedule(), 5)
+    assert Pruner.from_settings(NOW) is None
+    worker, other = Worker(index=built_index), Worker(index=built_index)
+    worker._next_prune = 0
+    worker._chores()
+    assert Run.objects.count() == 5
+
+    # No turn was taken while it was off: switched on, the next period prunes at once.
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RUN_RETENTION_SECONDS": 86_400,
+        "RUN_KEEP_LAST": 1,
+    }
+    other._next_prune = 0
+    other._chores()
+    assert Run.objects.count() == 1
+
+
+# -- the schedulers' chore ------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_slices(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "RUN_RETENTION_SECONDS": 30 * 86_400,
+        "RUN_KEEP_LAST": 2,
+        "PRUNE_BATCH_SIZE": 5,
+        "PRUNE_MAX_SECONDS": 1e-6,  # one batch a slice: count them
+    }
+
+
+@pytest.mark.usefixtures("small_slices")
+def test_the_chore_prunes_a_slice_after_each_pass_until_it_has_caught_up(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    schedules = [idle_schedule() for _ in range(3)]
+    for schedule in schedules:
+        add_runs(schedule, 9)
+    worker, other = Worker(index=built_index), Worker(index=built_index)
+    worker._next_prune = other._next_prune = 0
+
+    slices = 0
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker._chores()  # takes the period's turn
+        other._chores()  # does not: one prune per period across the schedulers
+        while worker._pruner is not None and slices < 100:
+            slices += 1
+            worker._chores()  # what the loop does after each pass, without sleeping
+
+    assert other._pruner is None
+    assert other.counters.pruned == 0
+    assert slices >= 5  # 27 rows, five a slice
+    assert worker.counters.pruned == 21
+    assert [len(left(s)) for s in schedules] == [2, 2, 2]
+    assert "Pruned 21 run(s) and 0 change log entries past their retention" in caplog.text
+    worker._chores()  # caught up: the next prune is a period away
+    assert worker._pruner is None
+
+
+@pytest.mark.usefixtures("small_slices")
+def test_a_failed_prune_starts_again_at_the_next_period(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    add_runs(idle_schedule(), 20)
+    worker = Worker(index=built_index)
+    worker._next_prune = 0
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(retention.Pruner, "_run_batch", broken)
+    worker._chores()
+
+    assert worker._pruner is None  # not tried again after every pass
+    assert "The prune chore failed; the next period tries again." in caplog.text
+    assert Run.objects.count() == 20
+
+
+@pytest.mark.usefixtures("small_slices")
+def test_a_pass_that_claimed_a_full_batch_leaves_the_prune_for_the_next(
+    built_index: DueIndex,
+) -> None:
+    """Firing first: a full batch means more is due right now."""
+    add_runs(idle_schedule(), 9)
+    ids = make_due(3, task="tests.noop")
+    resync_schedules(ids, index=built_index)
+    worker = Worker(index=built_index, batch_size=2, worker_id="t")
+    worker._next_prune = 0
+
+    assert worker.run_pass().full
+    assert (worker._pruner, Run.objects.filter(worker_id="tests").count()) == (None, 9)
+    assert not worker.run_pass().full
+    assert worker._pruner is not None  # the prune began: one slice after this pass
+    worker.dispatcher.close()
+
+
+# -- a large ledger pruned beside a running scheduler ------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.subprocess
+@pytest.mark.parametrize("pruned_by", ["scheduler", "command"])
+def test_a_large_ledger_is_pruned_beside_a_scheduler_that_keeps_firing(
+    pruned_by: str, built_index: DueIndex, schedulers: Schedulers, key_prefix: str
+) -> None:
+    """40,000 runs that ended 60 days ago, pruned by the running scheduler's own retention
+    (in slices between its passes) or by ``prune_runs`` beside it, while five schedules
+    fire every second: each of their occurrences fires once, none early, none missing, and
+    the ledger keeps each idle schedule's newest runs."""
+    firing = [
+        services.create(
+            {
+                "name": f"every-second-{i}",
+                "task": "tests.record",
+                "kind": "interval",
+                "interval": timedelta(seconds=1),
+                "catch_up": "all",  # a late scheduler fires each occurrence, none skipped
+                "catch_up_window": timedelta(hours=1),
+            }
+        )
+        for i in range(5)
+    ]
+    idle = [idle_schedule() for _ in range(100)]
+    # Written before anything fires, as a ledger grows: the old runs have the lower ids.
+    for schedule in idle:
+        add_runs(schedule, 300, worker_id="old")
+    for schedule in firing:
+        add_runs(schedule, 2000, worker_id="old")
+    before = Run.objects.count()
+    assert before == 40_000
+    retention_settings = {
+        "RUN_RETENTION_SECONDS": 86_400 if pruned_by == "scheduler" else None,
+        "RUN_KEEP_LAST": 5,
+        "CHANGE_RETENTION_SECONDS": None,
+        "PRUNE_SECONDS": 1,
+        "PRUNE_BATCH_SIZE": 500,
+        "PRUNE_MAX_SECONDS": 0.02,
+    }
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_SETTINGS=json.dumps(retention_settings))
+    proc = schedulers.start("--max-seconds", "180", env=env)
+
+    def firing_for_a_while() -> bool:
+        """each schedule to fire seven times"""
+        return Delivery.objects.count() >= 5 * 7
+
+    wait_for(firing_for_a_while, timeout=90)
+    if pruned_by == "command":
+        out = command("--older-than", "1d", "--keep-last", "5", "--batch-size", "500")
+        assert out.startswith(f"Deleted {100 * 295 + 5 * 2000:,} run(s)"), out
+
+    def pruned() -> bool:
+        """the old runs to be pruned down to each idle schedule's newest five"""
+        return Run.objects.filter(worker_id="old").count() == 100 * 5
+
+    wait_for(pruned, timeout=120)
+    fired_while_pruning = Delivery.objects.count()
+    wait_for(lambda: Delivery.objects.count() >= fired_while_pruning + 10, timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, output(proc)
+
+    assert Run.objects.count() < before / 10  # the ledger shrank
+    for schedule in idle:
+        assert left(schedule) == sorted(NOW - 365 * DAY - timedelta(minutes=i) for i in range(5))
+    deliveries = {d.key: d for d in Delivery.objects.all()}
+    assert len(deliveries) == Delivery.objects.count()  # none twice
+    for schedule in firing:
+        runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
+        assert runs
+        assert {r.status for r in runs} == {Run.Status.SUCCEEDED}
+        # Every second from the first occurrence to the last: none missing.
+        steps = {b.scheduled_for - a.scheduled_for for a, b in itertools.pairwise(runs)}
+        assert steps <= {timedelta(seconds=1)}, steps
+        for run in runs:
+            delivery = deliveries.pop(run.idempotency_key)
+            assert delivery.received_at >= run.scheduled_for  # never early
+    assert deliveries == {}  # nothing delivered that the ledger does not hold
+
+
+@pytest.mark.django_db(transaction=True)  # a second connection holds the lock
+@pytest.mark.usefixtures("small_slices")
+def test_a_prune_that_waits_on_a_row_lock_gives_way(
+    built_index: DueIndex, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A transaction holding old runs (a schedule with millions of runs being deleted)
+    makes the prune wait LOCK_TIMEOUT_SECONDS at most, like every statement of the loop;
+    then it gives way until the next period, instead of failing the scheduler's pass."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks that SQLite has not")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOCK_TIMEOUT_SECONDS": 0.2}
+    runs = add_runs(idle_schedule(), 9)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Run.objects.select_for_update().get(pk=runs[3].pk)
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    worker = Worker(index=built_index)
+    worker._next_prune = 0
+    try:
+        assert locked.wait(30)
+        bound_lock_waits()  # as the loop's thread does
+        with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+            worker._chores()  # must not raise
+    finally:
+        bound_lock_waits(False)
+        release.set()
+        holder.join(60)
+
+    assert worker._pruner is None
+    assert "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock" in caplog.text
+    assert Run.objects.count() == 9  # the batch with the locked row was not deleted
+
+
+def test_a_prune_that_fails_part_way_says_what_it_deleted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each batch is its own transaction: what was deleted before a database error stays
+    deleted, and the command says how much, in one line, without a traceback."""
+    add_runs(idle_schedule(), 12)
+    run_batch = Pruner._run_batch
+    batches = [0]
+
+    def failing_on_the_third(self: Pruner, cutoff: datetime, report: PruneReport) -> None:
+        batches[0] += 1
+        if batches[0] == 3:
+            raise OperationalError("server closed the connection unexpectedly")
+        run_batch(self, cutoff, report)
+
+    monkeypatch.setattr(Pruner, "_run_batch", failing_on_the_third)
+
+    with pytest.raises(CommandError) as caught:
+        command("--older-than", "30d", "--keep-last", "1", "--batch-size", "5", "--no-progress")
+
+    assert str(caught.value) == (
+        "Prune failed after deleting 9 run(s) and 0 change log entries, in whole batches; run "
+        "it again. OperationalError: server closed the connection unexpectedly"
+    )
+    assert Run.objects.count() == 3

@@ -32,18 +32,22 @@ schedules go by age alone.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 
-from django.db import router
+from django.db import OperationalError, connections, router
 from django.db.models import OuterRef, Q, Subquery
 
 from .conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, MAX_RETENTION_SECONDS, app_settings
 from .models import Run, Schedule, ScheduleChange
-from .querysets import json_ids
+from .querysets import is_lock_timeout, json_ids
+
+logger = logging.getLogger("django_schedulinator.retention")
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 _AGE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
@@ -308,3 +312,79 @@ def prune(
         using=using,
     )
     return pruner.step(progress=progress)
+
+
+class PruneThread:
+    """A prune running beside a scheduler's claim loop, on a thread and a database
+    connection of its own: firing never waits for it. It deletes a slice of batches (at
+    most PRUNE_MAX_SECONDS), then rests as long as the slice took, so it holds the ledger
+    for at most half the time and leaves the database room for the fire path; until it has
+    caught up, a stop is asked for, or a batch fails (the next period starts again)."""
+
+    def __init__(
+        self,
+        pruner: Pruner,
+        *,
+        on_batch: Callable[[PruneReport], None],
+        prepare: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.pruner = pruner
+        self._on_batch = on_batch
+        self._prepare = prepare  # the scheduler bounds this thread's lock waits, as its own
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="schedulinator-prune", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def stop(self, timeout: float) -> None:
+        """Stop after the batch in progress (each is its own short transaction)."""
+        self._stopping.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self._prepare()
+            while not self.pruner.caught_up and not self._stopping.is_set():
+                started = time.monotonic()
+                self.pruner.step(
+                    max_seconds=app_settings.PRUNE_MAX_SECONDS, progress=self._on_batch
+                )
+                self._stopping.wait(time.monotonic() - started)
+            if self.pruner.caught_up:
+                self._log_done()
+        except OperationalError as exc:
+            if not is_lock_timeout(exc):
+                logger.warning("The prune failed (%s); the next period tries again.", exc)
+                return
+            # A transaction holds old runs (a schedule with many runs being deleted): the
+            # prune gives way until the next period rather than wait on it.
+            logger.info(
+                "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock; it starts "
+                "again at the next period."
+            )
+        except Exception:
+            logger.exception("The prune failed; the next period tries again.")
+        finally:
+            connections.close_all()  # this thread's
+
+    def _log_done(self) -> None:
+        total = self.pruner.total
+        log = logger.info if total.runs or total.changes else logger.debug
+        log(
+            "Pruned %d run(s) and %d change log entr%s past their retention (read %d rows in "
+            "%d batch(es), %.2fs of work).",
+            total.runs,
+            total.changes,
+            "y" if total.changes == 1 else "ies",
+            total.read,
+            total.batches,
+            total.seconds,
+        )

@@ -40,7 +40,6 @@ from .health import check_drift, eviction_risk, record_drift
 from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .management import run_command
-from .querysets import is_lock_timeout
 from .rebuild import ensure_built, rebuild_index
 from .reconcile import reconcile
 from .retention import Pruner, PruneReport
@@ -403,12 +402,10 @@ class Worker:
         self._next_rebuild_look = 0.0  # when to look for a rebuild asked for in the admin
         # Retention: soon after a start (the turn keeps it to one prune per period across
         # the fleet, so schedulers that never live a whole period still prune), then each
-        # period; a prune this process holds the turn of and has not finished goes on after
-        # each pass, like reconcile's backlog.
+        # period, on a thread of its own (retention.PruneThread) that the loop never waits for.
         self._prune_every = app_settings.PRUNE_SECONDS
         self._next_prune = time.monotonic() + min(60.0, self._prune_every) * random.uniform(0, 1)
-        self._pruner: Pruner | None = None
-        self._claim_full = False  # the last pass claimed a full batch
+        self._prune_thread: retention.PruneThread | None = None
         # How long the claim waits for a lane that is behind (back-pressure, bounded).
         self._lane_wait = min(LANE_WAIT_SECONDS, self.lease_seconds / 4)
         self._last_summary = (time.monotonic(), 0)  # when, and the fired count then
@@ -480,12 +477,14 @@ class Worker:
                     continue
                 if self.once:
                     break
-                if self._reconcile_behind or self._pruner is not None:
-                    continue  # the next slice of reconcile's or the prune's, after one more pass
+                if self._reconcile_behind:
+                    continue  # the next slice of reconcile's backlog, after one more pass
                 self._sleep_between_passes(result)
         finally:
             self._stop_lanes()
             heartbeat.stop()  # after the lanes: until then, this scheduler still works
+            if self._prune_thread is not None:
+                self._prune_thread.stop(timeout=STOP_RECORD_SECONDS)
             self.close()
             bound_lock_waits(False)
             notify.outbox.send_in_background(False)
@@ -544,8 +543,6 @@ class Worker:
             more = self._takeover_more = len(taken) >= takeover_limit
             self.counters.add(taken_counters)
             self._dispatch(Leased(taken, takeover, leased_at, counted=False))
-        # A full batch: more is due right now, and a prune's slice waits for a pass that is not.
-        self._claim_full = len(batch.entries) >= limit
         self._chores()
         if counters.claimed:
             logger.debug("Pass: %s", counters.as_dict())
@@ -863,11 +860,7 @@ class Worker:
         if now >= self._next_rebuild_look:
             self._next_rebuild_look = now + REBUILD_REQUEST_LOOK_SECONDS
             self._chore("rebuild request", 0, self._rebuild_if_asked, turn=False)
-        if self._claim_full:
-            pass  # firing first: retention waits for a pass that has caught up
-        elif self._pruner is not None:
-            self._chore("prune", self._prune_every, self._prune, turn=False)
-        elif now >= self._next_prune:
+        if now >= self._next_prune:
             self._next_prune = now + self._prune_every * random.uniform(0.8, 1.0)
             if retention.enabled():  # switched off: no turn taken either
                 self._chore("prune", self._prune_every, self._prune)
@@ -971,50 +964,20 @@ class Worker:
         self.counters.missed += len(alerts.check(now, using=self.claimer.db))
 
     def _prune(self) -> None:
-        """One slice of retention (retention.py) of at most PRUNE_MAX_SECONDS between two
-        claim passes: firing waits that long at most. A prune that is behind goes on slice
-        after slice; one that fails starts again at the next period."""
-        if self._pruner is None:
-            now = redis_or_host_time(lambda: from_ms(self.claimer.now_ms()))
-            self._pruner = Pruner.from_settings(now, using=self.claimer.db)
-            if self._pruner is None:
-                return  # the settings keep everything
-        pruner = self._pruner
+        """Start this period's prune (retention.py) on a thread of its own: the loop goes on
+        firing while it deletes. One still running from the last period goes on instead."""
+        if self._prune_thread is not None and self._prune_thread.running:
+            return
+        now = redis_or_host_time(lambda: from_ms(self.claimer.now_ms()))
+        pruner = Pruner.from_settings(now, using=self.claimer.db)
+        if pruner is None:
+            return  # the settings keep everything
 
         def count(batch: PruneReport) -> None:
-            self.counters.pruned += batch.runs
+            self.counters.pruned += batch.runs  # this thread is its only writer
 
-        try:
-            report = pruner.step(max_seconds=app_settings.PRUNE_MAX_SECONDS, progress=count)
-        except OperationalError as exc:
-            self._pruner = None
-            if not is_lock_timeout(exc):
-                raise
-            # A transaction holds old runs (a schedule with many runs being deleted): the
-            # prune gives way rather than fail the pass.
-            logger.info(
-                "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock; it starts "
-                "again at the next period."
-            )
-            return
-        except BaseException:
-            self._pruner = None
-            raise
-        if not report.caught_up:
-            return
-        self._pruner = None
-        total = pruner.total
-        log = logger.info if total.runs or total.changes else logger.debug
-        log(
-            "Pruned %d run(s) and %d change log entr%s past their retention (read %d rows in "
-            "%d batch(es), %.2fs of work).",
-            total.runs,
-            total.changes,
-            "y" if total.changes == 1 else "ies",
-            total.read,
-            total.batches,
-            total.seconds,
-        )
+        self._prune_thread = retention.PruneThread(pruner, on_batch=count, prepare=bound_lock_waits)
+        self._prune_thread.start()
 
     def _check_drift(self) -> None:
         drift = check_drift(self.index)

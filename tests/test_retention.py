@@ -20,15 +20,15 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import ledger, outcomes, resync_schedules, retention, services
+from django_schedulinator import ledger, outcomes, retention, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker, bound_lock_waits
+from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_due, make_schedule, subprocess_env
+from .conftest import Schedulers, make_schedule, subprocess_env
 from .models import Delivery
 from .processes import output, wait_for
 
@@ -257,7 +257,12 @@ def test_a_skipped_run_a_backfill_queues_meanwhile_is_not_deleted(
 
     def backfill_meanwhile(self: Pruner, schedule_ids: Any) -> Any:
         ledger.requeue_skipped(
-            schedule, [skipped[1].scheduled_for], trigger="backfill", note="", using="default"
+            schedule,
+            [skipped[1].scheduled_for],
+            trigger="backfill",
+            note="",
+            now=timezone.now(),
+            using="default",
         )
         return kept_from_of(self, schedule_ids)
 
@@ -376,6 +381,7 @@ def test_retention_is_on_by_default() -> None:
     assert 1 <= app_settings.PRUNE_BATCH_SIZE <= 10_000
 
 
+@pytest.mark.django_db(transaction=True)  # the prune's thread reads what this one wrote
 def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIndex) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
@@ -387,6 +393,7 @@ def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIn
     worker, other = Worker(index=built_index), Worker(index=built_index)
     worker._next_prune = 0
     worker._chores()
+    assert worker._prune_thread is None
     assert Run.objects.count() == 5
 
     # No turn was taken while it was off: switched on, the next period prunes at once.
@@ -397,7 +404,11 @@ def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIn
     }
     other._next_prune = 0
     other._chores()
+    assert other._prune_thread is not None
+    other._prune_thread.join(60)
     assert Run.objects.count() == 1
+    for w in (worker, other):
+        w.close()
 
 
 # -- the schedulers' chore ------------------------------------------------------------------
@@ -414,8 +425,9 @@ def small_slices(settings: Any) -> None:
     }
 
 
+@pytest.mark.django_db(transaction=True)  # the prune's thread reads what this one wrote
 @pytest.mark.usefixtures("small_slices")
-def test_the_chore_prunes_a_slice_after_each_pass_until_it_has_caught_up(
+def test_the_chore_prunes_on_a_thread_of_its_own_until_it_has_caught_up(
     built_index: DueIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     schedules = [idle_schedule() for _ in range(3)]
@@ -424,24 +436,23 @@ def test_the_chore_prunes_a_slice_after_each_pass_until_it_has_caught_up(
     worker, other = Worker(index=built_index), Worker(index=built_index)
     worker._next_prune = other._next_prune = 0
 
-    slices = 0
     with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-        worker._chores()  # takes the period's turn
+        worker._chores()  # takes the period's turn, and returns: the thread prunes
         other._chores()  # does not: one prune per period across the schedulers
-        while worker._pruner is not None and slices < 100:
-            slices += 1
-            worker._chores()  # what the loop does after each pass, without sleeping
+        assert worker._prune_thread is not None
+        worker._prune_thread.join(60)
 
-    assert other._pruner is None
+    assert other._prune_thread is None
     assert other.counters.pruned == 0
-    assert slices >= 5  # 27 rows, five a slice
+    assert worker._prune_thread.pruner.total.batches >= 5  # 27 rows, five a batch
     assert worker.counters.pruned == 21
     assert [len(left(s)) for s in schedules] == [2, 2, 2]
     assert "Pruned 21 run(s) and 0 change log entries past their retention" in caplog.text
-    worker._chores()  # caught up: the next prune is a period away
-    assert worker._pruner is None
+    for w in (worker, other):
+        w.close()
 
 
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("small_slices")
 def test_a_failed_prune_starts_again_at_the_next_period(
     built_index: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -454,29 +465,14 @@ def test_a_failed_prune_starts_again_at_the_next_period(
         raise RuntimeError("the disk is full")
 
     monkeypatch.setattr(retention.Pruner, "_run_batch", broken)
-    worker._chores()
+    worker._chores()  # must not raise: the loop goes on
+    assert worker._prune_thread is not None
+    worker._prune_thread.join(60)
 
-    assert worker._pruner is None  # not tried again after every pass
-    assert "The prune chore failed; the next period tries again." in caplog.text
+    assert not worker._prune_thread.running  # not tried again after every pass
+    assert "The prune failed; the next period tries again." in caplog.text
     assert Run.objects.count() == 20
-
-
-@pytest.mark.usefixtures("small_slices")
-def test_a_pass_that_claimed_a_full_batch_leaves_the_prune_for_the_next(
-    built_index: DueIndex,
-) -> None:
-    """Firing first: a full batch means more is due right now."""
-    add_runs(idle_schedule(), 9)
-    ids = make_due(3, task="tests.noop")
-    resync_schedules(ids, index=built_index)
-    worker = Worker(index=built_index, batch_size=2, worker_id="t")
-    worker._next_prune = 0
-
-    assert worker.run_pass().full
-    assert (worker._pruner, Run.objects.filter(worker_id="tests").count()) == (None, 9)
-    assert not worker.run_pass().full
-    assert worker._pruner is not None  # the prune began: one slice after this pass
-    worker.dispatcher.close()
+    worker.close()
 
 
 # -- a large ledger pruned beside a running scheduler ------------------------------------------
@@ -489,7 +485,7 @@ def test_a_large_ledger_is_pruned_beside_a_scheduler_that_keeps_firing(
     pruned_by: str, built_index: DueIndex, schedulers: Schedulers, key_prefix: str
 ) -> None:
     """40,000 runs that ended 60 days ago, pruned by the running scheduler's own retention
-    (in slices between its passes) or by ``prune_runs`` beside it, while five schedules
+    (on a thread of its own) or by ``prune_runs`` beside it, while five schedules
     fire every second: each of their occurrences fires once, none early, none missing, and
     the ledger keeps each idle schedule's newest runs."""
     firing = [
@@ -590,15 +586,15 @@ def test_a_prune_that_waits_on_a_row_lock_gives_way(
     worker._next_prune = 0
     try:
         assert locked.wait(30)
-        bound_lock_waits()  # as the loop's thread does
         with caplog.at_level(logging.INFO, logger="django_schedulinator"):
             worker._chores()  # must not raise
+            assert worker._prune_thread is not None
+            worker._prune_thread.join(60)  # its lock waits are bounded like the loop's
     finally:
-        bound_lock_waits(False)
         release.set()
         holder.join(60)
+        worker.close()
 
-    assert worker._pruner is None
     assert "The prune waited longer than LOCK_TIMEOUT_SECONDS on a row lock" in caplog.text
     assert Run.objects.count() == 9  # the batch with the locked row was not deleted
 

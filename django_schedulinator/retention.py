@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import OperationalError, connections, router
 from django.db.models import OuterRef, Q, Subquery
@@ -224,24 +225,31 @@ class Pruner:
         """For each schedule, the nominal time from which its runs are kept (None: all of
         them): one statement for those not read yet, a range read of the unique
         (schedule, scheduled_for) index per schedule."""
-        missing = sorted(set(schedule_ids) - self._kept_from.keys())
+        newest = (
+            Run.objects.filter(schedule_id=OuterRef("pk"))
+            .order_by("-scheduled_for")
+            .values("scheduled_for")[self.keep_last - 1 : self.keep_last]
+        )
+        return self._per_schedule(self._kept_from, schedule_ids, newest)
+
+    def _per_schedule(
+        self, known: dict[int, Any], schedule_ids: Collection[int], value: Any
+    ) -> dict[int, Any]:
+        """``known`` with the subquery ``value`` (of a schedule, ``OuterRef("pk")``) read
+        for the schedules it lacks, in one statement; each is read once per prune."""
+        missing = sorted(set(schedule_ids) - known.keys())
         if missing:
-            newest = (
-                Run.objects.filter(schedule_id=OuterRef("pk"))
-                .order_by("-scheduled_for")
-                .values("scheduled_for")[self.keep_last - 1 : self.keep_last]
-            )
             found = dict(
                 Schedule.objects.using(self.db)
                 .filter(pk__in=json_ids(missing, self.db))
                 .order_by()
-                .annotate(kept_from=Subquery(newest))
-                .values_list("pk", "kept_from")
+                .annotate(value=Subquery(value))
+                .values_list("pk", "value")
             )
             for sid in missing:
-                # A schedule gone meanwhile: its runs go with it (the cascade), not here.
-                self._kept_from[sid] = found.get(sid)
-        return self._kept_from
+                # A schedule gone meanwhile: its rows go with it (the cascade), not here.
+                known[sid] = found.get(sid)
+        return known
 
     # -- the change log ----------------------------------------------------------------------
 
@@ -271,23 +279,12 @@ class Pruner:
             self.change_cutoff = None
 
     def _newest_change_of(self, schedule_ids: Collection[int]) -> dict[int, int | None]:
-        missing = sorted(set(schedule_ids) - self._newest_change.keys())
-        if missing:
-            newest = (
-                ScheduleChange.objects.filter(schedule_id=OuterRef("pk"))
-                .order_by("-at", "-pk")
-                .values("pk")[:1]
-            )
-            found = dict(
-                Schedule.objects.using(self.db)
-                .filter(pk__in=json_ids(missing, self.db))
-                .order_by()
-                .annotate(newest=Subquery(newest))
-                .values_list("pk", "newest")
-            )
-            for sid in missing:
-                self._newest_change[sid] = found.get(sid)
-        return self._newest_change
+        newest = (
+            ScheduleChange.objects.filter(schedule_id=OuterRef("pk"))
+            .order_by("-at", "-pk")
+            .values("pk")[:1]
+        )
+        return self._per_schedule(self._newest_change, schedule_ids, newest)
 
 
 def prune(

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from ... import clock
 from ...conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, app_settings
 from ...retention import PruneReport, parse_age, prune
-from .run_scheduler import positive_int
+from .run_scheduler import whole_number_up_to
 
 
 def age(value: str) -> timedelta:
@@ -23,18 +23,8 @@ def age(value: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def keep_last(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_KEEP_LAST:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_KEEP_LAST}, got {number}")
-    return number
-
-
-def batch_size(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_PRUNE_BATCH_SIZE:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_PRUNE_BATCH_SIZE}, got {number}")
-    return number
+keep_last = whole_number_up_to(MAX_KEEP_LAST)
+batch_size = whole_number_up_to(MAX_PRUNE_BATCH_SIZE)
 
 
 class Command(BaseCommand):

@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -58,11 +59,19 @@ def port(value: str) -> int:
     return number
 
 
-def batch_size(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_BATCH_SIZE:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_BATCH_SIZE}, got {number}")
-    return number
+def whole_number_up_to(maximum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from 1 to ``maximum``."""
+
+    def parse(value: str) -> int:
+        number = positive_int(value)
+        if number > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {number}")
+        return number
+
+    return parse
+
+
+batch_size = whole_number_up_to(MAX_BATCH_SIZE)
 
 
 # Options whose values call_command() passes through unconverted: the types they must have.

@@ -208,24 +208,18 @@ class MailNotifier(BaseNotifier):
     """Mails ``ADMINS`` (Django's ``mail_admins``: its subject prefix, its sender, the
     project's email backend). Without ADMINS, nothing is sent."""
 
-    options = {
-        "TIMEOUT_SECONDS": Option(
-            float, "The longest the mail server may take to answer.", minimum=0.1, default=10.0
-        ),
-    }
-
     def wants(self, event: Event) -> bool:
         from django.conf import settings
 
         return bool(settings.ADMINS)
 
     def notify(self, event: Event) -> None:
-        from django.core.mail import get_connection, mail_admins
+        from django.core.mail import mail_admins
 
-        # The SMTP backend's timeout (others ignore it): a mail server that hangs must not
-        # hold the notifications behind it for ever.
-        connection = get_connection(timeout=self.settings["TIMEOUT_SECONDS"])
-        mail_admins(event.subject, event.text(), connection=connection)
+        # The project's own email configuration, its timeout included (EMAIL_TIMEOUT, or
+        # a mailer's "timeout" on Django 6.1+): a connection of our own would need the API
+        # that Django 6.1 deprecates, get_connection().
+        mail_admins(event.subject, event.text())
 
 
 class WebhookNotifier(BaseNotifier):

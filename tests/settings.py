@@ -201,3 +201,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_schedulinator": {"handlers": ["console"], "level": "INFO"}},
 }
+
+# Django 6.1 sends mail through MAILERS (its default mailer is deprecated); the test runner
+# swaps in its in-memory backend either way.
+if django.VERSION >= (6, 1):
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}

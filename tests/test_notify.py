@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import django
 import pytest
 from django.utils import timezone
 
@@ -31,9 +32,15 @@ GRACE = timedelta(minutes=5)
 REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
 
 
+def admins(*addresses: str) -> list[Any]:
+    """ADMINS as this Django takes it: addresses (6.0+, where pairs are deprecated), or
+    (name, address) pairs (5.2)."""
+    return list(addresses) if django.VERSION >= (6, 0) else [("", a) for a in addresses]
+
+
 @pytest.fixture(autouse=True)
 def setup(settings: Any, built_index: DueIndex) -> None:
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.ADMINS = admins("ops@example.com")
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
     Keep.told.clear()
     Keep.threads.clear()
@@ -317,7 +324,7 @@ def test_the_mail_example_mails_each_event_it_lists(
     settings: Any, mailoutbox: list[Any], index: DueIndex
 ) -> None:
     config = example("notify-mail", "alerts.md")
-    settings.ADMINS = config["ADMINS"]
+    settings.ADMINS = admins(*config["ADMINS"])
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config["SCHEDULINATOR"]}
     due(task="tests.boom", pause_after_failures=1)
     fire()  # failed, then paused

@@ -26,6 +26,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from benchmarks.run import add_smoke_option
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 os.environ.setdefault("BENCH_ADMIN", "1")  # the admin and its URLs (benchmarks/settings.py)
 
@@ -51,11 +53,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--total", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=200_000)
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
-    )
+    add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         options.total, options.runs = 2000, 2000

@@ -34,6 +34,8 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
+from benchmarks.run import add_smoke_option
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 RETENTION = 30 * 86_400.0
@@ -46,11 +48,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of phase 1")
     parser.add_argument("--batch-size", type=int, default=None, help="PRUNE_BATCH_SIZE")
     parser.add_argument("--max-seconds", type=float, default=None, help="PRUNE_MAX_SECONDS")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
-    )
+    add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         options.runs, options.schedules, options.seconds = 4000, 20, 2.0

@@ -19,6 +19,8 @@ import os
 import time
 from datetime import timedelta
 
+from benchmarks.run import add_smoke_option
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 
@@ -28,11 +30,7 @@ def main() -> None:
     parser.add_argument(
         "--max-seconds", type=float, default=None, help="RECONCILE_MAX_SECONDS (default: setting)"
     )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
-    )
+    add_smoke_option(parser)
     options = parser.parse_args()
 
     from benchmarks.run import start

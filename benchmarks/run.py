@@ -43,6 +43,15 @@ def ensure_database() -> None:
         subprocess.run(["createdb", "-h", "127.0.0.1", "-U", "postgres", name], check=True)
 
 
+def add_smoke_option(parser: argparse.ArgumentParser) -> None:
+    """``--smoke``, which every benchmark has: .ci/run runs each with it, so none rots."""
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
+    )
+
+
 def use_smoke_services() -> None:
     """A smoke run's own database and Redis key prefix: it never touches a real run's data."""
     os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_smoke")
@@ -93,11 +102,7 @@ def main() -> None:
         action="store_true",
         help="observe the hot path into Prometheus metrics, as --metrics-port does",
     )
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
-    )
+    add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         # The figures mean nothing at this size; what counts is that every step still runs,

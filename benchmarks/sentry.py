@@ -26,6 +26,8 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from benchmarks.run import add_smoke_option
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 
@@ -82,11 +84,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--workers", type=int, default=8, help="inline dispatcher threads")
     parser.add_argument("--queue-size", type=int, default=100, help="transport_queue_size")
-    parser.add_argument(
-        "--smoke",
-        action="store_true",
-        help="tiny sizes, a database and key prefix of its own: checks that it still runs",
-    )
+    add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         options.due, options.batch_size = 200, 100

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
+from . import connection
 from .conf import DEFAULTS, SETTING_NAME, app_settings
 from .management import run_command
 
@@ -31,7 +32,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         )
     alias = app_settings.CACHE_ALIAS
     cache = settings.CACHES.get(alias)
-    if cache is None:
+    if app_settings.REDIS is not None:
+        pass  # the index has a Redis of its own: the cache alias is not used
+    elif cache is None:
         messages.append(
             Error(
                 f"{SETTING_NAME}['CACHE_ALIAS'] is {alias!r}, which is not in CACHES.",
@@ -107,7 +110,7 @@ def check_index(
         return [
             Warning(
                 f"Redis for the due index is not reachable: {exc}",
-                hint="Check the LOCATION of the cache named by SCHEDULINATOR['CACHE_ALIAS'].",
+                hint=f"Check the address of {connection.describe()}.",
                 id="schedulinator.W010",
             )
         ]

@@ -28,6 +28,12 @@ DEFAULTS: dict[str, Any] = {
     "COMMANDS": {},
     # The django-redis cache alias whose connection holds the due index.
     "CACHE_ALIAS": "default",
+    # Or a Redis of the app's own, in place of CACHE_ALIAS's: {"URL": "redis://host:6379/0"},
+    # {"URL": any node's URL, "CLUSTER": True} for a Redis Cluster, or {"SENTINELS":
+    # [["host", 26379], ...], "SERVICE_NAME": "mymaster"} for Sentinel; "OPTIONS": the
+    # redis-py client's keyword arguments (timeouts, password, ssl, db), "SENTINEL_OPTIONS":
+    # those of the connections to the sentinels. None: CACHE_ALIAS's connection.
+    "REDIS": None,
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
     "KEY_PREFIX": "schedulinator",
     # Dispatchers by alias, shaped like CACHES: {"alias": {"BACKEND": dotted path of a
@@ -340,6 +346,85 @@ class NotifyConfig:
     base_url: str  # without a trailing slash; "" when not given
 
 
+REDIS_KEYS = ("URL", "CLUSTER", "SENTINELS", "SERVICE_NAME", "OPTIONS", "SENTINEL_OPTIONS")
+
+
+@dataclass(frozen=True)
+class RedisConfig:
+    """SCHEDULINATOR["REDIS"], checked: one server, a cluster, or a Sentinel service."""
+
+    url: str | None = None
+    cluster: bool = False
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service_name: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    sentinel_options: dict[str, Any] = field(default_factory=dict)
+
+
+def _redis_config(value: Any) -> RedisConfig | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _error(
+            "REDIS", f"must be None or a dict with the keys {', '.join(REDIS_KEYS)}, got {value!r}"
+        )
+    unknown = sorted(str(key) for key in set(value) - set(REDIS_KEYS))
+    if unknown:
+        raise _error(
+            "REDIS", f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(REDIS_KEYS)}"
+        )
+    for key in ("OPTIONS", "SENTINEL_OPTIONS"):
+        if not isinstance(value.get(key, {}), dict):
+            raise _error(
+                "REDIS", f"[{key!r}] must be a dict of redis-py options, got {value[key]!r}"
+            )
+    cluster = value.get("CLUSTER", False)
+    if not isinstance(cluster, bool):
+        raise _error("REDIS", f"['CLUSTER'] must be True or False, got {cluster!r}")
+    options, sentinel_options = value.get("OPTIONS", {}), value.get("SENTINEL_OPTIONS", {})
+    if "SENTINELS" in value:
+        sentinels = value["SENTINELS"]
+        if (
+            not isinstance(sentinels, list | tuple)
+            or not sentinels
+            or not all(
+                isinstance(s, list | tuple)
+                and len(s) == 2
+                and isinstance(s[0], str)
+                and isinstance(s[1], int)
+                and not isinstance(s[1], bool)
+                for s in sentinels
+            )
+        ):
+            raise _error(
+                "REDIS",
+                f"['SENTINELS'] must be a non-empty list of [host, port] pairs, got {sentinels!r}",
+            )
+        service = value.get("SERVICE_NAME")
+        if not isinstance(service, str) or not service:
+            raise _error(
+                "REDIS",
+                f"['SERVICE_NAME'] must name the Sentinel service (its master's name) when "
+                f"SENTINELS is given, got {service!r}",
+            )
+        if "URL" in value or cluster:
+            raise _error(
+                "REDIS", "takes SENTINELS and SERVICE_NAME, or URL (and CLUSTER), not both"
+            )
+        pairs = tuple((host, port) for host, port in sentinels)
+        return RedisConfig(None, False, pairs, service, options, sentinel_options)
+    url = value.get("URL")
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise _error(
+            "REDIS",
+            f"['URL'] must be a redis://, rediss:// or unix:// URL (or give SENTINELS and "
+            f"SERVICE_NAME), got {url!r}",
+        )
+    if "SERVICE_NAME" in value:
+        raise _error("REDIS", "['SERVICE_NAME'] goes with SENTINELS, not with URL")
+    return RedisConfig(url, cluster, (), None, options, sentinel_options)
+
+
 class Settings:
     """Typed, lazy accessors; ``app_settings.BATCH_SIZE`` reads settings.SCHEDULINATOR now."""
 
@@ -424,6 +509,10 @@ class Settings:
     @property
     def CACHE_ALIAS(self) -> str:
         return self._string("CACHE_ALIAS")
+
+    @property
+    def REDIS(self) -> RedisConfig | None:
+        return _redis_config(self._get("REDIS"))
 
     @property
     def KEY_PREFIX(self) -> str:

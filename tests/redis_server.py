@@ -41,9 +41,13 @@ class RedisServer:
         return redis.Redis(port=self.port, socket_timeout=5)
 
     def start(self) -> None:
+        self.start_with()
+
+    def start_with(self, *extra: str) -> None:
+        """Start it with ``extra`` arguments after the usual ones (a cluster node's)."""
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
         argv += ["--dir", str(self.directory), "--logfile", str(self.directory / "redis.log")]
-        argv += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+        argv += ["--save", "", "--appendonly", "yes", "--appendfsync", "always", *extra]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:

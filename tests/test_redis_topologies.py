@@ -1,0 +1,272 @@
+"""The due index in a Redis of the app's own (``SCHEDULINATOR["REDIS"]``): a real Redis
+Cluster of six redis-server processes, and a master found through real Redis Sentinels; in
+each, schedules fire once through real `run_scheduler` processes, and keep firing, nothing
+doubled, after the master holding the index fails over to its replica."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Count, Max
+
+from django_schedulinator.conf import app_settings
+from django_schedulinator.connection import get_redis
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Schedule
+
+from .conftest import Schedulers, make_schedule, subprocess_env
+from .models import Receipt
+from .processes import output, wait_for
+from .redis_cluster import RedisClusterServers, redis_cluster
+from .redis_server import RedisServer, free_port
+
+pytestmark = pytest.mark.django_db(transaction=True)  # real schedulers: real commits
+
+
+def every_second(count: int) -> list[Schedule]:
+    return [
+        make_schedule(
+            task="tests.receipt", kind=Schedule.Kind.INTERVAL, interval=timedelta(seconds=1)
+        )
+        for _ in range(count)
+    ]
+
+
+def start_scheduler(
+    schedulers: Schedulers, key_prefix: str, redis_setting: dict[str, Any]
+) -> subprocess.Popen[str]:
+    env = subprocess_env(
+        key_prefix, SCHEDULINATOR_TEST_SETTINGS=json.dumps({"REDIS": redis_setting})
+    )
+    return schedulers.start("--max-seconds", "120", env=env)
+
+
+def receipts_per_schedule() -> dict[int, int]:
+    return dict(Receipt.objects.values_list("schedule_id").annotate(n=Count("id")))
+
+
+def assert_each_occurrence_fired_once() -> None:
+    doubled = Receipt.objects.values("key").annotate(n=Count("id")).filter(n__gt=1)
+    assert not doubled.exists(), list(doubled)
+
+
+def stop(proc: subprocess.Popen[str]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, output(proc)
+    return output(proc)
+
+
+# -- Redis Cluster ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, settings: Any) -> Iterator[RedisClusterServers]:
+    """A cluster of the test's own (three masters, a replica each); the app in this process
+    uses it through SCHEDULINATOR["REDIS"]."""
+    with redis_cluster(tmp_path / "cluster") as servers:
+        settings.SCHEDULINATOR = {
+            **settings.SCHEDULINATOR,
+            "REDIS": {"URL": servers.url, "CLUSTER": True},
+        }
+        yield servers
+
+
+@pytest.mark.subprocess
+def test_schedules_fire_once_through_a_redis_cluster(
+    cluster: RedisClusterServers, key_prefix: str, schedulers: Schedulers
+) -> None:
+    assert isinstance(get_redis(), redis.cluster.RedisCluster)
+    proc = start_scheduler(schedulers, key_prefix, {"URL": cluster.url, "CLUSTER": True})
+    schedules = every_second(5)
+    wait_for(
+        lambda: len(receipts_per_schedule()) == 5 and min(receipts_per_schedule().values()) >= 3
+    )
+    log = stop(proc)
+    assert "Scheduler pass failed" not in log, log
+    assert_each_occurrence_fired_once()
+    # The index lives on one node of the cluster, under its hash tag.
+    index = DueIndex()
+    assert index.is_built()
+    assert index.client.zcard(index.due_key) == len(schedules)
+
+
+@pytest.mark.subprocess
+def test_a_failed_over_master_loses_no_schedule_and_doubles_no_run(
+    cluster: RedisClusterServers, key_prefix: str, schedulers: Schedulers
+) -> None:
+    setting = {"URL": cluster.url, "CLUSTER": True}
+    proc = start_scheduler(schedulers, key_prefix, setting)
+    schedules = every_second(5)
+    wait_for(lambda: len(receipts_per_schedule()) == 5)
+
+    index = DueIndex()
+    cluster.fail_over(index.due_key)
+    failed_over = Receipt.objects.aggregate(last=Max("id"))["last"]
+    # Every schedule fires again after the replica took over, more than once each.
+    wait_for(
+        lambda: all(
+            Receipt.objects.filter(schedule_id=s.pk, id__gt=failed_over).count() >= 3
+            for s in schedules
+        ),
+        timeout=60,
+    )
+    assert proc.poll() is None, "the loop must not die"
+    stop(proc)
+    assert_each_occurrence_fired_once()
+
+
+# -- Redis Sentinel -----------------------------------------------------------------------------
+
+
+class SentinelSetup:
+    """A master, its replica and three sentinels watching them as "schedmaster"."""
+
+    SERVICE = "schedmaster"
+
+    def __init__(self, directory: Path) -> None:
+        self.master = RedisServer(directory / "master")
+        self.replica = RedisServer(directory / "replica")
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+        self.sentinel_ports: list[int] = []
+        self.directory = directory
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        for server in (self.master, self.replica):
+            server.directory.mkdir(parents=True)
+        self.master.start()
+        self.replica.start_with("--replicaof", "127.0.0.1", str(self.master.port))
+        for n in range(3):
+            port = free_port()
+            conf = self.directory / f"sentinel{n}.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                f"sentinel monitor {self.SERVICE} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {self.SERVICE} 1000\n"
+                f"sentinel failover-timeout {self.SERVICE} 5000\n"
+            )
+            self.sentinels.append(
+                subprocess.Popen(
+                    [binary, str(conf), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+            self.sentinel_ports.append(port)
+        wait_for(lambda: self.replica.client().info("replication")["master_link_status"] == "up")
+        wait_for(lambda: self._sentinels_know_the_replica(), timeout=30)
+
+    def _sentinels_know_the_replica(self) -> bool:
+        try:
+            return all(
+                redis.Redis(port=port).sentinel_slaves(self.SERVICE) for port in self.sentinel_ports
+            )
+        except redis.RedisError:
+            return False
+
+    @property
+    def setting(self) -> dict[str, Any]:
+        return {
+            "SENTINELS": [["127.0.0.1", port] for port in self.sentinel_ports],
+            "SERVICE_NAME": self.SERVICE,
+            "OPTIONS": {"socket_timeout": 5},
+        }
+
+    def fail_over(self) -> None:
+        """Make the replica the master, as Sentinel does when the master goes away."""
+        sentinel = redis.Redis(port=self.sentinel_ports[0])
+        sentinel.execute_command("SENTINEL", "FAILOVER", self.SERVICE)
+        wait_for(
+            lambda: sentinel.sentinel_get_master_addr_by_name(self.SERVICE)[1] == self.replica.port,
+            timeout=30,
+        )
+        wait_for(lambda: self.replica.client().info("replication")["role"] == "master")
+
+    def kill(self) -> None:
+        for proc in self.sentinels:
+            proc.kill()
+            proc.wait(timeout=30)
+        self.master.kill()
+        self.replica.kill()
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path, settings: Any) -> Iterator[SentinelSetup]:
+    setup = SentinelSetup(tmp_path)
+    try:
+        setup.start()
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": setup.setting}
+        yield setup
+    finally:
+        setup.kill()
+
+
+@pytest.mark.subprocess
+def test_schedules_fire_through_a_sentinel_master_and_after_its_failover(
+    sentinel: SentinelSetup, key_prefix: str, schedulers: Schedulers
+) -> None:
+    assert get_redis().connection_pool.service_name == SentinelSetup.SERVICE
+    proc = start_scheduler(schedulers, key_prefix, sentinel.setting)
+    schedules = every_second(4)
+    wait_for(lambda: len(receipts_per_schedule()) == 4)
+
+    sentinel.fail_over()
+    failed_over = Receipt.objects.aggregate(last=Max("id"))["last"]
+    wait_for(
+        lambda: all(
+            Receipt.objects.filter(schedule_id=s.pk, id__gt=failed_over).count() >= 3
+            for s in schedules
+        ),
+        timeout=60,
+    )
+    assert proc.poll() is None, "the loop must not die"
+    stop(proc)
+    assert_each_occurrence_fired_once()
+    # The index is on the new master.
+    assert sentinel.replica.client().zcard(DueIndex().due_key) == len(schedules)
+
+
+# -- the setting --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("redis://x", "must be None or a dict"),
+        ({"URL": "http://x"}, "['URL'] must be a redis://"),
+        ({"URL": "redis://x", "CLUSTER": "yes"}, "['CLUSTER'] must be True or False"),
+        ({"URL": "redis://x", "OPTIONS": []}, "['OPTIONS'] must be a dict"),
+        ({"URL": "redis://x", "HOST": "x"}, "has unknown keys HOST"),
+        ({"SENTINELS": [["h", "26379"]], "SERVICE_NAME": "m"}, "[host, port] pairs"),
+        ({"SENTINELS": [["h", 26379]]}, "['SERVICE_NAME'] must name the Sentinel service"),
+        ({"SENTINELS": [["h", 26379]], "SERVICE_NAME": "m", "URL": "redis://x"}, "not both"),
+        ({"URL": "redis://x", "SERVICE_NAME": "m"}, "goes with SENTINELS"),
+    ],
+)
+def test_a_bad_redis_setting_is_refused_by_name(settings: Any, value: Any, message: str) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": value}
+    with pytest.raises(ImproperlyConfigured) as caught:
+        app_settings.REDIS  # noqa: B018 - the access validates
+    assert "SCHEDULINATOR['REDIS']" in str(caught.value)
+    assert message in str(caught.value)
+
+
+def test_a_plain_redis_url_gets_a_client_of_its_own(settings: Any) -> None:
+    url = "redis://127.0.0.1:6379/0"
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": {"URL": url}}
+    client = get_redis()
+    assert client is get_redis()  # one per process
+    assert client.ping()
+    assert client.connection_pool.connection_kwargs["port"] == 6379

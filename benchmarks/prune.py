@@ -120,10 +120,10 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         t0, started = timezone.now(), time.monotonic()
         worker = scheduler.worker
         assert worker is not None
-        worker._next_prune = 0  # now, rather than within a minute of its start
+        worker.chores.next_prune = 0  # now, rather than within a minute of its start
         pruned_before = worker.counters.pruned
-        wait_until(lambda: worker._prune_thread is not None)
-        thread = worker._prune_thread
+        wait_until(lambda: worker.chores.prune_thread is not None)
+        thread = worker.chores.prune_thread
         assert thread is not None
         thread.join()  # the loop fires meanwhile: the prune runs on a thread of its own
         elapsed = time.monotonic() - started

@@ -37,7 +37,8 @@ from .conf import app_settings
 from .dispatch.base import BaseDispatcher, Occurrence, Outcome
 from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
-from .models import Run, Schedule, alert_time, catch_up_policy, occurrence_key
+from .keys import occurrence_key
+from .models import Run, Schedule, alert_time, catch_up_policy
 from .querysets import Advance, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
 

@@ -258,15 +258,17 @@ def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStat
         row["dispatcher"]: dict(row)
         for row in Run.objects.using(db)
         .filter(
-            Q(status="dispatched", outcome_due_by__isnull=False)
-            | Q(status="pending", claim_token="", attempts__gt=0)
+            Q(status=Run.Status.DISPATCHED, outcome_due_by__isnull=False)
+            | Q(status=Run.Status.PENDING, claim_token="", attempts__gt=0)
         )
-        .exclude(status="pending", error="")
+        .exclude(status=Run.Status.PENDING, error="")
         .values("dispatcher")
         .annotate(
-            awaiting=Count("pk", filter=Q(status="dispatched", outcome_due_by__gt=now)),
-            past_deadline=Count("pk", filter=Q(status="dispatched", outcome_due_by__lte=now)),
-            retrying=Count("pk", filter=Q(status="pending")),
+            awaiting=Count("pk", filter=Q(status=Run.Status.DISPATCHED, outcome_due_by__gt=now)),
+            past_deadline=Count(
+                "pk", filter=Q(status=Run.Status.DISPATCHED, outcome_due_by__lte=now)
+            ),
+            retrying=Count("pk", filter=Q(status=Run.Status.PENDING)),
         )
     }
     rows = []

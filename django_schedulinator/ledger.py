@@ -34,6 +34,7 @@ from django.db.models.functions import Coalesce
 from . import timing
 from .models import Run, Schedule, alert_time
 from .querysets import NewRun, json_ids
+from .statuses import OutcomeStatus
 
 if TYPE_CHECKING:
     from .dispatch.base import Outcome
@@ -327,7 +328,11 @@ def record_outcomes(
     succeeded: list[Outcome] = []
     failed: list[Outcome] = []
     retries: list[Outcome] = []
-    groups = {"dispatched": handed_off, "succeeded": succeeded, "failed": failed}
+    groups: dict[str, list[Outcome]] = {
+        OutcomeStatus.DISPATCHED: handed_off,
+        OutcomeStatus.SUCCEEDED: succeeded,
+        OutcomeStatus.FAILED: failed,
+    }
     for o in outcomes:  # "retry", and a status no dispatcher should return: tried again
         groups.get(o.status, retries).append(o)
     # Each run is written once here (a row written twice in a transaction has its foreign key
@@ -387,7 +392,7 @@ def record_outcomes(
                 failed.append(
                     replace(
                         o,
-                        status="failed",
+                        status=OutcomeStatus.FAILED,
                         error=f"Handed off {attempt} time(s) without success; the last "
                         f"error: {o.error}",
                     )
@@ -456,7 +461,7 @@ def _said_something(outcome: Outcome) -> bool:
 # -- outcomes reported from the worker side, by occurrence key ---------------------------
 
 # A report changes these runs: not yet ended, and not skipped or waiting (buffered).
-REPORTABLE = ("pending", "running", "dispatched")
+REPORTABLE = (Run.Status.PENDING, Run.Status.RUNNING, Run.Status.DISPATCHED)
 
 
 def record_started(
@@ -469,7 +474,7 @@ def record_started(
         .filter(
             schedule_id=schedule_id,
             scheduled_for=scheduled_for,
-            status__in=("pending", "dispatched"),
+            status__in=(Run.Status.PENDING, Run.Status.DISPATCHED),
         )
         .update(status=Run.Status.RUNNING, lease_expires_at=None, outcome_due_by=outcome_due_by)
     )

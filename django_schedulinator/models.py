@@ -19,27 +19,20 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from . import clock, timing
+from . import clock, statuses, timing
 from .conf import MAX_JSON_DEPTH, app_settings
 from .dbclock import DatabaseClockField
 from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
+from .keys import occurrence_key as occurrence_key  # its home was here
 from .querysets import RunQuerySet, ScheduleQuerySet
 from .registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, registry
+from .statuses import RunStatus
 
 StrOrPromise = str | Promise  # a message, translated when shown
 
 
 def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
-
-
-def occurrence_key(schedule_id: int, scheduled_for: datetime) -> str:
-    """The idempotency key of one occurrence: ``"<schedule id>:<epoch ms of nominal time>"``.
-
-    Deterministic, so every (re-)dispatch of the same occurrence carries the same key and a
-    receiver can dedupe on it.
-    """
-    return f"{schedule_id}:{timing.to_ms(scheduled_for)}"
 
 
 def validate_registered_task(value: str) -> None:
@@ -870,14 +863,7 @@ class Run(models.Model):
     Occurrences that did not fire are in it too, as ``skipped`` with a reason.
     """
 
-    class Status(models.TextChoices):
-        PENDING = "pending", _("Pending")  # committed, waiting for (or in) dispatch
-        RUNNING = "running", _("Running")  # the dispatcher reported it started
-        BUFFERED = "buffered", _("Buffered")  # overlap "buffer": waits for the previous run
-        DISPATCHED = "dispatched", _("Dispatched")  # handed off to another system
-        SUCCEEDED = "succeeded", _("Succeeded")
-        FAILED = "failed", _("Failed")
-        SKIPPED = "skipped", _("Skipped")
+    Status = RunStatus
 
     class Trigger(models.TextChoices):
         SCHEDULE = "schedule", _("Schedule")
@@ -893,7 +879,7 @@ class Run(models.Model):
         REPLACED = timing.REPLACED, _("Replaced by a run now")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
-    UNFINISHED = (Status.PENDING, Status.RUNNING)
+    UNFINISHED = statuses.UNFINISHED
 
     # No index of its own: the unique (schedule, scheduled_for) constraint serves lookups.
     schedule = models.ForeignKey(
@@ -981,15 +967,15 @@ class Run(models.Model):
             # Only unfinished runs: it stays as small as the work in flight.
             models.Index(
                 fields=["lease_expires_at"],
-                condition=Q(status__in=["pending", "running"]),
+                condition=Q(status__in=list(statuses.UNFINISHED)),
                 name="schedulinator_run_lease",
             ),
             # The overlap policies ask whether a schedule has a run in progress or waiting
             # (RunQuerySet.in_progress): handed-off runs awaiting their outcome included.
             models.Index(
                 fields=["schedule"],
-                condition=Q(status__in=["pending", "running", "buffered"])
-                | Q(status="dispatched", outcome_due_by__isnull=False),
+                condition=Q(status__in=[*statuses.UNFINISHED, RunStatus.BUFFERED])
+                | Q(status=RunStatus.DISPATCHED, outcome_due_by__isnull=False),
                 name="schedulinator_run_active",
             ),
             # The missed-run check: only runs that may yet be missed, a few at any time.

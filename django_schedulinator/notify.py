@@ -48,6 +48,7 @@ from .conf import SETTING_NAME, NotifyConfig, app_settings
 from .dispatch.base import Option
 from .errors import TimingError
 from .models import Schedule
+from .statuses import RunStatus
 
 logger = logging.getLogger("django_schedulinator.notify")
 
@@ -497,7 +498,7 @@ def _failed(
     error: str,
     **kwargs: Any,
 ) -> None:
-    if status == "failed":
+    if status == RunStatus.FAILED:
         outbox.put(
             Event(
                 "failed",

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from . import clock, ledger, services, signals, timing
-from .errors import SchedulinatorError
-from .models import Run, occurrence_key
+from . import clock, ledger, signals, streaks
+from .keys import InvalidKey as InvalidKey  # its home was here
+from .keys import occurrence_key, parse_key
+from .models import Run
 from .querysets import json_ids
+from .statuses import OutcomeStatus, ReportedStatus
 
 if TYPE_CHECKING:
     from .dispatch.base import BaseDispatcher, Outcome
@@ -69,28 +70,6 @@ def through_a_dropped_connection(func: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-class InvalidKey(SchedulinatorError, ValueError):
-    """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
-
-
-# ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits.
-KEY_PATTERN = re.compile(r"([0-9]{1,19}):(-?[0-9]{1,15})")
-# A schedule's primary key is a bigint.
-MAX_SCHEDULE_ID = 2**63 - 1
-
-
-def parse_key(key: str) -> tuple[int, datetime]:
-    """The schedule id and nominal time an occurrence key stands for. Something else, or a
-    key whose numbers no schedule id or datetime can hold, raises ``InvalidKey``."""
-    match = KEY_PATTERN.fullmatch(str(key))
-    if match and int(match[1]) <= MAX_SCHEDULE_ID:
-        try:
-            return int(match[1]), timing.from_ms(int(match[2]))
-        except OverflowError:  # past the years 1-9999
-            pass
-    raise InvalidKey(f"{key!r} is not an occurrence key ('<schedule id>:<epoch ms>')")
-
-
 def retry_of(dispatcher: BaseDispatcher) -> ledger.Retry:
     options = dispatcher.settings
     return ledger.Retry(
@@ -129,10 +108,14 @@ def record(
     awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
     with transaction.atomic(using=using):
-        # The schedules before their runs (services.lock_streaks says why).
-        resets = services.lock_streaks(
-            [schedule_of[o.run_id] for o in outcomes if o.status == "succeeded"],
-            [schedule_of[o.run_id] for o in outcomes if o.status in ("failed", "retry")],
+        # The schedules before their runs (streaks.lock_streaks says why).
+        resets = streaks.lock_streaks(
+            [schedule_of[o.run_id] for o in outcomes if o.status == OutcomeStatus.SUCCEEDED],
+            [
+                schedule_of[o.run_id]
+                for o in outcomes
+                if o.status in (OutcomeStatus.FAILED, OutcomeStatus.RETRY)
+            ],
             using=using,
         )
         recorded = ledger.record_outcomes(
@@ -143,9 +126,9 @@ def record(
             outcome_due_by=due_by if awaited else None,
             retry=retry_of(dispatcher),
         )
-        failed = [o.run_id for o in recorded.ended if o.status == "failed"]
+        failed = [o.run_id for o in recorded.ended if o.status == OutcomeStatus.FAILED]
         _streaks(resets, _nominal_times(failed, using), using=using, index=index)
-        handed_off = [o for o in outcomes if o.status == "dispatched"]
+        handed_off = [o for o in outcomes if o.status == OutcomeStatus.DISPATCHED]
         _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using)
     return recorded
 
@@ -234,8 +217,8 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
     db = router.db_for_write(Run)
     now = clock.now()
     with transaction.atomic(using=db):
-        # The schedule before its run (services.lock_streaks says why).
-        resets = services.lock_streaks(
+        # The schedule before its run (streaks.lock_streaks says why).
+        resets = streaks.lock_streaks(
             [schedule_id] if succeeded else [], [] if succeeded else [schedule_id], using=db
         )
         ended = ledger.record_reported_end(
@@ -255,7 +238,7 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
                     .values_list("pk", flat=True)
                     .get()
                 )
-                status = "succeeded" if succeeded else "failed"
+                status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
                 _finished(run_id, schedule_id, at, status, str(error), using=db)
     if not ended:
         logger.info("An end was reported for %s, which is not awaited; nothing changed.", key)
@@ -298,11 +281,11 @@ def _streaks(
     index: DueIndex | None = None,
 ) -> None:
     """Each schedule's failures in a row (``succeeded``: those with a success and a count
-    above zero, from ``services.lock_streaks``; ``failed``: the nominal times of the runs
+    above zero, from ``streaks.lock_streaks``; ``failed``: the nominal times of the runs
     that failed, by schedule); those that reach ``pause_after_failures`` pause (through the
     service layer, in the caller's transaction)."""
-    reached = services.record_streaks(succeeded, failed, using=using)
-    paused = services.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)
+    reached = streaks.record_streaks(succeeded, failed, using=using)
+    paused = streaks.auto_pause(reached, note=AUTO_PAUSE_NOTE, using=using, index=index)
     if paused:
         logger.warning(
             "Paused %d schedule(s) after failures in a row (pause_after_failures): %s",
@@ -324,10 +307,10 @@ def report_from_worker(key: str | Callable[[], str | None], status: str, error: 
         found = key() if callable(key) else key
         if found is None:
             return
-        if status == "started":
+        if status == ReportedStatus.STARTED:
             report_started(found)
         else:
-            report_finished(found, succeeded=status == "succeeded", error=error)
+            report_finished(found, succeeded=status == ReportedStatus.SUCCEEDED, error=error)
     except Exception:
         logger.exception(
             "Could not report that %s %s.", key if isinstance(key, str) else "a run", status

@@ -14,6 +14,8 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
+from .statuses import UNFINISHED, RunStatus
+
 if TYPE_CHECKING:
     from .models import Run, Schedule  # noqa: F401 - named in strings below
 
@@ -38,7 +40,7 @@ class NewRun(NamedTuple):
     kwargs: Any
     dispatcher: str
     dispatch_options: Any
-    status: str = "pending"
+    status: str = RunStatus.PENDING
     trigger: str = "schedule"
     skip_reason: str = ""
     note: str = ""
@@ -68,7 +70,7 @@ class NewRun(NamedTuple):
 
 
 # The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
-PLAIN_RUN = ("pending", "schedule", "", "", 1, None, None)
+PLAIN_RUN = (RunStatus.PENDING, "schedule", "", "", 1, None, None)
 
 
 # Backends whose batches travel as one JSON parameter: the SQL text stays short and constant
@@ -167,7 +169,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         recovered = models.Exists(
             runs._default_manager.filter(
                 schedule=models.OuterRef("pk"),
-                status="succeeded",
+                status=RunStatus.SUCCEEDED,
                 scheduled_for__gte=models.OuterRef("missed_at"),
             )
         )
@@ -303,11 +305,11 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 
 class RunQuerySet(models.QuerySet["Run"]):
     def pending(self) -> RunQuerySet:
-        return self.filter(status="pending")
+        return self.filter(status=RunStatus.PENDING)
 
     def unfinished(self) -> RunQuerySet:
         """Pending or running: a process holds each under a lease."""
-        return self.filter(status__in=("pending", "running"))
+        return self.filter(status__in=UNFINISHED)
 
     def held_by(self, claim_token: str, ids: Any) -> RunQuerySet:
         """The unfinished runs among ``ids`` that the claim ``claim_token`` still holds (a
@@ -319,9 +321,9 @@ class RunQuerySet(models.QuerySet["Run"]):
         running in a scheduler (under a lease); or handed off, or reported started, with
         their outcome still expected (``outcome_due_by`` not passed)."""
         return self.filter(
-            models.Q(status__in=("pending", "buffered"))
-            | models.Q(status="running", outcome_due_by__isnull=True)
-            | models.Q(status__in=("running", "dispatched"), outcome_due_by__gt=now)
+            models.Q(status__in=(RunStatus.PENDING, RunStatus.BUFFERED))
+            | models.Q(status=RunStatus.RUNNING, outcome_due_by__isnull=True)
+            | models.Q(status__in=(RunStatus.RUNNING, RunStatus.DISPATCHED), outcome_due_by__gt=now)
         )
 
     def lease_expired(self, now: datetime) -> RunQuerySet:
@@ -360,9 +362,9 @@ class RunQuerySet(models.QuerySet["Run"]):
         skipped, or handed off with no outcome expected after ``now``. Never pending,
         running or buffered."""
         return self.filter(
-            models.Q(status__in=("succeeded", "failed", "skipped"))
-            | models.Q(status="dispatched", outcome_due_by__isnull=True)
-            | models.Q(status="dispatched", outcome_due_by__lte=now)
+            models.Q(status__in=(RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SKIPPED))
+            | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__isnull=True)
+            | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__lte=now)
         )
 
     def recorded_before(self, cutoff: datetime) -> RunQuerySet:
@@ -475,7 +477,7 @@ class RunQuerySet(models.QuerySet["Run"]):
                     note=r.note,
                     attempts=r.attempts,
                     lease_expires_at=(r.lease_expires_at or lease_expires_at)
-                    if r.status == "pending"
+                    if r.status == RunStatus.PENDING
                     else r.lease_expires_at,
                     alert_at=r.alert_at,
                     claimed_at=claimed_at,

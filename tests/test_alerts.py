@@ -375,7 +375,7 @@ def test_no_scheduler_alive_is_raised_once_per_outage(index: DueIndex) -> None:
 
 def test_a_running_scheduler_ends_the_outage(index: DueIndex) -> None:
     assert alerts.no_scheduler_alive(False, index=index)
-    Worker(worker_id="t", index=index)._check_missed()
+    Worker(worker_id="t", index=index).chores.missed_check()
     assert index.client.get(index.outage_key) is None
 
 

@@ -15,11 +15,13 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.claiming import Claimer, PlannedRetries
 from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.leases import Leased
 from django_schedulinator.models import Run, Schedule, occurrence_key
 from django_schedulinator.querysets import Advance, NewRun
 from django_schedulinator.rebuild import ensure_built
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Leased, Worker, bound_lock_waits
+from django_schedulinator.transient import bound_lock_waits
+from django_schedulinator.worker import Worker
 
 from .conftest import make_due, make_schedule
 from .models import Delivery
@@ -410,8 +412,8 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     Schedule.objects.get(pk=deleted).delete()
     services.pause(Schedule.objects.get(pk=paused), "maintenance")
 
-    worker._dispatch_now(
-        worker._lane("default"), Leased(occurrences, token, time.monotonic(), counted=True)
+    worker.lanes.dispatch_now(
+        worker.lanes.lane("default"), Leased(occurrences, token, time.monotonic(), counted=True)
     )
 
     assert set(Delivery.objects.values_list("schedule_id", flat=True)) == {kept}

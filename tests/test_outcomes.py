@@ -227,7 +227,7 @@ def test_a_start_reported_before_the_hand_off_is_recorded_is_kept() -> None:
     [occurrence] = occurrences
     # The worker is quicker than the scheduler's record of the hand-off.
     assert outcomes.report_started(occurrence.key)
-    worker._dispatch_now(worker._lane("queue"), _leased(occurrences, token))
+    worker.lanes.dispatch_now(worker.lanes.lane("queue"), _leased(occurrences, token))
 
     run = Run.objects.get(schedule=schedule)
     assert run.status == "running"
@@ -249,7 +249,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
     schedule, worker, occurrences, token = claimed("flaky")
     [occurrence] = occurrences
     assert outcomes.report_started(occurrence.key)
-    worker._dispatch_now(worker._lane("flaky"), _leased(occurrences, token))
+    worker.lanes.dispatch_now(worker.lanes.lane("flaky"), _leased(occurrences, token))
 
     run = Run.objects.get(schedule=schedule)
     assert (run.status, run.lease_expires_at) == ("running", None)
@@ -259,7 +259,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
 
 
 def _leased(occurrences: Any, token: str) -> Any:
-    from django_schedulinator.worker import Leased
+    from django_schedulinator.leases import Leased
 
     return Leased(occurrences, token, time.monotonic(), counted=True)  # a fresh claim
 

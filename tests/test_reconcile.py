@@ -153,13 +153,13 @@ def test_reconcile_reads_a_backlog_slice_after_slice_until_it_has_caught_up(
 
     slices = 0
     while entry(built_index, lost) is None and slices < 100:
-        worker._chores()  # what the loop does after each pass
+        worker.chores.run()  # what the loop does after each pass
         slices += 1
 
     assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
     assert slices > 12  # one batch each, back to back, within one RECONCILE_SECONDS
-    worker._chores()
-    assert not worker._reconcile_behind  # caught up: the next turn is a period away
+    worker.chores.run()
+    assert not worker.chores.reconcile_behind  # caught up: the next turn is a period away
 
 
 @pytest.mark.usefixtures("settled_at_once")
@@ -188,7 +188,7 @@ def test_reconcile_tells_a_lost_index_from_missed_sync_writes(
     # flushed): the claim rebuilds the index, and reconcile must not call that missed writes.
     built_index.drop()
     with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-        worker._reconcile()
+        worker.chores.reconcile()
     assert "missed" not in caplog.text
     assert built_index.scores([older.pk, new_a.pk, new_b.pk]) == dict.fromkeys(
         [older.pk, new_a.pk, new_b.pk]
@@ -200,7 +200,7 @@ def test_reconcile_tells_a_lost_index_from_missed_sync_writes(
     built_index.mark_built({"by": "tests"})
     built_index.client.hset(built_index.revisions_key, older.pk, older.revision - 1)
     with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-        worker._reconcile()
+        worker.chores.reconcile()
     assert "healed 1 index entry whose sync write had been missed" in caplog.text
     assert "indexed 2 schedules the index had no record of" in caplog.text
 
@@ -214,7 +214,7 @@ def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
     has settled; a write that is really lost is healed and reported then."""
     schedule, lost = make_schedule(), make_schedule()
     worker = Worker(once=True, index=built_index)
-    worker._reconcile()  # the watermark is now
+    worker.chores.reconcile()  # the watermark is now
     # A write lost for good: the index keeps an older revision of ``lost``.
     old_revision, old_score = lost.revision, entry(built_index, lost)
     services.update(lost, {"interval": timedelta(hours=3)})
@@ -242,7 +242,7 @@ def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
     try:
         assert committed.wait(30), "the edit did not commit"
         with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-            worker._reconcile()  # the row is committed, its index write not done yet
+            worker.chores.reconcile()  # the row is committed, its index write not done yet
     finally:
         release.set()
         editor.join(30)
@@ -254,7 +254,7 @@ def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
     settled = schedule.updated_at + reconcile_module.SETTLE
     wait_for(lambda: database_now("default") > settled, timeout=60)
     with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-        worker._reconcile()
+        worker.chores.reconcile()
     assert "Reconcile healed 1 index entry whose sync write had been missed" in caplog.text
     assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
 

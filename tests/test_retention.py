@@ -391,9 +391,9 @@ def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIn
     add_runs(idle_schedule(), 5)
     assert Pruner.from_settings(NOW) is None
     worker, other = Worker(index=built_index), Worker(index=built_index)
-    worker._next_prune = 0
-    worker._chores()
-    assert worker._prune_thread is None
+    worker.chores.next_prune = 0
+    worker.chores.run()
+    assert worker.chores.prune_thread is None
     assert Run.objects.count() == 5
 
     # No turn was taken while it was off: switched on, the next period prunes at once.
@@ -402,10 +402,10 @@ def test_retention_switched_off_prunes_nothing(settings: Any, built_index: DueIn
         "RUN_RETENTION_SECONDS": 86_400,
         "RUN_KEEP_LAST": 1,
     }
-    other._next_prune = 0
-    other._chores()
-    assert other._prune_thread is not None
-    other._prune_thread.join(60)
+    other.chores.next_prune = 0
+    other.chores.run()
+    assert other.chores.prune_thread is not None
+    other.chores.prune_thread.join(60)
     assert Run.objects.count() == 1
     for w in (worker, other):
         w.close()
@@ -434,17 +434,17 @@ def test_the_chore_prunes_on_a_thread_of_its_own_until_it_has_caught_up(
     for schedule in schedules:
         add_runs(schedule, 9)
     worker, other = Worker(index=built_index), Worker(index=built_index)
-    worker._next_prune = other._next_prune = 0
+    worker.chores.next_prune = other.chores.next_prune = 0
 
     with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-        worker._chores()  # takes the period's turn, and returns: the thread prunes
-        other._chores()  # does not: one prune per period across the schedulers
-        assert worker._prune_thread is not None
-        worker._prune_thread.join(60)
+        worker.chores.run()  # takes the period's turn, and returns: the thread prunes
+        other.chores.run()  # does not: one prune per period across the schedulers
+        assert worker.chores.prune_thread is not None
+        worker.chores.prune_thread.join(60)
 
-    assert other._prune_thread is None
+    assert other.chores.prune_thread is None
     assert other.counters.pruned == 0
-    assert worker._prune_thread.pruner.total.batches >= 5  # 27 rows, five a batch
+    assert worker.chores.prune_thread.pruner.total.batches >= 5  # 27 rows, five a batch
     assert worker.counters.pruned == 21
     assert [len(left(s)) for s in schedules] == [2, 2, 2]
     assert "Pruned 21 run(s) and 0 change log entries past their retention" in caplog.text
@@ -459,17 +459,17 @@ def test_a_failed_prune_starts_again_at_the_next_period(
 ) -> None:
     add_runs(idle_schedule(), 20)
     worker = Worker(index=built_index)
-    worker._next_prune = 0
+    worker.chores.next_prune = 0
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("the disk is full")
 
     monkeypatch.setattr(retention.Pruner, "_run_batch", broken)
-    worker._chores()  # must not raise: the loop goes on
-    assert worker._prune_thread is not None
-    worker._prune_thread.join(60)
+    worker.chores.run()  # must not raise: the loop goes on
+    assert worker.chores.prune_thread is not None
+    worker.chores.prune_thread.join(60)
 
-    assert not worker._prune_thread.running  # not tried again after every pass
+    assert not worker.chores.prune_thread.running  # not tried again after every pass
     assert "The prune failed; the next period tries again." in caplog.text
     assert Run.objects.count() == 20
     worker.close()
@@ -583,13 +583,13 @@ def test_a_prune_that_waits_on_a_row_lock_gives_way(
     holder = threading.Thread(target=hold)
     holder.start()
     worker = Worker(index=built_index)
-    worker._next_prune = 0
+    worker.chores.next_prune = 0
     try:
         assert locked.wait(30)
         with caplog.at_level(logging.INFO, logger="django_schedulinator"):
-            worker._chores()  # must not raise
-            assert worker._prune_thread is not None
-            worker._prune_thread.join(60)  # its lock waits are bounded like the loop's
+            worker.chores.run()  # must not raise
+            assert worker.chores.prune_thread is not None
+            worker.chores.prune_thread.join(60)  # its lock waits are bounded like the loop's
     finally:
         release.set()
         holder.join(60)

@@ -14,6 +14,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+from django_schedulinator.models import Run
+from django_schedulinator.statuses import OutcomeStatus, ReportedStatus, RunStatus
+
 PACKAGE = "django_schedulinator"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
@@ -102,8 +105,43 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
     graph = import_graph()
     models = graph[f"{PACKAGE}.models"]
-    for module in ("services", "changelog", "ledger", "claiming", "sync"):
+    for module in ("services", "streaks", "changelog", "ledger", "claiming", "sync"):
         assert f"{PACKAGE}.{module}" not in models
+
+
+# The scheduler loop's modules, and those of them each may import: the loop (worker) uses
+# its chores and its lanes; a lane hands a batch to its dispatcher with a recorder
+# (progress) while the lease keeper (leases) renews it. Nothing points back up.
+LOOP = {
+    "worker": {"chores", "lanes", "leases", "transient"},
+    "chores": {"transient"},
+    "lanes": {"leases", "progress", "transient"},
+    "leases": {"transient"},
+    "progress": {"transient"},
+    "transient": set(),
+}
+
+
+def test_the_loops_modules_import_one_way() -> None:
+    graph = import_graph()
+    for name, allowed in LOOP.items():
+        imported = {m.removeprefix(f"{PACKAGE}.") for m in graph[f"{PACKAGE}.{name}"]}
+        assert imported & set(LOOP) <= allowed, name
+    # Outside the loop, only the command that runs it imports it.
+    users = {
+        module
+        for module, imports in graph.items()
+        if module.removeprefix(f"{PACKAGE}.") not in LOOP
+        and imports & {f"{PACKAGE}.{name}" for name in LOOP}
+    }
+    assert users == {f"{PACKAGE}.management.commands.run_scheduler"}
+
+
+def test_the_recorder_handed_to_dispatchers_holds_no_worker() -> None:
+    # A dispatcher gets a narrow recorder (progress.BatchProgress), not the scheduler.
+    source = (ROOT / "progress.py").read_text("utf-8")
+    assert "worker" not in _imports(f"{PACKAGE}.progress", ROOT / "progress.py", set(_modules()))
+    assert "Worker" not in source
 
 
 # What writes a model: a method on an instance or a queryset that saves, deletes or updates
@@ -152,6 +190,64 @@ def test_the_admin_and_the_api_write_only_through_the_services() -> None:
     assert sources
     writes = [line for path in sources for line in _writes(path)]
     assert writes == []
+
+
+# Every status the app compares, by its enumeration (statuses.py): a literal compared with a
+# status, or given as one to a query, is a typo waiting to happen.
+STATUS_VALUES = {
+    member.value for kind in (RunStatus, OutcomeStatus, ReportedStatus) for member in kind
+}
+
+
+def _status_literals(path: Path) -> list[str]:
+    """``file:line: code`` for each status literal compared with a status in ``path``."""
+
+    def literal(node: ast.AST) -> bool:
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(literal(element) for element in node.elts)
+        return isinstance(node, ast.Constant) and node.value in STATUS_VALUES
+
+    tree = ast.parse(path.read_text("utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(literal(o) for o in operands) and "status" in ast.unparse(node):
+                found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        elif (
+            isinstance(node, ast.keyword)
+            and node.arg in ("status", "status__in")
+            and literal(node.value)
+        ):
+            found.append(f"{path.name}:{node.value.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_statuses_are_compared_by_their_enumerations() -> None:
+    sources = sorted(p for p in ROOT.rglob("*.py") if "migrations" not in p.parts)
+    literals = [line for path in sources for line in _status_literals(path)]
+    assert literals == []
+
+
+def test_the_status_check_finds_a_literal(tmp_path: Path) -> None:
+    # The check above must be able to fail.
+    source = tmp_path / "module.py"
+    source.write_text(
+        "ok = o.status == Status.FAILED\nbad = o.status in ('failed', 'retry')\n"
+        "runs.filter(status='pending')\nkind == 'failed'\n"
+    )
+    assert _status_literals(source) == [
+        "module.py:2: o.status in ('failed', 'retry')",
+        "module.py:3: status='pending'",
+    ]
+
+
+def test_the_outcome_and_report_statuses_are_run_statuses() -> None:
+    # What a dispatcher or a worker reports is recorded as the run's status of that value.
+    run_statuses = set(RunStatus.values)
+    assert {s.value for s in OutcomeStatus} - run_statuses == {"retry"}
+    assert {s.value for s in ReportedStatus} - run_statuses == {"started"}
+    assert Run.Status is RunStatus
 
 
 def test_the_write_check_finds_a_write(tmp_path: Path) -> None:

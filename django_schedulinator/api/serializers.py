@@ -20,6 +20,7 @@ from .. import outcomes
 from ..conf import MAX_PREVIEW_COUNT, app_settings
 from ..models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
 from ..registry import registry
+from ..statuses import ReportedStatus
 from .negotiation import too_deep_message
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.
@@ -504,7 +505,7 @@ class OutcomeReportSerializer(serializers.Serializer[Any]):
         max_length=64, help_text="The occurrence key the run was handed off with."
     )
     status = serializers.ChoiceField(
-        choices=["started", "succeeded", "failed"], help_text="What happened to the run."
+        choices=[s.value for s in ReportedStatus], help_text="What happened to the run."
     )
     error = serializers.CharField(
         required=False,

@@ -29,7 +29,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import outcomes, services, timing
+from .. import keys, outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import ScheduleDeleted, ServiceError, VersionConflict
@@ -37,6 +37,7 @@ from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
 from ..heartbeat import alive
 from ..index import get_index
 from ..models import Run, Schedule, ScheduleChange
+from ..statuses import ReportedStatus
 from . import serializers as s
 from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
 from .negotiation import NegotiationMixin
@@ -581,17 +582,19 @@ class OutcomeReportView(
         body.is_valid(raise_exception=True)
         key, reported = body.validated_data["key"], body.validated_data["status"]
         try:
-            schedule_id, at = outcomes.parse_key(key)
-        except outcomes.InvalidKey as exc:
+            schedule_id, at = keys.parse_key(key)
+        except keys.InvalidKey as exc:
             raise ValidationError({"key": [str(exc)]}) from None
         schedule = Schedule.objects.filter(pk=schedule_id).first()
         if schedule is not None:
             self.check_object_permissions(request, schedule)
-        if reported == "started":
+        if reported == ReportedStatus.STARTED:
             changed = outcomes.report_started(key)
         else:
             changed = outcomes.report_finished(
-                key, succeeded=reported == "succeeded", error=body.validated_data["error"]
+                key,
+                succeeded=reported == ReportedStatus.SUCCEEDED,
+                error=body.validated_data["error"],
             )
         run_status = (
             Run.objects.filter(schedule_id=schedule_id, scheduled_for=at)

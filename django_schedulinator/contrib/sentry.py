@@ -53,6 +53,7 @@ from ..errors import TimingError, UnknownTask
 from ..models import Schedule
 from ..querysets import json_ids
 from ..registry import registry
+from ..statuses import RunStatus
 
 if TYPE_CHECKING:
     from sentry_sdk._types import MonitorConfig
@@ -482,7 +483,7 @@ def on_run_handed_off(
 
 def on_run_finished(sender: Any, *, schedule_id: int, key: str, status: str, **kwargs: Any) -> None:
     if _active():
-        outbox.put(CheckIn(schedule_id, key, OK if status == "succeeded" else ERROR))
+        outbox.put(CheckIn(schedule_id, key, OK if status == RunStatus.SUCCEEDED else ERROR))
 
 
 def on_schedule_saved(sender: Any, instance: Schedule, **kwargs: Any) -> None:

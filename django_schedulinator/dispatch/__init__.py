@@ -22,6 +22,7 @@ from .base import (
     Occurrence,
     Option,
     Outcome,
+    OutcomeStatus,
     Progress,
     Unreachable,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Occurrence",
     "Option",
     "Outcome",
+    "OutcomeStatus",
     "Progress",
     "UnknownDispatcher",
     "Unreachable",

@@ -29,12 +29,11 @@ from django.core.checks import CheckMessage
 from ..errors import InvalidArguments as InvalidArguments  # its home was here
 from ..errors import TaskTimedOut, UnknownTask
 from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, RegisteredTask, registry
+from ..statuses import OutcomeStatus as OutcomeStatus  # re-exported by dispatch
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
-# "retry": the hand-off failed in a way that may pass later (a broker down, a timeout, an
-# HTTP 5xx); the run is dispatched again, with the same key, after a backoff.
-OutcomeStatus = Literal["dispatched", "succeeded", "failed", "retry"]
+
 DEFAULT_ALIAS = "default"
 # What is kept of an error (the ledger keeps the same).
 MAX_ERROR_CHARS = 4000
@@ -143,7 +142,7 @@ class Outcome:
     """
 
     run_id: int
-    status: OutcomeStatus
+    status: OutcomeStatus | Literal["dispatched", "succeeded", "failed", "retry"]
     error: str = ""
     external_id: str = ""
     response_status: int | None = None
@@ -369,7 +368,7 @@ class BaseDispatcher:
     def failure(self, occurrence: Occurrence, exc: Exception) -> Outcome:
         """The outcome of a hand-off that raised ``exc``: failed, with what went wrong."""
         if isinstance(exc, UnknownTask | InvalidArguments | TaskTimedOut):
-            return Outcome(occurrence.run_id, "failed", str(exc))
+            return Outcome(occurrence.run_id, OutcomeStatus.FAILED, str(exc))
         logger.exception(
             "Handing off run %s (%s, key %s) through %r failed.",
             occurrence.run_id,
@@ -378,7 +377,7 @@ class BaseDispatcher:
             self.alias,
         )
         text = f"{type(exc).__name__}: {exc}"
-        return Outcome(occurrence.run_id, "failed", text[:MAX_ERROR_CHARS])
+        return Outcome(occurrence.run_id, OutcomeStatus.FAILED, text[:MAX_ERROR_CHARS])
 
     def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
         """Hand each occurrence off in turn, through ``hand_off``. Once ``send`` raised
@@ -396,13 +395,13 @@ class BaseDispatcher:
                     if progress.stopped():
                         break  # the rest stay pending: a take-over sends them later
                     if down:
-                        outcome = Outcome(occurrence.run_id, "retry", down)
+                        outcome = Outcome(occurrence.run_id, OutcomeStatus.RETRY, down)
                     else:
                         try:
                             outcome = self.hand_off(occurrence)
                         except Unreachable as exc:
                             down = str(exc)[:MAX_ERROR_CHARS]
-                            outcome = Outcome(occurrence.run_id, "retry", down)
+                            outcome = Outcome(occurrence.run_id, OutcomeStatus.RETRY, down)
                     outcomes.append(outcome)
                     unreported.append(outcome)
                     if self.records_each_hand_off or time.monotonic() >= next_report:

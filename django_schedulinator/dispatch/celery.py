@@ -20,6 +20,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
+from ..statuses import OutcomeStatus, ReportedStatus
 from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
 
 KEY_HEADER = "schedulinator_key"
@@ -146,7 +147,7 @@ class CeleryDispatcher(BaseDispatcher):
             )
         except (OperationalError, OSError) as exc:
             raise Unreachable(f"The Celery broker cannot be reached: {exc}") from exc
-        return Outcome(occurrence.run_id, "dispatched", external_id=ident)
+        return Outcome(occurrence.run_id, OutcomeStatus.DISPATCHED, external_id=ident)
 
 
 # -- the workers' side --------------------------------------------------------------------
@@ -179,17 +180,17 @@ def report_outcomes(app: Any = None) -> None:
     def started(sender: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            report_from_worker(key, "started")
+            report_from_worker(key, ReportedStatus.STARTED)
 
     def succeeded(sender: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            report_from_worker(key, "succeeded")
+            report_from_worker(key, ReportedStatus.SUCCEEDED)
 
     def failed(sender: Any = None, einfo: Any = None, exception: Any = None, **kwargs: Any) -> None:
         key = occurrence_key(sender.request) if sender is not None else None
         if key:
-            report_from_worker(key, "failed", str(einfo or exception or "failed"))
+            report_from_worker(key, ReportedStatus.FAILED, str(einfo or exception or "failed"))
 
     signals.task_prerun.connect(started, weak=False, dispatch_uid="schedulinator_started")
     signals.task_success.connect(succeeded, weak=False, dispatch_uid="schedulinator_succeeded")

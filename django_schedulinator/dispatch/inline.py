@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from ..conf import app_settings
 from ..errors import TaskTimedOut, UnknownTask
 from ..registry import RegisteredTask, registry
+from ..statuses import OutcomeStatus
 from .base import (
     DEFAULT_ALIAS,
     MAX_ERROR_CHARS,
@@ -161,13 +162,13 @@ class InlineDispatcher(BaseDispatcher):
         try:
             result = call.run(occurrence, timeout=self._timeout_of(call.task))
         except TaskTimedOut as exc:
-            return Outcome(run_id, "failed", str(exc))
+            return Outcome(run_id, OutcomeStatus.FAILED, str(exc))
         except BaseException as exc:  # a task must never take the scheduler down, not even exit()
             text = "".join(traceback.format_exception(exc))
-            return Outcome(run_id, "failed", text[-MAX_ERROR_CHARS:])
+            return Outcome(run_id, OutcomeStatus.FAILED, text[-MAX_ERROR_CHARS:])
         # Text a task returns is its output, kept on the run (other values are not recorded).
         output = result[-MAX_ERROR_CHARS:] if isinstance(result, str) else ""
-        return Outcome(run_id, "succeeded", output=output)
+        return Outcome(run_id, OutcomeStatus.SUCCEEDED, output=output)
 
     def close(self) -> None:
         self._started = False
@@ -223,7 +224,7 @@ class InlineDispatcher(BaseDispatcher):
             except BaseException as exc:  # a pool thread must never die with its job
                 logger.exception("Running the task of run %s failed.", job.occurrence.run_id)
                 text = "".join(traceback.format_exception(exc))[-MAX_ERROR_CHARS:]
-                outcome = Outcome(job.occurrence.run_id, "failed", text)
+                outcome = Outcome(job.occurrence.run_id, OutcomeStatus.FAILED, text)
             with batch.done:
                 if job.abandoned:
                     # Cut off while it ran; a replacement thread already took this one's place.
@@ -244,7 +245,7 @@ class InlineDispatcher(BaseDispatcher):
             batch.running.discard(job)
             outcome = Outcome(
                 job.occurrence.run_id,
-                "failed",
+                OutcomeStatus.FAILED,
                 f"Timed out after {job.timeout:g}s and was cut off: the run is recorded as "
                 f"failed, and anything the task does from now on is not recorded.",
             )

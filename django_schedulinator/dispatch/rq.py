@@ -24,6 +24,7 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
 
+from ..statuses import OutcomeStatus, ReportedStatus
 from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
 
 logger = logging.getLogger("django_schedulinator.dispatch.rq")
@@ -120,7 +121,9 @@ class RQDispatcher(BaseDispatcher):
             queue = django_rq.get_queue(queue_name)
         except KeyError:
             return Outcome(
-                occurrence.run_id, "failed", f"The RQ queue {queue_name!r} is not in RQ_QUEUES."
+                occurrence.run_id,
+                OutcomeStatus.FAILED,
+                f"The RQ queue {queue_name!r} is not in RQ_QUEUES.",
             )
         try:
             queue.enqueue_call(
@@ -142,7 +145,7 @@ class RQDispatcher(BaseDispatcher):
             raise Unreachable(
                 f"The Redis of the RQ queue {queue_name!r} cannot be reached: {exc}"
             ) from exc
-        return Outcome(occurrence.run_id, "dispatched", external_id=ident)
+        return Outcome(occurrence.run_id, OutcomeStatus.DISPATCHED, external_id=ident)
 
 
 def _queues() -> dict[str, Any]:
@@ -187,14 +190,14 @@ def run_registered(payload: dict[str, Any]) -> Any:
         args=payload["args"],
         kwargs=payload["kwargs"],
     )
-    outcomes.report_from_worker(occurrence.key, "started")  # never fails the job
+    outcomes.report_from_worker(occurrence.key, ReportedStatus.STARTED)  # never fails the job
     return Call.of(occurrence).run(occurrence)
 
 
 def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:
     from ..outcomes import report_from_worker
 
-    report_from_worker(job.args[0]["key"], "succeeded")
+    report_from_worker(job.args[0]["key"], ReportedStatus.SUCCEEDED)
 
 
 def report_failure(
@@ -203,4 +206,4 @@ def report_failure(
     from ..outcomes import report_from_worker
 
     error = "".join(traceback.format_exception(kind, value, tb))
-    report_from_worker(job.args[0]["key"], "failed", error)
+    report_from_worker(job.args[0]["key"], ReportedStatus.FAILED, error)

@@ -24,6 +24,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError
 
+from ..statuses import OutcomeStatus, ReportedStatus
 from .base import DEFAULT_ALIAS, MAX_ERROR_CHARS, BaseDispatcher, Call, Occurrence, Option, Outcome
 
 # A worker may start a task before the scheduler recorded its hand-off: the signal handlers
@@ -125,7 +126,7 @@ class TasksDispatcher(BaseDispatcher):
         if django_task is None:
             return Outcome(
                 run_id,
-                "failed",
+                OutcomeStatus.FAILED,
                 f"{occurrence.task!r} is not a Django task: register a function decorated "
                 f"with @task of django.tasks to send it through {type(self).__name__}.",
             )
@@ -142,14 +143,16 @@ class TasksDispatcher(BaseDispatcher):
         except (DatabaseError, OSError) as exc:
             # Its database or broker is away: the dispatcher's backoff tries again.
             text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-            return Outcome(run_id, "retry", f"Could not enqueue: {text}")
+            return Outcome(run_id, OutcomeStatus.RETRY, f"Could not enqueue: {text}")
         except Exception as exc:
             # Refused (an unknown backend, a task it cannot run): trying again won't help.
             text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-            return Outcome(run_id, "failed", f"Could not enqueue: {text}")
+            return Outcome(run_id, OutcomeStatus.FAILED, f"Could not enqueue: {text}")
         finally:
             _enqueuing.active = False
-        return _ended(run_id, result) or Outcome(run_id, "dispatched", external_id=str(result.id))
+        return _ended(run_id, result) or Outcome(
+            run_id, OutcomeStatus.DISPATCHED, external_id=str(result.id)
+        )
 
 
 def _status(task_result: Any) -> str:
@@ -166,9 +169,9 @@ def _ended(run_id: int, result: Any) -> Outcome | None:
     """The outcome of a task the backend already ran inside enqueue() (ImmediateBackend)."""
     status = _status(result)
     if status == "SUCCESSFUL":
-        return Outcome(run_id, "succeeded", external_id=str(result.id))
+        return Outcome(run_id, OutcomeStatus.SUCCEEDED, external_id=str(result.id))
     if status == "FAILED":
-        return Outcome(run_id, "failed", _error(result), external_id=str(result.id))
+        return Outcome(run_id, OutcomeStatus.FAILED, _error(result), external_id=str(result.id))
     return None
 
 
@@ -199,7 +202,7 @@ def _key_of(result_id: str) -> str | None:
             .first()
         )
         if found is not None:
-            from ..models import occurrence_key
+            from ..keys import occurrence_key
 
             return occurrence_key(*found)
         if time.monotonic() >= deadline:
@@ -219,16 +222,16 @@ def _is_scheduled(task_result: Any) -> bool:
 
 def _started(sender: Any, task_result: Any, **kwargs: Any) -> None:
     if _is_scheduled(task_result):
-        _report(task_result, "started")
+        _report(task_result, ReportedStatus.STARTED)
 
 
 def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
     if not _is_scheduled(task_result):
         return
     if _status(task_result) == "SUCCESSFUL":
-        _report(task_result, "succeeded")
+        _report(task_result, ReportedStatus.SUCCEEDED)
     else:
-        _report(task_result, "failed", _error(task_result))
+        _report(task_result, ReportedStatus.FAILED, _error(task_result))
 
 
 def _report(task_result: Any, status: str, error: str = "") -> None:

@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Error, Warning
 
+from ..statuses import OutcomeStatus
 from ..timing import to_ms
 from .base import (
     DEFAULT_ALIAS,
@@ -221,7 +222,7 @@ class WebhookDispatcher(BaseDispatcher):
         if target is None:
             return Outcome(
                 run_id,
-                "failed",
+                OutcomeStatus.FAILED,
                 f"The webhook target {name!r} is not in the dispatcher {self.alias!r}'s "
                 f"TARGETS ({', '.join(sorted(self.targets))}).",
             )
@@ -252,10 +253,12 @@ class WebhookDispatcher(BaseDispatcher):
         except TimeoutError:
             if status is None:
                 text = f"The target {name!r} did not answer within {deadline:g}s in all."
-                return Outcome(run_id, "retry", text)
+                return Outcome(run_id, OutcomeStatus.RETRY, text)
         except httpx.HTTPError as exc:
             if status is None:
-                return Outcome(run_id, "retry", f"{type(exc).__name__}: {exc or 'no detail'}")
+                return Outcome(
+                    run_id, OutcomeStatus.RETRY, f"{type(exc).__name__}: {exc or 'no detail'}"
+                )
         # The status came: a body cut short by the deadline or the connection keeps what came.
         text = kept.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS]
         return _outcome_of_answer(run_id, name, status, text, location)
@@ -310,18 +313,18 @@ def _outcome_of_answer(
     if status == 202:
         # Accepted, not done: the receiver reports the end later (POST runs/report/ of the
         # REST API, or outcomes.report_finished), by the key.
-        return Outcome(run_id, "dispatched", response_status=status)
+        return Outcome(run_id, OutcomeStatus.DISPATCHED, response_status=status)
     if 200 <= status < 300:
-        return Outcome(run_id, "succeeded", response_status=status)
+        return Outcome(run_id, OutcomeStatus.SUCCEEDED, response_status=status)
     error = f"The target {name!r} answered HTTP {status}: {text}"
     if status >= 500 or status in RETRY_STATUSES:
-        return Outcome(run_id, "retry", error, response_status=status)
+        return Outcome(run_id, OutcomeStatus.RETRY, error, response_status=status)
     if 300 <= status < 400:
         error = (
             f"The target {name!r} answered HTTP {status} (to {location}); redirects are not "
             "followed."
         )
-    return Outcome(run_id, "failed", error, response_status=status)
+    return Outcome(run_id, OutcomeStatus.FAILED, error, response_status=status)
 
 
 def _target_problems(target: Any) -> list[str]:

@@ -1,0 +1,63 @@
+"""What the scheduler's threads share about the services they wait on: the errors that pass
+(a connection that drops comes back), and a bound on how long a row lock holds them up."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+from django.db import InterfaceError, OperationalError, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.signals import connection_created
+from redis import exceptions as redis_errors
+
+from .conf import app_settings
+
+# Connections that drop come back, a Redis that is loading its data or failing over becomes
+# writable again; a missing table or bad SQL does not, and must surface.
+TRANSIENT_ERRORS = (
+    redis_errors.ConnectionError,  # includes BusyLoadingError (Redis restarting)
+    redis_errors.TimeoutError,
+    redis_errors.ReadOnlyError,  # a replica during failover
+    redis_errors.TryAgainError,
+    redis_errors.ClusterDownError,
+    redis_errors.OutOfMemoryError,
+    OperationalError,
+    InterfaceError,
+)
+
+# The threads of the loop (claiming and dispatching, not the tasks): their PostgreSQL
+# connections wait at most LOCK_TIMEOUT_SECONDS on another transaction's row lock.
+_loop_threads = threading.local()
+
+
+def _set_lock_timeout(connection: BaseDatabaseWrapper, reset: bool = False) -> None:
+    if connection.vendor != "postgresql":
+        return  # SQLite has no row locks: its writers wait on the database's own timeout
+    with connection.cursor() as cursor:
+        if reset:
+            cursor.execute("RESET lock_timeout")
+        else:
+            ms = max(1, round(app_settings.LOCK_TIMEOUT_SECONDS * 1000))
+            cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{ms}ms"])
+
+
+def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    if getattr(_loop_threads, "bounded", False):
+        _set_lock_timeout(connection)
+
+
+def bound_lock_waits(enabled: bool = True) -> None:
+    """Bound (or stop bounding) how long this thread's database connections wait on row
+    locks: those open now and those it opens later. A user's transaction that holds a row
+    (an edit, a migration) must not stall the scheduler behind it for longer."""
+    _loop_threads.bounded = enabled
+    if enabled:
+        connection_created.connect(_on_connection_created, dispatch_uid=__name__)
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None:
+            # Best effort: a dead connection reconnects (bounded then), and one in a failed
+            # transaction is closed or rolled back by its owner.
+            with contextlib.suppress(Exception):
+                _set_lock_timeout(connection, reset=not enabled)

@@ -150,6 +150,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="per endpoint and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
+    parser.add_argument(
+        "--worker-class",
+        default="sync",
+        help="gunicorn's worker class: sync (a connection per request) or gthread (keep-alive)",
+    )
     parser.add_argument("--concurrency", type=int, default=4, help="client threads")
     parser.add_argument(
         "--superuser",
@@ -306,6 +311,7 @@ def served(options: argparse.Namespace, token: str, chosen: list[Endpoint]) -> N
     server = subprocess.Popen(
         [
             *(sys.executable, "-m", "gunicorn", "--workers", str(options.workers)),
+            *("--worker-class", options.worker_class),
             *("--bind", f"127.0.0.1:{port}", "--log-level", "warning"),
             "django.core.wsgi:get_wsgi_application()",
         ],
@@ -324,7 +330,8 @@ def served(options: argparse.Namespace, token: str, chosen: list[Endpoint]) -> N
                     raise SystemExit("gunicorn did not start") from None
                 time.sleep(0.2)
         print(
-            f"gunicorn: {options.workers} sync workers, {options.concurrency} client threads, "
+            f"gunicorn: {options.workers} {options.worker_class} workers, "
+            f"{options.concurrency} client threads, "
             f"{options.requests} requests per endpoint and round, {options.rounds} rounds"
         )
         results: dict[str, list[tuple[float, float, float]]] = {e.name: [] for e in chosen}

@@ -155,7 +155,7 @@ def _copy_of(field: serializers.Field[Any, Any, Any, Any]) -> Any:
         return copy.deepcopy(field)
     # copy.copy, without its generic protocol (a third of this serializer's setup).
     clone = object.__new__(type(field))
-    clone.__dict__.update(field.__dict__)
+    clone.__dict__ = field.__dict__.copy()
     return clone
 
 

@@ -124,3 +124,16 @@ def test_no_filterset_is_built_when_no_filter_is_named(
     assert api.get(f"{API}schedules/{schedule.pk}/?kind=cron").status_code == 200
     assert api.get(f"{API}schedules/?kind=nonsense").status_code == 400
     assert len(made) == 3
+
+
+def test_a_field_with_a_child_is_copied_with_its_child() -> None:
+    """A plain field is copied shallowly; one with a child (a list field, a nested or
+    many-related field) deeply, so the copy's child is bound to the copy, not the class's."""
+    listed = drf.ListField(child=drf.IntegerField())
+    copied = s._copy_of(listed)
+    assert copied.child is not listed.child
+    assert copied.child.parent is copied
+    plain = drf.CharField(max_length=5)
+    shallow = s._copy_of(plain)
+    assert shallow is not plain
+    assert shallow.max_length == 5

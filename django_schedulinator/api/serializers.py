@@ -151,7 +151,9 @@ class FieldsBuiltOnce:
 
 
 def _copy_of(field: serializers.Field[Any, Any, Any, Any]) -> Any:
-    if isinstance(field, serializers.BaseSerializer) or hasattr(field, "child"):
+    if isinstance(field, serializers.BaseSerializer) or any(
+        hasattr(field, child) for child in ("child", "child_relation")
+    ):
         return copy.deepcopy(field)
     # copy.copy, without its generic protocol (a third of this serializer's setup).
     clone = object.__new__(type(field))

@@ -20,6 +20,19 @@ if os.environ.get("BENCH_ADMIN"):
     INSTALLED_APPS = ["django.contrib.admin", *INSTALLED_APPS]
     ROOT_URLCONF = "benchmarks.pictures"
     TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "APP_DIRS": True}]
+# benchmarks/api.py serves the REST API (under gunicorn, and in process): BENCH_API sets DRF,
+# its token authentication (a header a load generator can send; a password costs a hash per
+# request) and the API's URLs; persistent connections, as a deployment keeps them.
+BENCH_API = bool(os.environ.get("BENCH_API"))
+if BENCH_API:
+    INSTALLED_APPS = [
+        *INSTALLED_APPS, "rest_framework", "rest_framework.authtoken", "django_filters"
+    ]  # fmt: skip
+    ROOT_URLCONF = "benchmarks.api"
+    ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+    REST_FRAMEWORK = {
+        "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.TokenAuthentication"]
+    }
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
@@ -29,6 +42,10 @@ DATABASES = {
         "PORT": os.environ.get("BENCH_PG_PORT", "5432"),
     }
 }
+if BENCH_API:
+    # benchmarks/api.py finds its server's backends by this name, to read their CPU time.
+    DATABASES["default"]["OPTIONS"] = {"application_name": "schedulinator-bench-api"}
+    DATABASES["default"]["CONN_MAX_AGE"] = 600
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",

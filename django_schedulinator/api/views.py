@@ -18,7 +18,6 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, router
 from django.http import Http404
 from django.urls import reverse
-from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from redis.exceptions import RedisError
@@ -39,7 +38,13 @@ from ..index import get_index
 from ..models import Run, Schedule, ScheduleChange
 from ..statuses import ReportedStatus
 from . import serializers as s
-from .filters import RunFilter, ScheduleChangeFilter, ScheduleFilter, SearchFilter
+from .filters import (
+    FilterBackend,
+    RunFilter,
+    ScheduleChangeFilter,
+    ScheduleFilter,
+    SearchFilter,
+)
 from .negotiation import NegotiationMixin
 from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
 from .schema import DescribedBySpectacular, extend_schema
@@ -202,7 +207,7 @@ class ScheduleViewSet(
     queryset = Schedule.objects.all().order_by("name")
     serializer_class = s.ScheduleSerializer
     pagination_class = PageNumberPagination
-    filter_backends = [DjangoFilterBackend, SearchFilter, filters.OrderingFilter]
+    filter_backends = [FilterBackend, SearchFilter, filters.OrderingFilter]
     filterset_class = ScheduleFilter
     search_fields = ["name", "task"]
     ordering_fields = ["name", "next_run_at", "created_at", "updated_at", "id"]
@@ -527,7 +532,7 @@ class RunViewSet(
     schedule_lookup = "schedule"
     serializer_class = s.RunSerializer
     pagination_class = NewestFirstCursorPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = RunFilter
 
 
@@ -558,7 +563,7 @@ class ScheduleChangeViewSet(
     schedule_lookup = "schedule"
     serializer_class = s.ScheduleChangeSerializer
     pagination_class = NewestFirstCursorPagination
-    filter_backends = [DjangoFilterBackend]
+    filter_backends = [FilterBackend]
     filterset_class = ScheduleChangeFilter
 
 

@@ -91,6 +91,8 @@ class Schedulinator:
                 [NOT_DUE_FROM, NOT_DUE_SPREAD, NOT_DUE_FROM, NOT_DUE_SPREAD, size, template.pk],
             )
         services.delete(template)
+        with connection.cursor() as cursor:  # statistics, as autovacuum gathers them soon
+            cursor.execute(f"ANALYZE {table}")
         created = time.perf_counter() - started
         started = time.perf_counter()
         rebuild_index(self._index())

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -85,13 +86,14 @@ class Plan:
     # An idle measure stops after this many seconds of passes (at least 5 passes): a
     # pass that grows with the schedules would take minutes at 100,000.
     idle_seconds: float
+    steady_seconds: float  # of each steady run (benchmarks/steady.py)
 
 
 def plan_for(*, quick: bool, smoke: bool, repeat: int) -> Plan:
     if smoke:
-        return Plan((200, 1000), 1000, 100, 10, 1, 20, 5.0)
+        return Plan((200, 1000), 1000, 100, 10, 1, 20, 5.0, 3.0)
     sizes = (1_000, 10_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
-    return Plan(sizes, 100_000, 10_000, 100, repeat, 1000, 10.0)
+    return Plan(sizes, 100_000, 10_000, 100, repeat, 1000, 10.0, 30.0)
 
 
 # -- the pure part: figures, ratios, tables (tests/test_benchmarks.py) ------------------------
@@ -136,9 +138,10 @@ def format_figure(figure: dict[str, float] | None, unit: str) -> str:
     def f(value: float) -> str:
         return f"{value:,.{digits}f}"
 
+    unit = f" {unit}" if unit else ""
     if figure["n"] == 1:
-        return f"{f(figure['median'])} {unit}"
-    return f"{f(figure['median'])} {unit} ({f(figure['min'])} to {f(figure['max'])})"
+        return f"{f(figure['median'])}{unit}"
+    return f"{f(figure['median'])}{unit} ({f(figure['min'])} to {f(figure['max'])})"
 
 
 @dataclass(frozen=True)
@@ -240,7 +243,6 @@ def run_suite(
     systems: Sequence[System],
     plan: Plan,
     runner: Runner,
-    steady: Callable[..., dict[str, Any]] | None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     samples: dict[str, dict[str, list[float]]] = {}
@@ -332,7 +334,7 @@ def run_suite(
             ("the same transaction, the app's receivers off",
              mine.get("sync-transaction_ms_without"), "ms"),
         ]  # fmt: skip
-        only += steady_rows(steady, plan, log)
+        only += steady_rows(runner, plan, log)
     measures = [
         *(
             {"key": f"idle-{n}", "title": f"idle pass at {n:,} schedules", "unit": "ms",
@@ -365,40 +367,44 @@ def run_suite(
     }
 
 
+STEADY_CASES = ((1000, 1), (5000, 1), (5000, 2), (5000, 4))  # (occurrences/s, processes)
+
+
+def steady_available() -> bool:
+    """Whether benchmarks/steady.py (written beside this suite) is in this tree."""
+    return importlib.util.find_spec("benchmarks.steady") is not None
+
+
 def steady_rows(
-    steady: Callable[..., dict[str, Any]] | None, plan: Plan, log: Callable[[str], None]
+    runner: Runner, plan: Plan, log: Callable[[str], None]
 ) -> list[tuple[str, dict[str, float] | None, str]]:
-    """Steady lateness from benchmarks/steady.py (another module), when it is there."""
-    cases = [(1000, 1), (5000, 1), (5000, 2), (5000, 4)]
-    if steady is None:
+    """Steady lateness from ``benchmarks.steady.measure``, called in this app's driver
+    (its own process, database and key prefix), when that module is there."""
+    if not steady_available():
         return [
-            (f"steady {rate:,}/s, {processes} process(es): lateness p99 "
+            (f"steady {rate:,}/s, {processes} process(es): lateness "
              "(TODO: benchmarks/steady.py is not in this tree)", None, "ms")
-            for rate, processes in cases
+            for rate, processes in STEADY_CASES
         ]  # fmt: skip
+    this_app = next(s for s in SYSTEMS if not s.peer)
+    cases = STEADY_CASES[:1] if plan.repeat == 1 else STEADY_CASES
     rows: list[tuple[str, dict[str, float] | None, str]] = []
-    seconds = 5 if plan.repeat == 1 else 20
     for rate, processes in cases:
         results = [
-            steady(rate, plan.burst_total, seconds, processes=processes) for _ in range(plan.repeat)
-        ]
+            runner.call(
+                this_app, "steady", "--rate", str(rate), "--total", str(plan.burst_total),
+                "--seconds", str(plan.steady_seconds), "--processes", str(processes),
+            )
+            for _ in range(plan.repeat)
+        ]  # fmt: skip
         log(f"  steady {rate}/s x{processes}: {results}")
-        for figure in ("p50_ms", "p99_ms", "max_ms"):
-            values = [r[figure] for r in results if figure in r]
-            rows.append(
-                (f"steady {rate:,}/s, {processes} process(es): lateness {figure[:-3]}",
-                 summarize(values), "ms")
-            )  # fmt: skip
+        # Whatever figures measure() returns: each a row, summarized over the runs.
+        for key, value in results[0].items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                values = [r[key] for r in results if isinstance(r.get(key), int | float)]
+                title = f"steady {rate:,}/s, {processes} process(es): {key}"
+                rows.append((title, summarize(values), ""))
     return rows
-
-
-def load_steady() -> Callable[..., dict[str, Any]] | None:
-    try:
-        from benchmarks import steady  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    measure = getattr(steady, "measure", None)
-    return measure if callable(measure) else None
 
 
 def machine() -> str:
@@ -447,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     plan = plan_for(quick=options.quick, smoke=options.smoke, repeat=options.repeat)
     runner = Runner(smoke=options.smoke, install=not options.no_install, verbose=options.verbose)
     started = time.perf_counter()
-    results = run_suite(systems, plan, runner, load_steady())
+    results = run_suite(systems, plan, runner)
     results["seconds"] = time.perf_counter() - started
     out = options.out or ROOT / "benchmarks" / "results" / datetime.now(UTC).strftime("%Y-%m-%d")
     if options.smoke:

@@ -109,3 +109,13 @@ def test_only_names_known_systems() -> None:
     # The quick plan leaves out the million; the full one has it.
     assert max(plan_for(quick=True, smoke=False, repeat=3).sizes) == 100_000
     assert max(plan_for(quick=False, smoke=False, repeat=3).sizes) == 1_000_000
+
+
+def test_a_figure_without_a_unit_and_a_single_run_reads_plainly() -> None:
+    from benchmarks.suite import format_figure
+
+    assert format_figure({"median": 12.5, "min": 12.5, "max": 12.5, "n": 1}, "") == "12.5"
+    assert format_figure({"median": 1234.4, "min": 1000.0, "max": 2000.0, "n": 3}, "") == (
+        "1,234 (1,000 to 2,000)"
+    )
+    assert format_figure(None, "ms") == "-"

@@ -1,9 +1,11 @@
 """This app's driver in the benchmark suite (the same commands as the peers'; see common.py),
-plus the measures only this app has: the bare ceilings and the sync overhead.
+plus the measures only this app has: the bare ceilings, the sync overhead, and the steady
+lateness of benchmarks/steady.py when that module is there.
 
     python -m benchmarks.peers.schedulinator setup --size 100000
     python -m benchmarks.peers.schedulinator ceilings --due 10000
     python -m benchmarks.peers.schedulinator sync
+    python -m benchmarks.peers.schedulinator steady --rate 5000 --processes 2
 
 Runs with this app's venv (.venv), on benchmarks/settings.py: its own PostgreSQL database
 (``--database``) and Redis key prefix (``--prefix``).
@@ -267,7 +269,29 @@ class Schedulinator:
         }
 
 
+def steady(options: argparse.Namespace) -> dict[str, Any]:
+    """benchmarks/steady.py's figures (another module; its measure() sets up its own
+    schedules), in this process, on this run's database and key prefix."""
+    from benchmarks.steady import measure  # type: ignore[import-not-found, unused-ignore]
+
+    result: dict[str, Any] = measure(
+        options.rate, options.total, options.seconds, processes=options.processes
+    )
+    return result
+
+
 def run() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "steady":
+        sys.argv.pop(1)
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--rate", type=int, default=1000)
+        parser.add_argument("--total", type=int, default=100_000)
+        parser.add_argument("--seconds", type=float, default=30.0)
+        parser.add_argument("--processes", type=int, default=1)
+        options = parser.parse_args()
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
+        emit(steady(options))
+        return
     if len(sys.argv) > 1 and sys.argv[1] in ("ceilings", "sync"):
         command = sys.argv.pop(1)
         parser = argparse.ArgumentParser()

@@ -91,7 +91,11 @@ class RedBeat:
                     "meta",
                     json.dumps({"last_run_at": last_run_at}, cls=RedBeatJSONEncoder),
                 )
-                pipe.zadd(self.app.redbeat_conf.schedule_key, {entry.key: entry.score})
+                # The score redbeat writes when the entry runs (at last_run_at): its next
+                # run. (entry.score computed later is earlier: due_at adds the time
+                # remaining from now to last_run_at, not to now.)
+                due_at = last_run_at + timedelta(seconds=INTERVAL_SECONDS)
+                pipe.zadd(self.app.redbeat_conf.schedule_key, {entry.key: due_at.timestamp()})
             pipe.execute()
 
     def setup(self, size: int) -> dict[str, Any]:

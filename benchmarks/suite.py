@@ -287,11 +287,13 @@ def run_suite(
                 runs.append({"burst": plan.burst_total, **burst})
                 add("burst", system.name, burst["rate"])
                 if not burst["complete"]:
-                    notes.append(
-                        f"{system.name}: the burst was stopped after {system.burst_cap:g} s "
-                        f"with {burst['handed_off']:,} of {plan.burst_due:,} handed off; "
-                        "its rate is of those."
-                    )
+                    add("burst-stopped", system.name, burst["handed_off"])
+            if stopped := samples.get("burst-stopped", {}).get(system.name):
+                notes.append(
+                    f"{system.name}: the burst was stopped after {system.burst_cap:g} s in "
+                    f"{len(stopped)} of {plan.repeat} runs, with {min(stopped):,.0f} to "
+                    f"{max(stopped):,.0f} of {plan.burst_due:,} handed off; its rate is of those."
+                )
             log(f"  burst: {samples['burst'][system.name]} /s")
             if not system.peer:
                 for _ in range(plan.repeat):
@@ -439,8 +441,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="default: benchmarks/results/<date>/")
     parser.add_argument("--no-install", action="store_true", help="never create the peers' venvs")
     parser.add_argument("-v", "--verbose", action="store_true")
+    parser.add_argument(
+        "--render", type=Path, metavar="RESULTS_JSON", help="print the tables of a run again"
+    )
     add_smoke_option(parser)
     options = parser.parse_args(argv)
+    if options.render:
+        print(render_markdown(json.loads(options.render.read_text())), end="")
+        return
     try:
         systems = parse_only(options.only)
     except argparse.ArgumentTypeError as exc:

@@ -6,8 +6,8 @@
     python -m benchmarks.suite --smoke            # this app alone on tiny sizes (CI)
 
 The peers (django-celery-beat, celery-redbeat, rq-scheduler, APScheduler 3 with its
-SQLAlchemy and its Redis job store) are installed into a venv of their own, ``.bench-venv/``
-(``benchmarks/peers/requirements.txt``), never into this app's. Each system is driven by a
+SQLAlchemy and its Redis job store) are installed into venvs of their own, ``.bench-venv/``
+and ``.bench-venv-rq/`` (``VENVS``), never into this app's. Each system is driven by a
 small script under ``benchmarks/peers/`` (see ``benchmarks/peers/common.py``), every command
 in a fresh process, against the local PostgreSQL and Redis, each in its own database and
 key prefix. What it measures, and how each peer is driven, is in docs/benchmarks.md.

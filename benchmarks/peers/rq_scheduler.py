@@ -132,6 +132,8 @@ class RQScheduler:
         return result
 
     def clean(self) -> dict[str, Any]:
+        # RQ also lists the queue in its registry of queues (one key for every RQ user).
+        self.connection.srem("rq:queues", f"rq:queue:{self.prefix}")
         return {"keys_deleted": delete_keys(self.prefix)}
 
 

@@ -91,7 +91,7 @@ class Plan:
 
 def plan_for(*, quick: bool, smoke: bool, repeat: int) -> Plan:
     if smoke:
-        return Plan((200, 1000), 1000, 100, 10, 1, 20, 5.0, 3.0)
+        return Plan((500,), 500, 100, 10, 1, 20, 5.0, 3.0)
     sizes = (1_000, 10_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
     return Plan(sizes, 100_000, 10_000, 100, repeat, 1000, 10.0, 30.0)
 

@@ -118,11 +118,9 @@ def main() -> None:
 def measure(options: argparse.Namespace, index: Any) -> None:
     from django.utils import timezone
 
-    from django_schedulinator.dispatch.inline import InlineDispatcher
     from django_schedulinator.models import Run, Schedule
     from django_schedulinator.rebuild import rebuild_index
     from django_schedulinator.reconcile import reconcile
-    from django_schedulinator.worker import Worker
 
     now = timezone.now().replace(microsecond=0)
     grace = timedelta(seconds=options.grace) if options.grace else None
@@ -161,13 +159,42 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     while not reconcile(index, settle=timedelta(0)).caught_up:
         pass
 
+    result = fire(batch_size=options.batch_size, workers=options.workers, metrics=options.metrics)
+    fired = result["fired"]
+    assert fired == options.due, result["counters"]
+    assert Run.objects.filter(status="succeeded").count() == options.due
+    if grace:
+        assert not Run.objects.exclude(alert_at=None).exists()  # each success cleared its own
+    print(
+        f"fire: {fired} occurrences in {result['seconds']:.2f}s = {result['rate']:,.0f}/s "
+        f"(batch {options.batch_size}, {options.total} schedules"
+        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
+    )
+
+    samples = idle_passes(
+        batch_size=options.batch_size, ticks=options.ticks, metrics=options.metrics
+    )
+    samples.sort()
+    print(
+        f"tick: idle pass median {statistics.median(samples):.3f} ms, "
+        f"p99 {samples[int(len(samples) * 0.99) - 1]:.3f} ms over {len(samples)} passes "
+        f"with {options.total} schedules indexed"
+    )
+
+
+def fire(*, batch_size: int, workers: int, metrics: bool = False) -> dict[str, Any]:
+    """One in-process Worker (inline dispatcher, a no-op task) fires every due occurrence
+    once (``once``): the whole path, claim to ledger. benchmarks.suite's burst calls it."""
+    from django_schedulinator.dispatch.inline import InlineDispatcher
+    from django_schedulinator.worker import Worker
+
     worker = Worker(
-        batch_size=options.batch_size,
+        batch_size=batch_size,
         once=True,
         worker_id="bench",
-        dispatcher=InlineDispatcher(max_workers=options.workers),
+        dispatcher=InlineDispatcher(max_workers=workers),
     )
-    if options.metrics:
+    if metrics:
         from django_schedulinator.metrics import Metrics
 
         worker.attach_metrics(Metrics(worker))
@@ -175,31 +202,31 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     worker.run()
     elapsed = time.perf_counter() - started
     fired = worker.counters.fired
-    assert fired == options.due, worker.counters.as_dict()
-    assert Run.objects.filter(status="succeeded").count() == options.due
-    if grace:
-        assert not Run.objects.exclude(alert_at=None).exists()  # each success cleared its own
-    print(
-        f"fire: {fired} occurrences in {elapsed:.2f}s = {fired / elapsed:,.0f}/s "
-        f"(batch {options.batch_size}, {options.total} schedules"
-        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
-    )
+    return {
+        "fired": fired,
+        "seconds": elapsed,
+        "rate": fired / elapsed if elapsed else 0.0,
+        "counters": worker.counters.as_dict(),
+    }
 
-    idle = Worker(batch_size=options.batch_size, worker_id="bench-idle")
-    if options.metrics:
+
+def idle_passes(*, batch_size: int, ticks: int, metrics: bool = False) -> list[float]:
+    """Milliseconds of each of ``ticks`` passes of a Worker with nothing due (the claim
+    script and the sleep's computation)."""
+    from django_schedulinator.worker import Worker
+
+    idle = Worker(batch_size=batch_size, worker_id="bench-idle")
+    if metrics:
+        from django_schedulinator.metrics import Metrics
+
         idle.attach_metrics(Metrics(idle))
     samples = []
-    for _ in range(options.ticks):
+    for _ in range(ticks):
         t = time.perf_counter()
         idle.run_pass()
         samples.append((time.perf_counter() - t) * 1000)
     idle.dispatcher.close()
-    samples.sort()
-    print(
-        f"tick: idle pass median {statistics.median(samples):.3f} ms, "
-        f"p99 {samples[int(len(samples) * 0.99) - 1]:.3f} ms over {len(samples)} passes "
-        f"with {options.total} schedules indexed"
-    )
+    return samples
 
 
 if __name__ == "__main__":

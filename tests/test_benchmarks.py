@@ -25,3 +25,97 @@ def test_the_benchmark_settings_migrate_and_pass_the_checks() -> None:
         # --plan builds the whole migration graph ("Dependency on unknown app" fails here)
         # and compares it with the test database, without writing anything.
         call_command("migrate", plan=True, stdout=out)
+
+
+# -- benchmarks/suite.py: the figures, ratios and tables (its smoke runs in .ci/run) -------
+
+
+def test_a_figure_is_the_median_of_its_runs_with_their_min_and_max() -> None:
+    from benchmarks.suite import summarize
+
+    assert summarize([3.0, 1.0, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0, "n": 4}
+    assert summarize([]) is None
+
+
+def test_the_ratio_is_to_the_best_peer_of_the_same_run() -> None:
+    from benchmarks.suite import ratio_to_best_peer
+
+    rates = {
+        "schedulinator": {"median": 9000.0, "min": 8000.0, "max": 9500.0, "n": 3},
+        "redbeat": {"median": 600.0, "min": 500.0, "max": 700.0, "n": 3},
+        "apscheduler-redis": {"median": 3000.0, "min": 2900.0, "max": 3100.0, "n": 3},
+        "celery-beat": None,  # not measured: left out
+    }
+    assert ratio_to_best_peer(rates, higher_is_better=True) == (3.0, "apscheduler-redis")
+    times = {
+        "schedulinator": {"median": 0.2, "min": 0.1, "max": 0.3, "n": 3},
+        "redbeat": {"median": 0.8, "min": 0.7, "max": 0.9, "n": 3},
+        "rq-scheduler": {"median": 0.4, "min": 0.3, "max": 0.5, "n": 3},
+    }
+    assert ratio_to_best_peer(times, higher_is_better=False) == (0.5, "rq-scheduler")
+    # Without this app's figure, or without a peer's, there is no ratio.
+    assert ratio_to_best_peer({"redbeat": times["redbeat"]}, higher_is_better=False) == (
+        None,
+        None,
+    )
+    assert ratio_to_best_peer(
+        {"schedulinator": times["schedulinator"]}, higher_is_better=False
+    ) == (None, None)
+
+
+def test_the_table_has_a_column_per_system_and_the_ratio() -> None:
+    from benchmarks.suite import render_markdown
+
+    results = {
+        "taken": "2026-11-26 10:00 UTC",
+        "machine": "2 CPUs",
+        "repeat": 3,
+        "systems": ["schedulinator", "redbeat"],
+        "measures": [
+            {"key": "burst", "title": "burst", "unit": "/s", "higher_is_better": True},
+            {"key": "idle-1000", "title": "idle", "unit": "ms", "higher_is_better": False},
+        ],
+        "figures": {
+            "burst": {
+                "schedulinator": {"median": 9000.0, "min": 8000.0, "max": 9500.0, "n": 3},
+                "redbeat": {"median": 600.0, "min": 500.0, "max": 700.0, "n": 3},
+            },
+            "idle-1000": {"redbeat": {"median": 0.75, "min": 0.7, "max": 0.9, "n": 3}},
+        },
+        "only_this_app": [("ceiling", {"median": 5.0, "min": 5.0, "max": 5.0, "n": 1}, "/s")],
+        "notes": ["celery-beat: not asked to hold 1,000,000 schedules."],
+    }
+    table = render_markdown(results)
+    assert "| measure | schedulinator | redbeat | schedulinator / best peer |" in table
+    assert (
+        "| burst | 9,000 /s (8,000 to 9,500) | 600.0 /s (500.0 to 700.0) | 15.00x (redbeat) |"
+        in (table)
+    )
+    # A figure that was not measured reads "-", and has no ratio.
+    assert "| idle | - | 0.750 ms (0.700 to 0.900) | - |" in table
+    assert "| ceiling | 5.000 /s |" in table
+    assert table.rstrip().endswith("celery-beat: not asked to hold 1,000,000 schedules.")
+
+
+def test_only_names_known_systems() -> None:
+    import argparse
+
+    from benchmarks.suite import parse_only, plan_for
+
+    assert [s.name for s in parse_only("redbeat, schedulinator")] == ["redbeat", "schedulinator"]
+    assert len(parse_only(None)) == 6
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown system"):
+        parse_only("celery")
+    # The quick plan leaves out the million; the full one has it.
+    assert max(plan_for(quick=True, smoke=False, repeat=3).sizes) == 100_000
+    assert max(plan_for(quick=False, smoke=False, repeat=3).sizes) == 1_000_000
+
+
+def test_a_figure_without_a_unit_and_a_single_run_reads_plainly() -> None:
+    from benchmarks.suite import format_figure
+
+    assert format_figure({"median": 12.5, "min": 12.5, "max": 12.5, "n": 1}, "") == "12.5"
+    assert format_figure({"median": 1234.4, "min": 1000.0, "max": 2000.0, "n": 3}, "") == (
+        "1,234 (1,000 to 2,000)"
+    )
+    assert format_figure(None, "ms") == "-"

@@ -125,16 +125,23 @@ def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
         yield chunk
 
 
-def resync_on_commit(ids: Iterable[int], *, using: str, index: DueIndex | None = None) -> None:
-    """Bring the index entries of ``ids`` in line with their rows once the transaction
-    commits (at once outside one); a rollback writes nothing. Never raises into the caller:
-    the row is committed and stays the truth, only the index lags behind it (reconcile
-    heals it; the warning names the command that rebuilds it)."""
-    pks = list(ids)
+class _ResyncAfterCommit:
+    """The ids saved in one transaction, written to the index in one ``resync_schedules``
+    call once it commits: a transaction of 1,000 saves makes one read of its rows per chunk
+    and one index script per chunk, not 1,000 of each."""
 
-    def write() -> None:
+    def __init__(self, using: str, index: DueIndex | None) -> None:
+        self.using = using
+        self.index = index
+        self.ids: dict[int, None] = {}  # insertion-ordered, each id once
+
+    def add(self, ids: Iterable[int]) -> None:
+        self.ids.update(dict.fromkeys(ids))
+
+    def __call__(self) -> None:
+        pks = list(self.ids)
         try:
-            resync_schedules(pks, using=using, index=index)
+            resync_schedules(pks, using=self.using, index=self.index)
         except Exception:
             logger.warning(
                 "Could not update the due index for schedule(s) %s after commit; the rows are "
@@ -144,4 +151,37 @@ def resync_on_commit(ids: Iterable[int], *, using: str, index: DueIndex | None =
                 exc_info=True,
             )
 
-    transaction.on_commit(write, using=using)
+
+def _pending_resync(using: str, index: DueIndex | None) -> _ResyncAfterCommit | None:
+    """The resync this transaction registered last, if it can take more ids: nothing was
+    registered after it (callbacks keep their order) and it belongs to the savepoint now
+    open (a savepoint rolled back drops its callbacks, and must drop only its own ids)."""
+    connection = transaction.get_connection(using)
+    if not connection.in_atomic_block or not connection.run_on_commit:
+        return None
+    last = connection.run_on_commit[-1]
+    if not isinstance(last, tuple) or len(last) < 2:  # Django's (savepoint ids, callback, ...)
+        return None
+    savepoints, callback = last[0], last[1]
+    if (
+        isinstance(callback, _ResyncAfterCommit)
+        and callback.index is index
+        and savepoints == set(connection.savepoint_ids)
+    ):
+        return callback
+    return None
+
+
+def resync_on_commit(ids: Iterable[int], *, using: str, index: DueIndex | None = None) -> None:
+    """Bring the index entries of ``ids`` in line with their rows once the transaction
+    commits (at once outside one); a rollback writes nothing. Saves in a row in one
+    transaction share one write. Never raises into the caller: the row is committed and
+    stays the truth, only the index lags behind it (reconcile heals it; the warning names
+    the command that rebuilds it)."""
+    pending = _pending_resync(using, index)
+    if pending is not None:
+        pending.add(ids)
+        return
+    resync = _ResyncAfterCommit(using, index)
+    resync.add(ids)
+    transaction.on_commit(resync, using=using)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index import ApplyResult, Change, DueIndex
 from django_schedulinator.models import Schedule
-from django_schedulinator.sync import changes_for_ids
+from django_schedulinator.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.timing import to_ms
 
 from .conftest import make_due, make_schedule
@@ -123,3 +126,59 @@ def test_failed_redis_write_is_logged_not_raised(
     schedule = make_schedule()  # must not raise into the caller
     assert Schedule.objects.filter(pk=schedule.pk).exists()
     assert "Could not update the due index" in caplog.text
+
+
+class CountingIndex(DueIndex):
+    """A real index that remembers the ids of each write it is asked for."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.writes: list[list[int]] = []
+
+    def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
+        self.writes.append([c.schedule_id for c in changes])
+        return super().apply(changes, release_token)
+
+
+@pytest.mark.django_db(transaction=True)  # real commits and savepoints
+def test_saves_in_one_transaction_share_one_index_write(index: DueIndex) -> None:
+    counting = CountingIndex()
+    with transaction.atomic():
+        schedules = [make_schedule() for _ in range(3)]
+        for schedule in schedules:
+            resync_on_commit([schedule.pk], using="default", index=counting)
+        resync_on_commit([schedules[0].pk], using="default", index=counting)  # again: once
+        assert counting.writes == [], "written before commit"
+    assert counting.writes == [[s.pk for s in schedules]]
+    # Outside a transaction each call writes at once.
+    resync_on_commit([schedules[0].pk], using="default", index=counting)
+    assert counting.writes[1:] == [[schedules[0].pk]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_savepoint_rolled_back_drops_only_its_own_saves(index: DueIndex) -> None:
+    with transaction.atomic():
+        before = make_schedule()
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            dropped = make_schedule()  # noqa: F841 - its row and entry must be gone
+            raise RuntimeError("roll the savepoint back")
+        with transaction.atomic():  # a savepoint released: its saves commit with the rest
+            released = make_schedule()
+        after = make_schedule()
+    for kept in (before, released, after):
+        assert score(index, kept) == to_ms(kept.next_run_at)
+    # (SQLite may give a rolled-back row's id to the next row: compare the whole index.)
+    assert index.client.zcard(index.due_key) == 3
+    assert set(Schedule.objects.values_list("pk", flat=True)) == {
+        before.pk,
+        released.pk,
+        after.pk,
+    }
+
+    with transaction.atomic():
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            make_schedule(name="first-in-a-savepoint-rolled-back")
+            raise RuntimeError("roll back")
+        survivor = make_schedule()
+    assert score(index, survivor) == to_ms(survivor.next_run_at)
+    assert index.client.zcard(index.due_key) == 4

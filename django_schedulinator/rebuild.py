@@ -4,9 +4,8 @@ Rows are read in primary-key chunks and written under the sync layer's revision 
 script of their own, ``lua/rebuild.lua``, that handles a chunk in a few calls instead of
 three per row), so a rebuild never overwrites a newer write and never removes an entry
 first: no due entry goes missing while it runs. Entries whose rows are gone are removed
-last. A
-Redis lock keeps two rebuilds apart, and a marker records that the index was built; the
-scheduler checks the marker inside its claim script, so a lost index (Redis restarted
+last. A Redis lock keeps two rebuilds apart, and a marker records that the index was built;
+the scheduler checks the marker inside its claim script, so a lost index (Redis restarted
 empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
 """
 

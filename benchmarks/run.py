@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import time
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -171,14 +171,9 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
     )
 
-    samples = idle_passes(
-        batch_size=options.batch_size, ticks=options.ticks, metrics=options.metrics
-    )
-    samples.sort()
+    idle = measure_idle(options.ticks, batch_size=options.batch_size, metrics=options.metrics)
     print(
-        f"tick: idle pass median {statistics.median(samples):.3f} ms, "
-        f"p99 {samples[int(len(samples) * 0.99) - 1]:.3f} ms over {len(samples)} passes "
-        f"with {options.total} schedules indexed"
+        f"tick: idle pass {idle} over {options.ticks} passes with {options.total} schedules indexed"
     )
 
 
@@ -210,9 +205,38 @@ def fire(*, batch_size: int, workers: int, metrics: bool = False) -> dict[str, A
     }
 
 
+class IdlePass(NamedTuple):
+    """Milliseconds per idle pass: wall time, and this thread's CPU time (which the other
+    work on a shared machine barely changes)."""
+
+    median: float
+    p99: float
+    cpu_median: float
+    cpu_p99: float
+
+    def __str__(self) -> str:
+        return (
+            f"median {self.median:.3f} ms, p99 {self.p99:.3f} ms "
+            f"(CPU: median {self.cpu_median:.3f} ms, p99 {self.cpu_p99:.3f} ms)"
+        )
+
+
+def measure_idle(ticks: int, *, batch_size: int = 500, metrics: bool = False) -> IdlePass:
+    """The idle pass: ``Worker.run_pass`` with nothing due, ``ticks`` times."""
+    walls, cpus = idle_samples(batch_size=batch_size, ticks=ticks, metrics=metrics)
+    return IdlePass(*_median_p99(walls), *_median_p99(cpus))
+
+
 def idle_passes(*, batch_size: int, ticks: int, metrics: bool = False) -> list[float]:
-    """Milliseconds of each of ``ticks`` passes of a Worker with nothing due (the claim
-    script and the sleep's computation)."""
+    """Milliseconds of each of ``ticks`` idle passes (wall time); benchmarks.suite's."""
+    return idle_samples(batch_size=batch_size, ticks=ticks, metrics=metrics)[0]
+
+
+def idle_samples(
+    *, batch_size: int, ticks: int, metrics: bool = False
+) -> tuple[list[float], list[float]]:
+    """Wall and this thread's CPU milliseconds of each of ``ticks`` passes of a Worker with
+    nothing due (the claim script and the sleep's computation)."""
     from django_schedulinator.worker import Worker
 
     idle = Worker(batch_size=batch_size, worker_id="bench-idle")
@@ -220,13 +244,19 @@ def idle_passes(*, batch_size: int, ticks: int, metrics: bool = False) -> list[f
         from django_schedulinator.metrics import Metrics
 
         idle.attach_metrics(Metrics(idle))
-    samples = []
+    walls, cpus = [], []
     for _ in range(ticks):
-        t = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.thread_time()
         idle.run_pass()
-        samples.append((time.perf_counter() - t) * 1000)
+        cpus.append((time.thread_time() - cpu) * 1000)
+        walls.append((time.perf_counter() - wall) * 1000)
     idle.dispatcher.close()
-    return samples
+    return walls, cpus
+
+
+def _median_p99(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[max(0, int(len(ordered) * 0.99) - 1)]
 
 
 if __name__ == "__main__":

@@ -69,6 +69,18 @@ class ApplyResult:
         )
 
 
+class Rebuilt(NamedTuple):
+    """What ``rebuild_entries`` found: one letter per change, in order (``ADDED``,
+    ``FIXED``, ``REMOVED``, ``UNCHANGED``: what the index held, written or not), and how
+    many changes were refused because the index held a newer revision (stale)."""
+
+    found: str
+    stale: int
+
+
+ADDED, FIXED, REMOVED, UNCHANGED = "a", "f", "r", "u"
+
+
 @functools.cache
 def _lua(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
@@ -98,6 +110,7 @@ class DueIndex:
         self._turn_prefix = f"{tag}:turn:"
         self._claim = self.client.register_script(_lua("claim"))
         self._apply = self.client.register_script(_lua("apply"))
+        self._rebuild = self.client.register_script(_lua("rebuild"))
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -161,6 +174,26 @@ class DueIndex:
             result += ApplyResult(*(int(x) for x in reply))
         return result
 
+    def rebuild_entries(self, changes: Sequence[Change], *, dry_run: bool = False) -> Rebuilt:
+        """Write the entries rows call for (SET and REMOVE only), revision-guarded as
+        ``apply`` does, and say what the index held for each (``Rebuilt``); ``dry_run``
+        writes nothing. One script call per ``APPLY_CHUNK`` changes (rebuild.lua)."""
+        found: list[str] = []
+        stale = 0
+        for start in range(0, len(changes), APPLY_CHUNK):
+            payload = json.dumps(
+                [
+                    (str(c.schedule_id), c.revision, c.op, c.score_ms)
+                    for c in changes[start : start + APPLY_CHUNK]
+                ]
+            )
+            refused, letters = self._rebuild(
+                keys=[self.due_key, self.revisions_key], args=["1" if dry_run else "", payload]
+            )
+            stale += int(refused)
+            found.append(letters.decode() if isinstance(letters, bytes) else letters)
+        return Rebuilt("".join(found), stale)
+
     # -- reading --------------------------------------------------------------------------
 
     def now_ms(self) -> int:
@@ -211,15 +244,17 @@ class DueIndex:
         return {int(m.split(b"@", 1)[0]) for m in members}
 
     def iter_members(self, count: int = 1000) -> Iterator[list[int]]:
-        """Chunks of schedule ids in the due set (ZSCAN: safe while it changes)."""
-        chunk: list[int] = []
-        for member, _score in self.client.zscan_iter(self.due_key, count=count):
-            chunk.append(int(member))
-            if len(chunk) >= count:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        """Chunks of schedule ids in the due set (ZSCAN: safe while it changes; an entry
+        may come twice). The scores are never parsed: a rebuild reads a million of them."""
+        cursor: Any = 0
+        while True:
+            cursor, pairs = self.client.zscan(
+                self.due_key, cursor, count=count, score_cast_func=_unparsed
+            )
+            if pairs:
+                yield [int(member) for member, _score in pairs]
+            if not cursor:
+                return
 
     # -- the build marker -----------------------------------------------------------------
 
@@ -306,6 +341,10 @@ class DueIndex:
         """Delete every key of this index (``rebuild_due_index --reset``, tests)."""
         keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
         self.client.delete(*keys)
+
+
+def _unparsed(value: Any) -> Any:
+    return value
 
 
 def _json_record(raw: Any) -> dict[str, Any] | None:

@@ -1,10 +1,11 @@
 """Build the due index from SQL: the explicit, idempotent step (and the upgrade path).
 
-Rows are read in primary-key chunks and written with the same revision-guarded script as the
-sync layer, so a rebuild never overwrites a newer write and never removes an entry first:
-no due entry goes missing while it runs. Entries whose rows are gone are removed last. A
-Redis lock keeps two rebuilds apart, and a marker records that the index was built; the
-scheduler checks the marker inside its claim script, so a lost index (Redis restarted
+Rows are read in primary-key chunks and written under the sync layer's revision guard (by a
+script of their own, ``lua/rebuild.lua``, that handles a chunk in a few calls instead of
+three per row), so a rebuild never overwrites a newer write and never removes an entry
+first: no due entry goes missing while it runs. Entries whose rows are gone are removed
+last. A Redis lock keeps two rebuilds apart, and a marker records that the index was built;
+the scheduler checks the marker inside its claim script, so a lost index (Redis restarted
 empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
 """
 
@@ -13,18 +14,31 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import router
+from django.db import connections, router
 from django.utils import timezone
 from redis.exceptions import LockError
 
 from . import signals
 from .conf import app_settings
 from .errors import RebuildInProgress as RebuildInProgress  # its home was here
-from .index import FORGET, SET, ApplyResult, Change, DueIndex, get_index
+from .index import (
+    ADDED,
+    FIXED,
+    FORGET,
+    REMOVED,
+    UNCHANGED,
+    Change,
+    DueIndex,
+    Rebuilt,
+    get_index,
+)
+from .querysets import _names, json_ids
 from .sync import INDEX_FIELDS, change_for_row, keyset_pages
 
 logger = logging.getLogger("django_schedulinator.rebuild")
@@ -32,6 +46,8 @@ logger = logging.getLogger("django_schedulinator.rebuild")
 # The lock outlives any single chunk by far; it is renewed after each chunk.
 LOCK_TIMEOUT_SECONDS = 60.0
 EXAMPLES_KEPT = 20
+T = TypeVar("T")
+KINDS = {ADDED: "added", FIXED: "fixed", REMOVED: "removed", UNCHANGED: "unchanged"}
 
 
 @dataclass(slots=True)
@@ -52,6 +68,19 @@ class RebuildReport:
         kept = self.examples.setdefault(kind, [])
         if len(kept) < EXAMPLES_KEPT:
             kept.append(schedule_id)
+
+    def tally(self, found: str, ids: list[int]) -> None:
+        """Count what the index held for a chunk of rows (``DueIndex.rebuild_entries``:
+        one letter per row, in the order of ``ids``), and keep the first examples."""
+        for letter, kind in KINDS.items():
+            count = found.count(letter)
+            if not count:
+                continue
+            setattr(self, kind, getattr(self, kind) + count)
+            kept = self.examples.setdefault(kind, [])
+            at = -1
+            while len(kept) < EXAMPLES_KEPT and (at := found.find(letter, at + 1)) >= 0:
+                kept.append(ids[at])
 
 
 def rebuild_index(
@@ -183,39 +212,154 @@ def _rebuild(
     size = chunk_size or app_settings.REBUILD_CHUNK_SIZE
     db = router.db_for_write(Schedule)
     report = RebuildReport(dry_run=dry_run)
-    written = ApplyResult()
-    for rows in keyset_pages(Schedule.objects.using(db), INDEX_FIELDS, size):
-        current = index.scores([row[0] for row in rows])
-        changes = []
-        for row in rows:
-            change = change_for_row(*row)
-            changes.append(change)
-            score = current[row[0]]
-            if change.op == SET:
-                kind = "added" if score is None else "fixed" if score != change.score_ms else None
-            else:
-                kind = "removed" if score is not None else None
-            report.note(kind or "unchanged", row[0])
-        report.rows += len(rows)
+    # Entries that were there before the rebuild may belong to rows deleted since (a sync
+    # write lost): those are looked for at the end, unless the index started empty.
+    held_entries = index.counts()[0] > 0
+
+    def written(ids: list[int], writing: Future[Rebuilt]) -> None:
+        found, stale = writing.result()
+        report.tally(found, ids)
+        report.stale += stale
+        report.rows += len(ids)
         if not dry_run:
-            written += index.apply(changes)
+            # A row deleted after its chunk was read, whose sync write removed its entry
+            # before this chunk's write put it back: its entry was added, and its row is
+            # gone now. Removed here, so the rebuild leaves no entry behind of its own.
+            added = [sid for sid, letter in zip(ids, found, strict=True) if letter == ADDED]
+            forget(rows_gone(db, added) if added else [])
             lock.reacquire()
         if progress:
-            progress(len(rows))
+            progress(len(ids))
 
-    # Entries whose rows are gone. An entry seen here was written after its row committed,
-    # so a row missing now was deleted: removing it cannot lose a new schedule.
-    for ids in index.iter_members(size):
-        existing = set(Schedule.objects.using(db).filter(pk__in=ids).values_list("pk", flat=True))
-        orphans = [sid for sid in ids if sid not in existing]
+    def forget(orphans: list[int]) -> None:
         for sid in orphans:
             report.note("orphans", sid)
-        if not dry_run:
-            if orphans:
-                written += index.apply([Change(sid, 0, FORGET) for sid in orphans])
-            lock.reacquire()
-        if progress:
-            progress(0)  # no rows, but the rebuild moved on (a scheduler's /healthz)
-    report.stale = written.stale
+        if orphans and not dry_run:
+            index.apply([Change(sid, 0, FORGET) for sid in orphans])
+
+    # Redis works on one chunk (in the writer's thread) while this thread reads the next
+    # from the database and builds its changes: the two servers' time overlaps instead of
+    # adding up. At most two chunks are held, whatever the table's size.
+    with ThreadPoolExecutor(1, thread_name_prefix="schedulinator-rebuild") as redis_side:
+        pending: deque[tuple[list[int], Future[Rebuilt]]] = deque()
+        for rows in index_rows(db, size):
+            changes = [change_for_row(*row) for row in rows]
+            pending.append(
+                (
+                    [row[0] for row in rows],
+                    redis_side.submit(index.rebuild_entries, changes, dry_run=dry_run),
+                )
+            )
+            if len(pending) > 1:
+                written(*pending.popleft())
+        while pending:
+            written(*pending.popleft())
+
+        # Entries whose rows are gone. An entry seen here was written after its row
+        # committed, so a row missing now was deleted: removing it cannot lose a new
+        # schedule. The next chunk of the scan is read while this one is looked up.
+        for ids in _ahead(index.iter_members(size), redis_side) if held_entries else ():
+            forget(missing_rows(db, ids))
+            if not dry_run:
+                lock.reacquire()
+            if progress:
+                progress(0)  # no rows, but the rebuild moved on (a scheduler's /healthz)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _ahead(items: Iterator[T], pool: ThreadPoolExecutor) -> Iterator[T]:
+    """``items``, each one taken in ``pool``'s thread while the caller works on the one
+    before."""
+    done = object()
+    coming = pool.submit(next, items, done)
+    while (item := coming.result()) is not done:
+        coming = pool.submit(next, items, done)
+        yield item  # type: ignore[misc]
+
+
+def index_rows(db: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """``INDEX_FIELDS`` of every schedule in primary-key order, ``size`` rows at a time
+    (keyset pages, each its own query: bounded memory, and no snapshot held for the whole
+    table).
+
+    On PostgreSQL with psycopg 3 the rows travel in binary (``_fetch_binary``): the ORM's
+    two timestamps per row, parsed in Python, were most of a rebuild's time (10 s of CPU
+    per million rows against half a second). Elsewhere the ORM reads them (``keyset_pages``).
+    """
+    from .models import Schedule
+
+    connection = connections[db]
+    if connection.vendor != "postgresql" or not _psycopg3():
+        yield from keyset_pages(Schedule.objects.using(db), INDEX_FIELDS, size)
+        return
+    table, column = _names(Schedule, connection)
+    pk = column["id"]
+    columns = ", ".join(column["id" if name == "pk" else name] for name in INDEX_FIELDS)
+    select = f"SELECT {columns} FROM {table}"
+    first, after = (
+        f"{select} ORDER BY {pk} LIMIT %s",
+        f"{select} WHERE {pk} > %s ORDER BY {pk} LIMIT %s",
+    )
+    last = None
+    while True:
+        if last is None:
+            rows = _fetch_binary(connection, first, [size])
+        else:
+            rows = _fetch_binary(connection, after, [last, size])
+        if not rows:
+            return
+        yield rows
+        last = rows[-1][0]
+
+
+def rows_gone(db: str, ids: list[int]) -> list[int]:
+    """Those of ``ids`` (ascending: rows of a chunk just read) whose rows are gone now. One
+    range of the primary key, read in order, costs a tenth of looking each id up."""
+    from .models import Schedule
+
+    rows = Schedule.objects.using(db).filter(pk__range=(ids[0], ids[-1]))
+    existing = set(rows.values_list("pk", flat=True))
+    return [sid for sid in ids if sid not in existing]
+
+
+def missing_rows(db: str, ids: list[int]) -> list[int]:
+    """Those of ``ids`` that have no row. On PostgreSQL (psycopg 3) one anti-join of an
+    array sent in binary, which returns only the missing ids (the ORM's ``IN`` list sent
+    every id as SQL text and read every row back: 6 s of PostgreSQL's CPU per million)."""
+    from .models import Schedule
+
+    connection = connections[db]
+    if connection.vendor != "postgresql" or not _psycopg3():
+        existing = set(
+            Schedule.objects.using(db).filter(pk__in=json_ids(ids, db)).values_list("pk", flat=True)
+        )
+        return [sid for sid in ids if sid not in existing]
+    table, column = _names(Schedule, connection)
+    rows = _fetch_binary(
+        connection,
+        f"SELECT u.id FROM unnest(%s::bigint[]) AS u(id) "
+        f"WHERE NOT EXISTS (SELECT 1 FROM {table} s WHERE s.{column['id']} = u.id)",
+        [sorted(ids)],
+    )
+    return [row[0] for row in rows]
+
+
+def _fetch_binary(connection: Any, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    """Every row of a query on PostgreSQL with psycopg 3, sent and read in binary: psycopg's
+    C loaders, where the ORM parses each timestamp in Python (Django's time-zone loader).
+    Django's own cursors bind on the client, which cannot return binary rows; the query is
+    never prepared (a connection pooler in transaction mode would lose the statement)."""
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, binary=True, prepare=False)
+        return cursor.fetchall()
+
+
+def _psycopg3() -> bool:
+    """Whether Django's PostgreSQL backend runs on psycopg 3 (not psycopg2)."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)

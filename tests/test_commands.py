@@ -91,7 +91,12 @@ def test_reset_rebuilds_an_index_holding_newer_revisions(index: DueIndex) -> Non
     # As after restoring the database from a backup: Redis knows a later revision.
     index.apply([Change(schedule.pk, 999, SET, 1_000)])
     err = io.StringIO()
+    call_command("rebuild_due_index", "--dry-run", stdout=io.StringIO(), stderr=err)
+    assert "1 entries would not be written" in err.getvalue()
+    assert "--reset" in err.getvalue()
+    err = io.StringIO()
     call_command("rebuild_due_index", "--no-progress", stdout=io.StringIO(), stderr=err)
+    assert "1 entries were not written" in err.getvalue()
     assert "--reset" in err.getvalue()
     call_command("rebuild_due_index", "--reset", "--no-progress", stdout=io.StringIO())
     assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.next_run_at)

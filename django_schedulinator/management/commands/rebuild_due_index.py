@@ -89,8 +89,9 @@ class Command(BaseCommand):
                     more = " ..." if getattr(report, kind) > len(ids) else ""
                     self.stdout.write(f"  {kind}: schedule ids {ids}{more}")
         if report.stale:
+            were = "would not be" if report.dry_run else "were not"
             self.stderr.write(
-                f"{report.stale} entries were not written because the index holds a newer "
+                f"{report.stale} entries {were} written because the index holds a newer "
                 "revision than the row read. If the database was restored from a backup, "
                 "run again with --reset."
             )

@@ -87,15 +87,12 @@ def main() -> None:
     options = parser.parse_args()
     if options.write_batch:
         os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_steady")
-        set_up(smoke=False)
+        set_up(smoke=options.smoke)
         ensure_schedules(max(options.write_batch, options.total), 60_000)
         print(json.dumps(measure_write(options.write_batch), indent=2))
         return
     if options.smoke:
         options.rate, options.total, options.seconds, options.warm_up = 50, 200, 2.0, 1.0
-    else:
-        os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_steady")
-    set_up(smoke=options.smoke)
     result = measure(
         options.rate,
         options.total,
@@ -105,6 +102,7 @@ def main() -> None:
         warm_up=options.warm_up,
         redis_url=options.redis_url,
         count_statements=options.count_statements,
+        smoke=options.smoke,
     )
     print(HEADER)
     print(markdown_row(result))
@@ -128,9 +126,17 @@ def measure(
     redis_url: str | None = None,
     count_statements: bool = False,
     settle: float = 2.0,
+    smoke: bool = False,
 ) -> dict[str, Any]:
-    """One steady run (see the module's docstring); Django must be set up on the
-    benchmark's database (``benchmarks.run.set_up``). Returns the figures as a dict."""
+    """One steady run (see the module's docstring); returns the figures as a dict. Sets
+    Django up on the benchmark's database if nothing has (``benchmarks.run.set_up``; with
+    ``smoke``, the smoke's database and key prefix), else uses the database it has."""
+    from django.apps import apps
+
+    if not apps.ready:
+        if not smoke:
+            os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_steady")
+        set_up(smoke=smoke)
     from django.conf import settings
     from django.db import connection
     from django.utils import timezone

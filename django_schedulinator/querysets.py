@@ -254,8 +254,12 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         if not advances:
             return Advanced({}, set(), {} if runs is not None else None)
         connection = connections[self.db]
+        if runs is not None and not advances_in_one_statement(connection):
+            raise ValueError(
+                "Runs go with the advance only where advances_in_one_statement(); "
+                "services.advance inserts them after it elsewhere."
+            )
         if not batches_as_json(connection):
-            assert runs is None, "runs are inserted with the advance on PostgreSQL only"
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
         t = functools.partial(_json_time, connection)

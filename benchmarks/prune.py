@@ -34,7 +34,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from benchmarks.run import add_smoke_option
+from benchmarks.run import add_smoke_option, arm_evenly, lateness
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -164,17 +164,8 @@ def arm(index: Any) -> None:
     load, not a burst at each second), and the index rebuilt: no backlog of missed runs."""
     from django.utils import timezone
 
-    from django_schedulinator.models import Schedule
-    from django_schedulinator.rebuild import rebuild_index
-
-    schedules = list(Schedule.objects.order_by("pk"))
     base = timezone.now().replace(microsecond=0) + timedelta(seconds=2)
-    for i, schedule in enumerate(schedules):
-        at = base + timedelta(milliseconds=1000 * i // len(schedules))
-        schedule.anchor_at = schedule.next_run_at = schedule.due_at = at
-        schedule.revision += 1  # newer than what the index holds
-    Schedule.objects.bulk_update(schedules, ["anchor_at", "next_run_at", "due_at", "revision"])
-    rebuild_index(index)
+    arm_evenly(index, period_ms=1000, base=base)
     time.sleep(max(0.0, (base - timezone.now()).total_seconds()))
 
 
@@ -273,26 +264,15 @@ def wait_until(condition: Any, timeout: float = 3600.0) -> None:
 
 def report(phase: str, since: datetime, until: datetime, note: str = "") -> None:
     """The lateness of the occurrences due in the window (nominal time to hand-off)."""
-    from django_schedulinator.models import Run
-
-    rows = list(
-        Run.objects.filter(scheduled_for__gte=since, scheduled_for__lt=until)
-        .exclude(worker_id="bench-old")
-        .values_list("scheduled_for", "dispatched_at", "status")
-    )
-    late = sorted((d - s).total_seconds() * 1000 for s, d, _status in rows if d is not None)
-    undispatched = len(rows) - len(late)
+    late = lateness(since, until, exclude_worker="bench-old")
     seconds = (until - since).total_seconds()
-    if not late:
+    if not late.handed_off:
         print(f"{phase}: nothing fired in {seconds:.0f}s" + (f"; {note}" if note else ""))
         return
-
-    def pct(p: float) -> float:
-        return late[min(len(late) - 1, int(len(late) * p))]
-
+    undispatched = late.due - late.handed_off
     print(
-        f"{phase}: {len(late):,} fired in {seconds:.0f}s ({len(late) / seconds:,.0f}/s), "
-        f"lateness p50 {pct(0.5):.0f} ms, p99 {pct(0.99):.0f} ms, max {late[-1]:.0f} ms"
+        f"{phase}: {late.handed_off:,} fired in {seconds:.0f}s "
+        f"({late.handed_off / seconds:,.0f}/s), {late.summary()}"
         + (f", {undispatched} not handed off yet" if undispatched else "")
         + (f"; {note}" if note else "")
     )

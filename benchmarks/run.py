@@ -17,7 +17,8 @@ import os
 import statistics
 import subprocess
 import time
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
@@ -58,9 +59,9 @@ def use_smoke_services() -> None:
     os.environ.setdefault("BENCH_KEY_PREFIX", f"schedulinator-bench-smoke-{os.getpid()}")
 
 
-def start(*, smoke: bool) -> Any:
-    """Django set up on the benchmark's database (migrated, its schedules and runs gone) and
-    its due index, empty; a smoke run's own database and key prefix when ``smoke``."""
+def set_up(*, smoke: bool) -> None:
+    """Django set up on the benchmark's database, created and migrated if need be (a smoke
+    run's own database and key prefix when ``smoke``); its rows are left as they are."""
     if smoke:
         use_smoke_services()
     ensure_database()
@@ -68,12 +69,19 @@ def start(*, smoke: bool) -> Any:
 
     django.setup()
     from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def start(*, smoke: bool) -> Any:
+    """Django set up on the benchmark's database (migrated, its schedules and runs gone) and
+    its due index, empty; a smoke run's own database and key prefix when ``smoke``."""
+    set_up(smoke=smoke)
     from django.db import connection
 
     from django_schedulinator.index import DueIndex
     from django_schedulinator.models import Run, Schedule
 
-    call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute(
             f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
@@ -81,6 +89,74 @@ def start(*, smoke: bool) -> Any:
     index = DueIndex()
     index.drop()
     return index
+
+
+def arm_evenly(index: Any, *, period_ms: int, base: datetime) -> None:
+    """A steady load: the schedules' next runs spread evenly over ``period_ms`` from
+    ``base`` (the i-th of n at ``base + i * period_ms // n`` ms, whole milliseconds), in one
+    statement, newer revisions than the index holds; then the index rebuilt. Interval
+    schedules with ``period_ms`` as their interval then fire n per period, evenly, for as
+    long as they run (a burst at each period would be a burst benchmark)."""
+    from django.db import connection
+
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.rebuild import rebuild_index
+
+    qn = connection.ops.quote_name
+    table = qn(Schedule._meta.db_table)
+    col = {f.name: qn(f.column) for f in Schedule._meta.concrete_fields}
+    at = "%s + (r.i * %s / r.n) * interval '1 millisecond'"
+    with connection.cursor() as cursor:
+        # updated_at stays: reconcile has nothing to read again (the rebuild writes them).
+        cursor.execute(
+            f"WITH r AS (SELECT {col['id']} AS id, row_number() OVER (ORDER BY {col['id']}) - 1 "
+            f"AS i, count(*) OVER () AS n FROM {table}) "
+            f"UPDATE {table} SET {col['next_run_at']} = {at}, {col['anchor_at']} = {at}, "
+            f"{col['due_at']} = {at}, {col['revision']} = {table}.{col['revision']} + 1 "
+            f"FROM r WHERE {table}.{col['id']} = r.id",
+            [base, period_ms] * 3,
+        )
+    rebuild_index(index)
+
+
+@dataclass(frozen=True, slots=True)
+class Lateness:
+    """The lateness of what was due in a window (nominal time to hand-off, ms)."""
+
+    due: int  # runs in the ledger with a nominal time in the window
+    handed_off: int
+    p50: float | None
+    p99: float | None
+    max: float | None
+    samples: list[float] = field(repr=False, default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("due", "handed_off", "p50", "p99", "max")}
+
+    def summary(self) -> str:
+        if not self.handed_off:
+            return "nothing handed off"
+        return f"lateness p50 {self.p50:.0f} ms, p99 {self.p99:.0f} ms, max {self.max:.0f} ms"
+
+
+def lateness(since: datetime, until: datetime, *, exclude_worker: str = "") -> Lateness:
+    """The lateness of the runs whose nominal time lies in [since, until): ``dispatched_at -
+    scheduled_for``, the run handed to its dispatcher (``exclude_worker``: runs written by
+    the benchmark itself)."""
+    from django_schedulinator.models import Run
+
+    runs = Run.objects.filter(scheduled_for__gte=since, scheduled_for__lt=until)
+    if exclude_worker:
+        runs = runs.exclude(worker_id=exclude_worker)
+    rows = list(runs.values_list("scheduled_for", "dispatched_at"))
+    late = sorted((d - s).total_seconds() * 1000 for s, d in rows if d is not None)
+    if not late:
+        return Lateness(len(rows), 0, None, None, None)
+
+    def pct(p: float) -> float:
+        return late[min(len(late) - 1, int(len(late) * p))]
+
+    return Lateness(len(rows), len(late), pct(0.5), pct(0.99), late[-1], late)
 
 
 def main() -> None:

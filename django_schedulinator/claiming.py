@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import OperationalError, router, transaction
+from django.db import OperationalError, router
 
 from . import clock, ledger, outcomes, services, signals, timing
 from .conf import app_settings
@@ -39,7 +39,7 @@ from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .keys import occurrence_key
 from .models import Run, Schedule, alert_time, catch_up_policy
-from .querysets import Advance, NewRun, is_lock_timeout, json_ids
+from .querysets import Advance, ClaimedRuns, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
 
 if TYPE_CHECKING:
@@ -454,21 +454,22 @@ class Claimer:
     def _advance_and_record(
         self, plan: Plan, now: datetime, token: str, *, skip_locked: bool = False
     ) -> tuple[dict[int, int], set[int], dict[tuple[int, int], int]]:
-        """One transaction: the conditional advance of the due rows and their runs."""
-        with transaction.atomic(using=self.db):
-            moved, locked = services.advance(
-                [d.advance for d in plan.due], now, using=self.db, skip_locked=skip_locked
-            )
-            new_runs = [run for d in plan.due if d.row.pk in moved for run in _runs_of(d)]
-            inserted = ledger.record_claimed(
-                new_runs,
+        """One transaction: the conditional advance of the due rows and their runs (one
+        statement on PostgreSQL: ``services.advance``)."""
+        moved, locked, inserted = services.advance(
+            [d.advance for d in plan.due],
+            now,
+            using=self.db,
+            skip_locked=skip_locked,
+            runs=ClaimedRuns(
+                {d.row.pk: _runs_of(d) for d in plan.due},
                 claimed_at=now,
                 worker_id=self.worker_id,
                 claim_token=token,
                 lease_expires_at=now + self.lease,
-                using=self.db,
-            )
-        return moved, locked, inserted
+            ),
+        )
+        return moved, locked, inserted or {}
 
     # -- runs waiting in SQL: expired leases, and runs queued for any scheduler ----------
 

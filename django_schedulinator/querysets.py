@@ -157,6 +157,34 @@ def is_lock_timeout(exc: BaseException) -> bool:
 class Advanced(NamedTuple):
     moved: dict[int, int]  # schedule id -> new revision, for the rows that moved
     locked: set[int]  # rows another transaction held: skipped, not moved
+    # The runs the same statement inserted, {(schedule id, epoch ms): run id}, when it was
+    # given runs to insert (``ClaimedRuns``).
+    inserted: dict[tuple[int, int], int] | None = None
+
+
+class ClaimedRuns(NamedTuple):
+    """The runs a claim records for each schedule it advances (those of a schedule that
+    does not move are left out), and the claim they are leased to."""
+
+    runs: dict[int, list[NewRun]]  # by schedule id
+    claimed_at: datetime
+    worker_id: str
+    claim_token: str
+    lease_expires_at: datetime
+
+
+def advances_in_one_statement(connection: Any) -> bool:
+    """Whether the claim's advance and its runs go in one statement that is its own
+    transaction: on PostgreSQL through psycopg 3's client-side binding (Django's default),
+    which sends the transaction's ``lock_timeout`` and the statement in one round trip.
+    Elsewhere (SQLite, server-side binding, psycopg 2) two statements in a transaction."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return (
+        connection.vendor == "postgresql"
+        and is_psycopg3
+        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    )
 
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
@@ -200,7 +228,12 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             return super().delete()
 
     def advance(
-        self, advances: Sequence[Advance], fired_at: datetime, *, skip_locked: bool = False
+        self,
+        advances: Sequence[Advance],
+        fired_at: datetime,
+        *,
+        skip_locked: bool = False,
+        runs: ClaimedRuns | None = None,
     ) -> Advanced:
         """Conditionally advance many schedules in one statement.
 
@@ -214,10 +247,20 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         should it run out (``is_lock_timeout``), the caller redoes the transaction with
         ``skip_locked``: the rows are locked first, the held ones skipped (``locked``). Row
         locks on every row would cost the common case a third of its speed.
+
+        ``runs`` (where ``advances_in_one_statement``): the same statement inserts the runs
+        of the rows that moved (a data-modifying CTE), as ``RunQuerySet.insert_runs`` would,
+        and is its own transaction outside the caller's: one round trip for the claim's
+        whole write instead of five (BEGIN, the lock wait, the advance, the insert, COMMIT).
         """
         if not advances:
-            return Advanced({}, set())
+            return Advanced({}, set(), {} if runs is not None else None)
         connection = connections[self.db]
+        if runs is not None and not advances_in_one_statement(connection):
+            raise ValueError(
+                "Runs go with the advance only where advances_in_one_statement(); "
+                "services.advance inserts them after it elsewhere."
+            )
         if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
@@ -245,39 +288,88 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             f"ELSE {table}.{col['last_run_at']} END "
         )
         match = f"{table}.{col['id']} = v.sid AND {table}.{col['revision']} = v.rev"
-        moved_cols = f"{table}.{col['id']}, {table}.{col['revision']}"
+        moved_cols = f"{table}.{col['id']} AS id, {table}.{col['revision']} AS revision"
         params = [rows, connection.ops.adapt_datetimefield_value(fired_at)]
-        plain = (
-            f"WITH v(sid, rev, nxt, due, fired) AS ({values}) "
-            f"{update} FROM v WHERE {match} RETURNING {moved_cols}"
-        )
         # SQLite has no row locks to skip: a writer holds the whole database.
         postgresql = connection.vendor == "postgresql"
-        if not (postgresql and skip_locked):
-            with connection.cursor() as cursor:
-                if postgresql:
-                    cursor.execute(
-                        "SELECT set_config('lock_timeout', %s, true)", [f"{FIRST_LOCK_WAIT_MS}ms"]
-                    )
-                cursor.execute(plain, params)
-                return Advanced({int(sid): int(rev) for sid, rev in cursor.fetchall()}, set())
-        # The rows this statement locks, each with its new revision if it moved (NULL: it
-        # changed since it was read); a row it does not name was held by someone else.
-        skipping = (
-            f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
-            f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
-            f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
-            f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
-            f"RETURNING {moved_cols}) "
-            f"SELECT free.id, moved.{col['revision']} FROM free "
-            f"LEFT JOIN moved ON moved.{col['id']} = free.id"
+        lock_wait = (
+            "SELECT set_config('lock_timeout', %s, true); "
+            if postgresql and not skip_locked
+            else ""
         )
+        if postgresql and skip_locked:
+            # The rows this statement locks, each with its new revision if it moved (NULL:
+            # it changed since it was read); a row it does not name was held by someone else.
+            head = (
+                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
+                f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
+                f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
+                f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
+                f"RETURNING {moved_cols})"
+            )
+            answer = (
+                "SELECT free.id, moved.revision FROM free LEFT JOIN moved ON moved.id = free.id"
+            )
+        else:
+            head = (
+                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
+                f"moved AS ({update} FROM v WHERE {match} RETURNING {moved_cols})"
+            )
+            answer = "SELECT moved.id, moved.revision FROM moved"
+        inserted: dict[tuple[int, int], int] | None = None
+        if runs is None and not (postgresql and skip_locked):
+            # The advance alone (SQLite has no data-modifying CTE: its UPDATE comes first).
+            head = f"WITH v(sid, rev, nxt, due, fired) AS ({values}) {update} FROM v WHERE {match}"
+            answer = f"RETURNING {moved_cols}"
+        elif runs is not None:
+            # The runs of the rows that moved, inserted by the same statement (one round
+            # trip, its own transaction): the answer's rows tell the two apart by a kind.
+            new_runs = [r for sid in runs.runs for r in runs.runs[sid]]
+            insert, insert_params = _insert_runs_sql(
+                connection,
+                self.model._meta.get_field("runs").related_model,
+                new_runs,
+                claimed_at=runs.claimed_at,
+                worker_id=runs.worker_id,
+                claim_token=runs.claim_token,
+                lease_expires_at=runs.lease_expires_at,
+                only_of="moved",
+            )
+            head += f", {insert[0]}, ins AS ({insert[1]})"
+            params += insert_params
+            answer = (
+                f"SELECT 0, m.*, NULL::bigint FROM ({answer}) AS m "
+                f"UNION ALL SELECT 1, ins.schedule_id, ins.ms, ins.id FROM ins"
+            )
+            inserted = {}
+        sql = f"{head} {answer}"
+        if lock_wait:
+            params = [f"{FIRST_LOCK_WAIT_MS}ms", *params]
+            if runs is not None:
+                # One round trip: the setting lasts for the statement's own transaction
+                # (a simple query of two statements is one), or the caller's.
+                sql = f"{lock_wait}{sql}"
         with connection.cursor() as cursor:
-            cursor.execute(skipping, params)
-            answer = cursor.fetchall()
-        moved = {int(sid): int(rev) for sid, rev in answer if rev is not None}
-        locked = {a.schedule_id for a in advances} - {int(sid) for sid, _rev in answer}
-        return Advanced(moved, locked)
+            if lock_wait and runs is None:
+                cursor.execute(lock_wait, params[:1])
+                params = params[1:]
+            cursor.execute(sql, params)
+            if lock_wait and runs is not None:
+                cursor.nextset()  # past set_config's answer
+            answer_rows = cursor.fetchall()
+        if inserted is not None:
+            moved_rows = []
+            for kind, a, b, c in answer_rows:
+                if kind:
+                    inserted[(int(a), int(b))] = int(c)
+                else:
+                    moved_rows.append((a, b))
+            answer_rows = moved_rows
+        if not (postgresql and skip_locked):
+            return Advanced({int(sid): int(rev) for sid, rev in answer_rows}, set(), inserted)
+        moved = {int(sid): int(rev) for sid, rev in answer_rows if rev is not None}
+        locked = {a.schedule_id for a in advances} - {int(sid) for sid, _rev in answer_rows}
+        return Advanced(moved, locked, inserted)
 
     def _advance_row_by_row(self, advances: Sequence[Advance], fired_at: datetime) -> Advanced:
         # Portable fallback for other backends: same guarantee, one statement per row.
@@ -399,51 +491,17 @@ class RunQuerySet(models.QuerySet["Run"]):
             return self._insert_runs_portable(
                 runs, claimed_at, worker_id, claim_token, lease_expires_at
             )
-        table, col = _names(self.model, connection)
-        names = (
-            "schedule", "scheduled_for", "task", "args", "kwargs", "dispatcher",
-            "dispatch_options", "status", "trigger", "skip_reason", "note", "attempts",
-            "lease_expires_at", "alert_at", "claimed_at", "worker_id", "claim_token", "error",
-            "external_id", "output",
-        )  # fmt: skip
-        t = functools.partial(_json_time, connection)
-        # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
-        # bulk of a claim) sends the schedule's snapshot only; the SQL fills in the defaults.
-        rows = json.dumps(
-            [
-                [r.schedule_id, t(r.scheduled_for), *r[2:PLAIN_FROM]]
-                if r[PLAIN_FROM:] == PLAIN_RUN
-                else [
-                    r.schedule_id,
-                    t(r.scheduled_for),
-                    *r[2:-2],
-                    t(r.lease_expires_at),
-                    t(r.alert_at),
-                ]
-                for r in runs
-            ]
+        insert, params = _insert_runs_sql(
+            connection,
+            self.model,
+            runs,
+            claimed_at=claimed_at,
+            worker_id=worker_id,
+            claim_token=claim_token,
+            lease_expires_at=lease_expires_at,
         )
-        values = _json_rows(connection, *INSERT_TYPES)
-        returned_at = _epoch_ms(connection, col["scheduled_for"])
-        sql = (
-            f"WITH v(sid, sf, task, args, kwargs, disp, dopts, status, trig, reason, note, "
-            f"attempts, lease, alert) AS ({values}) "
-            f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
-            f"SELECT v.sid, v.sf, v.task, v.args, v.kwargs, v.disp, v.dopts, "
-            f"COALESCE(v.status, 'pending'), "
-            f"COALESCE(v.trig, 'schedule'), COALESCE(v.reason, ''), COALESCE(v.note, ''), "
-            f"COALESCE(v.attempts, 1), "
-            f"CASE WHEN COALESCE(v.status, 'pending') = 'pending' THEN COALESCE(v.lease, %s) END, "
-            f"v.alert, %s, %s, %s, '', '', '' "
-            # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
-            f"FROM v WHERE true "
-            f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
-            f"RETURNING {col['id']}, {col['schedule']}, {returned_at}"
-        )
-        adapt = connection.ops.adapt_datetimefield_value
-        params = [rows, adapt(lease_expires_at), adapt(claimed_at), worker_id, claim_token]
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(f"WITH {insert[0]} {insert[1]}", params)
             return {
                 (int(sid), _returned_ms(connection, sf)): int(rid)
                 for rid, sid, sf in cursor.fetchall()
@@ -497,6 +555,70 @@ class RunQuerySet(models.QuerySet["Run"]):
             "schedule_id", "scheduled_for", "pk"
         )
         return {(sid, to_ms(at)): pk for sid, at, pk in found if (sid, to_ms(at)) in wanted}
+
+
+def _insert_runs_sql(
+    connection: Any,
+    run_model: Any,
+    runs: Sequence[NewRun],
+    *,
+    claimed_at: datetime,
+    worker_id: str,
+    claim_token: str,
+    lease_expires_at: datetime | None,
+    only_of: str = "",
+) -> tuple[tuple[str, str], list[Any]]:
+    """The SQL that inserts ``runs`` (``RunQuerySet.insert_runs``) as two parts: the rows,
+    a CTE named ``r``, and the ``INSERT ... ON CONFLICT DO NOTHING RETURNING id,
+    schedule_id, ms`` that reads them (of the schedules in the CTE ``only_of`` when given);
+    and their parameters, in that order."""
+    table, col = _names(run_model, connection)
+    names = (
+        "schedule", "scheduled_for", "task", "args", "kwargs", "dispatcher",
+        "dispatch_options", "status", "trigger", "skip_reason", "note", "attempts",
+        "lease_expires_at", "alert_at", "claimed_at", "worker_id", "claim_token", "error",
+        "external_id", "output",
+    )  # fmt: skip
+    t = functools.partial(_json_time, connection)
+    # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
+    # bulk of a claim) sends the schedule's snapshot only; the SQL fills in the defaults.
+    rows = json.dumps(
+        [
+            [r.schedule_id, t(r.scheduled_for), *r[2:PLAIN_FROM]]
+            if r[PLAIN_FROM:] == PLAIN_RUN
+            else [
+                r.schedule_id,
+                t(r.scheduled_for),
+                *r[2:-2],
+                t(r.lease_expires_at),
+                t(r.alert_at),
+            ]
+            for r in runs
+        ]
+    )
+    values = _json_rows(connection, *INSERT_TYPES)
+    cte = (
+        "r(sid, sf, task, args, kwargs, disp, dopts, status, trig, reason, note, attempts, "
+        f"lease, alert) AS ({values})"
+    )
+    source = f"r JOIN {only_of} ON {only_of}.id = r.sid" if only_of else "r"
+    returned_at = _epoch_ms(connection, col["scheduled_for"])
+    insert = (
+        f"INSERT INTO {table} ({', '.join(col[n] for n in names)}) "
+        f"SELECT r.sid, r.sf, r.task, r.args, r.kwargs, r.disp, r.dopts, "
+        f"COALESCE(r.status, 'pending'), "
+        f"COALESCE(r.trig, 'schedule'), COALESCE(r.reason, ''), COALESCE(r.note, ''), "
+        f"COALESCE(r.attempts, 1), "
+        f"CASE WHEN COALESCE(r.status, 'pending') = 'pending' THEN COALESCE(r.lease, %s) END, "
+        f"r.alert, %s, %s, %s, '', '', '' "
+        # WHERE true: SQLite needs it to parse ON CONFLICT after INSERT ... SELECT.
+        f"FROM {source} WHERE true "
+        f"ON CONFLICT ({col['schedule']}, {col['scheduled_for']}) DO NOTHING "
+        f"RETURNING {col['id']} AS id, {col['schedule']} AS schedule_id, {returned_at} AS ms"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [rows, adapt(lease_expires_at), adapt(claimed_at), worker_id, claim_token]
+    return (cte, insert), params
 
 
 def _epoch_ms(connection: Any, column: str) -> str:

@@ -38,7 +38,7 @@ from .conf import app_settings
 from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
 from .index import ApplyResult, get_index
 from .models import Run, Schedule, ScheduleChange
-from .querysets import Advance, Advanced
+from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
 from .registry import registry
 from .streaks import STREAK_WINDOW as STREAK_WINDOW
 from .streaks import auto_pause, lock_streaks, record_streaks
@@ -274,12 +274,41 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin = PYTHO
 
 
 def advance(
-    advances: Sequence[Advance], fired_at: datetime, *, using: str, skip_locked: bool = False
+    advances: Sequence[Advance],
+    fired_at: datetime,
+    *,
+    using: str,
+    skip_locked: bool = False,
+    runs: ClaimedRuns | None = None,
 ) -> Advanced:
     """The scheduler's conditional advance of due schedules past what fired (next run, due
     time, run count, last run; never a setting, so the version stays and the change log is
-    not written): each row moves only if it still holds the revision the claim read."""
-    return Schedule.objects.using(using).advance(advances, fired_at, skip_locked=skip_locked)
+    not written): each row moves only if it still holds the revision the claim read.
+
+    With ``runs``, the runs of the schedules that moved enter the ledger in the same
+    transaction (``inserted``): on PostgreSQL in the advance's own statement, one round
+    trip (``querysets.advances_in_one_statement``); elsewhere ``ledger.record_claimed``
+    after it, in a transaction of the two."""
+    schedules = Schedule.objects.using(using)
+    if runs is None:
+        return schedules.advance(advances, fired_at, skip_locked=skip_locked)
+    connection = transaction.get_connection(using)
+    if advances_in_one_statement(connection):
+        if not connection.in_atomic_block:
+            return schedules.advance(advances, fired_at, skip_locked=skip_locked, runs=runs)
+        with transaction.atomic(using=using):  # a savepoint: a lock wait that runs out
+            return schedules.advance(advances, fired_at, skip_locked=skip_locked, runs=runs)
+    with transaction.atomic(using=using):
+        advanced = schedules.advance(advances, fired_at, skip_locked=skip_locked)
+        inserted = ledger.record_claimed(
+            [run for sid in advanced.moved for run in runs.runs.get(sid, ())],
+            claimed_at=runs.claimed_at,
+            worker_id=runs.worker_id,
+            claim_token=runs.claim_token,
+            lease_expires_at=runs.lease_expires_at,
+            using=using,
+        )
+    return advanced._replace(inserted=inserted)
 
 
 # -- missed runs ---------------------------------------------------------------------------

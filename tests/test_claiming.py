@@ -10,6 +10,7 @@ import psycopg
 import pytest
 from django.db import connection, connections
 from django.db.models import F
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services, timing
@@ -147,6 +148,35 @@ def test_an_edit_between_read_and_advance_wins_and_the_entry_is_rechecked(
     run_once()  # the next pass reads revision 2 and fires the occurrence once, as edited
     assert Run.objects.get(schedule_id=sid).args == ["edited"]
     assert Delivery.objects.count() == 1
+
+
+def test_the_claims_write_is_one_statement_on_postgresql_and_records_only_rows_that_moved(
+    built_index: DueIndex,
+) -> None:
+    """The advance and the runs of the rows that moved go in one round trip on PostgreSQL
+    (the lock wait's setting with them); a row that lost its race gets no run, either way."""
+    kept, raced = make_due(2)
+    resync_schedules([kept, raced])
+    claimer = Claimer(worker_id="a", lease_seconds=30)
+    batch, token = claimer.claim(10)
+    plan = claimer.recheck(batch)
+    Schedule.objects.filter(pk=raced).update(revision=F("revision") + 1)  # an edit commits
+
+    with CaptureQueriesContext(connection) as captured:
+        occurrences, counters = claimer.commit(plan, token)
+
+    assert [o.schedule_id for o in occurrences] == [kept]
+    assert counters.lost_races == 1
+    assert list(Run.objects.values_list("schedule_id", flat=True)) == [kept]
+    assert Run.objects.get().pk == occurrences[0].run_id
+    writes = [q["sql"] for q in captured.captured_queries]
+    if connection.vendor == "postgresql":
+        [write] = writes
+        assert write.startswith("SELECT set_config('lock_timeout'")
+        assert "INSERT INTO" in write
+        assert "UPDATE" in write
+    else:  # the advance, then the runs, in a transaction
+        assert [w.split()[0] for w in writes if "INSERT" in w or "UPDATE" in w] == ["WITH"] * 2
 
 
 def test_an_occurrence_already_in_the_ledger_is_not_fired_again(built_index: DueIndex) -> None:

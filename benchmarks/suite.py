@@ -392,9 +392,10 @@ def steady_rows(
     cases = STEADY_CASES[:1] if plan.repeat == 1 else STEADY_CASES
     rows: list[tuple[str, dict[str, float] | None, str]] = []
     for rate, processes in cases:
+        total = max(plan.burst_total, rate)  # at least a second's worth: each fires once a cycle
         results = [
             runner.call(
-                this_app, "steady", "--rate", str(rate), "--total", str(plan.burst_total),
+                this_app, "steady", "--rate", str(rate), "--total", str(total),
                 "--seconds", str(plan.steady_seconds), "--processes", str(processes),
             )
             for _ in range(plan.repeat)

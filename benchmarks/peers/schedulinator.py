@@ -186,9 +186,9 @@ class Schedulinator:
         for i in range(0, len(rows), BATCH):
             chunk = rows[i : i + BATCH]
             with transaction.atomic():
-                moved, _ = services.advance(
+                moved = services.advance(
                     [Advance(pk, rev, nxt, nxt, 1) for pk, rev, *_ in chunk], now, using="default"
-                )
+                ).moved
             advanced += len(moved)
         advance_s = time.perf_counter() - started
         inserted = 0

@@ -178,12 +178,12 @@ def advances_in_one_statement(connection: Any) -> bool:
     transaction: on PostgreSQL through psycopg 3's client-side binding (Django's default),
     which sends the transaction's ``lock_timeout`` and the statement in one round trip.
     Elsewhere (SQLite, server-side binding, psycopg 2) two statements in a transaction."""
+    if connection.vendor != "postgresql":
+        return False  # asked before the driver: a SQLite project installs none
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-    return (
-        connection.vendor == "postgresql"
-        and is_psycopg3
-        and connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    return bool(is_psycopg3) and (
+        connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
     )
 
 

@@ -58,7 +58,13 @@ def _own_client(config: RedisConfig) -> Any:
     with _lock:
         if _own is not None and _own[0] == config:
             return _own[1]
-        previous, _own = _own, (config, _build(config))
+        try:
+            client = _build(config)
+        except (TypeError, ValueError) as exc:  # a URL or an option redis-py refuses
+            raise ImproperlyConfigured(
+                f"{SETTING_NAME}['REDIS'] is refused by redis-py: {exc}"
+            ) from exc
+        previous, _own = _own, (config, client)
     if previous is not None:
         _close(previous[1])
     return _own[1]

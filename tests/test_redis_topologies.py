@@ -265,3 +265,9 @@ def test_a_plain_redis_url_gets_a_client_of_its_own(settings: Any) -> None:
     assert client is get_redis()  # one per process
     assert client.ping()
     assert client.connection_pool.connection_kwargs["port"] == 6379
+
+
+def test_a_url_redis_py_refuses_is_an_error_naming_the_setting(settings: Any) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": {"URL": "redis://h:port/0"}}
+    with pytest.raises(ImproperlyConfigured, match=r"SCHEDULINATOR\['REDIS'\] is refused"):
+        get_redis()

@@ -25,7 +25,7 @@ import heapq
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -34,11 +34,12 @@ from django.db import OperationalError, router
 
 from . import clock, ledger, outcomes, services, signals, timing
 from .conf import app_settings
-from .dispatch.base import BaseDispatcher, Occurrence, Outcome
+from .dispatch.base import BaseDispatcher, Occurrence
 from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .keys import occurrence_key
 from .models import Run, Schedule, alert_time, catch_up_policy
+from .outcomes import Reported
 from .querysets import Advance, ClaimedRuns, NewRun, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
 
@@ -640,29 +641,21 @@ class Claimer:
 
     # -- 4. record outcomes ---------------------------------------------------------------
 
-    def record(
-        self,
-        results: Sequence[Outcome],
-        schedule_of: Mapping[int, int],
-        dispatched_at: Any,
-        dispatcher: BaseDispatcher,
-    ) -> set[int]:
-        """Store what ``dispatcher`` returned, in one transaction (``outcomes.record``): the
-        ledger, each schedule's failures in a row and auto-pause. Plans a take-over for
-        when each retry is due. Returns the schedules whose runs ended."""
+    def record(self, batches: Sequence[Reported], dispatcher: BaseDispatcher) -> set[int]:
+        """Store what ``dispatcher`` returned for these batches, in one transaction
+        (``outcomes.record``): the ledger, each schedule's failures in a row and auto-pause.
+        Plans a take-over for when each retry is due. Returns the schedules whose runs
+        ended."""
         now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
         recorded = outcomes.record(
-            results,
-            schedule_of,
-            dispatcher=dispatcher,
-            dispatched_at=dispatched_at,
-            now=now,
-            using=self.db,
-            index=self.index,
+            batches, dispatcher=dispatcher, now=now, using=self.db, index=self.index
         )
         self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
+        schedule_of = {run_id: sid for b in batches for run_id, sid in b.schedule_of.items()}
         if self.metrics is not None:
-            self.metrics.recorded(dispatcher.alias, results, recorded.ended)
+            self.metrics.recorded(
+                dispatcher.alias, [o for b in batches for o in b.outcomes], recorded.ended
+            )
         return {schedule_of[o.run_id] for o in recorded.ended}
 
     # -- overlap "buffer" -----------------------------------------------------------------

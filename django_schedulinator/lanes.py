@@ -1,6 +1,7 @@
 """The lanes of a running scheduler: one per dispatcher alias, each a queue of committed
-batches and a thread that hands them to its dispatcher and records what they became. A slow
-or failing dispatcher holds up only its own lane; the claim loop and the other lanes go on.
+batches and a thread that hands them to its dispatcher, then passes what they became to the
+recorder (recording.py). A slow or failing dispatcher holds up only its own lane; the claim
+loop and the other lanes go on.
 
 A stop (``Lanes.stop``) gives each lane one lease to dispatch what it holds (the stop's
 grace), then a hand-off in progress its dispatcher's own bound; what is left stays pending
@@ -33,6 +34,7 @@ from .dispatch import (
 )
 from .leases import Leased, LeaseKeeper
 from .progress import BatchProgress
+from .recording import OutcomeRecorder
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
@@ -92,9 +94,10 @@ class Lane:
 
 
 class Lanes:
-    """Every lane of one scheduler. While ``running``, each lane's thread dispatches and
-    records batch N while the loop claims and advances batch N+1 (the database and Python
-    then overlap); otherwise ``put`` dispatches at once (``Worker.run_pass`` on its own)."""
+    """Every lane of one scheduler. While ``running``, each lane's thread dispatches batch N
+    while the loop claims and advances batch N+1 and the recorder writes the outcomes of
+    batch N-1 (the database and Python then overlap); otherwise ``put`` dispatches and
+    records at once (``Worker.run_pass`` on its own)."""
 
     def __init__(
         self,
@@ -112,6 +115,8 @@ class Lanes:
         self._lanes: dict[str, Lane] = {DEFAULT_ALIAS: Lane(DEFAULT_ALIAS, self.dispatcher)}
         self.running = False
         self.leases = LeaseKeeper(claimer, lease_seconds)
+        # Writes the outcomes of dispatched batches while ``running`` (recording.py).
+        self.recorder: OutcomeRecorder | None = None
         # When the loop ended: from then the lanes dispatch what they hold for one lease
         # (the stop's grace), then start no more hand-offs.
         self.stop_grace_ends: float | None = None
@@ -124,6 +129,8 @@ class Lanes:
         self.running = True
         self.stop_grace_ends = None
         self.leases = LeaseKeeper(self.claimer, self.lease_seconds)  # a stop closes it
+        self.recorder = OutcomeRecorder(self.claimer, self.leases, self.lease_seconds)
+        self.recorder.start()
         for lane in self._lanes.values():
             self._start(lane)
 
@@ -234,6 +241,15 @@ class Lanes:
                 )
             else:
                 lane.thread = None
+        if self.recorder is not None:
+            # What the lanes handed over is recorded (within the grace, and a little more).
+            self.recorder.stop(
+                max(
+                    STOP_RECORD_SECONDS,
+                    self.stop_grace_ends + STOP_RECORD_SECONDS - time.monotonic(),
+                )
+            )
+            self.recorder = None
         self.leases.close()
 
     def _dispatch_loop(self, lane: Lane) -> None:
@@ -312,12 +328,23 @@ class Lanes:
         )
         if self.metrics is not None and leased.counted:  # a fresh claim's first hand-offs
             self.metrics.handing_off(lane.alias, occurrences)
+        recorder = self.recorder  # None: not running (run_pass on its own) records here
+        self.leases.hold(progress)
         try:
-            with self.leases.keeping(progress):
+            try:
                 outcomes = lane.dispatcher.dispatch(occurrences, progress)
-        except Exception as exc:
-            outcomes = self._broken_dispatch(lane, occurrences, exc)
-        progress.record(outcomes, retry=True)
+            except Exception as exc:
+                outcomes = self._broken_dispatch(lane, occurrences, exc)
+        except BaseException:
+            self.leases.let_go(progress)
+            raise
+        if recorder is None:
+            self.leases.let_go(progress)
+            progress.record(outcomes, retry=True)
+        else:
+            # Off this thread, which goes on to its next batch; the leases stay held until
+            # the recorder has written the outcomes.
+            recorder.put(progress, outcomes)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 

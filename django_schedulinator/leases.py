@@ -57,6 +57,14 @@ class LeaseKeeper:
     @contextlib.contextmanager
     def keeping(self, batch: BatchProgress) -> Iterator[None]:
         """Keep the batch's leases while the block runs."""
+        self.hold(batch)
+        try:
+            yield
+        finally:
+            self.let_go(batch)
+
+    def hold(self, batch: BatchProgress) -> None:
+        """Keep the batch's leases from now until ``let_go`` (its outcomes recorded)."""
         with self._changed:
             if not self._closed:
                 self._batches.add(batch)
@@ -65,12 +73,11 @@ class LeaseKeeper:
                         target=self._run, name="schedulinator-leases", daemon=True
                     )
                     self._thread.start()
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._batches.discard(batch)
-                self._changed.notify()
+
+    def let_go(self, batch: BatchProgress) -> None:
+        with self._changed:
+            self._batches.discard(batch)
+            self._changed.notify()
 
     def close(self) -> None:
         """Renew nothing more: a stop gave up on the batches still being dispatched, whose

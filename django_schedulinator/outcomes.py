@@ -16,7 +16,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
@@ -92,43 +92,58 @@ def outcome_timeout(alias: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+class Reported(NamedTuple):
+    """What a dispatcher returned for one batch: the outcomes, the schedule of each run,
+    and when the batch was handed to it."""
+
+    outcomes: Sequence[Outcome]
+    schedule_of: Mapping[int, int]
+    dispatched_at: datetime
+
+
 def record(
-    outcomes: Sequence[Outcome],
-    schedule_of: Mapping[int, int],
+    batches: Sequence[Reported],
     *,
     dispatcher: BaseDispatcher,
-    dispatched_at: datetime,
     now: datetime,
     using: str,
     index: DueIndex | None = None,
 ) -> ledger.Recorded:
-    """Store what ``dispatcher`` returned for a batch, in one transaction: the ledger, then
-    the failure streaks of the schedules whose runs ended (their buffered run may go now).
+    """Store what ``dispatcher`` returned for one or more batches, in one transaction: the
+    ledger, then the failure streaks of the schedules whose runs ended (their buffered run
+    may go now). Several batches share the transaction's commit, its row locks and its
+    streak reads (a recorder writes whatever waited for it together, ``recording.py``).
     Returns what the ledger recorded: those outcomes, and when the retries are due."""
     awaited = dispatcher.reports_outcomes and not dispatcher.runs_in_process
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
+    schedule_of = {run_id: sid for b in batches for run_id, sid in b.schedule_of.items()}
+    every = [o for b in batches for o in b.outcomes]
+    recorded = ledger.Recorded()
     with transaction.atomic(using=using):
         # The schedules before their runs (streaks.lock_streaks says why).
         resets = streaks.lock_streaks(
-            [schedule_of[o.run_id] for o in outcomes if o.status == OutcomeStatus.SUCCEEDED],
+            [schedule_of[o.run_id] for o in every if o.status == OutcomeStatus.SUCCEEDED],
             [
                 schedule_of[o.run_id]
-                for o in outcomes
+                for o in every
                 if o.status in (OutcomeStatus.FAILED, OutcomeStatus.RETRY)
             ],
             using=using,
         )
-        recorded = ledger.record_outcomes(
-            outcomes,
-            dispatched_at=dispatched_at,
-            now=now,
-            using=using,
-            outcome_due_by=due_by if awaited else None,
-            retry=retry_of(dispatcher),
-        )
+        for batch in batches:
+            part = ledger.record_outcomes(
+                batch.outcomes,
+                dispatched_at=batch.dispatched_at,
+                now=now,
+                using=using,
+                outcome_due_by=due_by if awaited else None,
+                retry=retry_of(dispatcher),
+            )
+            recorded.ended += part.ended
+            recorded.retry_at += part.retry_at
         failed = [o.run_id for o in recorded.ended if o.status == OutcomeStatus.FAILED]
         _streaks(resets, _nominal_times(failed, using), using=using, index=index)
-        handed_off = [o for o in outcomes if o.status == OutcomeStatus.DISPATCHED]
+        handed_off = [o for o in every if o.status == OutcomeStatus.DISPATCHED]
         _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using)
     return recorded
 

@@ -15,6 +15,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress
+from .outcomes import Reported
 from .transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
@@ -79,40 +80,58 @@ class BatchProgress(Progress):
             logger.warning("Could not record %d outcome(s) yet (%s).", len(outcomes), exc)
 
     def record(self, outcomes: Sequence[Outcome], *, retry: bool) -> None:
+        """Record ``outcomes`` now, in this thread (``retry``: through a database blip,
+        while the leases last); the scheduler's lanes hand a finished batch to the
+        recorder instead (recording.py)."""
+        batch = self.to_record(outcomes)
+        if batch is None:
+            return
+        if retry:
+            ended = record_while_leased(self.claimer, [batch], self.dispatcher, self.lease_seconds)
+        else:
+            ended = self.claimer.record([batch], self.dispatcher)
+        if released := self.recorded_now(batch, ended):
+            self.claimer.release_buffered(released)
+
+    def to_record(self, outcomes: Sequence[Outcome]) -> Reported | None:
+        """Those of ``outcomes`` still to record (of this batch, not recorded yet)."""
         new = [
             o for o in outcomes if o.run_id not in self.recorded and o.run_id in self.schedule_of
         ]
         if not new:
-            return
-        if retry:
-            ended = self._record_through_blips(new)
-        else:
-            ended = self.claimer.record(new, self.schedule_of, self.dispatched_at, self.dispatcher)
-        self.recorded.update(o.run_id for o in new)
-        ended &= self.release
-        if ended:
-            # Their previous run is recorded: a buffered run of theirs may go now.
-            self.claimer.release_buffered(ended)
+            return None
+        return Reported(
+            new, {o.run_id: self.schedule_of[o.run_id] for o in new}, self.dispatched_at
+        )
 
-    def _record_through_blips(self, outcomes: list[Outcome]) -> set[int]:
-        """Record outcomes, retrying through a database blip: every outcome recorded before
-        the lease ends is a second delivery avoided. The schedules whose runs ended."""
-        deadline = time.monotonic() + self.lease_seconds
-        attempt = 0
-        while True:
-            try:
-                return self.claimer.record(
-                    outcomes, self.schedule_of, self.dispatched_at, self.dispatcher
+    def recorded_now(self, batch: Reported, ended: set[int]) -> set[int]:
+        """``batch`` was recorded (``ended``: schedules whose runs ended): its leases no
+        longer count. Returns the schedules whose buffered run may go now."""
+        self.recorded.update(o.run_id for o in batch.outcomes)
+        # Their previous run is recorded: a buffered run of theirs may go now.
+        return ended & self.release & set(batch.schedule_of.values())
+
+
+def record_while_leased(
+    claimer: Claimer, batches: Sequence[Reported], dispatcher: BaseDispatcher, seconds: float
+) -> set[int]:
+    """Record outcomes, retrying through a database blip for ``seconds`` (a lease): every
+    outcome recorded before the lease ends is a second delivery avoided. Returns the
+    schedules whose runs ended."""
+    deadline = time.monotonic() + seconds
+    attempt = 0
+    while True:
+        try:
+            return claimer.record(batches, dispatcher)
+        except TRANSIENT_ERRORS as exc:
+            connections.close_all()
+            attempt += 1
+            if time.monotonic() >= deadline:
+                raise
+            if attempt == 1:
+                logger.warning(
+                    "Recording %d outcome(s) failed (%s); retrying while their lease lasts.",
+                    sum(len(b.outcomes) for b in batches),
+                    exc,
                 )
-            except TRANSIENT_ERRORS as exc:
-                connections.close_all()
-                attempt += 1
-                if time.monotonic() >= deadline:
-                    raise
-                if attempt == 1:
-                    logger.warning(
-                        "Recording %d outcome(s) failed (%s); retrying while their lease lasts.",
-                        len(outcomes),
-                        exc,
-                    )
-                time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))
+            time.sleep(min(2.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0))

@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.outcomes import Reported
 from django_schedulinator.timing import to_ms
 
 from .conftest import make_schedule
@@ -214,7 +215,8 @@ def test_overlap_buffer_keeps_one_and_runs_it_when_the_previous_ends(sim: Simula
 
     # The running one ends (recorded by its scheduler), which releases the buffered run.
     sim.worker.claimer.record(
-        [actions_outcome(busy.pk)], {busy.pk: schedule.pk}, timezone.now(), sim.worker.dispatcher
+        [Reported([actions_outcome(busy.pk)], {busy.pk: schedule.pk}, timezone.now())],
+        sim.worker.dispatcher,
     )
     sim.worker.claimer.release_buffered({schedule.pk})
     sim.step()

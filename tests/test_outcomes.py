@@ -379,10 +379,14 @@ def record_outcome(occurrence: Any, schedule: Schedule, status: str) -> None:
     """What a scheduler records when its dispatcher returns ``status`` (with the receiver's
     id for a hand-off)."""
     outcomes.record(
-        [Outcome(occurrence.run_id, status, "boom", external_id=f"ext-{occurrence.key}")],
-        {occurrence.run_id: schedule.pk},
+        [
+            outcomes.Reported(
+                [Outcome(occurrence.run_id, status, "boom", external_id=f"ext-{occurrence.key}")],
+                {occurrence.run_id: schedule.pk},
+                timezone.now(),
+            )
+        ],
         dispatcher=get_dispatcher("queue"),
-        dispatched_at=timezone.now(),
         now=timezone.now(),
         using="default",
     )

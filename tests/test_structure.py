@@ -115,7 +115,8 @@ def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
 LOOP = {
     "worker": {"chores", "lanes", "leases", "transient"},
     "chores": {"transient"},
-    "lanes": {"leases", "progress", "transient"},
+    "lanes": {"leases", "progress", "recording", "transient"},
+    "recording": {"progress", "transient"},
     "leases": {"transient"},
     "progress": {"transient"},
     "transient": set(),

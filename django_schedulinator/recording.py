@@ -1,0 +1,155 @@
+"""The recorder of a running scheduler: one thread that writes what the dispatchers returned,
+off the hand-off path. A lane hands a dispatched batch's outcomes here and goes on to its
+next batch at once; the recorder writes every batch that waited for it, of one dispatcher,
+in one transaction (``outcomes.record``): one commit, one set of row locks and one read of
+the streaks for many batches, where a lane used to pay them per batch before its next
+hand-off.
+
+Until a batch is recorded its runs stay leased to this scheduler: the lease keeper renews
+them (``LeaseKeeper.hold``) and lets them go once they are written, or once writing them
+failed for good (then their leases run out and a take-over dispatches them again, with the
+same keys, as when a scheduler dies). The queue is bounded: a recorder that falls behind
+(a slow database) holds the lanes back, and through them the claim.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from .progress import record_while_leased
+from .transient import TRANSIENT_ERRORS, bound_lock_waits
+
+if TYPE_CHECKING:
+    from .claiming import Claimer
+    from .dispatch import BaseDispatcher, Outcome
+    from .leases import LeaseKeeper
+    from .outcomes import Reported
+    from .progress import BatchProgress
+
+logger = logging.getLogger("django_schedulinator.worker")
+
+# Batches waiting to be recorded before a lane that hands over another waits for room.
+RECORD_QUEUE_BATCHES = 64
+# The most batches one transaction records (a few thousand outcomes at the batch size).
+BATCHES_PER_WRITE = 16
+
+
+class OutcomeRecorder:
+    def __init__(self, claimer: Claimer, leases: LeaseKeeper, lease_seconds: float) -> None:
+        self.claimer = claimer
+        self.leases = leases
+        self.lease_seconds = lease_seconds
+        self._waiting: deque[tuple[BatchProgress, list[Outcome]]] = deque()
+        self._changed = threading.Condition()
+        self._accepting = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._accepting = True
+        self._thread = threading.Thread(
+            target=self._run, name="schedulinator-recorder", daemon=True
+        )
+        self._thread.start()
+
+    def put(self, progress: BatchProgress, outcomes: list[Outcome]) -> None:
+        """Record ``outcomes`` of a dispatched batch whose leases ``self.leases`` holds,
+        and let them go. Waits while the queue is full; once the recorder stopped, records
+        them in this thread."""
+        with self._changed:
+            while self._accepting and len(self._waiting) >= RECORD_QUEUE_BATCHES:
+                self._changed.wait()
+            if self._accepting:
+                self._waiting.append((progress, outcomes))
+                self._changed.notify_all()
+                return
+        # A lane that a stop left dispatching ends here, after the recorder.
+        self._record([(progress, outcomes)], progress.dispatcher)
+
+    def depth(self) -> int:
+        """Batches waiting to be recorded."""
+        return len(self._waiting)
+
+    def stop(self, timeout: float) -> bool:
+        """Record what waits (for ``timeout`` seconds at most), then end. Returns whether
+        everything was recorded."""
+        with self._changed:
+            self._accepting = False
+            self._changed.notify_all()
+        thread, self._thread = self._thread, None
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.warning(
+                "Stopped without waiting longer for the outcomes of %d batch(es) to be "
+                "recorded: their runs stay pending and are dispatched again, with the same "
+                "keys, once their lease expires.",
+                self.depth() + 1,
+            )
+            return False
+        return True
+
+    def _run(self) -> None:
+        bound_lock_waits()
+        try:
+            while group := self._next_group():
+                by_dispatcher: dict[int, list[tuple[BatchProgress, list[Outcome]]]] = {}
+                for item in group:
+                    by_dispatcher.setdefault(id(item[0].dispatcher), []).append(item)
+                for items in by_dispatcher.values():
+                    self._record(items, items[0][0].dispatcher)
+        finally:
+            connections.close_all()  # this thread's
+
+    def _next_group(self) -> list[tuple[BatchProgress, list[Outcome]]]:
+        """What waits (up to BATCHES_PER_WRITE batches), once something does; [] once
+        the recorder stopped and nothing is left."""
+        with self._changed:
+            while not self._waiting and self._accepting:
+                self._changed.wait()
+            group = [
+                self._waiting.popleft() for _ in range(min(BATCHES_PER_WRITE, len(self._waiting)))
+            ]
+            self._changed.notify_all()  # room for a lane that waits
+            return group
+
+    def _record(
+        self, items: list[tuple[BatchProgress, list[Outcome]]], dispatcher: BaseDispatcher
+    ) -> None:
+        """One transaction for the batches of one dispatcher, through a database blip
+        while their leases last; then their leases go."""
+        batches: list[tuple[BatchProgress, Reported]] = []
+        for progress, outcomes in items:
+            if (batch := progress.to_record(outcomes)) is not None:
+                batches.append((progress, batch))
+        count = sum(len(b.outcomes) for _p, b in batches)
+        try:
+            if not batches:
+                return
+            ended = record_while_leased(
+                self.claimer, [b for _p, b in batches], dispatcher, self.lease_seconds
+            )
+            released: set[int] = set()
+            for progress, batch in batches:
+                released |= progress.recorded_now(batch, ended)
+            if released:
+                self.claimer.release_buffered(released)
+        except TRANSIENT_ERRORS as exc:
+            logger.warning(
+                "Could not record %d outcome(s) (%s); their runs stay pending and are "
+                "dispatched again, with the same keys, once their lease expires.",
+                count,
+                exc,
+            )
+            connections.close_all()
+        except Exception:
+            logger.exception("Recording %d outcome(s) failed.", count)
+            connections.close_all()
+        finally:
+            for progress, _outcomes in items:
+                self.leases.let_go(progress)

@@ -40,7 +40,7 @@ from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex,
 from .keys import occurrence_key
 from .models import Run, Schedule, alert_time, catch_up_policy
 from .outcomes import Reported
-from .querysets import Advance, ClaimedRuns, NewRun, is_lock_timeout, json_ids
+from .querysets import Advance, ClaimedRuns, NewRun, PreparedQuery, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
 
 if TYPE_CHECKING:
@@ -60,6 +60,14 @@ RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
     "dispatch_options", "scheduled_for", "attempts",
 )  # fmt: skip
+# The two reads of every pass, compiled once (querysets.PreparedQuery): the claimed rows,
+# and the runs of a batch that its claim still holds, with their trigger and whether their
+# schedule is enabled.
+RECHECK = PreparedQuery(lambda ids: Schedule.objects.filter(pk__in=ids), ROW_FIELDS)
+HELD = PreparedQuery(
+    lambda ids, token: Run.objects.held_by(token, ids).order_by(),
+    ("pk", "trigger", "schedule__enabled"),
+)
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
@@ -262,12 +270,7 @@ class Claimer:
         now = timing.from_ms(batch.now_ms)
         ids = [sid for sid, _score in batch.entries]
         entry_ms = dict(batch.entries)
-        rows = {
-            row.pk: row
-            for row in Schedule.objects.using(self.db)
-            .filter(pk__in=json_ids(ids, self.db))
-            .values_list(*ROW_FIELDS, named=True)
-        }
+        rows = {row.pk: row for row in RECHECK.rows(self.db, ids)}
         counters = plan.counters
         defaults = catch_up_policy("", None)
         skips_recorded = app_settings.MAX_SKIPS_RECORDED
@@ -592,13 +595,7 @@ class Claimer:
             ]
             if handed_off == len(ids):
                 return occurrences, 0
-        held = {
-            pk: (trigger, enabled)
-            for pk, trigger, enabled in Run.objects.using(self.db)
-            .held_by(token, json_ids(ids, self.db))
-            .order_by()
-            .values_list("pk", "trigger", "schedule__enabled")
-        }
+        held = {pk: (trigger, enabled) for pk, trigger, enabled in HELD.rows(self.db, ids, token)}
         paused = [
             pk
             for pk, (trigger, enabled) in held.items()

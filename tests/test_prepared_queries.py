@@ -1,0 +1,55 @@
+"""The reads of every pass, compiled once (``querysets.PreparedQuery``): the same rows as
+the ORM gives, converted the same way, for any batch of ids and any value."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_schedulinator.claiming import HELD, RECHECK, ROW_FIELDS
+from django_schedulinator.models import Run, Schedule
+
+from .conftest import make_schedule
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_recheck_reads_what_the_orm_reads() -> None:
+    schedules = [
+        make_schedule(args=[1, "two", {"three": None}], kwargs={"k": [True]}, jitter=timedelta(0)),
+        make_schedule(kind=Schedule.Kind.CRON, cron="*/5 * * * *", timezone="Asia/Kathmandu"),
+        make_schedule(
+            kind=Schedule.Kind.ONCE, run_at=timezone.now() + timedelta(days=3), grace=timedelta(1)
+        ),
+    ]
+    ids = [s.pk for s in schedules]
+    expected = list(Schedule.objects.filter(pk__in=ids).values_list(*ROW_FIELDS, named=True))
+
+    for batch in (ids, ids[:1], [*ids, 10**9]):
+        rows = RECHECK.rows("default", batch)
+        assert sorted(rows) == sorted(r for r in expected if r.pk in batch)
+    # Fields are named and typed as Django gives them.
+    [row] = RECHECK.rows("default", ids[:1])
+    assert (row.args, row.kwargs, row.enabled) == ([1, "two", {"three": None}], {"k": [True]}, True)
+    assert row.next_run_at.tzinfo is not None
+
+
+def test_one_compilation_serves_every_batch_and_value(built_index: Any) -> None:
+    schedule = make_schedule(next_run_at=timezone.now() - timedelta(seconds=1))
+    run = Run.objects.create(
+        schedule=schedule,
+        scheduled_for=timezone.now(),
+        task=schedule.task,
+        claim_token="mine",
+        claimed_at=timezone.now(),
+        lease_expires_at=timezone.now() + timedelta(minutes=1),
+    )
+    assert HELD.rows("default", [run.pk], "mine") == [(run.pk, "schedule", True)]
+    compiled = HELD._compiled.default  # this thread's, for this database
+    assert HELD.rows("default", [run.pk], "theirs") == []
+    assert HELD.rows("default", [run.pk, run.pk + 1], "mine") == [(run.pk, "schedule", True)]
+    assert HELD.rows("default", [], "mine") == []
+    assert HELD._compiled.default is compiled

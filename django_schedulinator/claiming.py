@@ -120,9 +120,9 @@ class Counters:
 
 class PlannedRetries:
     """When the retries this process recorded are due (Redis time, epoch ms), so that it
-    takes them over then instead of at its next periodic take-over. Recorded by the lanes'
-    threads, read by the loop. If this process dies, the periodic take-overs of the
-    others send them."""
+    takes them over then instead of at its next periodic take-over. Recorded by the thread
+    that records outcomes (the recorder's, or a lane's), read by the loop. If this process
+    dies, the periodic take-overs of the others send them."""
 
     # Retries due within the same tenth of a second share one take-over.
     GRAIN_MS = 100

@@ -10,9 +10,9 @@ changes) connects only the signals of the events in ``EVENTS``: "failed" is left
 default, since a receiver of ``run_finished`` costs a query per recorded batch.
 
 A notifier never runs on a scheduler's claim path nor in a database transaction. Signals
-are sent after the commit; in a scheduler's own threads (its loop and its dispatcher
-lanes, ``Outbox.send_in_background``) an event is queued, and one background thread sends
-the queue (bounded: an event over the bound is dropped, with a log; a stop waits a few
+are sent after the commit; in a scheduler's own threads (its loop, its dispatcher lanes
+and its recorder, ``Outbox.send_in_background``) an event is queued, and one background
+thread sends the queue (bounded: an event over the bound is dropped, with a log; a stop waits a few
 seconds for what is queued). Anywhere else (a web process that recorded a reported outcome,
 ``scheduler_status --notify``) it is sent before the signal returns. A notifier that raises
 or times out is logged, and nothing else changes.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from . import notify
 from .progress import record_while_leased
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
@@ -96,6 +97,7 @@ class OutcomeRecorder:
 
     def _run(self) -> None:
         bound_lock_waits()
+        notify.outbox.send_in_background()  # a failed run or an auto-pause may notify
         try:
             while group := self._next_group():
                 by_dispatcher: dict[int, list[tuple[BatchProgress, list[Outcome]]]] = {}

@@ -92,7 +92,9 @@ REQUEST_TTL = 86_400
 
 class DueIndex:
     def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
-        self.client = client if client is not None else get_redis()
+        # Taken on first use, not here: a scheduler starts while Redis is away (a cluster
+        # client connects when it is built) and its loop waits the outage out.
+        self._client = client
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
         # The Redis Cluster hash tag every key of the index (and of the heartbeats) starts with.
         self.tag = tag = f"{{{self.prefix}}}"
@@ -108,9 +110,24 @@ class DueIndex:
         self.outage_key = f"{tag}:no-scheduler"
         self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
-        self._claim = self.client.register_script(_lua("claim"))
-        self._apply = self.client.register_script(_lua("apply"))
-        self._rebuild = self.client.register_script(_lua("rebuild"))
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = get_redis()
+        return self._client
+
+    @functools.cached_property
+    def _claim(self) -> Any:
+        return self.client.register_script(_lua("claim"))
+
+    @functools.cached_property
+    def _apply(self) -> Any:
+        return self.client.register_script(_lua("apply"))
+
+    @functools.cached_property
+    def _rebuild(self) -> Any:
+        return self.client.register_script(_lua("rebuild"))
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -9,6 +9,8 @@ import json
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -23,6 +25,7 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
+from django_schedulinator.worker import Worker
 
 from .conftest import Schedulers, make_schedule, subprocess_env
 from .models import Receipt
@@ -128,6 +131,47 @@ def test_a_failed_over_master_loses_no_schedule_and_doubles_no_run(
     index = DueIndex()
     cluster.fail_over(index.due_key)
     keeps_firing_once(proc, schedules)
+
+
+@pytest.mark.subprocess
+def test_a_cluster_unreachable_at_the_start_is_an_outage_the_loop_waits_out(
+    tmp_path: Path, key_prefix: str, schedulers: Schedulers
+) -> None:
+    # The cluster's ports are chosen now; nothing listens on them until it starts below.
+    servers = RedisClusterServers(tmp_path / "cluster")
+    url = f"redis://127.0.0.1:{servers.nodes[0].port}/0"
+    setting = {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}}
+    proc = start_scheduler(schedulers, key_prefix, setting)
+    schedules = every_second(2)
+    time.sleep(3)  # the scheduler starts while no node answers
+    assert proc.poll() is None, output(proc)
+    try:
+        servers.start()
+        wait_for(lambda: len(receipts_per_schedule()) == len(schedules), timeout=60)
+        log = stop(proc)
+    finally:
+        servers.kill()
+    assert log.count("Scheduler pass failed") == 1, log
+    assert "Connections are back" in log, log
+    assert_each_occurrence_fired_once()
+
+
+def test_an_unreachable_cluster_is_a_connection_error(settings: Any) -> None:
+    # Not redis-py's RedisClusterException, which the loop cannot tell from a bug.
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "REDIS": {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}},
+    }
+    with pytest.raises(redis.ConnectionError, match="No node of the Redis Cluster of"):
+        get_redis()
+    # Building the scheduler does not need Redis yet: its loop meets the outage.
+    worker = Worker()
+    stop_soon = threading.Timer(2, lambda: setattr(worker, "stopping", True))
+    stop_soon.start()
+    worker.run()
+    stop_soon.join()
+    assert "ConnectionError" in worker.last_error
 
 
 # -- Redis Sentinel -----------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from django_schedulinator import services
 from django_schedulinator.health import check_drift, cluster_status, index_status, record_drift
@@ -194,6 +195,12 @@ def test_counts_health_and_metrics_add_the_shards_up(sharded: ShardedIndex) -> N
     assert "index-not-built" not in {p.code for p in report.problems}
     assert report.as_dict()["index"]["shards"][2]["shard"] == 2
 
+    text = StringIO()
+    with pytest.raises(CommandError, match="Unhealthy"):  # no scheduler runs
+        call_command("scheduler_status", "--no-drift", stdout=text)
+    for k in range(3):
+        assert f"  shard {k}: entries 3, due now 3, in flight 0" in text.getvalue()
+
     record_drift(sharded, check_drift(sharded))
     families = {family.name: family for family in ClusterCollector(sharded).collect()}
     entries = families["schedulinator_index_entries"].samples
@@ -259,3 +266,12 @@ def test_an_index_built_for_another_shard_count_is_reported_and_rebuilt_by_the_c
     assert members(sharded, 0) == set(ids)
     assert not sharded.client.exists(*sharded.parts[1].data_keys, *sharded.parts[2].data_keys)
     assert get_index().is_built()
+
+
+def test_the_operations_page_shows_each_shard(
+    sharded: ShardedIndex, admin_client: Any, fast_password_hashing: None
+) -> None:
+    make_due(3)
+    rebuild_index(sharded)
+    html = admin_client.get(reverse("admin:django_schedulinator_schedule_operations")).content
+    assert b"0: 1 entries, 1 due, 0 in flight; 1: 1 entries" in html

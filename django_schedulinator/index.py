@@ -265,10 +265,20 @@ class DueIndex:
     # -- reading --------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        """Redis TIME of the node that holds this shard (shard 0's: the fleet's clock). Read
-        by a script on the shard's key, which a cluster client sends to that node."""
-        seconds, micros = self._time(keys=[self.due_key])
+        """Redis TIME of the node that holds this shard (shard 0's: the fleet's clock). On a
+        cluster, read by a script on the shard's key, which the client sends to that node
+        (TIME itself goes to any node); elsewhere there is one node."""
+        if self._on_cluster:
+            seconds, micros = self._time(keys=[self.due_key])
+        else:
+            seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+    @functools.cached_property
+    def _on_cluster(self) -> bool:
+        from redis.cluster import RedisCluster
+
+        return isinstance(self.client, RedisCluster)
 
     @functools.cached_property
     def _time(self) -> Any:

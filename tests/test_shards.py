@@ -275,3 +275,29 @@ def test_the_operations_page_shows_each_shard(
     rebuild_index(sharded)
     html = admin_client.get(reverse("admin:django_schedulinator_schedule_operations")).content
     assert b"0: 1 entries, 1 due, 0 in flight; 1: 1 entries" in html
+
+
+def test_entries_a_process_with_another_shard_count_wrote_are_moved_to_their_shard(
+    sharded: ShardedIndex,
+) -> None:
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    # A web host still on one shard writes schedule 4's entry to shard 0 (4 % 3 is 1).
+    DueIndex(shards=1).apply([Change(4, 1, SET, now - 1_000)])
+    assert members(sharded, 0) == {4}
+    batch = sharded.claim(10, LEASE_MS, "t", None)
+    assert batch.entries == []  # not fired from the wrong shard
+    assert members(sharded, 0) == set()
+    assert members(sharded, 0, "inflight") == set()
+    assert members(sharded, 1) == {4}  # but moved to its own, at its score
+    assert [sid for sid, _ in sharded.claim(10, LEASE_MS, "u", None).entries] == [4]
+
+
+def test_the_system_check_names_another_shard_count(settings: Any, key_prefix: str) -> None:
+    from django_schedulinator import checks
+
+    DueIndex().mark_built({"by": "tests"})  # built for one shard
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "INDEX_SHARDS": 3}
+    [warning] = checks.check_index(databases=["default"])
+    assert warning.id == "schedulinator.W011"
+    assert "built for 1 shard(s), and INDEX_SHARDS is 3" in warning.msg

@@ -109,6 +109,17 @@ def test_a_claim_takes_from_every_shard_at_one_now(sharded: ShardedIndex) -> Non
         assert deadlines == {batch.now_ms + LEASE_MS}
 
 
+def test_the_shard_that_gets_a_short_batch_turns_from_pass_to_pass(
+    sharded: ShardedIndex,
+) -> None:
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 31)])
+    # A batch of one (max_runs near its end): each shard in turn, none left behind.
+    taken = [sharded.claim(1, LEASE_MS, "t", None).entries for _ in range(6)]
+    assert [sid % 3 for [(sid, _score)] in taken] == [0, 1, 2, 0, 1, 2]
+
+
 def test_a_share_a_shard_leaves_unused_goes_to_the_shards_with_more_due(
     sharded: ShardedIndex,
 ) -> None:

@@ -14,6 +14,7 @@ fleet's clock are shard 0's.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -564,19 +565,27 @@ class ShardedIndex(DueIndex):
         first = numbers[0]  # shard 0 in a whole index: its node's clock is the fleet's
         batches = {first: self.parts[first].claim(shares[first], lease_ms, token, now_ms)}
         now = batches[first].now_ms
-        for k in order:
-            if k != first:
-                batches[k] = self.parts[k].claim(shares[k], lease_ms, token, now)
-        left = limit - sum(len(b.entries) for b in batches.values())
-        for k in order:
-            batch = batches[k]
-            if left <= 0:
-                break
-            more_due = batch.next_due_ms is not None and batch.next_due_ms <= now
-            if batch.built and more_due:
-                extra = self.parts[k].claim(left, lease_ms, token, now)
-                batches[k] = _joined(batch, extra)
-                left -= len(extra.entries)
+        try:
+            for k in order:
+                if k != first:
+                    batches[k] = self.parts[k].claim(shares[k], lease_ms, token, now)
+            left = limit - sum(len(b.entries) for b in batches.values())
+            for k in order:
+                batch = batches[k]
+                if left <= 0:
+                    break
+                more_due = batch.next_due_ms is not None and batch.next_due_ms <= now
+                if batch.built and more_due:
+                    extra = self.parts[k].claim(left, lease_ms, token, now)
+                    batches[k] = _joined(batch, extra)
+                    left -= len(extra.entries)
+        except Exception:
+            # One shard's node away (failing over): what the others gave goes back now, not
+            # after its lease; the loop backs off from the error as from any outage.
+            taken = [e for batch in batches.values() for e in batch.entries]
+            with contextlib.suppress(Exception):
+                self.apply([Change(sid, 0, REQUEUE, score) for sid, score in taken], token)
+            raise
         return self._combined(batches, order, token, now)
 
     def _combined(

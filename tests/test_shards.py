@@ -12,6 +12,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+import redis
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
@@ -135,6 +136,21 @@ def test_a_share_a_shard_leaves_unused_goes_to_the_shards_with_more_due(
     rest = sharded.claim(100, LEASE_MS, "u", None)
     assert len(rest.entries) == len(on_one) - 9
     assert rest.next_due_ms == now + 3_000
+
+
+def test_a_claim_that_fails_on_one_shard_gives_back_what_the_others_gave(
+    sharded: ShardedIndex,
+) -> None:
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in (3, 4)])
+    # Shard 2's due set is a string: its claim script fails (WRONGTYPE), a real error.
+    sharded.client.set(sharded.parts[2].due_key, "not a sorted set")
+    with pytest.raises(redis.ResponseError):
+        sharded.claim(10, LEASE_MS, "t", None)
+    assert members(sharded, 0) == {3}
+    assert members(sharded, 1) == {4}
+    assert sharded.parts[0].counts()[1] == sharded.parts[1].counts()[1] == 0
 
 
 def test_each_shard_is_rebuilt_from_its_rows(sharded: ShardedIndex) -> None:

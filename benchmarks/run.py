@@ -3,6 +3,7 @@
     python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
     python -m benchmarks.run --smoke   # a few seconds: the whole path on tiny sizes (CI)
     python -m benchmarks.run --metrics # the same with run_scheduler --metrics-port's metrics on
+    BENCH_INDEX_SHARDS=3 python -m benchmarks.run  # a sharded index (INDEX_SHARDS)
 
 Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
 - fire: one in-process Worker (inline dispatcher, a no-op task) firing every due occurrence,
@@ -79,14 +80,14 @@ def start(*, smoke: bool) -> Any:
     set_up(smoke=smoke)
     from django.db import connection
 
-    from django_schedulinator.index import DueIndex
+    from django_schedulinator.index import get_index
     from django_schedulinator.models import Run, Schedule
 
     with connection.cursor() as cursor:
         cursor.execute(
             f"TRUNCATE {Run._meta.db_table}, {Schedule._meta.db_table} RESTART IDENTITY CASCADE"
         )
-    index = DueIndex()
+    index = get_index()  # every shard of it (BENCH_INDEX_SHARDS)
     index.drop()
     return index
 

@@ -52,4 +52,8 @@ CACHES = {
         "LOCATION": os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     }
 }
-SCHEDULINATOR = {"KEY_PREFIX": os.environ.get("BENCH_KEY_PREFIX", "schedulinator-bench")}
+SCHEDULINATOR = {
+    "KEY_PREFIX": os.environ.get("BENCH_KEY_PREFIX", "schedulinator-bench"),
+    # A sharded index (docs/scaling.md): BENCH_INDEX_SHARDS=3 python -m benchmarks.run
+    "INDEX_SHARDS": int(os.environ.get("BENCH_INDEX_SHARDS", "1")),
+}

@@ -115,7 +115,18 @@ def check_index(
             )
         ]
     messages: list[CheckMessage] = []
-    if not built:
+    other = index.other_layout()
+    if other is not None:
+        messages.append(
+            Warning(
+                f"The due index was built for {other} shard(s), and INDEX_SHARDS is "
+                f"{index.shard_count}: schedulers claim nothing until it is rebuilt.",
+                hint=f"Give every process the same INDEX_SHARDS, then run "
+                f"{run_command('rebuild_due_index')}.",
+                id="schedulinator.W011",
+            )
+        )
+    elif not built:
         messages.append(
             Warning(
                 "The due index has not been built in this Redis.",

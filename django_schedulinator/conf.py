@@ -36,6 +36,10 @@ DEFAULTS: dict[str, Any] = {
     "REDIS": None,
     # Namespaces every Redis key; also the Redis Cluster hash tag of the index.
     "KEY_PREFIX": "schedulinator",
+    # Independent due indexes, each under a hash tag of its own ({KEY_PREFIX} for shard 0,
+    # {KEY_PREFIX:k} for shard k), so that a Redis Cluster spreads them over its masters. A
+    # schedule lives in shard id % INDEX_SHARDS. Changing it is a rebuild (docs/scaling.md).
+    "INDEX_SHARDS": 1,
     # Dispatchers by alias, shaped like CACHES: {"alias": {"BACKEND": dotted path of a
     # dispatch.base.BaseDispatcher subclass, "OPTIONS": {...}}}. Each schedule names one
     # (Schedule.dispatcher); "default" is the inline dispatcher unless set here.
@@ -162,6 +166,8 @@ COMMAND_ENTRY_KEYS = ("args", "options", "keep_output")
 KEY_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 MAX_BATCH_SIZE = 5000
 MAX_CHUNK_SIZE = 50_000
+# Every pass claims from every shard: a round trip each.
+MAX_INDEX_SHARDS = 64
 MAX_RECONCILE_BATCH_SIZE = 50_000
 MAX_DRIFT_SAMPLE_SIZE = 10_000
 MAX_API_PAGE_SIZE = 10_000
@@ -524,6 +530,10 @@ class Settings:
                 f"which would break the Redis Cluster hash tag), got {value!r}",
             )
         return value
+
+    @property
+    def INDEX_SHARDS(self) -> int:
+        return self._positive_int("INDEX_SHARDS", maximum=MAX_INDEX_SHARDS)
 
     @property
     def DISPATCHERS(self) -> dict[str, dict[str, Any]]:

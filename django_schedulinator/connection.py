@@ -9,6 +9,9 @@ import threading
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .conf import SETTING_NAME, RedisConfig, app_settings
 
@@ -63,6 +66,21 @@ def _own_client(config: RedisConfig) -> Any:
         except (TypeError, ValueError) as exc:  # a URL or an option redis-py refuses
             raise ImproperlyConfigured(
                 f"{SETTING_NAME}['REDIS'] is refused by redis-py: {exc}"
+            ) from exc
+        except RedisClusterException as exc:
+            # A cluster client asks its nodes for the slot map when it is built. No node
+            # answering, or a map that does not cover every slot yet (a cluster forming or
+            # failing over), is an outage, which the loop backs off from; not a bug.
+            if "cluster mode is not enabled" in str(exc).lower():
+                raise ImproperlyConfigured(
+                    f"{SETTING_NAME}['REDIS'] has CLUSTER: True, and its node is no Redis "
+                    f"Cluster node: {exc}"
+                ) from exc
+            cause = exc.__cause__
+            why = cause if isinstance(cause, RedisConnectionError | RedisTimeoutError) else exc
+            raise RedisConnectionError(
+                f"No node of the Redis Cluster of {SETTING_NAME}['REDIS'] answers with a "
+                f"map of every slot: {why}"
             ) from exc
         previous, _own = _own, (config, client)
     if previous is not None:

@@ -46,6 +46,14 @@ class DriftReport:
     def ok(self) -> bool:
         return not self.late_or_missing
 
+    def by_shard(self, shards: int) -> dict[int, tuple[int, int]]:
+        """Shard -> (late or missing, early or orphaned), for every shard of ``shards``."""
+        found = {k: [0, 0] for k in range(shards)}
+        for column, ids in enumerate((self.late_or_missing, self.early_or_orphaned)):
+            for sid in ids:
+                found[sid % shards][column] += 1
+        return {k: (late, early) for k, (late, early) in found.items()}
+
     def summary(self) -> str:
         return (
             f"{self.rows_indexable} schedules to index, {self.entries_due} entries due and "
@@ -69,7 +77,8 @@ class DriftReport:
 def check_drift(
     index: DueIndex | None = None, *, sample: int | None = None, using: str | None = None
 ) -> DriftReport:
-    """Compare the index with the rows: counts, and a random sample in both directions."""
+    """Compare the index with the rows: counts, and a random sample in both directions
+    (entries from every shard, ``sample`` in all, and rows from a random point)."""
     from .models import Schedule
 
     index = index or get_index()
@@ -105,6 +114,10 @@ def record_drift(index: DueIndex, report: DriftReport) -> None:
         {
             "late_or_missing": len(report.late_or_missing),
             "early_or_orphaned": len(report.early_or_orphaned),
+            # Shard (as a string: a JSON key) -> [late or missing, early or orphaned].
+            "by_shard": {
+                str(k): list(counts) for k, counts in report.by_shard(index.shard_count).items()
+            },
             "sampled": report.sampled,
             "checked_at_ms": index.now_ms(),
         }
@@ -163,6 +176,12 @@ class IndexStatus:
     drift: DriftReport | None
     eviction_warning: str | None
     checked_at: str
+    # INDEX_SHARDS here, and each shard's figures: shard, built, entries_due, due_now,
+    # in_flight, oldest_due_lag_seconds (the totals above add them up).
+    shard_count: int = 1
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    # The shard count the index was built for, when it is not INDEX_SHARDS (nothing fires).
+    other_layout: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """As JSON types: the API's index health, and the index in ``scheduler_status``."""
@@ -188,20 +207,31 @@ def index_status(
         enabled_rows=Count("pk", filter=Q(enabled=True)),
         indexable_rows=Count("pk", filter=IN_INDEX),
     )
-    entries_due, in_flight = index.counts()
-    due_now, earliest_ms, now_ms = index.due_now()
-    lag = oldest = None
-    if earliest_ms is not None and earliest_ms <= now_ms:
-        lag = (now_ms - earliest_ms) / 1000
+    now_ms = index.now_ms()  # shard 0's clock, the fleet's
+    shards = [
+        {
+            "shard": row["shard"],
+            "built": row["built"],
+            "entries_due": row["entries_due"],
+            "due_now": row["due_now"],
+            "in_flight": row["in_flight"],
+            "oldest_due_lag_seconds": _lag(row["earliest_ms"], now_ms),
+        }
+        for row in index.shard_status(now_ms)
+    ]
+    heads = [row["oldest_due_lag_seconds"] for row in shards]
+    lag = max((h for h in heads if h is not None), default=None)
+    oldest = None
+    if lag is not None:
         head = index.earliest()
         oldest = head[0] if head is not None else None
     return IndexStatus(
         schedules=counts["all_rows"],
         enabled=counts["enabled_rows"],
         indexable=counts["indexable_rows"],
-        entries_due=entries_due,
-        due_now=due_now,
-        in_flight=in_flight,
+        entries_due=sum(row["entries_due"] for row in shards),
+        due_now=sum(row["due_now"] for row in shards),
+        in_flight=sum(row["in_flight"] for row in shards),
         oldest_due_lag_seconds=lag,
         oldest_due_schedule=oldest,
         runs_in_flight=Run.objects.using(db).filter(status__in=Run.UNFINISHED).count(),
@@ -210,7 +240,15 @@ def index_status(
         drift=check_drift(index, using=db) if drift else None,
         eviction_warning=eviction_risk(index.client),
         checked_at=timezone.now().isoformat(),
+        shard_count=index.shard_count,
+        shards=shards,
+        other_layout=index.other_layout(),
     )
+
+
+def _lag(earliest_ms: int | None, now_ms: int) -> float | None:
+    """How late an earliest entry is at ``now_ms``, in seconds; None if it is not due."""
+    return None if earliest_ms is None or earliest_ms > now_ms else (now_ms - earliest_ms) / 1000
 
 
 def eviction_risk(client: Any) -> str | None:
@@ -460,14 +498,31 @@ def _problems(report: ClusterStatus) -> list[Finding]:
                 f"{age:.0f} s (PASS_STALE_SECONDS is {report.pass_stale_seconds:g}): {why}.",
             )
         )
-    if status.last_rebuild is None and status.indexable:
+    if status.other_layout is not None:
+        found.append(
+            Finding(
+                "index-layout",
+                f"The due index was built for {status.other_layout} shard(s), and "
+                f"INDEX_SHARDS is {status.shard_count}: schedulers with INDEX_SHARDS "
+                f"{status.shard_count} claim nothing until it is rebuilt. Give every process "
+                f"the same INDEX_SHARDS, then run {run_command('rebuild_due_index')}.",
+            )
+        )
+    elif status.last_rebuild is None and status.indexable:
         running_now = "; a rebuild is running now" if status.rebuild_running else ""
+        missing = [str(row["shard"]) for row in status.shards if not row["built"]]
+        which = (
+            f"Shard(s) {', '.join(missing)} of the due index are not built (their build "
+            f"markers are missing), so nothing fires until they are"
+            if status.shard_count > 1 and missing
+            else "The due index is not built (its build marker is missing), so nothing fires "
+            "until it is"
+        )
         found.append(
             Finding(
                 "index-not-built",
-                f"The due index is not built (its build marker is missing), so nothing fires "
-                f"until it is{running_now}. A running scheduler builds it at its next pass; "
-                f"or run {run_command('rebuild_due_index')}.",
+                f"{which}{running_now}. A running scheduler builds it at its next pass; or run "
+                f"{run_command('rebuild_due_index')}.",
             )
         )
     lag = status.oldest_due_lag_seconds

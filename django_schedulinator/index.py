@@ -2,14 +2,22 @@
 
 It is derived data. It may be missing, stale or wrong at any moment; the claim loop re-checks
 every entry against its row, and ``rebuild_due_index`` can rebuild it from SQL at any time.
-All keys share the hash tag ``{<KEY_PREFIX>}`` so the scripts work on Redis Cluster.
+
+It is ``INDEX_SHARDS`` independent shards (``DueIndex``, one each; ``ShardedIndex``, the set
+of them). Every key of shard 0 shares the hash tag ``{<KEY_PREFIX>}`` (with one shard, the
+whole index is today's single index), those of shard k the tag ``{<KEY_PREFIX>:k}``, so the
+scripts work on Redis Cluster and a cluster spreads the shards over its masters. Schedule
+``id`` lives in shard ``id % INDEX_SHARDS``. The control keys (the rebuild's lock and
+request, reconcile's watermark, turns, the outage, the drift record, heartbeats) and the
+fleet's clock are shard 0's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal, NamedTuple
@@ -49,6 +57,9 @@ class ClaimedBatch:
     next_due_ms: int | None
     entries: list[tuple[int, int]]  # (schedule id, score ms)
     woken: bool = False  # runs were queued in SQL since the last claim (run now, backfill)
+    # The index was built for this many shards, not this process's INDEX_SHARDS: nothing
+    # was claimed (built is False), and no rebuild is done by a scheduler (docs/scaling.md).
+    other_layout: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +101,33 @@ def _lua(name: str) -> str:
 REQUEST_TTL = 86_400
 
 
+def shard_tag(prefix: str, shard: int) -> str:
+    """The Redis Cluster hash tag of a shard's keys: shard 0's is the single index's."""
+    return f"{{{prefix}}}" if shard == 0 else f"{{{prefix}:{shard}}}"
+
+
 class DueIndex:
-    def __init__(self, client: Any | None = None, prefix: str | None = None) -> None:
-        self.client = client if client is not None else get_redis()
+    """One shard of the due index (the whole index when ``INDEX_SHARDS`` is 1): its keys,
+    under one hash tag, and the scripts that work on them. Shard 0's instance also holds the
+    control keys."""
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        prefix: str | None = None,
+        *,
+        shard: int = 0,
+        shards: int | None = None,
+    ) -> None:
+        # Taken on first use, not here: a scheduler starts while Redis is away (a cluster
+        # client connects when it is built) and its loop waits the outage out.
+        self._client = client
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
-        # The Redis Cluster hash tag every key of the index (and of the heartbeats) starts with.
-        self.tag = tag = f"{{{self.prefix}}}"
+        # The layout this process uses: how many shards, and which one this is.
+        self.shard_count = shards if shards is not None else app_settings.INDEX_SHARDS
+        self.shard = shard
+        # The Redis Cluster hash tag every key of the shard (and of the heartbeats) starts with.
+        self.tag = tag = shard_tag(self.prefix, shard)
         self.due_key = f"{tag}:due"
         self.inflight_key = f"{tag}:inflight"
         self.revisions_key = f"{tag}:rev"
@@ -108,12 +140,34 @@ class DueIndex:
         self.outage_key = f"{tag}:no-scheduler"
         self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
-        self._claim = self.client.register_script(_lua("claim"))
-        self._apply = self.client.register_script(_lua("apply"))
-        self._rebuild = self.client.register_script(_lua("rebuild"))
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = get_redis()
+        return self._client
+
+    @functools.cached_property
+    def _claim(self) -> Any:
+        return self.client.register_script(_lua("claim"))
+
+    @functools.cached_property
+    def _apply(self) -> Any:
+        return self.client.register_script(_lua("apply"))
+
+    @functools.cached_property
+    def _rebuild(self) -> Any:
+        return self.client.register_script(_lua("rebuild"))
+
+    @property
+    def data_keys(self) -> tuple[str, ...]:
+        """The keys of this shard's entries: what a rebuild of it replaces."""
+        return (self.due_key, self.inflight_key, self.revisions_key, self.marker_key, self.wake_key)
 
     @property
     def keys(self) -> tuple[str, ...]:
+        if self.shard:
+            return self.data_keys
         return (
             self.due_key,
             self.inflight_key,
@@ -135,14 +189,23 @@ class DueIndex:
     ) -> ClaimedBatch:
         """Move up to ``limit`` entries with score <= now into the in-flight set.
 
-        "now" is Redis TIME; ``now_ms`` replaces it for a test's controlled clock only.
+        "now" is Redis TIME; ``now_ms`` replaces it: the pass's "now", read on shard 0 (a
+        sharded index), or a test's controlled clock. The requeue of expired leases is
+        bounded by ``limit`` too, and by one at least (a share of a batch may be 0).
         """
         reply = self._claim(
             keys=[self.due_key, self.inflight_key, self.marker_key, self.wake_key],
-            args=[limit, lease_ms, token, limit, "" if now_ms is None else now_ms],
+            args=[
+                limit,
+                lease_ms,
+                token,
+                max(1, limit),
+                "" if now_ms is None else now_ms,
+                self.shard_count,
+            ],
         )
-        built, now, requeued, head, woken = (int(x) for x in reply[:5])
-        rest = reply[5:]
+        built, now, requeued, head, woken, layout = (int(x) for x in reply[:6])
+        rest = reply[6:]
         entries = [(int(rest[i]), int(float(rest[i + 1]))) for i in range(0, len(rest), 2)]
         return ClaimedBatch(
             built=bool(built),
@@ -151,11 +214,17 @@ class DueIndex:
             next_due_ms=head if head >= 0 else None,
             entries=entries,
             woken=bool(woken),
+            other_layout=layout if layout and layout != self.shard_count else None,
         )
 
-    def wake(self) -> None:
-        """Tell the schedulers that runs were queued in SQL: the next claim takes them."""
+    def wake(self, schedule_ids: Iterable[int] | None = None) -> None:
+        """Tell the schedulers that runs were queued in SQL (of ``schedule_ids``, or of any
+        schedule): the next claim takes them."""
         self.client.set(self.wake_key, 1)
+
+    def owns(self, schedule_id: int) -> bool:
+        """Whether the schedule's entry belongs in this index (its shard)."""
+        return schedule_id % self.shard_count == self.shard
 
     def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
         """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries."""
@@ -197,8 +266,24 @@ class DueIndex:
     # -- reading --------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        seconds, micros = self.client.time()
+        """Redis TIME of the node that holds this shard (shard 0's: the fleet's clock). On a
+        cluster, read by a script on the shard's key, which the client sends to that node
+        (TIME itself goes to any node); elsewhere there is one node."""
+        if self._on_cluster:
+            seconds, micros = self._time(keys=[self.due_key])
+        else:
+            seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+    @functools.cached_property
+    def _on_cluster(self) -> bool:
+        from redis.cluster import RedisCluster
+
+        return isinstance(self.client, RedisCluster)
+
+    @functools.cached_property
+    def _time(self) -> Any:
+        return self.client.register_script("return redis.call('TIME')")
 
     def scores(self, schedule_ids: Sequence[int]) -> dict[int, int | None]:
         if not schedule_ids:
@@ -259,17 +344,60 @@ class DueIndex:
     # -- the build marker -----------------------------------------------------------------
 
     def is_built(self) -> bool:
-        return bool(self.client.exists(self.marker_key))
+        """Built (every shard), for this process's shard count."""
+        return all(layout == self.shard_count for layout in self.layouts())
+
+    def layouts(self) -> list[int | None]:
+        """The shard count each shard's marker records, None for a shard not built (a
+        marker written before shards existed records one)."""
+        info = self.built_info()
+        return [None if info is None else _recorded_shards(info)]
+
+    def missing_shards(self) -> list[int]:
+        """The shards not built (no marker): each is rebuilt alone."""
+        return [self.shard] if self.built_info() is None else []
+
+    def other_layout(self) -> int | None:
+        """The shard count a marker records, if one records another than this process's:
+        the index was built for another layout."""
+        return next((n for n in self.layouts() if n is not None and n != self.shard_count), None)
 
     def built_info(self) -> dict[str, Any] | None:
-        """What the last rebuild recorded (built_at, rows, by), or None if never built."""
+        """What the last rebuild recorded (built_at, rows, by, shards), or None if never
+        built."""
         return _json_record(self.client.get(self.marker_key))
+
+    def shard_status(self, now_ms: int) -> list[dict[str, Any]]:
+        """Per shard: its number, built, its entries due or not, due at ``now_ms``, in
+        flight, and its earliest entry's score."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(self.marker_key)
+            pipe.zcard(self.due_key)
+            pipe.zcount(self.due_key, "-inf", now_ms)
+            pipe.zcard(self.inflight_key)
+            pipe.zrange(self.due_key, 0, 0, withscores=True)
+            built, entries, due, inflight, head = pipe.execute()
+        return [
+            {
+                "shard": self.shard,
+                "built": bool(built),
+                "entries_due": int(entries),
+                "due_now": int(due),
+                "in_flight": int(inflight),
+                "earliest_ms": int(float(head[0][1])) if head else None,
+            }
+        ]
 
     def rebuild_running(self) -> bool:
         return bool(self.client.exists(self.lock_key))
 
-    def mark_built(self, info: dict[str, Any]) -> None:
-        self.client.set(self.marker_key, json.dumps(info, sort_keys=True))
+    def mark_built(self, info: dict[str, Any], rows: Mapping[int, int] | None = None) -> None:
+        """Record that this shard is built, and for how many shards (claim.lua reads it);
+        ``rows``: each shard's rows, recorded in its marker."""
+        record = {**info, "shards": self.shard_count}
+        if rows is not None:
+            record["rows"] = rows.get(self.shard, 0)
+        self.client.set(self.marker_key, json.dumps(record, sort_keys=True))
 
     def request_rebuild(self, info: dict[str, Any]) -> bool:
         """Ask the schedulers for a rebuild (the admin's button): the first to look performs
@@ -342,6 +470,13 @@ class DueIndex:
         keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
         self.client.delete(*keys)
 
+    def drop_layout(self, shards: int) -> None:
+        """Delete the entries of every shard of a layout of ``shards`` shards (the one the
+        index was built for before INDEX_SHARDS changed). The control keys stay."""
+        for shard in range(shards):
+            old = DueIndex(self._client, self.prefix, shard=shard, shards=shards)
+            old.client.delete(*old.data_keys)
+
 
 def _unparsed(value: Any) -> Any:
     return value
@@ -359,9 +494,265 @@ def _json_record(raw: Any) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else {}
 
 
+def _recorded_shards(info: dict[str, Any]) -> int:
+    value = info.get("shards", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+class ShardedIndex(DueIndex):
+    """The set of ``INDEX_SHARDS`` shards, with the methods of one index: ``apply`` and the
+    rebuild's writes split changes by shard, ``claim`` takes from every shard in one pass
+    (at one "now"), and the reads add the shards up. Inherited, unchanged: the control keys,
+    which are shard 0's (this instance is shard 0 for them), and the clock.
+
+    ``only``: the shards this instance covers (a rebuild of the shards that lost their data);
+    default all."""
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        prefix: str | None = None,
+        *,
+        shards: int | None = None,
+        only: Iterable[int] | None = None,
+    ) -> None:
+        super().__init__(client, prefix, shard=0, shards=shards)
+        numbers = sorted(set(range(self.shard_count) if only is None else only))
+        self.parts = {
+            k: DueIndex(client, self.prefix, shard=k, shards=self.shard_count) for k in numbers
+        }
+        # Which shard gets the first share of the next claim: it turns, so that no shard's
+        # entries always come last when a batch cannot take every shard's due entries.
+        self._turn = 0
+
+    def subset(self, shards: Iterable[int]) -> ShardedIndex:
+        return ShardedIndex(self._client, self.prefix, shards=self.shard_count, only=shards)
+
+    @property
+    def covers_all(self) -> bool:
+        return len(self.parts) == self.shard_count
+
+    def owns(self, schedule_id: int) -> bool:
+        return schedule_id % self.shard_count in self.parts
+
+    def _split(self, changes: Sequence[Change]) -> dict[int, list[Change]]:
+        by_shard: dict[int, list[Change]] = {}
+        for change in changes:
+            by_shard.setdefault(change.schedule_id % self.shard_count, []).append(change)
+        return by_shard
+
+    def _part(self, shard: int) -> DueIndex:
+        part = self.parts.get(shard)
+        if part is None:  # outside this subset: written all the same, to where it belongs
+            part = DueIndex(self._client, self.prefix, shard=shard, shards=self.shard_count)
+        return part
+
+    # -- claiming -------------------------------------------------------------------------
+
+    def claim(
+        self, limit: int, lease_ms: int, token: str, now_ms: int | None = None
+    ) -> ClaimedBatch:
+        """Up to ``limit`` due entries from all shards: each gets an even share (the
+        remainder turning from pass to pass), and what a share leaves unused goes to the
+        shards that had more due. The first claim is on shard 0 and reads Redis TIME there
+        (unless ``now_ms`` is given); every other claim of the pass uses that instant, so
+        the whole pass decides at one "now"."""
+        numbers = list(self.parts)
+        count = len(numbers)
+        start, self._turn = self._turn, (self._turn + 1) % count
+        order = numbers[start:] + numbers[:start]
+        shares = {k: limit // count + (1 if i < limit % count else 0) for i, k in enumerate(order)}
+        first = numbers[0]  # shard 0 in a whole index: its node's clock is the fleet's
+        batches = {first: self.parts[first].claim(shares[first], lease_ms, token, now_ms)}
+        now = batches[first].now_ms
+        try:
+            for k in order:
+                if k != first:
+                    batches[k] = self.parts[k].claim(shares[k], lease_ms, token, now)
+            left = limit - sum(len(b.entries) for b in batches.values())
+            for k in order:
+                batch = batches[k]
+                if left <= 0:
+                    break
+                more_due = batch.next_due_ms is not None and batch.next_due_ms <= now
+                if batch.built and more_due:
+                    extra = self.parts[k].claim(left, lease_ms, token, now)
+                    batches[k] = _joined(batch, extra)
+                    left -= len(extra.entries)
+        except Exception:
+            # One shard's node away (failing over): what the others gave goes back now, not
+            # after its lease; the loop backs off from the error as from any outage.
+            taken = [e for batch in batches.values() for e in batch.entries]
+            with contextlib.suppress(Exception):
+                self.apply([Change(sid, 0, REQUEUE, score) for sid, score in taken], token)
+            raise
+        return self._combined(batches, order, token, now)
+
+    def _combined(
+        self, batches: dict[int, ClaimedBatch], order: list[int], token: str, now: int
+    ) -> ClaimedBatch:
+        built = all(b.built for b in batches.values())
+        other = next((b.other_layout for b in batches.values() if b.other_layout), None)
+        entries: list[tuple[int, int]] = []
+        for k in order:
+            misplaced = [e for e in batches[k].entries if e[0] % self.shard_count != k]
+            if misplaced:
+                self._move(k, misplaced, token)
+            entries += [e for e in batches[k].entries if e[0] % self.shard_count == k]
+        if not built and entries:
+            # A shard to rebuild (or another layout): the pass fires nothing, and what the
+            # other shards gave goes back as it was, not left to its lease.
+            self.apply([Change(sid, 0, REQUEUE, score) for sid, score in entries], token)
+            entries = []
+        heads = [b.next_due_ms for b in batches.values() if b.next_due_ms is not None]
+        return ClaimedBatch(
+            built=built,
+            now_ms=now,
+            requeued=sum(b.requeued for b in batches.values()),
+            next_due_ms=min(heads) if heads else None,
+            entries=entries,
+            woken=any(b.woken for b in batches.values()),
+            other_layout=other,
+        )
+
+    def _move(self, shard: int, entries: list[tuple[int, int]], token: str) -> None:
+        """Entries claimed from a shard they do not belong in (written by a process with
+        another INDEX_SHARDS): released there, and put in their own shard at their score
+        unless it holds an entry."""
+        self.parts[shard].apply([Change(sid, 0, FORGET) for sid, _ in entries], token)
+        self.apply([Change(sid, 0, REQUEUE, score) for sid, score in entries])
+
+    def wake(self, schedule_ids: Iterable[int] | None = None) -> None:
+        shards = (
+            set(self.parts)
+            if schedule_ids is None
+            else {sid % self.shard_count for sid in schedule_ids}
+        )
+        with self.client.pipeline(transaction=False) as pipe:
+            for k in sorted(shards):
+                pipe.set(self._part(k).wake_key, 1)
+            pipe.execute()
+
+    def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
+        result = ApplyResult()
+        for k, part_changes in self._split(changes).items():
+            result += self._part(k).apply(part_changes, release_token)
+        return result
+
+    def rebuild_entries(self, changes: Sequence[Change], *, dry_run: bool = False) -> Rebuilt:
+        letters = [""] * len(changes)
+        stale = 0
+        positions: dict[int, list[int]] = {}
+        for i, change in enumerate(changes):
+            positions.setdefault(change.schedule_id % self.shard_count, []).append(i)
+        for k, where in positions.items():
+            found, refused = self._part(k).rebuild_entries(
+                [changes[i] for i in where], dry_run=dry_run
+            )
+            stale += refused
+            for i, letter in zip(where, found, strict=True):
+                letters[i] = letter
+        return Rebuilt("".join(letters), stale)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def scores(self, schedule_ids: Sequence[int]) -> dict[int, int | None]:
+        by_shard: dict[int, list[int]] = {}
+        for sid in schedule_ids:
+            by_shard.setdefault(sid % self.shard_count, []).append(sid)
+        found: dict[int, int | None] = {}
+        for k, ids in by_shard.items():
+            found.update(self._part(k).scores(ids))
+        return {sid: found[sid] for sid in schedule_ids}
+
+    def counts(self) -> tuple[int, int]:
+        due = inflight = 0
+        for part in self.parts.values():
+            d, i = part.counts()
+            due, inflight = due + d, inflight + i
+        return due, inflight
+
+    def due_now(self) -> tuple[int, int | None, int]:
+        now = self.now_ms()
+        shards = self.shard_status(now)
+        heads = [s["earliest_ms"] for s in shards if s["earliest_ms"] is not None]
+        return sum(s["due_now"] for s in shards), min(heads) if heads else None, now
+
+    def shard_status(self, now_ms: int) -> list[dict[str, Any]]:
+        return [row for part in self.parts.values() for row in part.shard_status(now_ms)]
+
+    def earliest(self) -> tuple[int, int] | None:
+        heads = [h for part in self.parts.values() if (h := part.earliest()) is not None]
+        return min(heads, key=lambda head: (head[1], head[0])) if heads else None
+
+    def random_entries(self, count: int) -> dict[int, int]:
+        """Up to ``count`` entries in all, from every shard (the drift check samples each)."""
+        share = -(-count // len(self.parts))
+        found: dict[int, int] = {}
+        for part in self.parts.values():
+            found.update(part.random_entries(share))
+        return found
+
+    def inflight_ids(self, limit: int = 10_000) -> set[int]:
+        return {sid for part in self.parts.values() for sid in part.inflight_ids(limit)}
+
+    def iter_members(self, count: int = 1000) -> Iterator[list[int]]:
+        for part in self.parts.values():
+            yield from part.iter_members(count)
+
+    # -- the build markers ----------------------------------------------------------------
+
+    def layouts(self) -> list[int | None]:
+        return [layout for part in self.parts.values() for layout in part.layouts()]
+
+    def missing_shards(self) -> list[int]:
+        return [k for k, part in self.parts.items() if part.built_info() is None]
+
+    def built_info(self) -> dict[str, Any] | None:
+        """The shards' markers together: None if any shard is not built; else when the
+        last was built and by whom, the rows of all, and the shard count."""
+        infos = [part.built_info() for part in self.parts.values()]
+        if any(info is None for info in infos):
+            return None
+        known = [info for info in infos if info is not None]  # all of them (for mypy)
+        latest = max(known, key=lambda info: str(info.get("built_at", "")))
+        rows = sum(r for info in known if isinstance(r := info.get("rows"), int))
+        return {**latest, "rows": rows, "shards": _recorded_shards(known[0])}
+
+    def mark_built(self, info: dict[str, Any], rows: Mapping[int, int] | None = None) -> None:
+        for part in self.parts.values():
+            part.mark_built(info, rows)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every shard's keys, and the control keys (with shard 0's)."""
+        return tuple(key for part in self.parts.values() for key in part.keys)
+
+    def drop(self, keep_lock: bool = False) -> None:
+        """Delete every key of the shards this covers (with shard 0, the control keys)."""
+        for part in self.parts.values():
+            part.drop(keep_lock=keep_lock)
+
+
+def _joined(first: ClaimedBatch, more: ClaimedBatch) -> ClaimedBatch:
+    """Two claims of one shard in one pass, as one."""
+    return ClaimedBatch(
+        built=first.built and more.built,
+        now_ms=first.now_ms,
+        requeued=first.requeued + more.requeued,
+        next_due_ms=more.next_due_ms,
+        entries=first.entries + more.entries,
+        woken=first.woken or more.woken,
+        other_layout=first.other_layout or more.other_layout,
+    )
+
+
 def get_index() -> DueIndex:
     """The due index of this project, as configured now: the one place that chooses it.
+    One shard (``INDEX_SHARDS`` 1, the default) is a ``DueIndex``, more a ``ShardedIndex``.
 
     Built per call (cheap: the Redis client is shared) so that it follows the settings;
     every module takes its index from here, or as an argument that defaults to this."""
+    if app_settings.INDEX_SHARDS > 1:
+        return ShardedIndex()
     return DueIndex()

@@ -22,7 +22,7 @@ import socket
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
@@ -294,26 +294,35 @@ class ClusterSnapshot:
     drift: dict[str, Any] | None  # the last drift check (health.record_drift)
     reconcile_lag: float | None
     dispatchers: list[DispatcherStatus]
+    # Each shard's: shard, built, entries_due, due_now, in_flight, earliest_ms (the totals
+    # above add them up; the gauges are by shard).
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    now_ms: int = 0
 
 
 def cluster_snapshot(index: DueIndex) -> ClusterSnapshot:
     """A few Redis reads and three queries, whatever the number of schedules."""
     built = index.is_built()
-    entries, in_flight = index.counts()
-    due_now, earliest_ms, now_ms = index.due_now()
-    late = 0.0
-    if earliest_ms is not None and earliest_ms <= now_ms:
-        late = (now_ms - earliest_ms) / 1000
+    now_ms = index.now_ms()  # shard 0's clock, the fleet's
+    shards = index.shard_status(now_ms)
     return ClusterSnapshot(
         built=built,
-        entries=entries,
-        in_flight=in_flight,
-        due_now=due_now,
-        oldest_due_seconds=late,
+        entries=sum(row["entries_due"] for row in shards),
+        in_flight=sum(row["in_flight"] for row in shards),
+        due_now=sum(row["due_now"] for row in shards),
+        oldest_due_seconds=max((_late(row, now_ms) for row in shards), default=0.0),
         drift=index.drift_record(),
         reconcile_lag=reconcile.lag(index) if built else None,
         dispatchers=dispatcher_status(timing.from_ms(now_ms)),
+        shards=shards,
+        now_ms=now_ms,
     )
+
+
+def _late(shard: dict[str, Any], now_ms: int) -> float:
+    """How late a shard's earliest entry is at ``now_ms`` (0: none is due)."""
+    earliest = shard["earliest_ms"]
+    return 0.0 if earliest is None or earliest > now_ms else (now_ms - earliest) / 1000
 
 
 class ClusterCollector(Collector):
@@ -357,37 +366,57 @@ class ClusterCollector(Collector):
             "How old the cluster-wide values are (they are kept METRICS_CLUSTER_SECONDS).",
             age,
         )
-        yield _gauge("schedulinator_index_built", "1: the due index is built.", snapshot.built)
-        yield _gauge(
-            "schedulinator_index_entries", "Entries in the due index, due or not.", snapshot.entries
-        )
-        yield _gauge(
-            "schedulinator_index_due_entries",
-            "Entries due now (Redis TIME) and not claimed: the backlog.",
-            snapshot.due_now,
-        )
-        yield _gauge(
+        # By shard (INDEX_SHARDS; one, shard "0", by default): sum() them for the index.
+        shards = snapshot.shards
+        by_shard = [
+            ("schedulinator_index_built", "1: the due index (shard) is built.", "built"),
+            ("schedulinator_index_entries", "Entries in the due index, due or not.", "entries_due"),
+            (
+                "schedulinator_index_due_entries",
+                "Entries due now (Redis TIME) and not claimed: the backlog.",
+                "due_now",
+            ),
+            (
+                "schedulinator_index_in_flight_entries",
+                "Entries claimed by a scheduler and not written back yet.",
+                "in_flight",
+            ),
+        ]
+        for name, documentation, key in by_shard:
+            family = GaugeMetricFamily(name, documentation, labels=["shard"])
+            for row in shards:
+                family.add_metric([str(row["shard"])], float(row[key]))
+            yield family
+        family = GaugeMetricFamily(
             "schedulinator_index_oldest_due_seconds",
             "How late the earliest due, unclaimed entry is (0: none is due).",
-            snapshot.oldest_due_seconds,
+            labels=["shard"],
         )
-        yield _gauge(
-            "schedulinator_index_in_flight_entries",
-            "Entries claimed by a scheduler and not written back yet.",
-            snapshot.in_flight,
-        )
+        for row in shards:
+            family.add_metric([str(row["shard"])], _late(row, snapshot.now_ms))
+        yield family
         if snapshot.drift is not None:
             drift = snapshot.drift
-            yield _gauge(
-                "schedulinator_drift_late_or_missing",
-                "Schedules the last drift check found late or missing from the index.",
-                drift.get("late_or_missing", 0),
-            )
-            yield _gauge(
-                "schedulinator_drift_early_or_orphaned",
-                "Index entries the last drift check found early or orphaned (harmless).",
-                drift.get("early_or_orphaned", 0),
-            )
+            # Records written before shards existed have no "by_shard": all is shard 0's.
+            counts = drift.get("by_shard") or {
+                "0": [drift.get("late_or_missing", 0), drift.get("early_or_orphaned", 0)]
+            }
+            for column, (name, documentation) in enumerate(
+                (
+                    (
+                        "schedulinator_drift_late_or_missing",
+                        "Schedules the last drift check found late or missing from the index.",
+                    ),
+                    (
+                        "schedulinator_drift_early_or_orphaned",
+                        "Index entries the last drift check found early or orphaned (harmless).",
+                    ),
+                )
+            ):
+                family = GaugeMetricFamily(name, documentation, labels=["shard"])
+                for shard, pair in sorted(counts.items()):
+                    family.add_metric([shard], float(pair[column]))
+                yield family
             yield _gauge(
                 "schedulinator_drift_checked_timestamp_seconds",
                 "When the last drift check ran (Unix time, Redis TIME).",

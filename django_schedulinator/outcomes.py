@@ -271,7 +271,7 @@ def release_buffered(
     if released:
         from .index import get_index
 
-        (index or get_index()).wake()
+        (index or get_index()).wake(schedule_ids)
     return released
 
 

@@ -7,6 +7,12 @@ first: no due entry goes missing while it runs. Entries whose rows are gone are 
 last. A Redis lock keeps two rebuilds apart, and a marker records that the index was built;
 the scheduler checks the marker inside its claim script, so a lost index (Redis restarted
 empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
+
+A sharded index has a marker per shard, each recording the shard count: a shard that lost
+its data (a fail-over to a replica that had not received it) is rebuilt alone, from the rows
+that belong in it. An index built for another shard count (``INDEX_SHARDS`` changed) is
+rebuilt only by ``rebuild_due_index`` (or a rebuild asked for in the admin), which drops the
+old layout's entries first; a scheduler that finds one says so and claims nothing.
 """
 
 from __future__ import annotations
@@ -36,8 +42,10 @@ from .index import (
     Change,
     DueIndex,
     Rebuilt,
+    ShardedIndex,
     get_index,
 )
+from .management import run_command
 from .querysets import _names, json_ids
 from .sync import INDEX_FIELDS, change_for_row, keyset_pages
 
@@ -61,7 +69,11 @@ class RebuildReport:
     unchanged: int = 0
     stale: int = 0  # writes refused: the index held a newer revision than the row read
     seconds: float = 0.0
+    # The index had been built for this many shards, not INDEX_SHARDS: its entries were
+    # dropped before this rebuild (by a dry run: would be).
+    layout_changed_from: int | None = None
     examples: dict[str, list[int]] = field(default_factory=dict)
+    rows_by_shard: dict[int, int] = field(default_factory=dict)  # each shard's build marker
 
     def note(self, kind: str, schedule_id: int) -> None:
         setattr(self, kind, getattr(self, kind) + 1)
@@ -97,15 +109,33 @@ def rebuild_index(
 
     ``lock``: the lock already taken by :func:`take_rebuild_lock` (released here)."""
     index = index or get_index()
+    # Only a rebuild of every shard changes the layout (a shard rebuilt alone is one of it).
+    whole = not isinstance(index, ShardedIndex) or index.covers_all
+    other = index.other_layout() if whole else None
     if dry_run:
-        return _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
+        report = _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
+        report.layout_changed_from = other
+        return report
     lock = lock or take_rebuild_lock(index)
     try:
+        if whole:
+            other = index.other_layout()  # again, under the lock
+        if other is not None:
+            logger.warning(
+                "The due index was built for %d shard(s); INDEX_SHARDS is %d: dropping the "
+                "entries of the old layout and rebuilding it for %d.",
+                other,
+                index.shard_count,
+                index.shard_count,
+            )
+            index.drop_layout(other)
         if reset:
             index.drop(keep_lock=True)
         report = _rebuild(index, lock, dry_run=False, chunk_size=chunk_size, progress=progress)
+        report.layout_changed_from = other
         index.mark_built(
-            {"built_at": timezone.now().isoformat(), "rows": report.rows, "by": built_by}
+            {"built_at": timezone.now().isoformat(), "rows": report.rows, "by": built_by},
+            report.rows_by_shard,
         )
         signals.send(
             signals.index_rebuilt,
@@ -141,12 +171,14 @@ def ensure_built(
     poll: float = 0.25,
     progress: Callable[[int], None] | None = None,
 ) -> bool:
-    """Make sure the index was built: one process rebuilds it, the others wait for it.
-    ``progress`` is called after each chunk of a rebuild done here (``rebuild_index``)."""
+    """Make sure the index was built: one process rebuilds it (the shards that are not
+    built, each from its own rows), the others wait for it. False if it was built for
+    another shard count (``other_layout``), which only ``rebuild_due_index`` rebuilds, or if
+    told to stop. ``progress`` is called after each chunk of a rebuild done here."""
     waited = False
     while not should_stop():
-        if index.is_built():
-            return True
+        if not (missing := _to_build(index)):
+            return missing is not None
         try:
             lock = take_rebuild_lock(index)
         except RebuildInProgress:
@@ -155,12 +187,20 @@ def ensure_built(
                 waited = True
             time.sleep(poll)
             continue
-        if index.is_built():
+        if not (missing := _to_build(index)):
             # Another process built it between the look above and taking the lock.
             with contextlib.suppress(LockError):
                 lock.release()
-            return True
-        report = rebuild_index(index, built_by=built_by, lock=lock, progress=progress)
+            return missing is not None
+        target = index
+        if isinstance(index, ShardedIndex) and len(missing) < len(index.parts):
+            target = index.subset(missing)
+            logger.warning(
+                "Shard(s) %s of the due index lost their data (a fail-over to a replica that "
+                "had not received it, a flush); rebuilding them alone.",
+                ", ".join(map(str, missing)),
+            )
+        report = rebuild_index(target, built_by=built_by, lock=lock, progress=progress)
         if _ever_dispatched():
             logger.warning(
                 "The due index was missing from Redis although schedulers have dispatched runs "
@@ -179,6 +219,26 @@ def ensure_built(
             )
         return True
     return False
+
+
+def _to_build(index: DueIndex) -> list[int] | None:
+    """The shards to build (none: built); None if the index was built for another shard
+    count: said here, and left to ``rebuild_due_index``."""
+    other = index.other_layout()
+    if other is not None:
+        logger.error(layout_message(other, index.shard_count))
+        return None
+    return index.missing_shards()
+
+
+def layout_message(built_for: int, shards: int) -> str:
+    """What a process says when the index was built for another shard count than its own."""
+    return (
+        f"The due index was built for {built_for} shard(s), and INDEX_SHARDS is {shards} "
+        f"here: this scheduler claims nothing until the index is rebuilt for {shards}. Give "
+        f"every process (schedulers and web) the same INDEX_SHARDS, then run "
+        f"{run_command('rebuild_due_index')} (docs/scaling.md, changing the shard count)."
+    )
 
 
 def _ever_dispatched() -> bool:
@@ -221,6 +281,9 @@ def _rebuild(
         report.tally(found, ids)
         report.stale += stale
         report.rows += len(ids)
+        for sid in ids:
+            shard = sid % index.shard_count
+            report.rows_by_shard[shard] = report.rows_by_shard.get(shard, 0) + 1
         if not dry_run:
             # A row deleted after its chunk was read, whose sync write removed its entry
             # before this chunk's write put it back: its entry was added, and its row is
@@ -242,7 +305,11 @@ def _rebuild(
     # adding up. At most two chunks are held, whatever the table's size.
     with ThreadPoolExecutor(1, thread_name_prefix="schedulinator-rebuild") as redis_side:
         pending: deque[tuple[list[int], Future[Rebuilt]]] = deque()
-        for rows in index_rows(db, size):
+        for read in index_rows(db, size):
+            # A shard rebuilt alone (or one of several): the rows that belong in it.
+            rows = [row for row in read if index.owns(row[0])]
+            if not rows:
+                continue
             changes = [change_for_row(*row) for row in rows]
             pending.append(
                 (

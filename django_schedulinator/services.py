@@ -399,7 +399,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHO
             db,
         )
     _adopt(schedule, current, WRITTEN_BY_ACTIONS)
-    _wake_after_commit(db)
+    _wake_after_commit(db, schedule.pk)
     logger.info("Run now of schedule %s queued (key %s).", schedule.pk, run.idempotency_key)
     return run
 
@@ -484,7 +484,7 @@ def backfill(
             },
             db,
         )
-    _wake_after_commit(db)
+    _wake_after_commit(db, schedule.pk)
     logger.info(
         "Backfill of schedule %s queued %d run(s) (%d skipped before).",
         schedule.pk,
@@ -757,10 +757,10 @@ def _check_runnable(schedule: Schedule) -> None:
         )
 
 
-def _wake_after_commit(db: str) -> None:
+def _wake_after_commit(db: str, schedule_id: int) -> None:
     def wake() -> None:
         try:
-            get_index().wake()
+            get_index().wake([schedule_id])  # its shard's schedulers' next claim
         except Exception:  # the runs are committed; a periodic take-over finds them anyway
             logger.warning(
                 "Could not wake the schedulers; the queued runs start within a quarter of a lease.",

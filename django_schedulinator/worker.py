@@ -36,7 +36,7 @@ from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .lanes import STOP_RECORD_SECONDS, Lanes
 from .leases import Leased
-from .rebuild import ensure_built
+from .rebuild import ensure_built, layout_message
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
@@ -114,6 +114,9 @@ class Worker:
             moved_on=self._moved_on,
         )
         self.stopping = False
+        # The shard count the index was built for, when it is not this process's (logged
+        # once per value).
+        self._other_layout: int | None = None
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
@@ -206,6 +209,14 @@ class Worker:
         metrics = self.metrics
         if metrics is not None:
             metrics.claimed(batch.now_ms, time.monotonic() - leased_at)
+        if batch.other_layout is not None:
+            # Built for another INDEX_SHARDS: said once, and nothing claimed until
+            # rebuild_due_index rebuilds it (a scheduler never switches the layout itself).
+            if batch.other_layout != self._other_layout:
+                logger.error(layout_message(batch.other_layout, self.index.shard_count))
+            self._other_layout = batch.other_layout
+            return PassResult(0, False, batch.now_ms, None)
+        self._other_layout = None
         if not batch.built:
             ensure_built(
                 self.index,

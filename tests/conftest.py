@@ -44,7 +44,8 @@ def key_prefix(settings: Any) -> Iterator[str]:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "KEY_PREFIX": prefix}
     client = get_redis()  # taken now: a test may point the settings elsewhere
     yield prefix
-    keys = list(client.scan_iter(match=f"{{{prefix}}}*", count=1000))
+    # Shard 0's keys are "{prefix}:...", shard k's (INDEX_SHARDS) "{prefix:k}:...".
+    keys = list(client.scan_iter(match=f"{{{prefix}[}}:]*", count=1000))
     if keys:
         client.delete(*keys)
 

@@ -1292,7 +1292,7 @@ def test_two_clicks_ask_for_one_rebuild_and_a_running_one_is_waited_for(
         assert index.rebuild_request() is not None  # waits for the next look
     finally:
         lock.release()
-    assert index.built_info() == {"by": "tests"}
+    assert index.built_info() == {"by": "tests", "shards": 1}
 
 
 @pytest.mark.usefixtures("redis_down")

@@ -39,6 +39,11 @@ def test_a_good_configuration_passes() -> None:
         {"LEASE_SECONDS": float("nan")},
         {"LEASE_SECONDS": -1},
         {"LEASE_SECONDS": True},
+        {"INDEX_SHARDS": 0},
+        {"INDEX_SHARDS": "3"},
+        {"INDEX_SHARDS": 2.0},
+        {"INDEX_SHARDS": True},
+        {"INDEX_SHARDS": 65},
     ],
 )
 def test_e001_a_bad_value(settings: Any, overrides: dict[str, Any]) -> None:

@@ -262,19 +262,19 @@ def test_an_index_built_by_another_process_meanwhile_is_not_built_again(
     make_due(3)
     looks = []
 
-    def is_built() -> bool:
-        built = DueIndex.is_built(index)
+    def missing_shards() -> list[int]:
+        missing = DueIndex.missing_shards(index)
         if not looks:  # the other process finishes its build right after our first look
             index.mark_built({"by": "the other process"})
-        looks.append(built)
-        return built
+        looks.append(not missing)
+        return missing
 
-    monkeypatch.setattr(index, "is_built", is_built)
+    monkeypatch.setattr(index, "missing_shards", missing_shards)
 
     assert ensure_built(index, built_by="this process", should_stop=lambda: False)
 
     assert looks == [False, True]
-    assert index.built_info() == {"by": "the other process"}
+    assert index.built_info() == {"by": "the other process", "shards": 1}
 
 
 @pytest.mark.parametrize("jitter", [None, timedelta(minutes=5)])

@@ -6,9 +6,12 @@ doubled, after the master holding the index fails over to its replica."""
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -17,18 +20,33 @@ from typing import Any
 import pytest
 import redis
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
 from django.db.models import Count, Max
+from django.utils import timezone
 
+from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.connection import get_redis
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index import DueIndex, ShardedIndex, get_index, shard_tag
 from django_schedulinator.models import Schedule
+from django_schedulinator.worker import Worker
 
 from .conftest import Schedulers, make_schedule, subprocess_env
-from .models import Receipt
+from .models import Receipt, Redelivery
 from .processes import output, wait_for
 from .redis_cluster import RedisClusterServers, redis_cluster
 from .redis_server import RedisServer, free_port
+from .test_chaos import (
+    SEED,
+    Fleet,
+    Variant,
+    audit,
+    change,
+    create_schedules,
+    explain,
+    ledger_disagreements,
+    not_ended,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real schedulers: real commits
 
@@ -128,6 +146,184 @@ def test_a_failed_over_master_loses_no_schedule_and_doubles_no_run(
     index = DueIndex()
     cluster.fail_over(index.due_key)
     keeps_firing_once(proc, schedules)
+
+
+# -- a sharded index on the cluster ------------------------------------------------------------
+
+SHARDS = 3
+
+
+def spread_prefix(cluster: RedisClusterServers, base: str) -> str:
+    """A key prefix whose shards' hash tags land on different masters (one each, with three
+    masters and three shards), whichever slots the test's random prefix hashes to."""
+    client = cluster.client()
+    try:
+        for n in range(1000):
+            prefix = f"{base}-{n}"
+            ports = {
+                client.get_node_from_key(f"{shard_tag(prefix, k)}:due").port for k in range(SHARDS)
+            }
+            if len(ports) == SHARDS:
+                return prefix
+    finally:
+        client.close()
+    raise AssertionError("no prefix spreads the shards over the masters")
+
+
+@pytest.fixture
+def sharded_cluster(
+    cluster: RedisClusterServers, key_prefix: str, settings: Any
+) -> tuple[RedisClusterServers, str, dict[str, Any]]:
+    """The cluster, a prefix whose three shards sit on three masters, and the settings the
+    schedulers get; this process uses them too (its saves write the index)."""
+    prefix = spread_prefix(cluster, key_prefix)
+    setting = {"REDIS": {"URL": cluster.url, "CLUSTER": True}, "INDEX_SHARDS": SHARDS}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **setting, "KEY_PREFIX": prefix}
+    # This process's client learns every node now, before a test kills the one in the URL.
+    get_index().now_ms()
+    return cluster, prefix, setting
+
+
+def masters_of_shards(cluster: RedisClusterServers, prefix: str) -> dict[int, int]:
+    return {k: cluster.master_of(f"{shard_tag(prefix, k)}:due").port for k in range(SHARDS)}
+
+
+@pytest.mark.subprocess
+def test_schedules_fire_once_from_three_shards_on_three_masters(
+    sharded_cluster: tuple[RedisClusterServers, str, dict[str, Any]], schedulers: Schedulers
+) -> None:
+    cluster, prefix, setting = sharded_cluster
+    env = subprocess_env(prefix, SCHEDULINATOR_TEST_SETTINGS=json.dumps(setting))
+    procs = [schedulers.start("--max-seconds", "120", env=env) for _ in range(2)]
+    schedules = every_second(9)
+    wait_for(
+        lambda: len(receipts_per_schedule()) == 9 and min(receipts_per_schedule().values()) >= 3
+    )
+    for proc in procs:
+        log = stop(proc)
+        assert "Scheduler pass failed" not in log, log
+    assert_each_occurrence_fired_once()
+    assert len(set(masters_of_shards(cluster, prefix).values())) == SHARDS
+    index = get_index()
+    assert isinstance(index, ShardedIndex)
+    assert index.is_built()
+    for k, part in index.parts.items():
+        ids = {int(m) for m in part.client.zrange(part.due_key, 0, -1)}
+        assert ids == {s.pk for s in schedules if s.pk % SHARDS == k}
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the chaos audit is on PostgreSQL")
+def test_killed_masters_holding_shards_lose_nothing_under_the_chaos_audit(
+    sharded_cluster: tuple[RedisClusterServers, str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Two schedulers fire 300 schedules from three shards on three masters for half a
+    minute, while the test SIGKILLs the master holding shard 1, then the one holding shard 0
+    (the clock and the control keys), each replica taking over, and edits, pauses and
+    deletes schedules. The chaos test's audit (tests/test_chaos.py) then finds nothing
+    missing, early, off the grid or doubled."""
+    cluster, prefix, setting = sharded_cluster
+    variant = Variant("cluster-shards", schedules=300, schedulers=2, window=30.0)
+    rng = random.Random(SEED)
+    env = subprocess_env(
+        prefix,
+        SCHEDULINATOR_TEST_SETTINGS=json.dumps(setting),
+        SCHEDULINATOR_TEST_LEASE="5",
+        SCHEDULINATOR_TEST_RECONCILE="2",
+        SCHEDULINATOR_TEST_LOG_STATS="2",
+    )
+    first_ms = timing.to_ms(timezone.now()) + 5000
+    history = create_schedules(rng, first_ms, variant)
+    ids = sorted(history)
+    fleet = Fleet(env, tmp_path)
+    events: list[str] = []
+    killed: list[int] = []
+    try:
+        for _ in range(variant.schedulers):
+            fleet.start()
+        started = time.monotonic()
+        plan = [(8.0, "kill shard 1"), (14.0, "edits"), (19.0, "kill shard 0"), (24.0, "edits")]
+        for at, what in plan:
+            time.sleep(max(0.0, at - (time.monotonic() - started)))
+            events.append(f"{time.monotonic() - started:5.1f}s {what}")
+            if what.startswith("kill shard"):
+                shard = int(what.rsplit(" ", 1)[1])
+                old = cluster.master_of(f"{shard_tag(prefix, shard)}:due").port
+                new = cluster.fail_over(f"{shard_tag(prefix, shard)}:due")  # SIGKILL
+                killed.append(old)
+                events[-1] += f" (master {old} killed, {new.port} took over)"
+            else:
+                live = [pk for pk in ids if history[pk][-1].end_ms is None]
+                for pk in rng.sample(live, 10):
+                    change(pk, rng.choice(["edit", "edit", "pause", "delete"]), history, rng)
+        time.sleep(max(0.0, variant.window - (time.monotonic() - started)))
+        chaos_end = timezone.now()
+
+        def healed() -> bool:
+            behind = Schedule.objects.filter(enabled=True, next_run_at__lte=chaos_end)
+            return not behind.exists() and not not_ended(chaos_end).exists()
+
+        wait_for(healed, timeout=120, interval=0.5)
+        codes = fleet.stop()
+        wait_for(lambda: not not_ended().exists(), timeout=60, interval=0.5)
+    finally:
+        fleet.kill_all()
+        print("\n".join(events))
+
+    result, _lateness = audit(history, timing.to_ms(chaos_end))
+    assert len(killed) == 2
+    assert result.early == []
+    assert result.off_grid == []
+    assert result.missing == [], [explain(m, history) for m in result.missing[:5]]
+    assert result.not_caught_up == []
+    assert result.fired == Receipt.objects.count() > variant.schedules
+    assert Redelivery.objects.count() == 0  # no scheduler died: nothing handed off twice
+    assert ledger_disagreements() == []
+    assert codes == [0] * variant.schedulers
+    # The schedulers noticed the fail-overs as outages and went on.
+    assert "Connections are back" in fleet.log_text()
+
+
+@pytest.mark.subprocess
+def test_a_cluster_unreachable_at_the_start_is_an_outage_the_loop_waits_out(
+    tmp_path: Path, key_prefix: str, schedulers: Schedulers
+) -> None:
+    # The cluster's ports are chosen now; nothing listens on them until it starts below.
+    servers = RedisClusterServers(tmp_path / "cluster")
+    url = f"redis://127.0.0.1:{servers.nodes[0].port}/0"
+    setting = {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}}
+    proc = start_scheduler(schedulers, key_prefix, setting)
+    schedules = every_second(2)
+    time.sleep(3)  # the scheduler starts while no node answers
+    assert proc.poll() is None, output(proc)
+    try:
+        servers.start()
+        wait_for(lambda: len(receipts_per_schedule()) == len(schedules), timeout=60)
+        log = stop(proc)
+    finally:
+        servers.kill()
+    assert log.count("Scheduler pass failed") == 1, log
+    assert "Connections are back" in log, log
+    assert_each_occurrence_fired_once()
+
+
+def test_an_unreachable_cluster_is_a_connection_error(settings: Any) -> None:
+    # Not redis-py's RedisClusterException, which the loop cannot tell from a bug.
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "REDIS": {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}},
+    }
+    with pytest.raises(redis.ConnectionError, match="No node of the Redis Cluster of"):
+        get_redis()
+    # Building the scheduler does not need Redis yet: its loop meets the outage.
+    worker = Worker()
+    stop_soon = threading.Timer(2, lambda: setattr(worker, "stopping", True))
+    stop_soon.start()
+    worker.run()
+    stop_soon.join()
+    assert "ConnectionError" in worker.last_error
 
 
 # -- Redis Sentinel -----------------------------------------------------------------------------

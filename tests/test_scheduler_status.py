@@ -214,6 +214,7 @@ def test_the_json_keys_are_the_documented_ones(built_index: DueIndex) -> None:
         "schedulers[].lanes.*": report["schedulers"][0]["lanes"]["default"],
         "index": report["index"],
         "index.drift": report["index"]["drift"],
+        "index.shards[]": report["index"]["shards"][0],
         "dispatchers[]": report["dispatchers"][0],
         "auto_paused": report["auto_paused"],
         "auto_paused.schedules[]": report["auto_paused"]["schedules"][0],

@@ -172,7 +172,7 @@ def status_rows(
     status: health.IndexStatus, asked: dict[str, Any] | None, app_label: str
 ) -> list[dict[str, Any]]:
     lag = status.oldest_due_lag_seconds
-    rows = (
+    rows: tuple[tuple[str, Any, Any, Any], ...] = (
         ("schedules", _("Schedules"), status.schedules, _("Rows in the database.")),
         ("enabled", _("Enabled"), status.enabled, _("Not paused.")),
         (
@@ -231,6 +231,15 @@ def status_rows(
             _("Performed by the first scheduler to look."),
         ),
     )
+    if status.shard_count > 1 or status.other_layout is not None:
+        rows += (
+            (
+                "shards",
+                _("Shards"),
+                shards_text(status),
+                _("INDEX_SHARDS: per shard, its entries, due now and in flight."),
+            ),
+        )
     return [
         {"key": key, "label": label, "value": value, "help": help_text}
         for key, label, value, help_text in rows
@@ -245,6 +254,26 @@ def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
         for pk in drift.late_or_missing[:DRIFT_SHOWN]
     ]
     return render_to_string("django_schedulinator/admin/drift.html", {"drift": drift, "late": late})
+
+
+def shards_text(status: health.IndexStatus) -> str:
+    """One line per shard, or what the index was built for when it is not INDEX_SHARDS."""
+    if status.other_layout is not None:
+        return gettext(
+            "built for %(built)d shard(s), and INDEX_SHARDS is %(shards)d: nothing fires "
+            "until it is rebuilt"
+        ) % {"built": status.other_layout, "shards": status.shard_count}
+    return "; ".join(
+        gettext("%(shard)d: %(entries)d entries, %(due)d due, %(inflight)d in flight%(state)s")
+        % {
+            "shard": row["shard"],
+            "entries": row["entries_due"],
+            "due": row["due_now"],
+            "inflight": row["in_flight"],
+            "state": "" if row["built"] else gettext(" (not built)"),
+        }
+        for row in status.shards
+    )
 
 
 def rebuild_text(info: dict[str, Any] | None) -> str:

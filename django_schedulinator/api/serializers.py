@@ -437,6 +437,17 @@ class DriftSerializer(serializers.Serializer[Any]):
     early_or_orphaned = serializers.ListField(child=serializers.IntegerField())
 
 
+class ShardStatusSerializer(serializers.Serializer[Any]):
+    shard = serializers.IntegerField(help_text="Schedules with id % shard_count == shard.")
+    built = serializers.BooleanField(help_text="Its build marker is there.")
+    entries_due = serializers.IntegerField(help_text="Entries in the shard.")
+    due_now = serializers.IntegerField(help_text="Entries whose time has come, not claimed.")
+    in_flight = serializers.IntegerField(help_text="Entries claimed by a scheduler.")
+    oldest_due_lag_seconds = serializers.FloatField(
+        allow_null=True, help_text="How late its earliest unclaimed due entry is."
+    )
+
+
 class IndexStatusSerializer(serializers.Serializer[Any]):
     schedules = serializers.IntegerField()
     enabled = serializers.IntegerField()
@@ -456,6 +467,13 @@ class IndexStatusSerializer(serializers.Serializer[Any]):
     drift = DriftSerializer(allow_null=True)
     eviction_warning = serializers.CharField(allow_null=True)
     checked_at = serializers.DateTimeField()
+    shard_count = serializers.IntegerField(help_text="INDEX_SHARDS: the shards of the index.")
+    shards = ShardStatusSerializer(many=True, help_text="Each shard's figures.")
+    other_layout = serializers.IntegerField(
+        allow_null=True,
+        help_text="The shard count the index was built for, when it is not INDEX_SHARDS "
+        "(nothing fires until it is rebuilt).",
+    )
 
 
 class LaneDepthSerializer(serializers.Serializer[Any]):

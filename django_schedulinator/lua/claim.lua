@@ -2,15 +2,19 @@
 --
 -- KEYS[1] due set      member = schedule id, score = next run (epoch ms)
 -- KEYS[2] in-flight    member = "<schedule id>@<claim token>", score = lease deadline (epoch ms)
--- KEYS[3] marker       exists once the index has been built from SQL
+-- KEYS[3] marker       exists once the index (this shard of it) has been built from SQL:
+--                      JSON that records "shards", the shard count it was built for
 -- KEYS[4] wake flag    set when runs were queued in SQL (run now, backfill): take them now
 -- ARGV[1] batch limit, ARGV[2] lease (ms), ARGV[3] claim token, ARGV[4] requeue limit,
--- ARGV[5] "now" in epoch ms for a test's controlled clock, '' for Redis TIME
+-- ARGV[5] "now" in epoch ms: the pass's "now" read on shard 0 (a sharded index), or a
+-- test's controlled clock; '' for Redis TIME
+-- ARGV[6] the shard count the caller expects: a marker that records another is an index
+-- built for another layout, from which nothing is claimed
 --
 -- "now" is Redis TIME, so every claimer on every host agrees on it; it is returned so the
 -- caller re-checks the rows against the very same instant. Every step is bounded by a LIMIT.
 -- Reply: {built (0/1), now, requeued, earliest remaining due score or -1, woken (0/1),
---         id, score, ...}
+--         shards recorded by the marker (0: no marker), id, score, ...}
 local now
 if ARGV[5] ~= '' then
   now = tonumber(ARGV[5])
@@ -19,8 +23,14 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local woken = redis.call('DEL', KEYS[4])
-if redis.call('EXISTS', KEYS[3]) == 0 then
-  return {0, now, 0, -1, woken}
+local marker = redis.call('GET', KEYS[3])
+if not marker then
+  return {0, now, 0, -1, woken, 0}
+end
+-- A marker written before shards existed records none: one.
+local shards = tonumber(string.match(marker, '"shards": *(%d+)')) or 1
+if shards ~= tonumber(ARGV[6]) then
+  return {0, now, 0, -1, woken, shards}
 end
 
 -- A lease that expired belongs to a process that died or stalled: make its entry due again.
@@ -37,7 +47,7 @@ end
 local lease_until = now + tonumber(ARGV[2])
 local suffix = '@' .. ARGV[3]
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[1]))
-local reply = {1, now, #expired, -1, woken}
+local reply = {1, now, #expired, -1, woken, shards}
 for i = 1, #due, 2 do
   redis.call('ZREM', KEYS[1], due[i])
   redis.call('ZADD', KEYS[2], lease_until, due[i] .. suffix)

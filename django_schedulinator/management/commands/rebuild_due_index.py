@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from ...conf import MAX_CHUNK_SIZE
+from ...conf import MAX_CHUNK_SIZE, app_settings
 from ...errors import RebuildInProgress
 from ...models import Schedule
 from ...rebuild import rebuild_index
@@ -76,6 +76,17 @@ class Command(BaseCommand):
         finally:
             bar.close()
 
+        if report.layout_changed_from is not None:
+            shards = app_settings.INDEX_SHARDS
+            self.stdout.write(
+                f"The due index was built for {report.layout_changed_from} shard(s); "
+                f"INDEX_SHARDS is {shards}: "
+                + (
+                    f"a rebuild drops the entries of the old layout and builds {shards}."
+                    if report.dry_run
+                    else f"dropped the entries of the old layout, and built {shards}."
+                )
+            )
         verb = "Would" if report.dry_run else "Did"
         self.stdout.write(
             f"{verb} scan {report.rows} schedules in {report.seconds:.2f}s: "

@@ -199,6 +199,21 @@ def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:
         f"{index.indexable:,}; entries {index.entries_due:,}, due now {index.due_now:,}, in "
         f"flight {index.in_flight:,}; runs in flight {index.runs_in_flight:,}"
     )
+    if index.other_layout is not None:
+        lines.append(
+            f"  built for {index.other_layout} shard(s), and INDEX_SHARDS is "
+            f"{index.shard_count}: nothing fires until it is rebuilt"
+        )
+    elif index.shard_count > 1:
+        for row in index.shards:
+            shard_lag = row["oldest_due_lag_seconds"]
+            lines.append(
+                f"  shard {row['shard']}: "
+                + ("" if row["built"] else "not built; ")
+                + f"entries {row['entries_due']:,}, due now {row['due_now']:,}, in flight "
+                f"{row['in_flight']:,}"
+                + ("" if shard_lag is None else f", oldest due {shard_lag:.1f} s late")
+            )
     lag = index.oldest_due_lag_seconds
     lines.append(
         "  oldest due entry: none due"

@@ -4,11 +4,9 @@ being dispatched (``LeaseKeeper``)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -53,15 +51,6 @@ class LeaseKeeper:
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
-
-    @contextlib.contextmanager
-    def keeping(self, batch: BatchProgress) -> Iterator[None]:
-        """Keep the batch's leases while the block runs."""
-        self.hold(batch)
-        try:
-            yield
-        finally:
-            self.let_go(batch)
 
     def hold(self, batch: BatchProgress) -> None:
         """Keep the batch's leases from now until ``let_go`` (its outcomes recorded)."""

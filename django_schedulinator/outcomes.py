@@ -118,6 +118,7 @@ def record(
     due_by = now + timedelta(seconds=dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
     schedule_of = {run_id: sid for b in batches for run_id, sid in b.schedule_of.items()}
     every = [o for b in batches for o in b.outcomes]
+    retry = retry_of(dispatcher)
     recorded = ledger.Recorded()
     with transaction.atomic(using=using):
         # The schedules before their runs (streaks.lock_streaks says why).
@@ -137,7 +138,7 @@ def record(
                 now=now,
                 using=using,
                 outcome_due_by=due_by if awaited else None,
-                retry=retry_of(dispatcher),
+                retry=retry,
             )
             recorded.ended += part.ended
             recorded.retry_at += part.retry_at

@@ -87,10 +87,10 @@ class OutcomeRecorder:
         thread.join(timeout)
         if thread.is_alive():
             logger.warning(
-                "Stopped without waiting longer for the outcomes of %d batch(es) to be "
-                "recorded: their runs stay pending and are dispatched again, with the same "
-                "keys, once their lease expires.",
-                self.depth() + 1,
+                "Stopped without waiting longer for the outcomes of %d batch(es) waiting to "
+                "be recorded, and of the batches being written: their runs stay pending and "
+                "are dispatched again, with the same keys, once their lease expires.",
+                self.depth(),
             )
             return False
         return True

@@ -377,6 +377,35 @@ def steady_available() -> bool:
     return importlib.util.find_spec("benchmarks.steady") is not None
 
 
+# The figures of one steady run (benchmarks.steady.measure's dict) worth a row, by key:
+# (label, unit). Nested dicts give one row per entry. The run's settings (rate, total,
+# processes, seconds) are in the row's title; its bookkeeping (setup, exit codes, the Redis
+# commands by name) stays in the log.
+STEADY_FIGURES = {
+    "fired": ("fired", ""),
+    "lost": ("lost", ""),
+    "doubled": ("doubled", ""),
+    "fired_per_second": ("fired per second", "/s"),
+    "lateness_ms": ("lateness", "ms"),
+    "cpu_ms_per_occurrence": ("CPU per occurrence:", "ms"),
+    "cpu_share_of_a_core": ("CPU share of a core:", "cores"),
+    "occurrences_per_pass": ("occurrences per pass", ""),
+    "transactions_per_occurrence": ("transactions per occurrence", ""),
+}
+
+
+def steady_figures(result: dict[str, Any]) -> list[tuple[str, float, str]]:
+    """(label, value, unit) of each figure of one steady run that gets a row."""
+    figures: list[tuple[str, float, str]] = []
+    for key, (label, unit) in STEADY_FIGURES.items():
+        value = result.get(key)
+        if isinstance(value, dict):
+            figures += [(f"{label} {name}", v, unit) for name, v in value.items()]
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            figures.append((label, value, unit))
+    return figures
+
+
 def steady_rows(
     runner: Runner, plan: Plan, log: Callable[[str], None]
 ) -> list[tuple[str, dict[str, float] | None, str]]:
@@ -401,12 +430,13 @@ def steady_rows(
             for _ in range(plan.repeat)
         ]  # fmt: skip
         log(f"  steady {rate}/s x{processes}: {results}")
-        # Whatever figures measure() returns: each a row, summarized over the runs.
-        for key, value in results[0].items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                values = [r[key] for r in results if isinstance(r.get(key), int | float)]
-                title = f"steady {rate:,}/s, {processes} process(es): {key}"
-                rows.append((title, summarize(values), ""))
+        samples: dict[tuple[str, str], list[float]] = {}
+        for result in results:
+            for label, value, unit in steady_figures(result):
+                samples.setdefault((label, unit), []).append(value)
+        for (label, unit), values in samples.items():
+            title = f"steady {rate:,}/s, {processes} process(es): {label}"
+            rows.append((title, summarize(values), unit))
     return rows
 
 

@@ -119,3 +119,32 @@ def test_a_figure_without_a_unit_and_a_single_run_reads_plainly() -> None:
         "1,234 (1,000 to 2,000)"
     )
     assert format_figure(None, "ms") == "-"
+
+
+def test_a_steady_run_gives_rows_for_its_lateness_and_cpu_not_for_its_settings() -> None:
+    from benchmarks.suite import steady_figures
+
+    result = {
+        "rate": 5000, "total": 100000, "processes": 1, "seconds": 30.0, "warm_up": 10.0,
+        "expected": 150005, "fired": 150005, "lost": 0, "doubled": 0, "not_succeeded": 0,
+        "fired_per_second": 5000.1,
+        "lateness_ms": {"p50": 22.9, "p99": 72.4, "max": 135.8},
+        "cpu_ms_per_occurrence": {"schedulers": 0.1102, "postgresql": 0.1471, "redis": 0.0151},
+        "cpu_share_of_a_core": {"schedulers": 0.551, "postgresql": 0.736, "redis": 0.076},
+        "occurrences_per_pass": 66.3, "transactions_per_occurrence": 0.06,
+        "redis_commands_per_occurrence": {"zadd": 2.0},
+        "setup": {"schedules_created": 0},
+        "exit_codes": [0],
+        "taken_at": "2026-11-26T16:31:13+00:00",
+    }  # fmt: skip
+    figures = {label: (value, unit) for label, value, unit in steady_figures(result)}
+    assert figures["lateness p99"] == (72.4, "ms")
+    assert figures["lateness max"] == (135.8, "ms")
+    assert figures["CPU per occurrence: postgresql"] == (0.1471, "ms")
+    assert figures["CPU share of a core: schedulers"] == (0.551, "cores")
+    assert figures["fired"] == (150005, "")
+    assert figures["lost"] == (0, "")
+    assert figures["doubled"] == (0, "")
+    # The run's own settings and bookkeeping are in the row's title or nowhere.
+    for setting in ("rate", "total", "processes", "seconds", "warm_up", "setup", "exit_codes"):
+        assert not any(label.startswith(setting) for label in figures)

@@ -79,6 +79,9 @@ def new_token() -> str:
     return secrets.token_hex(8)
 
 
+_ADDING = threading.Lock()
+
+
 @dataclass(slots=True)
 class Counters:
     """What the passes did; the worker logs them and tests read them."""
@@ -109,10 +112,12 @@ class Counters:
     pruned: int = 0  # runs deleted by retention (this process's prunes)
 
     def add(self, other: Counters) -> None:
-        for f in fields(self):
-            # Zeros are left alone: the dispatch thread counts some fields itself.
-            if value := getattr(other, f.name):
-                setattr(self, f.name, getattr(self, f.name) + value)
+        # The loop and the commit stage (pipeline.py) both add to a worker's counters.
+        with _ADDING:
+            for f in fields(self):
+                # Zeros are left alone: the dispatch thread counts some fields itself.
+                if value := getattr(other, f.name):
+                    setattr(self, f.name, getattr(self, f.name) + value)
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

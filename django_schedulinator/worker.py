@@ -29,13 +29,14 @@ from django.utils import timezone
 
 from . import notify
 from .chores import Chores
-from .claiming import Claimer, Counters
+from .claiming import Claimer, Counters, Plan
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher
 from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .lanes import STOP_RECORD_SECONDS, Lanes
 from .leases import Leased
+from .pipeline import CommitStage
 from .rebuild import ensure_built, layout_message
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
@@ -106,6 +107,10 @@ class Worker:
         self.counters = Counters()
         self.lanes = Lanes(self.claimer, self.counters, self.lease_seconds, dispatcher)
         self.dispatcher = self.lanes.dispatcher
+        # While the loop runs, batches commit on a thread of their own (pipeline.py).
+        self.commits = CommitStage(
+            self._commit, lambda plan, token: self._give_back(plan.batch, token)
+        )
         self.chores = Chores(
             index=self.index,
             claimer=self.claimer,
@@ -156,6 +161,7 @@ class Worker:
         self.last_pass_at, self.last_error = None, ""
         self.last_progress_at = time.monotonic()  # the loop starts: its first pass comes
         self.lanes.start()
+        self.commits.start()
         bound_lock_waits()
         notify.outbox.send_in_background()  # never on the claim path
         self.chores.warn_about_eviction()
@@ -187,6 +193,7 @@ class Worker:
                     continue  # the next slice of reconcile's backlog, after one more pass
                 self._sleep_between_passes(result)
         finally:
+            self.commits.stop()  # the batch it commits goes to its lane before the lanes stop
             self.lanes.stop()
             heartbeat.stop()  # after the lanes: until then, this scheduler still works
             self.chores.stop(timeout=STOP_RECORD_SECONDS)
@@ -227,17 +234,16 @@ class Worker:
             return PassResult(0, True, batch.now_ms, None)
         try:
             plan = self.claimer.recheck(batch)
-            committing = time.monotonic()
-            occurrences, counters = self.claimer.commit(plan, token)
+            if self.commits.running:
+                # Committed on the stage's thread while the next pass claims (pipeline.py).
+                self.commits.put(plan, token, leased_at)
+                if self.max_runs is not None:
+                    self.commits.drain()  # the limit counts what this batch fired
+            else:
+                self._commit(plan, token, leased_at)
         except BaseException:
             self._give_back(batch, token)
             raise
-        if metrics is not None and batch.entries:
-            metrics.committed(time.monotonic() - committing)
-        self.counters.add(counters)
-        if plan.skip_reasons:
-            self.skipped_by_reason.update(plan.skip_reasons)
-        self.lanes.put(Leased(occurrences, token, leased_at, plan.buffering, counted=True))
         periodic = time.monotonic() >= self._next_takeover
         retry_due = self.claimer.retries.take_due(batch.now_ms)
         more = False
@@ -257,14 +263,25 @@ class Worker:
             self.counters.add(taken_counters)
             self.lanes.put(Leased(taken, takeover, leased_at, counted=False))
         self.chores.run()
-        if counters.claimed:
-            logger.debug("Pass: %s", counters.as_dict())
         return PassResult(
             claimed=len(batch.entries),
             full=len(batch.entries) >= limit or more,
             now_ms=batch.now_ms,
             next_due_ms=batch.next_due_ms,
         )
+
+    def _commit(self, plan: Plan, token: str, leased_at: float) -> None:
+        """Commit a re-checked batch and hand what fired to its lane."""
+        committing = time.monotonic()
+        occurrences, counters = self.claimer.commit(plan, token)
+        if self.metrics is not None and plan.batch.entries:
+            self.metrics.committed(time.monotonic() - committing)
+        self.counters.add(counters)
+        if counters.claimed:
+            logger.debug("Pass: %s", counters.as_dict())
+        if plan.skip_reasons:
+            self.skipped_by_reason.update(plan.skip_reasons)
+        self.lanes.put(Leased(occurrences, token, leased_at, plan.buffering, counted=True))
 
     def attach_metrics(self, metrics: Metrics) -> None:
         """Observe the hot path into ``metrics`` from now on (metrics.py)."""

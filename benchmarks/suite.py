@@ -91,7 +91,7 @@ class Plan:
 
 def plan_for(*, quick: bool, smoke: bool, repeat: int) -> Plan:
     if smoke:
-        return Plan((500,), 500, 100, 10, 1, 20, 5.0, 3.0)
+        return Plan((500, 1000), 500, 100, 10, 1, 20, 5.0, 3.0)  # a burst among each size
     sizes = (1_000, 10_000, 100_000) if quick else (1_000, 10_000, 100_000, 1_000_000)
     return Plan(sizes, 100_000, 10_000, 100, repeat, 1000, 10.0, 30.0)
 
@@ -252,6 +252,27 @@ def run_suite(
     def add(key: str, system: str, value: float) -> None:
         samples.setdefault(key, {}).setdefault(system, []).append(value)
 
+    def burst(system: System, total: int, key: str) -> None:
+        """``plan.burst_due`` of the ``total`` schedules set up made due, then fired."""
+        for _ in range(plan.repeat):
+            runner.call(system, "arm", "--due", str(plan.burst_due))
+            result = runner.call(
+                system, "burst", "--due", str(plan.burst_due),
+                "--cap-seconds", str(system.burst_cap),
+            )  # fmt: skip
+            raw[system.name].append({"burst": total, **result})
+            add(key, system.name, result["rate"])
+            if not result["complete"]:
+                add(f"{key}-stopped", system.name, result["handed_off"])
+        if stopped := samples.get(f"{key}-stopped", {}).get(system.name):
+            notes.append(
+                f"{system.name}: the burst among {total:,} was stopped after "
+                f"{system.burst_cap:g} s in {len(stopped)} of {plan.repeat} runs, with "
+                f"{min(stopped):,.0f} to {max(stopped):,.0f} of {plan.burst_due:,} handed "
+                "off; its rate is of those."
+            )
+        log(f"  burst among {total:,}: {samples[key][system.name]} /s")
+
     for system in systems:
         log(f"== {system.name}")
         raw[system.name] = runs = []
@@ -274,27 +295,13 @@ def run_suite(
                     add(f"rss-{size}", system.name, idle["rss_kib"] / 1024)
                     runs.append({"idle": size, **idle})
                 log(f"  idle at {size:,}: {samples[f'idle-{size}'][system.name]} ms")
+                if size > plan.burst_total:  # the same burst among more schedules
+                    burst(system, size, f"burst-{size}")
             if system.max_size is not None and plan.burst_total > system.max_size:
                 continue
             if plan.sizes[-1] != plan.burst_total:  # the last size set up is not the burst's
                 runner.call(system, "setup", "--size", str(plan.burst_total))
-            for _ in range(plan.repeat):
-                runner.call(system, "arm", "--due", str(plan.burst_due))
-                burst = runner.call(
-                    system, "burst", "--due", str(plan.burst_due),
-                    "--cap-seconds", str(system.burst_cap),
-                )  # fmt: skip
-                runs.append({"burst": plan.burst_total, **burst})
-                add("burst", system.name, burst["rate"])
-                if not burst["complete"]:
-                    add("burst-stopped", system.name, burst["handed_off"])
-            if stopped := samples.get("burst-stopped", {}).get(system.name):
-                notes.append(
-                    f"{system.name}: the burst was stopped after {system.burst_cap:g} s in "
-                    f"{len(stopped)} of {plan.repeat} runs, with {min(stopped):,.0f} to "
-                    f"{max(stopped):,.0f} of {plan.burst_due:,} handed off; its rate is of those."
-                )
-            log(f"  burst: {samples['burst'][system.name]} /s")
+            burst(system, plan.burst_total, "burst")
             if not system.peer:
                 for _ in range(plan.repeat):
                     ceilings = runner.call(system, "ceilings", "--due", str(plan.burst_due))
@@ -343,8 +350,12 @@ def run_suite(
              "higher_is_better": False}
             for n in plan.sizes
         ),
-        {"key": "burst", "title": f"burst: {plan.burst_due:,} due among {plan.burst_total:,}",
-         "unit": "/s", "higher_is_better": True},
+        *(
+            {"key": "burst" if n == plan.burst_total else f"burst-{n}",
+             "title": f"burst: {plan.burst_due:,} due among {n:,}", "unit": "/s",
+             "higher_is_better": True}
+            for n in (plan.burst_total, *(n for n in plan.sizes if n > plan.burst_total))
+        ),
         *(
             {"key": f"rss-{n}", "title": f"memory (RSS) idle at {n:,}", "unit": "MiB",
              "higher_is_better": False}

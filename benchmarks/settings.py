@@ -57,3 +57,36 @@ SCHEDULINATOR = {
     # A sharded index (docs/scaling.md): BENCH_INDEX_SHARDS=3 python -m benchmarks.run
     "INDEX_SHARDS": int(os.environ.get("BENCH_INDEX_SHARDS", "1")),
 }
+# benchmarks/dispatchers.py fires through every real dispatcher: BENCH_DISPATCH is its run's
+# queue name (its key prefix), BENCH_WEBHOOK_URL its receiver. The tasks dispatcher enqueues
+# on django-tasks-db's database backend, the one docs/dispatch.md sets up.
+BENCH_DISPATCH = os.environ.get("BENCH_DISPATCH", "")
+if BENCH_DISPATCH:
+    INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks_db"]
+    TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+    RQ_QUEUES = {BENCH_DISPATCH: {"URL": CACHES["default"]["LOCATION"]}}
+    _DISPATCH = "django_schedulinator.dispatch"
+    SCHEDULINATOR["DISPATCHERS"] = {
+        "inline": {"BACKEND": f"{_DISPATCH}.inline.InlineDispatcher", "OPTIONS": {}},
+        "celery-redis": {
+            "BACKEND": f"{_DISPATCH}.celery.CeleryDispatcher",
+            "OPTIONS": {"APP": "benchmarks.dispatch_targets.celery_redis"},
+        },
+        "celery-amqp": {
+            "BACKEND": f"{_DISPATCH}.celery.CeleryDispatcher",
+            "OPTIONS": {"APP": "benchmarks.dispatch_targets.celery_amqp"},
+        },
+        "rq": {"BACKEND": f"{_DISPATCH}.rq.RQDispatcher", "OPTIONS": {"QUEUE": BENCH_DISPATCH}},
+        "tasks": {"BACKEND": f"{_DISPATCH}.tasks.TasksDispatcher", "OPTIONS": {}},
+        "webhook": {
+            "BACKEND": f"{_DISPATCH}.webhook.WebhookDispatcher",
+            "OPTIONS": {
+                "TARGETS": {
+                    "bench": {
+                        "URL": os.environ.get("BENCH_WEBHOOK_URL", "http://127.0.0.1:9/hook"),
+                        "SECRET": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+                    }
+                }
+            },
+        },
+    }

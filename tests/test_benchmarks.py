@@ -148,3 +148,49 @@ def test_a_steady_run_gives_rows_for_its_lateness_and_cpu_not_for_its_settings()
     # The run's own settings and bookkeeping are in the row's title or nowhere.
     for setting in ("rate", "total", "processes", "seconds", "warm_up", "setup", "exit_codes"):
         assert not any(label.startswith(setting) for label in figures)
+
+
+# -- benchmarks/dispatchers.py: each dispatcher beside its bare ceiling -------------------------
+
+
+def test_the_ceiling_is_the_fastest_bare_way_and_the_ratio_pairs_runs_of_one_repeat() -> None:
+    from benchmarks.dispatchers import figures, render_markdown
+
+    ways = {
+        "inline": {"call": "calling the no-op"},
+        "rq": {"enqueue": "a loop", "enqueue_many": "a pipeline"},
+    }
+    samples = {
+        "inline": {"dispatcher": [8000.0, 6000.0, 7000.0], "call": [1e6, 1e6, 1e6]},
+        "rq": {
+            "dispatcher": [2000.0, 1500.0, 1750.0],
+            "enqueue": [3000.0, 3000.0, 3000.0],
+            "enqueue_many": [10000.0, 5000.0, 7000.0],
+        },
+    }
+    systems = figures(samples, ways)
+    rq = systems["rq"]
+    assert rq["ceiling_way"] == "enqueue_many"
+    assert rq["ceiling"] == {"median": 7000.0, "min": 5000.0, "max": 10000.0, "n": 3}
+    # Each repeat's dispatcher over the same repeat's ceiling: 0.2, 0.3 and 0.25.
+    assert rq["ratio"] == pytest.approx({"median": 0.25, "min": 0.2, "max": 0.3, "n": 3})
+    assert rq["of_inline"]["median"] == 0.25
+    table = render_markdown(
+        {
+            "taken": "2026-11-26 17:00 UTC",
+            "machine": "2 CPUs",
+            "load_average_1min": {"min": 1.0, "max": 2.5, "samples": [1.0, 2.5]},
+            "versions": {"rq": "3.0.0"},
+            "total": 100_000,
+            "due": 10_000,
+            "repeat": 3,
+            "systems": systems,
+            "notes": ["celery-amqp: left out, RabbitMQ could not be reached."],
+        }
+    )
+    assert (
+        "| rq | 1,750 /s (1,500 to 2,000) | 7,000 /s (5,000 to 10,000) | a pipeline "
+        "| 0.25x (0.2 to 0.3) | 0.25x (0.25 to 0.25) |" in table
+    )
+    assert "Other bare ways measured: rq, a loop: 3,000 /s (3,000 to 3,000)." in table
+    assert table.rstrip().endswith("RabbitMQ could not be reached.")

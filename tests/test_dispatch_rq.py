@@ -111,6 +111,49 @@ def test_a_run_that_cannot_be_called_fails_alone_and_is_not_enqueued(rq_alias: N
     assert django_rq.get_queue(QUEUE).count == 2
 
 
+def test_a_batch_is_enqueued_over_the_queue_s_connection_not_a_new_one_per_job(
+    rq_alias: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``django_rq.get_queue`` builds a new Redis client, and its pool, on every call: looked
+    up per hand-off, it opened a connection per job (10,000 in a burst of 10,000, each left
+    in TIME_WAIT; benchmarks/dispatchers.py found it). The dispatcher keeps its queues."""
+    from redis.connection import AbstractConnection
+
+    from django_schedulinator.dispatch import Occurrence, Progress, get_dispatcher
+
+    opened = []
+    connect = AbstractConnection.connect
+
+    def counted(self: AbstractConnection) -> None:
+        if self._sock is None:  # a real new connection, not one the pool hands out again
+            opened.append(self)
+        connect(self)
+
+    monkeypatch.setattr(AbstractConnection, "connect", counted)
+    dispatcher = get_dispatcher("jobs")
+    occurrences = [
+        Occurrence(
+            key=f"{i}:1780000000000",
+            run_id=i,
+            schedule_id=i,
+            schedule_name=f"s{i}",
+            task="tests.noop",
+            scheduled_for=timezone.now(),
+            attempt=1,
+        )
+        for i in range(1, 21)
+    ]
+    try:
+        outcomes = dispatcher.dispatch(occurrences, Progress())
+    finally:
+        dispatcher.close()
+    connected = len(opened)
+
+    assert [o.status for o in outcomes] == ["dispatched"] * 20
+    assert django_rq.get_queue(QUEUE).count == 20
+    assert connected == 1
+
+
 @pytest.mark.subprocess
 @pytest.mark.django_db(transaction=True)
 def test_overlap_skip_holds_while_the_job_runs_and_fires_once_it_ended(

@@ -62,6 +62,10 @@ class RQDispatcher(BaseDispatcher):
 
     def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
         super().__init__(alias, options)
+        # The queues sent to, by name, each with its Redis client: ``django_rq.get_queue``
+        # builds a new client (and pool) on every call, which per job meant a new connection
+        # per hand-off. Built on first use (the constructor connects to nothing).
+        self._queues: dict[str, Any] = {}
 
     def schedule_option_errors(self, options: Any) -> list[str]:
         errors = super().schedule_option_errors(options)
@@ -117,8 +121,10 @@ class RQDispatcher(BaseDispatcher):
         options = occurrence.dispatch_options
         queue_name = options.get("queue") or self.settings["QUEUE"]
         ident = job_id(occurrence.key)
+        queue = self._queues.get(queue_name)
         try:
-            queue = django_rq.get_queue(queue_name)
+            if queue is None:
+                queue = self._queues[queue_name] = django_rq.get_queue(queue_name)
         except KeyError:
             return Outcome(
                 occurrence.run_id,
@@ -146,6 +152,12 @@ class RQDispatcher(BaseDispatcher):
                 f"The Redis of the RQ queue {queue_name!r} cannot be reached: {exc}"
             ) from exc
         return Outcome(occurrence.run_id, OutcomeStatus.DISPATCHED, external_id=ident)
+
+    def close(self) -> None:
+        """Close the queues' connections."""
+        queues, self._queues = self._queues, {}
+        for queue in queues.values():
+            queue.connection.close()
 
 
 def _queues() -> dict[str, Any]:

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
 from . import timing
 from .models import Run, Schedule, alert_time
-from .querysets import NewRun, json_ids
+from .querysets import NewRun, json_ids, per_row
 from .statuses import OutcomeStatus
 
 if TYPE_CHECKING:
@@ -339,7 +339,7 @@ def record_outcomes(
     # checked at commit, which locks its schedule's row: see _receipts).
     if handed_off:
         handed = json_ids([o.run_id for o in handed_off], using)
-        receipts = _receipts(handed_off)
+        receipts = _receipts(handed_off, using)
         # A dispatcher that never learns outcomes: the hand-off is all that will be known,
         # and what the grace waits for.
         unawaited = {} if outcome_due_by is not None else {"alert_at": None}
@@ -373,7 +373,7 @@ def record_outcomes(
             lease_expires_at=None,
             alert_at=None,  # in time, or not raised yet: not missed
             error="",
-            **_receipts(succeeded),
+            **_receipts(succeeded, using),
         )
     if retries:
         retried = json_ids([o.run_id for o in retries], using)
@@ -417,17 +417,17 @@ def record_outcomes(
                 dispatched_at=dispatched_at,
                 finished_at=now,
                 lease_expires_at=None,
-                **_receipts([o]),
+                **_receipts([o], using),
             )
         ):
             ended.append(o)
     return recorded
 
 
-def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+def _receipts(outcomes: Sequence[Outcome], using: str) -> dict[str, Any]:
     """What the receivers said of these runs (their ids, HTTP statuses, the tasks' output),
     as the fields of the one UPDATE that also sets the runs' status ({} when they said
-    nothing).
+    nothing): each run's own values, looked up by its pk (``querysets.per_row``).
 
     A row is written once per transaction: PostgreSQL checks the foreign key of a row the
     transaction already wrote, at commit, by locking the schedule's row. A schedule being
@@ -435,23 +435,12 @@ def _receipts(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     told = [o for o in outcomes if _said_something(o)]
     if not told:
         return {}
-    return {
-        "external_id": Case(
-            *(When(pk=o.run_id, then=Value(o.external_id[:255])) for o in told),
-            default=F("external_id"),
-            output_field=Run._meta.get_field("external_id"),
-        ),
-        "response_status": Case(
-            *(When(pk=o.run_id, then=Value(o.response_status)) for o in told),
-            default=F("response_status"),
-            output_field=Run._meta.get_field("response_status"),
-        ),
-        "output": Case(
-            *(When(pk=o.run_id, then=Value(o.output)) for o in told),
-            default=F("output"),
-            output_field=Run._meta.get_field("output"),
-        ),
+    said: dict[str, dict[int, Any]] = {
+        "external_id": {o.run_id: o.external_id[:255] for o in told},
+        "response_status": {o.run_id: o.response_status for o in told},
+        "output": {o.run_id: o.output for o in told},
     }
+    return {name: per_row(Run, name, values, using) for name, values in said.items()}
 
 
 def _said_something(outcome: Outcome) -> bool:

@@ -29,35 +29,43 @@ def fired_once_each(ids: list[int]) -> bool:
     return done and not runs.values("schedule_id").annotate(n=Count("id")).filter(n__gt=1)
 
 
+class FirstCommitHeld:
+    """Holds the first commit that sends ``occurrence_fired`` (after its transaction, before
+    its index write) until ``release``; records the threads that committed."""
+
+    def __init__(self) -> None:
+        self.committing = threading.Event()
+        self.release = threading.Event()
+        self.threads: set[str] = set()
+
+    def __enter__(self) -> FirstCommitHeld:
+        signals.occurrence_fired.connect(self.hold)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release.set()
+        signals.occurrence_fired.disconnect(self.hold)
+
+    def hold(self, sender: Any, occurrence: Any, **kwargs: Any) -> None:
+        self.threads.add(threading.current_thread().name)
+        if not self.committing.is_set():
+            self.committing.set()
+            assert self.release.wait(30)
+
+
 def test_the_next_batch_is_claimed_while_one_commits(built_index: DueIndex) -> None:
     ids = make_due(10)
     resync_schedules(ids)
     worker = Worker(worker_id="t", batch_size=5)
-    committing = threading.Event()
-    release = threading.Event()
-    threads: set[str] = set()
+    with FirstCommitHeld() as held, looping(worker):
+        assert held.committing.wait(30)
+        # The first batch is still committing (in flight), and the loop has claimed the
+        # second meanwhile: all ten are in flight at once.
+        wait_for(lambda: len(built_index.inflight_ids()) == 10, 30)
+        held.release.set()
+        wait_for(lambda: fired_once_each(ids), 30)
 
-    def hold_the_first_commit(sender: Any, occurrence: Any, **kwargs: Any) -> None:
-        # Sent by the commit after its transaction, before its index write.
-        threads.add(threading.current_thread().name)
-        if not committing.is_set():
-            committing.set()
-            assert release.wait(30)
-
-    signals.occurrence_fired.connect(hold_the_first_commit)
-    try:
-        with looping(worker):
-            assert committing.wait(30)
-            # The first batch is still committing (in flight), and the loop has claimed
-            # the second meanwhile: all ten are in flight at once.
-            wait_for(lambda: len(built_index.inflight_ids()) == 10, 30)
-            release.set()
-            wait_for(lambda: fired_once_each(ids), 30)
-    finally:
-        release.set()
-        signals.occurrence_fired.disconnect(hold_the_first_commit)
-
-    assert threads == {"schedulinator-commit"}
+    assert held.threads == {"schedulinator-commit"}
     assert (worker.counters.claimed, worker.counters.fired) == (10, 10)
     assert built_index.inflight_ids() == set()
 
@@ -93,23 +101,10 @@ def test_a_stop_commits_and_dispatches_the_batch_it_holds(built_index: DueIndex)
     ids = make_due(3)
     resync_schedules(ids)
     worker = Worker(worker_id="t")
-    committing = threading.Event()
-    release = threading.Event()
-
-    def hold(sender: Any, occurrence: Any, **kwargs: Any) -> None:
-        if not committing.is_set():
-            committing.set()
-            assert release.wait(30)
-
-    signals.occurrence_fired.connect(hold)
-    try:
-        with looping(worker):
-            assert committing.wait(30)
-            worker.stopping = True  # as SIGTERM does, while the batch commits
-            release.set()
-    finally:
-        release.set()
-        signals.occurrence_fired.disconnect(hold)
+    with FirstCommitHeld() as held, looping(worker):
+        assert held.committing.wait(30)
+        worker.stopping = True  # as SIGTERM does, while the batch commits
+        held.release.set()
 
     assert fired_once_each(ids)
     assert built_index.inflight_ids() == set()

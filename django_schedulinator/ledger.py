@@ -322,6 +322,7 @@ def record_outcomes(
     - ``succeeded``/``failed``: ended.
     """
     runs = Run.objects.using(using)
+    outcomes = [_storable(o) for o in outcomes]
     recorded = Recorded()
     ended = recorded.ended
     handed_off: list[Outcome] = []
@@ -443,6 +444,24 @@ def _receipts(outcomes: Sequence[Outcome], using: str) -> dict[str, Any]:
     return {name: per_row(Run, name, values, using) for name, values in said.items()}
 
 
+# PostgreSQL stores no NUL character in text; one in a task's output or error failed the
+# whole batch's write (every run of it then dispatched again), or a worker's report.
+NUL = "\x00"
+
+
+def storable(text: str) -> str:
+    """``text`` with any NUL character replaced (U+FFFD), as every database stores it."""
+    return text.replace(NUL, "\ufffd") if NUL in text else text
+
+
+def _storable(outcome: Outcome) -> Outcome:
+    text = (outcome.error, outcome.external_id, outcome.output)
+    if not any(NUL in t for t in text):
+        return outcome
+    error, external_id, output = map(storable, text)
+    return replace(outcome, error=error, external_id=external_id, output=output)
+
+
 def _said_something(outcome: Outcome) -> bool:
     return bool(outcome.external_id or outcome.output) or outcome.response_status is not None
 
@@ -480,7 +499,7 @@ def record_reported_end(
         .filter(schedule_id=schedule_id, scheduled_for=scheduled_for, status__in=REPORTABLE)
         .update(
             status=Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED,
-            error="" if succeeded else error,
+            error="" if succeeded else storable(error),
             finished_at=now,
             lease_expires_at=None,
             dispatched_at=Coalesce("dispatched_at", Value(now)),

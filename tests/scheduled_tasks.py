@@ -183,3 +183,15 @@ def _register_django_tasks() -> None:
 
 
 _register_django_tasks()
+
+
+@task(name="tests.says")
+def says(text: str, *, nul: bool = False) -> str:
+    """Returns ``text`` (its "0"s made NUL characters with ``nul``, which no schedule's
+    arguments can hold): its output, as a run records it."""
+    return text.replace("0", "\x00") if nul else text
+
+
+@task(name="tests.fails_saying")
+def fails_saying(text: str, *, nul: bool = False) -> None:
+    raise RuntimeError(text.replace("0", "\x00") if nul else text)

@@ -151,3 +151,30 @@ def test_an_async_task_past_its_timeout_is_cancelled(built_index: DueIndex) -> N
     assert run.error == "Timed out after 0.5s and was cancelled."
     assert [run.idempotency_key] == CANCELLED
     assert Run.objects.get(schedule=fine).status == Run.Status.SUCCEEDED
+
+
+# -- text the database cannot store -------------------------------------------------------------
+
+
+def test_a_nul_character_in_a_tasks_output_or_error_fails_no_other_run(
+    built_index: DueIndex,
+) -> None:
+    """PostgreSQL stores no NUL character in text: a task whose output or error held one
+    made the whole batch's recording fail, and every run of it was dispatched again once
+    its lease ended. The character is replaced; each run is recorded once."""
+    nul_output = make_schedule(
+        task="tests.says", args=["a0b"], kwargs={"nul": True}, next_run_at=timezone.now()
+    )
+    nul_error = make_schedule(
+        task="tests.fails_saying", args=["c0d"], kwargs={"nul": True}, next_run_at=timezone.now()
+    )
+    plain = make_schedule(task="tests.says", args=["fine"], next_run_at=timezone.now())
+
+    Worker(once=True).run()
+
+    runs = {run.schedule_id: run for run in Run.objects.all()}
+    assert (runs[nul_output.pk].status, runs[nul_output.pk].output) == ("succeeded", "a\ufffdb")
+    assert runs[nul_error.pk].status == "failed"
+    assert "c\ufffdd" in runs[nul_error.pk].error
+    assert (runs[plain.pk].status, runs[plain.pk].output) == ("succeeded", "fine")
+    assert {run.attempts for run in runs.values()} == {1}

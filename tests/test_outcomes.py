@@ -74,6 +74,14 @@ def test_a_handed_off_run_reports_its_start_and_its_end_by_key() -> None:
     assert (run.status, run.error) == ("succeeded", "")
 
 
+def test_a_reported_error_with_a_nul_character_is_recorded() -> None:
+    # PostgreSQL stores no NUL in text: the report failed, and the run stayed dispatched.
+    _schedule, run = handed_off()
+    assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="bad\x00byte")
+    run.refresh_from_db()
+    assert (run.status, run.error) == ("failed", "bad\ufffdbyte")
+
+
 def test_a_reported_failure_counts_towards_auto_pause() -> None:
     schedule, run = handed_off(pause_after_failures=1)
 

@@ -262,10 +262,14 @@ class Worker:
             more = self._takeover_more = len(taken) >= takeover_limit
             self.counters.add(taken_counters)
             self.lanes.put(Leased(taken, takeover, leased_at, counted=False))
+        full = len(batch.entries) >= limit or more
+        if self.once and not full and self.commits.running:
+            # The last pass of --once: its chores (the summary line) count what it fired.
+            self.commits.drain()
         self.chores.run()
         return PassResult(
             claimed=len(batch.entries),
-            full=len(batch.entries) >= limit or more,
+            full=full,
             now_ms=batch.now_ms,
             next_due_ms=batch.next_due_ms,
         )

@@ -7,6 +7,7 @@ import logging
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
+from django_schedulinator import resync_schedules, signals
 from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
@@ -195,6 +196,29 @@ def test_run_scheduler_summarizes_what_it_fired_and_lists_occurrences_at_v2(
     fired = sorted(m.split()[1] for m in messages if m.startswith("Fired "))
     # One line per occurrence, at -v 2 only.
     assert fired == (names if verbosity == 2 else []), messages
+
+
+def test_the_summary_of_a_once_run_counts_what_its_last_commit_fired(
+    index: DueIndex, settings, scheduler_logs: pytest.LogCaptureFixture
+) -> None:
+    """The batch commits on the commit stage's thread (pipeline.py) while the loop goes on:
+    a slow commit ended after the pass's summary line, which said "fired 0"."""
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOG_STATS_SECONDS": 0.001}
+    make_due(3)
+
+    def slow_commit(**kwargs: object) -> None:  # sent by the commit, before it returns
+        time.sleep(0.1)
+
+    signals.occurrence_fired.connect(slow_commit)
+    try:
+        call_command("run_scheduler", "--once", "--worker-id", "w1")
+    finally:
+        signals.occurrence_fired.disconnect(slow_commit)
+
+    messages = [r.getMessage() for r in scheduler_logs.records]
+    summaries = [m for m in messages if m.startswith("Scheduler w1: fired ")]
+    assert summaries, messages
+    assert summaries[-1].startswith("Scheduler w1: fired 3 (+3 in the last "), summaries
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchmarks.run import add_smoke_option
+from benchmarks.run import add_smoke_option, bench_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -200,15 +200,7 @@ def create_schedules(total: int) -> None:
     for offset in range(0, total, chunk):
         Schedule.objects.bulk_create(
             [
-                Schedule(
-                    name=f"bench-{i}",
-                    task="bench.noop",
-                    kind="cron" if i % 2 else "interval",
-                    cron="*/5 * * * *",
-                    interval=timedelta(minutes=5),
-                    timezone="UTC",
-                    next_run_at=now + timedelta(seconds=3600 + i % 200_000),
-                )
+                bench_schedule(i, now + timedelta(seconds=3600 + i % 200_000))
                 for i in range(offset, min(offset + chunk, total))
             ],
             batch_size=5000,

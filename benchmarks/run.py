@@ -25,6 +25,23 @@ from typing import Any, NamedTuple
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
 
+def bench_schedule(i: int, next_run_at: datetime, *, prefix: str = "bench", **fields: Any) -> Any:
+    """The benchmarks' schedule number ``i``, not saved: every other one a cron every 5
+    minutes, the others 5-minute intervals, all of the no-op task in UTC."""
+    from django_schedulinator.models import Schedule
+
+    return Schedule(
+        name=f"{prefix}-{i}",
+        task="bench.noop",
+        kind="cron" if i % 2 else "interval",
+        cron="*/5 * * * *",
+        interval=timedelta(minutes=5),
+        timezone="UTC",
+        next_run_at=next_run_at,
+        **fields,
+    )
+
+
 def ensure_database() -> None:
     name = os.environ.get("BENCH_PG_NAME", "schedulinator_bench")
     exists = subprocess.run(
@@ -207,21 +224,9 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         rows = []
         for i in range(offset, min(offset + chunk, options.total)):
             due = i < options.due
-            rows.append(
-                Schedule(
-                    name=f"bench-{i}",
-                    task="bench.noop",
-                    kind="cron" if i % 2 else "interval",
-                    cron="*/5 * * * *",
-                    interval=timedelta(minutes=5),
-                    timezone="UTC",
-                    **({"grace": grace} if grace else {}),
-                    # Spread the not-due rows over the next days, as real schedules are.
-                    next_run_at=now - timedelta(seconds=5)
-                    if due
-                    else now + timedelta(seconds=600 + i % 200_000),
-                )
-            )
+            # Spread the not-due rows over the next days, as real schedules are.
+            at = now - timedelta(seconds=5) if due else now + timedelta(seconds=600 + i % 200_000)
+            rows.append(bench_schedule(i, at, **({"grace": grace} if grace else {})))
         Schedule.objects.bulk_create(rows, batch_size=5000)
     created = time.perf_counter() - started
     started = time.perf_counter()

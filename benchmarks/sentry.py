@@ -26,7 +26,7 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from benchmarks.run import add_smoke_option
+from benchmarks.run import add_smoke_option, bench_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 
@@ -137,15 +137,7 @@ def fire(options: argparse.Namespace, index: Any, *, on: bool) -> tuple[float, f
     now = timezone.now().replace(microsecond=0)
     Schedule.objects.bulk_create(
         [
-            Schedule(
-                name=f"bench-sentry-{i}",
-                task="bench.noop",
-                kind="cron" if i % 2 else "interval",
-                cron="*/5 * * * *",
-                interval=timedelta(minutes=5),
-                timezone="UTC",
-                next_run_at=now - timedelta(seconds=5),
-            )
+            bench_schedule(i, now - timedelta(seconds=5), prefix="bench-sentry")
             for i in range(options.due)
         ],
         batch_size=5000,

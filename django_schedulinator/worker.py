@@ -4,8 +4,9 @@ Any number of workers may run on any number of hosts, with no leader: the claim 
 conditional SQL advance and the ledger's unique constraint keep every occurrence to one
 process. Between passes a worker sleeps until the earliest due entry, or a jittered maximum.
 
-The loop claims and commits; its lanes (lanes.py) dispatch and record, its leases are kept
-by leases.py, and its periodic chores are in chores.py.
+The loop claims and re-checks; while it runs, each batch commits on the commit stage's
+thread (pipeline.py) as the next is claimed. Its lanes (lanes.py) dispatch and record, its
+leases are kept by leases.py, and its periodic chores are in chores.py.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import django_schedulinator
 from django_schedulinator import outcomes
 from django_schedulinator.index import DueIndex
 
@@ -131,7 +132,7 @@ def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
 
 # -- the checks table of docs/settings.md ---------------------------------------------------
 
-PACKAGE = Path(__file__).resolve().parent.parent / "django_schedulinator"
+PACKAGE = Path(django_schedulinator.__file__).resolve().parent  # as installed
 CHECK_ID = r"schedulinator\.[EW]\d{3}"
 
 

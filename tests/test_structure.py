@@ -14,11 +14,14 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
+import django_schedulinator
 from django_schedulinator.models import Run
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus, RunStatus
 
 PACKAGE = "django_schedulinator"
-ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+# The package as imported: the installed wheel when the suite runs against it.
+ROOT = Path(django_schedulinator.__file__).resolve().parent
+PROJECT = Path(__file__).resolve().parent.parent  # the clone: tests, docs
 
 
 def _module_name(path: Path) -> str:
@@ -278,7 +281,7 @@ def _migration_names() -> list[str]:
 
 # -- the docs cite tests that exist -------------------------------------------------------------
 
-TESTS = ROOT.parent / "tests"
+TESTS = PROJECT / "tests"
 # `tests/test_claiming.py`, `tests/rejections.py`, `test_claiming.py::test_name[param]`: a
 # file under tests/, and maybe a test function in it (a parametrized id is left out).
 CITATION = re.compile(
@@ -287,8 +290,8 @@ CITATION = re.compile(
 
 
 def _documents() -> list[Path]:
-    return [*sorted((ROOT.parent / "docs").glob("*.md")), ROOT.parent / "README.md",
-            ROOT.parent / "CHANGELOG.md"]  # fmt: skip
+    return [*sorted((PROJECT / "docs").glob("*.md")), PROJECT / "README.md",
+            PROJECT / "CHANGELOG.md"]  # fmt: skip
 
 
 def _functions(path: Path) -> set[str]:
@@ -320,7 +323,7 @@ def test_the_docs_name_tests_that_exist() -> None:
     ) == ["no test_nothing_like_it in tests/test_structure.py", "no file tests/test_nowhere.py"]
 
     missing = {
-        f"{document.relative_to(ROOT.parent)}: {problem}"
+        f"{document.relative_to(PROJECT)}: {problem}"
         for document in _documents()
         for problem in _missing_citations(document.read_text("utf-8"))
     }

@@ -840,6 +840,56 @@ def test_a_bulk_action_writes_the_index_only_once_committed(
         assert after == to_ms(Schedule.objects.get(pk=schedule.pk).due_at)
 
 
+def admin_path(client: Client, path: str, schedule: Schedule) -> Any:
+    """Each way the admin changes a schedule (or queues a run of it), as a user takes it."""
+    if path == "add":
+        return client.post(reverse("admin:django_schedulinator_schedule_add"), form_data())
+    if path == "change":
+        return client.post(
+            change_url(schedule), edit_data(schedule, schedule.version, cron="5 3 * * *")
+        )
+    if path == "delete":
+        url = reverse("admin:django_schedulinator_schedule_delete", args=[schedule.pk])
+        return client.post(url, {"post": "yes"})
+    extra = {"post": "yes"} if path == "delete_selected" else {}
+    return post_action(client, path, [schedule], **extra)
+
+
+@pytest.mark.parametrize(
+    "path", ["add", "change", "pause", "resume", "run_now", "delete", "delete_selected"]
+)
+def test_each_admin_path_leaves_the_index_to_the_services(
+    admin_client: Client, index: DueIndex, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The services make the index follow each change once it commits (the model's signals,
+    ``sync.resync_on_commit``); the admin writes it no second time, and the index is right
+    after every path (real Redis, its writes counted)."""
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    if path == "resume":
+        services.pause(schedule)
+    written: list[int] = []
+    apply = DueIndex.apply
+
+    def counted(self: DueIndex, changes: Any, release_token: str = "") -> Any:
+        written.extend(change.schedule_id for change in changes)
+        return apply(self, changes, release_token)
+
+    monkeypatch.setattr(DueIndex, "apply", counted)
+    page = admin_path(admin_client, path, schedule)
+    assert page.status_code in (200, 302)
+
+    row = Schedule.objects.filter(name="nightly" if path == "add" else schedule.name).first()
+    if path in ("delete", "delete_selected"):
+        assert row is None
+        assert index.scores([schedule.pk]) == {schedule.pk: None}
+    else:
+        assert row is not None
+        expected = to_ms(row.due_at) if row.enabled and row.due_at else None
+        assert index.scores([row.pk]) == {row.pk: expected}
+    changed = path != "run_now"  # a run queued now leaves the schedule's entry as it was
+    assert written == ([row.pk if row else schedule.pk] if changed else [])
+
+
 @pytest.mark.usefixtures("redis_down")
 def test_with_atomic_requests_a_redis_outage_is_still_reported(
     admin_client: Client, monkeypatch: pytest.MonkeyPatch

@@ -28,9 +28,9 @@ from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .admin_pages import change_url, edit_data
-from .conftest import form_data, make_schedule
-from .heartbeats import beat
+from .support.admin_pages import change_url, edit_data, form_data
+from .support.heartbeats import beat
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -545,7 +545,7 @@ def test_the_dispatcher_is_a_choice_of_the_configured_aliases(
 ) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff"}},
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.support.dispatchers.HandOff"}},
     }
     html = admin_client.get(reverse("admin:django_schedulinator_schedule_add")).content.decode()
     assert '<option value="default" selected>default</option>' in html
@@ -1363,7 +1363,7 @@ def test_the_operations_page_counts_the_runs_waiting_on_each_dispatcher(
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
         "DISPATCHERS": {
-            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+            "queue": {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
         },
     }
     schedule = make_schedule(dispatcher="queue")

@@ -16,10 +16,9 @@ from django.core.checks import ERROR, run_checks
 from django_schedulinator import checks
 from django_schedulinator.index import DueIndex
 
-from .conftest import lose_redis
-from .redis_server import RedisServer, free_port
-from .rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
-from .webhook_receiver import SECRET as WEBHOOK_SECRET
+from .support.redis_server import RedisServer, free_port, lose_redis
+from .support.rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
+from .support.webhook_receiver import SECRET as WEBHOOK_SECRET
 
 
 def setting_ids(settings: Any, **overrides: Any) -> list[str]:
@@ -123,7 +122,7 @@ def test_e021_a_celery_dispatcher_without_celery(
     settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "celery", None)
-    [error] = dispatcher_ids(settings, CELERY, {"APP": "tests.celery_app.app"})
+    [error] = dispatcher_ids(settings, CELERY, {"APP": "tests.support.celery_app.app"})
     assert error.id == "schedulinator.E021"
     assert error.hint == "pip install 'django-schedulinator[celery]'"
 
@@ -331,7 +330,7 @@ def test_every_check_id_the_code_emits_has_a_test_named_for_it() -> None:
     assert sorted(named - emitted) == [], "a test named for an id the code never emits"
 
 
-# -- bad settings: the bad-input matrix (tests/rejections.py) ---------------------------------
+# -- bad settings: the bad-input matrix (tests/support/rejections.py) ----------------------------
 
 
 @pytest.mark.django_db

@@ -17,7 +17,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_due, make_schedule
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -1,5 +1,5 @@
 """What the docs tell a new user, checked against what the code does: the walkthroughs run
-as written in a new project (tests/doc_project.py), and the statements a test can keep true
+as written in a new project (tests/support/doc_project.py), and the statements a test can keep true
 (the checks table, the statuses of handed-off runs) are compared with the code."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import django_schedulinator
 from django_schedulinator import outcomes
 from django_schedulinator.index import DueIndex
 
-from .doc_examples import DOCS, source
-from .doc_project import DocProject
+from .support.doc_examples import DOCS, source
+from .support.doc_project import DocProject
 
 
 @pytest.fixture
@@ -99,8 +99,8 @@ def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
     """docs/dispatch.md#celery in a Celery project: the registration where the page puts
     it must be found by the process that saves the schedule and by the worker, and the
     hook must report the end (on the real RabbitMQ, the test process's own queue)."""
-    from .celery_app import BROKER
-    from .celery_support import QUEUE, purge, worker_argv
+    from .support.celery_app import BROKER
+    from .support.celery_support import QUEUE, purge, worker_argv
 
     hook_path, hook = project_file("celery-hook")
     task_path, task = project_file("celery-task")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sysconfig
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import Atomic
 from django.utils import timezone
 
+import django_schedulinator
 from django_schedulinator import clock
 from django_schedulinator import timing as timing_module
 from django_schedulinator.connection import get_redis
@@ -225,6 +227,21 @@ def schedulers(key_prefix: str) -> Iterator[Schedulers]:
 def redis_down(settings: Any) -> None:
     """The app's Redis is unreachable for the whole test (see lose_redis)."""
     lose_redis(settings)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under the matrix (tox.ini sets SCHEDULINATOR_TEST_WHEEL) the suite must test the
+    installed wheel: refuse to run if the package comes from anywhere else (the clone's src/,
+    an editable install, a path on PYTHONPATH)."""
+    if not os.environ.get("SCHEDULINATOR_TEST_WHEEL"):
+        return
+    imported = Path(django_schedulinator.__file__).resolve()
+    site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
+    if not imported.is_relative_to(site_packages):
+        raise pytest.UsageError(
+            f"SCHEDULINATOR_TEST_WHEEL is set, but django_schedulinator is imported from "
+            f"{imported.parent}, not from this environment's site-packages ({site_packages})"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -261,9 +261,10 @@ ROOT = DOCS.parent
 
 @pytest.mark.subprocess
 def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Path) -> None:
-    """Nothing is on PyPI yet: the README builds a wheel from the clone and installs it by
-    name from that directory. Offline here: no dependencies, into a directory of its own."""
-    build, install = commands("wheel", "../README.md")
+    """Nothing is on PyPI yet: the README builds a wheel from the clone (python -m build)
+    and installs it by name from that directory. The install is offline here: no
+    dependencies, into a directory of its own."""
+    install_build, build, install = commands("wheel", "../README.md")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def run(line: str, *more: str) -> None:
@@ -275,8 +276,10 @@ def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Pat
         )  # fmt: skip
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
+    run(install_build)  # the test extra has it already
     run(build)
     [wheel] = (tmp_path / "dist").glob("django_schedulinator-*.whl")
+    assert wheel.name.startswith(f"django_schedulinator-{django_schedulinator.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
     [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     text = zipfile.ZipFile(wheel).read(license_file).decode()

@@ -16,7 +16,7 @@ from unittest import mock
 
 import pytest
 import time_machine
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import Atomic
 from django.utils import timezone
@@ -206,7 +206,9 @@ def walls() -> Iterator[list[int]]:
 
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
-    """A saved schedule (signals fire); due now unless next_run_at says otherwise."""
+    """A saved schedule (signals fire; the change log records nothing): saved as code that
+    bypasses ``services.create`` must (docs/concepts.md#saving-a-schedule-yourself), its
+    first run decided at the schedulers' clock unless next_run_at says otherwise."""
     fields.setdefault("task", "tests.record")
     fields.setdefault("kind", Schedule.Kind.INTERVAL)
     if fields["kind"] == Schedule.Kind.INTERVAL:
@@ -214,7 +216,12 @@ def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
     if fields["kind"] == Schedule.Kind.CRON:
         fields.setdefault("cron", "0 * * * *")
     schedule = Schedule(name=name or f"s-{uuid.uuid4().hex[:10]}", **fields)
-    schedule.save()
+    schedule.set_first_run(clock.now())
+    with transaction.atomic():
+        schedule.save()
+        if schedule.jitter and schedule.next_run_at is not None:  # needs the primary key
+            schedule.due_at = schedule.due_at_for(schedule.next_run_at)
+            Schedule.objects.filter(pk=schedule.pk).update(due_at=schedule.due_at)
     return schedule
 
 

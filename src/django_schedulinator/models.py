@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from contextlib import nullcontext
+from collections.abc import Collection, Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -11,7 +10,7 @@ from django.conf import settings
 from django.core import validators
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models, router, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -20,7 +19,7 @@ from .conf import app_settings
 from .dbclock import DatabaseClockField
 from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
 from .keys import occurrence_key as occurrence_key  # its home was here
-from .querysets import RunQuerySet, ScheduleQuerySet
+from .querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from .registry import registry
 from .statuses import RunStatus
 from .validators import (
@@ -38,6 +37,26 @@ from .validators import (
 
 def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
+
+
+# What save() says of a write that would leave a schedule inconsistent (transition_errors).
+NO_FIRST_RUN = _(
+    "A new schedule needs its first run decided, and save() reads no clock: create it with "
+    "django_schedulinator.services.create(), or call set_first_run(now) before save()."
+)
+NOT_RETIMED = _(
+    "The timing changed (%(fields)s) and the next run did not move with it: change it with "
+    "django_schedulinator.services.update(), which moves it, or set next_run_at too."
+)
+NOT_PAUSED = _(
+    "A paused schedule records when it was paused: pause it with "
+    "django_schedulinator.services.pause(), or set paused_at too."
+)
+NOT_RESUMED = _(
+    "Resuming decides what becomes of the paused period: resume it with "
+    "django_schedulinator.services.resume(), or clear paused_at and move next_run_at past "
+    "now yourself (a next run left in the past fires under the catch-up policy)."
+)
 
 
 class Schedule(models.Model):
@@ -316,75 +335,98 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Validate, keep ``next_run_at`` and ``due_at`` consistent, bump the revision in SQL.
+        """Validate (``full_clean``) and write the row: nothing more.
 
-        A save with ``update_fields`` writes exactly those fields as set (plus the revision,
-        the version and ``updated_at``): the service layer writes its state transitions
-        (pause, resume, run now) that way, having decided every value itself.
+        It reads no clock and decides no state. The services (``services.py``) decide every
+        transition at the "now" they take (a new schedule's first run, re-timing, pause,
+        resume, run now), set the fields, and save them with ``update_fields``. What it does
+        keep protects the data, whoever saves:
 
-        A whole-row save (no ``update_fields``) of an edited instance derives what the edit
-        implies: changed timing moves ``next_run_at`` to its first occurrence after now;
-        clearing ``enabled`` pauses (``next_run_at`` is kept, the schedule leaves the
-        index); setting it again moves ``next_run_at`` past now on the same grid, so the
-        paused period never fires (``services.resume`` also records it as skipped). An
-        instance loaded before the scheduler fired it must not write back the old
-        ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields
-        are only written when this instance changed them or its timing changed.
+        - a save of a saved schedule moves its counters (``querysets.counters_moved``:
+          revision, version, ``updated_at``), so the index and a scheduler's conditional
+          advance see the write;
+        - a whole-row save (no ``update_fields``) writes the scheduler's fields
+          (``MACHINE_FIELDS``) only where this instance changed them: an instance loaded
+          before the scheduler fired the schedule must not write back the old
+          ``next_run_at``, which would re-arm an occurrence that fired;
+        - a write that would leave the row inconsistent is refused with a
+          ``ValidationError`` that names the service to use (``transition_errors``).
         """
         self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
-        if self._state.adding:
-            now = clock.now()  # Redis TIME: what is due is decided by the schedulers' clock
-            if self.next_run_at is None:
-                self.next_run_at = self.first_run_at(now)
-            else:
-                self.next_run_at = timing.truncate_ms(self.next_run_at)
-            self.due_at = self.next_run_at  # jitter needs the primary key: set after insert
-            if not self.enabled:
-                self.paused_at = self.paused_at or now
-        else:
-            if update_fields is None:
-                update_fields = self._derive_edit(clock.now())
-            kwargs["update_fields"] = {*update_fields, "revision", "version", "updated_at"}
-            self.revision = F("revision") + 1
-            self.version = F("version") + 1
-        jittered = self._state.adding and self.jitter and self.next_run_at is not None
-        db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-        with transaction.atomic(using=db) if jittered else nullcontext():
-            super().save(*args, **kwargs)
-            if jittered:
-                self.due_at = self.due_at_for(self.next_run_at)
-                type(self).objects.using(db).filter(pk=self.pk).update(due_at=self.due_at)
-        if not isinstance(self.revision, int):
+        written: set[str] | None = None  # None: an insert writes every field
+        if not self._state.adding:
+            written = set(self._edited_fields() if update_fields is None else update_fields)
+        errors = self.transition_errors(written)
+        if errors:
+            raise ValidationError(errors)
+        if self.next_run_at is not None:
+            self.next_run_at = timing.truncate_ms(self.next_run_at)  # the index's precision
+        if written is not None:
+            for name, value in counters_moved().items():
+                setattr(self, name, value)
+            kwargs["update_fields"] = written | set(COUNTERS)
+        super().save(*args, **kwargs)
+        if written is not None:  # the counters, as the statement moved them
+            db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
             self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
 
-    def _derive_edit(self, now: datetime) -> list[str]:
-        """What a whole-row save of an edited instance implies (see ``save``); the fields
-        to write."""
+    def _edited_fields(self) -> list[str]:
+        """What a whole-row save writes: every field, but the scheduler's fields this
+        instance did not change (see ``save``)."""
         loaded = getattr(self, "_loaded", {})
-        changed = {f for f in self.TIMING_FIELDS if getattr(self, f) != loaded.get(f)}
-        caller_moved = self.next_run_at != loaded.get("next_run_at")
-        if "enabled" in changed and not self.enabled:
-            self.paused_at = now
-        if "enabled" in changed and self.enabled:
-            self.paused_at = None
-            self.pause_note = ""
-            if not caller_moved and changed == {"enabled"}:
-                _passed, self.next_run_at = self.resume_plan(now)
-                caller_moved = True
-        if changed - {"enabled"} and not caller_moved:
-            self.next_run_at = self.first_run_at(now)
-        if changed or caller_moved:
-            self.due_at = self.due_at_for(self.next_run_at)
         return [
             f.name
             for f in self._meta.concrete_fields
             if not f.primary_key
             and (f.name not in self.MACHINE_FIELDS or getattr(self, f.name) != loaded.get(f.name))
-        ] + (
-            ["next_run_at", "due_at", "paused_at", "pause_note"] if changed or caller_moved else []
-        )
+        ]
+
+    def transition_errors(self, written: Collection[str] | None) -> dict[str, StrOrPromise]:
+        """What a save that writes ``written`` (None: an insert) would leave inconsistent,
+        since ``save()`` decides no state: a new schedule whose first run nobody decided
+        (``set_first_run``); changed timing whose next run does not move with it; a pause
+        or a resume whose ``paused_at`` does not follow ``enabled``. By field."""
+        errors: dict[str, StrOrPromise] = {}
+        if written is None:
+            if self.next_run_at is None and not getattr(self, "_first_run_set", False):
+                errors["next_run_at"] = NO_FIRST_RUN
+            pause_written = True
+        else:
+            loaded = getattr(self, "_loaded", {})
+            changed = {
+                f for f in self.TIMING_FIELDS if f in written and getattr(self, f) != loaded.get(f)
+            }
+            if changed - {"enabled"} and "next_run_at" not in written:
+                errors["next_run_at"] = NOT_RETIMED % {
+                    "fields": ", ".join(sorted(changed - {"enabled"}))
+                }
+            pause_written = "enabled" in changed
+            if pause_written and "paused_at" not in written:
+                errors["enabled"] = NOT_PAUSED if not self.enabled else NOT_RESUMED
+                return errors
+        if pause_written and self.enabled == (self.paused_at is not None):
+            errors["enabled"] = NOT_PAUSED if not self.enabled else NOT_RESUMED
+        return errors
+
+    def set_first_run(self, now: datetime) -> None:
+        """Decide where a new schedule starts, seen at ``now``: its next run (the
+        ``next_run_at`` it was given, else its first occurrence after ``now``; None if it
+        has none), its due time (before jitter, which needs the primary key:
+        ``services.create`` adds it after the insert), and ``paused_at`` if it starts paused.
+
+        ``services.create`` calls it with the schedulers' clock (Redis ``TIME``). Code that
+        saves a new schedule itself calls it before ``save()``, which reads no clock and
+        refuses a new schedule whose first run nobody decided."""
+        if self.next_run_at is None:
+            self.next_run_at = self.first_run_at(now)
+        else:
+            self.next_run_at = timing.truncate_ms(self.next_run_at)
+        self.due_at = self.next_run_at
+        if not self.enabled:
+            self.paused_at = self.paused_at or now
+        self._first_run_set = True
 
     def delete(
         self, using: str | None = None, keep_parents: bool = False

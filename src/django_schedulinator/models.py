@@ -337,7 +337,8 @@ class Schedule(models.Model):
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Validate (``full_clean``) and write the row: nothing more.
 
-        It reads no clock and decides no state. The services (``services.py``) decide every
+        It decides no state, and reads no clock to decide (only ``clean()`` does, to refuse
+        a new one-off whose time has passed). The services (``services.py``) decide every
         transition at the "now" they take (a new schedule's first run, re-timing, pause,
         resume, run now), set the fields, and save them with ``update_fields``. What it does
         keep protects the data, whoever saves:

@@ -72,6 +72,7 @@ def main() -> None:
         kind=Schedule.Kind.INTERVAL,
         interval=timedelta(hours=1),
     )
+    lost.set_first_run(timezone.now())  # save() decides no first run
     lost.save()
     index.client.zrem(index.due_key, lost.pk)
     index.client.hdel(index.revisions_key, lost.pk)

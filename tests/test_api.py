@@ -495,7 +495,7 @@ def test_an_action_saves_only_itself_and_keeps_unsaved_edits_of_the_instance() -
     row = Schedule.objects.get(pk=schedule.pk)
     assert (row.cron, row.enabled) == ("0 3 * * *", False)  # only the pause was written
     assert (schedule.cron, schedule.enabled, schedule.version) == ("0 4 * * *", False, 2)
-    schedule.save()  # now the edit, and the pause stays
+    services.update(schedule)  # now the edit, and the pause stays
     row = Schedule.objects.get(pk=schedule.pk)
     assert (row.cron, row.enabled, row.pause_note, row.version) == ("0 4 * * *", False, "why", 3)
 

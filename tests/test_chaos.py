@@ -52,7 +52,7 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from django_schedulinator import timing
+from django_schedulinator import services, timing
 from django_schedulinator.models import Run, Schedule
 
 from .models import Receipt, Redelivery
@@ -299,8 +299,7 @@ def change(pk: int, what: str, history: dict[int, list[Segment]], rng: random.Ra
             schedule.delete()
             return
         if what == "pause":
-            schedule.enabled = False
-            schedule.save()
+            services.pause(schedule)
             return
         if segment.spec.kind == "once":
             new = Spec("once", at_ms=timing.to_ms(timezone.now()) + rng.randrange(1000, 20_000))
@@ -309,9 +308,7 @@ def change(pk: int, what: str, history: dict[int, list[Segment]], rng: random.Ra
             new = Spec(
                 segment.spec.kind, step_s=rng.choice([s for s in steps if s != segment.spec.step_s])
             )
-        for name, value in new.fields().items():
-            setattr(schedule, name, value)
-        schedule.save()  # recomputes next_run_at from now under the new timing
+        services.update(schedule, new.fields())  # moves next_run_at to the new timing's first
         history[pk].append(Segment(new, timing.to_ms(schedule.next_run_at)))
 
 

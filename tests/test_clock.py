@@ -82,8 +82,7 @@ def test_saving_a_new_schedule_plans_from_redis_time(host_ahead: None) -> None:
     after = redis_now()
     assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
     # A change of timing plans again, from Redis TIME too.
-    schedule.cron = "*/2 * * * *"
-    schedule.save()
+    services.update(schedule, {"cron": "*/2 * * * *"})
     assert schedule.next_run_at <= next_minute(redis_now()) + MINUTE
 
 

@@ -136,8 +136,10 @@ def test_a_name_taken_mid_import_stops_it_and_imports_nothing(
     def clash_then_create(schedule: Schedule, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 2:  # someone else takes the name after the import read the names
-            Schedule.objects.create(
-                name=schedule.name, task="tests.record", kind="interval", interval=timedelta(1)
+            real(
+                Schedule(
+                    name=schedule.name, task="tests.record", kind="interval", interval=timedelta(1)
+                )
             )
         return real(schedule, **kwargs)
 

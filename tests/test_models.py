@@ -1,13 +1,16 @@
 """The models (``django_schedulinator/models.py``): validation (a field-named error and
-nothing written, for every bad value of the matrix in ``tests/support/rejections.py``), what a row
+nothing written, for every bad value of the matrix in ``tests/support/rejections.py``), what
+``save()`` does and refuses (it validates and writes; the services decide), what a row
 derives on its own (previews, descriptions), and a delete racing a scheduler."""
 
 from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
@@ -18,11 +21,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
+from django_schedulinator import clock, models, services
 from django_schedulinator.conf import MAX_JSON_DEPTH
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.timing import to_ms
+from django_schedulinator.querysets import Advance
+from django_schedulinator.timing import to_ms, truncate_ms
 
+from .support.doc_examples import example
 from .support.rejections import (
     DEEP,
     MODEL_CASES,
@@ -78,12 +84,178 @@ def test_bad_input_names_the_field_and_writes_nothing(
 
 @pytest.mark.django_db
 def test_valid_schedule_is_saved_with_its_next_run() -> None:
-    schedule = Schedule(**model_fields())
-    schedule.save()
+    schedule = services.create(Schedule(**model_fields()))
     schedule.refresh_from_db()
     assert schedule.next_run_at is not None
     assert schedule.next_run_at > timezone.now()
     assert schedule.revision == 1
+
+
+# -- save() validates and writes; the services decide (docs/concepts.md#one-write-path) -------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "save_it",
+    [
+        pytest.param(lambda fields: Schedule(**fields).save(), id="save"),
+        pytest.param(lambda fields: Schedule.objects.create(**fields), id="objects.create"),
+    ],
+)
+def test_a_new_schedule_saved_without_its_first_run_is_refused(
+    save_it: Any, key_prefix: str, redis_client: Any
+) -> None:
+    # save() reads no clock, so it cannot decide the first run: it says who does.
+    with pytest.raises(ValidationError) as caught:
+        save_it(model_fields())
+    [message] = caught.value.message_dict["next_run_at"]
+    assert "services.create()" in message
+    assert "set_first_run(now)" in message
+    assert_nothing_written(redis_client, key_prefix)
+
+
+@pytest.mark.django_db
+def test_set_first_run_decides_at_the_callers_now(index: DueIndex) -> None:
+    now = datetime(2031, 5, 6, 1, 0, tzinfo=UTC)  # not the clock's: the caller's
+    schedule = Schedule(**model_fields(cron="0 3 * * *", timezone="UTC"))
+    schedule.set_first_run(now)
+    assert (schedule.next_run_at, schedule.due_at) == (now.replace(hour=3),) * 2
+    schedule.save()
+    assert Schedule.objects.get(pk=schedule.pk).next_run_at == now.replace(hour=3)
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(now.replace(hour=3))}
+
+
+@pytest.mark.django_db
+def test_the_docs_example_of_saving_a_new_schedule_yourself(index: DueIndex) -> None:
+    schedule = example("save-yourself", "concepts.md")["schedule"]
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert row.next_run_at is not None
+    assert row.next_run_at == row.first_run_at(row.next_run_at - timedelta(minutes=1))
+    assert index.scores([row.pk]) == {row.pk: to_ms(row.next_run_at)}
+
+
+@pytest.mark.django_db
+def test_set_first_run_of_a_paused_schedule_records_when_it_was_paused() -> None:
+    now = timezone.now()
+    schedule = Schedule(**model_fields(enabled=False))
+    schedule.set_first_run(now)
+    schedule.save()
+    assert (schedule.paused_at, schedule.next_run_at) == (now, schedule.first_run_at(now))
+
+
+@pytest.mark.django_db
+def test_a_new_schedule_with_a_next_run_is_saved_as_given(index: DueIndex) -> None:
+    at = timezone.now() + timedelta(hours=5, microseconds=123_456)
+    schedule = Schedule(**model_fields(next_run_at=at))
+    schedule.save()
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert stored.next_run_at == truncate_ms(at)  # the index's precision, nothing decided
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(at)}
+
+
+@pytest.mark.django_db
+def test_a_new_paused_schedule_without_its_pause_time_is_refused() -> None:
+    fields = model_fields(enabled=False, next_run_at=timezone.now() + timedelta(hours=1))
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**fields).save()
+    assert "services.pause()" in caught.value.message_dict["enabled"][0]
+
+
+@pytest.mark.django_db
+def test_save_reads_no_clock_and_moves_the_counters() -> None:
+    schedule = make_schedule()
+    before = Schedule.objects.get(pk=schedule.pk)
+    schedule.args = ["edited"]
+    with (
+        mock.patch.object(clock, "now", side_effect=AssertionError("save() read Redis TIME")),
+        mock.patch.object(timezone, "now", side_effect=AssertionError("save() read the host")),
+    ):
+        schedule.save()
+    after = Schedule.objects.get(pk=schedule.pk)
+    assert after.args == ["edited"]
+    assert (after.revision, after.version) == (before.revision + 1, before.version + 1)
+    assert after.updated_at >= before.updated_at
+    assert (after.next_run_at, after.due_at) == (before.next_run_at, before.due_at)
+
+
+@pytest.mark.django_db
+def test_a_timing_change_saved_alone_is_refused() -> None:
+    schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
+    schedule.cron = "15 10 * * *"
+    with pytest.raises(ValidationError) as caught:
+        schedule.save()
+    [message] = caught.value.message_dict["next_run_at"]
+    assert "(cron)" in message
+    assert "services.update()" in message
+    assert Schedule.objects.get(pk=schedule.pk).cron == "0 9 * * *"
+
+
+@pytest.mark.django_db
+def test_a_timing_change_with_its_next_run_is_saved_as_given() -> None:
+    schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
+    chosen = truncate_ms(timezone.now()) + timedelta(days=3)  # not on the grid: the caller's
+    schedule.cron = "15 10 * * *"
+    schedule.next_run_at = chosen
+    schedule.save()
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.cron, row.next_run_at) == ("15 10 * * *", chosen)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("enabled", [False, True])
+def test_pausing_or_resuming_with_save_alone_is_refused(enabled: bool) -> None:
+    schedule = make_schedule(enabled=not enabled)
+    schedule.enabled = enabled
+    with pytest.raises(ValidationError) as caught:
+        schedule.save()
+    service = "services.resume()" if enabled else "services.pause()"
+    assert service in caught.value.message_dict["enabled"][0]
+    assert Schedule.objects.get(pk=schedule.pk).enabled is not enabled
+
+
+@pytest.mark.django_db
+def test_a_pause_written_by_hand_is_saved_as_given(index: DueIndex) -> None:
+    schedule = make_schedule()
+    kept = schedule.next_run_at
+    schedule.enabled, schedule.paused_at = False, timezone.now()
+    schedule.save()
+    row = Schedule.objects.get(pk=schedule.pk)
+    assert (row.enabled, row.next_run_at) == (False, kept)
+    assert index.scores([schedule.pk]) == {schedule.pk: None}
+
+
+@pytest.mark.django_db
+def test_update_fields_that_change_the_timing_must_name_the_next_run() -> None:
+    schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
+    schedule.cron = "15 10 * * *"
+    with pytest.raises(ValidationError):
+        schedule.save(update_fields=["cron"])
+    schedule.next_run_at = schedule.first_run_at(timezone.now())
+    schedule.save(update_fields=["cron", "next_run_at"])
+    assert Schedule.objects.get(pk=schedule.pk).version == 2
+
+
+@pytest.mark.django_db
+def test_the_counters_move_in_one_place_and_the_advance_moves_the_revision_alone() -> None:
+    schedule = make_schedule()
+    rows = Schedule.objects.filter(pk=schedule.pk)
+    before = rows.get()
+    assert rows.change(pause_note="noted") == 1
+    changed = rows.get()
+    assert (changed.revision, changed.version) == (before.revision + 1, before.version + 1)
+    assert changed.updated_at >= before.updated_at
+    nominal = truncate_ms(timezone.now()) + timedelta(hours=2)
+    advance = Advance(schedule.pk, changed.revision, nominal, nominal, 1)
+    with transaction.atomic():
+        rows.advance([advance], timezone.now())
+    fired = rows.get()
+    assert (fired.revision, fired.version) == (changed.revision + 1, changed.version)
+    assert fired.updated_at == changed.updated_at
+    # Nothing else in the package moves the version: every change goes through
+    # querysets.counters_moved (save() and ScheduleQuerySet.change).
+    package = Path(models.__file__).parent
+    sources = [p.read_text("utf-8") for p in package.rglob("*.py") if "migrations" not in p.parts]
+    assert sum(source.count('F("version")') for source in sources) == 1
 
 
 # -- validation: the bad-input matrix (tests/support/rejections.py) ------------------------------
@@ -138,8 +310,7 @@ def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
-    schedule = Schedule(**model_fields(name=name))
-    schedule.save()
+    schedule = services.create(Schedule(**model_fields(name=name)))
     assert Schedule.objects.get(pk=schedule.pk).name == name
     assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
     members = index.client.zrange(index.due_key, 0, -1)

@@ -11,7 +11,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
+from django_schedulinator import resync_schedules, services
 from django_schedulinator.index import ApplyResult, Change, DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.sync import changes_for_ids, resync_on_commit
@@ -43,8 +43,7 @@ def test_disable_and_delete_remove_the_entry(index: DueIndex) -> None:
     assert score(index, paused) is not None
     assert score(index, deleted) is not None
 
-    paused.enabled = False
-    paused.save()
+    services.pause(paused)
     deleted_pk = deleted.pk
     deleted.delete()
 
@@ -52,8 +51,7 @@ def test_disable_and_delete_remove_the_entry(index: DueIndex) -> None:
     assert index.scores([deleted_pk])[deleted_pk] is None
     assert index.client.hget(index.revisions_key, deleted_pk) is None
 
-    paused.enabled = True
-    paused.save()
+    services.resume(paused)
     assert score(index, paused) == to_ms(paused.next_run_at)
 
 
@@ -62,8 +60,7 @@ def test_reordered_writes_leave_the_index_at_the_newer_revision(index: DueIndex)
     # Process A reads the row (revision 1) and stalls before writing the index...
     stale_changes = changes_for_ids([schedule.pk], "default")
     # ...meanwhile an edit commits (revision 2) and its sync write lands first.
-    schedule.cron = "30 18 * * *"
-    schedule.save()
+    services.update(schedule, {"cron": "30 18 * * *"})
     assert schedule.revision == 2
     newer = to_ms(schedule.next_run_at)
     assert score(index, schedule) == newer
@@ -92,8 +89,7 @@ def test_saving_a_stale_instance_keeps_the_schedulers_next_run(index: DueIndex) 
 
 def test_timing_change_recomputes_next_run(index: DueIndex) -> None:
     schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
-    schedule.cron = "15 10 * * *"
-    schedule.save()
+    services.update(schedule, {"cron": "15 10 * * *"})
     schedule.refresh_from_db()
     assert (schedule.next_run_at.hour, schedule.next_run_at.minute) == (10, 15)
     assert score(index, schedule) == to_ms(schedule.next_run_at)

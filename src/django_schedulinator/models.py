@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import re
-import unicodedata
-from collections.abc import Iterable
-from contextlib import nullcontext
+from collections.abc import Collection, Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -14,205 +10,53 @@ from django.conf import settings
 from django.core import validators
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.db import models, router, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
-from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from . import clock, statuses, timing
-from .conf import MAX_JSON_DEPTH, app_settings
+from .conf import app_settings
 from .dbclock import DatabaseClockField
 from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
 from .keys import occurrence_key as occurrence_key  # its home was here
-from .querysets import RunQuerySet, ScheduleQuerySet
-from .registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, registry
+from .querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
+from .registry import registry
 from .statuses import RunStatus
-
-StrOrPromise = str | Promise  # a message, translated when shown
+from .validators import (
+    StrOrPromise,
+    grace_errors,
+    json_too_deep,
+    json_too_deep_error,
+    payload_errors,
+    validate_json_list,
+    validate_json_object,
+    validate_name,
+    validate_registered_task,
+)
 
 
 def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
 
 
-def validate_registered_task(value: str) -> None:
-    if value not in registry:
-        known = ", ".join(registry.names()[:10]) or "none registered yet"
-        raise ValidationError(
-            _(
-                "%(value)r is not a registered task (registered: %(known)s). Register it with "
-                "@django_schedulinator.task."
-            ),
-            code="unregistered_task",
-            params={"value": value, "known": known},
-        )
-
-
-JSON_TOO_DEEP = _(
-    "JSON nested more than %(limit)s levels deep is refused (the list or object itself is "
-    "the first level)."
+# What save() says of a write that would leave a schedule inconsistent (transition_errors).
+NO_FIRST_RUN = _(
+    "A new schedule needs its first run decided, and save() reads no clock: create it with "
+    "django_schedulinator.services.create(), or call set_first_run(now) before save()."
 )
-# The structure of JSON text: strings whole (they may hold brackets), and the brackets.
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
-
-
-def json_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether lists and dicts nest deeper than ``limit`` (``value`` itself is level 1).
-    Iterative: a value too deep for Python's recursion is answered, not crashed on."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            if depth > limit:
-                return True
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return False
-
-
-def json_text_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> str | bool:
-    """Whether JSON text nests deeper than ``limit``, found without parsing it (Python's
-    json recurses, and fails on deep text). For a top-level object, each member's value is
-    measured on its own, and the name of the first one too deep is returned; otherwise
-    True. False when nothing is too deep."""
-    depth = 0
-    object_at_top = False
-    last_string = ""
-    member = ""
-    for match in _JSON_TOKENS.finditer(text):
-        token = match.group()
-        if token in "[{":
-            depth += 1
-            if depth == 1:
-                object_at_top = token == "{"
-            if depth > limit + (1 if object_at_top else 0):
-                return member if object_at_top and member else True
-        elif token in "]}":
-            depth -= 1
-        elif token == ":":
-            if depth == 1 and object_at_top:
-                member = _json_string(last_string)
-        else:
-            last_string = token
-    return False
-
-
-def _json_string(literal: str) -> str:
-    try:
-        decoded = json.loads(literal)
-    except ValueError:
-        return literal.strip('"')
-    return decoded if isinstance(decoded, str) else literal
-
-
-def json_too_deep_error() -> ValidationError:
-    return ValidationError(JSON_TOO_DEEP, code="too_deep", params={"limit": MAX_JSON_DEPTH})
-
-
-def validate_json_depth(value: Any) -> None:
-    if json_too_deep(value):
-        raise json_too_deep_error()
-
-
-def validate_json_list(value: Any) -> None:
-    if not isinstance(value, list):
-        raise ValidationError(
-            'Enter a JSON list of positional arguments, for example [1, "a"]; got %(type)s.',
-            code="not_a_list",
-            params={"type": type(value).__name__},
-        )
-    _validate_strict_json(value)
-
-
-def _validate_strict_json(value: Any) -> None:
-    validate_json_depth(value)  # first: json.dumps below recurses
-    # json.dumps writes NaN and Infinity by default; they are not JSON (PostgreSQL refuses them).
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        raise ValidationError(
-            _("NaN and Infinity are not valid JSON numbers."), code="not_json"
-        ) from None
-    except TypeError:
-        return  # not JSON at all: the field's own validation says so
-    # PostgreSQL's jsonb refuses \u0000 (SQLite would store it): refuse it everywhere, so a
-    # schedule is valid on every database.
-    if _holds_nul(value):
-        raise ValidationError(
-            _("Text in JSON cannot hold the NUL character (\\u0000)."), code="nul_character"
-        )
-
-
-def _holds_nul(value: Any) -> bool:
-    stack = [value]  # iterative, like json_too_deep
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
-
-
-def validate_json_object(value: Any) -> None:
-    if not isinstance(value, dict):
-        raise ValidationError(
-            'Enter a JSON object of keyword arguments, for example {"a": 1}; got %(type)s.',
-            code="not_an_object",
-            params={"type": type(value).__name__},
-        )
-    for reserved in (OCCURRENCE_PARAMETER, OCCURRENCE_KEY_PARAMETER):
-        if reserved in value:
-            raise ValidationError(
-                _("%(name)r is reserved: the scheduler passes the occurrence itself."),
-                code="reserved_kwarg",
-                params={"name": reserved},
-            )
-    _validate_strict_json(value)
-
-
-def validate_name(value: str) -> None:
-    # Spaces and invisible format characters (zero-width space, ...) alone make no name.
-    if not any(c.isprintable() and not c.isspace() for c in value):
-        raise ValidationError(
-            _("Enter a name that is not only spaces or invisible characters."), code="blank_name"
-        )
-    bad = sorted({c for c in value if unicodedata.category(c) in ("Cc", "Zl", "Zp")})
-    if bad:
-        raise ValidationError(
-            _("A name cannot hold control characters or line breaks (found %(chars)s)."),
-            code="control_characters",
-            params={"chars": ", ".join(f"U+{ord(c):04X}" for c in bad)},
-        )
-
-
-def payload_errors(args: Any, kwargs: Any) -> dict[str, str]:
-    """A size error for the larger of args and kwargs when together they exceed the limit.
-
-    Every occurrence copies both into the ledger, so the limit bounds what each run costs.
-    """
-    if json_too_deep(args) or json_too_deep(kwargs):
-        return {}  # the field's own validation says so (json.dumps would recurse)
-    try:
-        sizes = {
-            "args": len(json.dumps(args).encode()),
-            "kwargs": len(json.dumps(kwargs).encode()),
-        }
-    except (TypeError, ValueError):
-        return {}  # not JSON: the field's own validation says so
-    limit = app_settings.MAX_PAYLOAD_BYTES
-    total = sum(sizes.values())
-    if total <= limit:
-        return {}
-    field = max(sizes, key=lambda name: sizes[name])
-    return {
-        field: f"args and kwargs take {total:,} bytes of JSON together; the limit is "
-        f"{limit:,} (SCHEDULINATOR['MAX_PAYLOAD_BYTES'])."
-    }
+NOT_RETIMED = _(
+    "The timing changed (%(fields)s) and the next run did not move with it: change it with "
+    "django_schedulinator.services.update(), which moves it, or set next_run_at too."
+)
+NOT_PAUSED = _(
+    "A paused schedule records when it was paused: pause it with "
+    "django_schedulinator.services.pause(), or set paused_at too."
+)
+NOT_RESUMED = _(
+    "Resuming decides what becomes of the paused period: resume it with "
+    "django_schedulinator.services.resume(), or clear paused_at and move next_run_at past "
+    "now yourself (a next run left in the past fires under the catch-up policy)."
+)
 
 
 class Schedule(models.Model):
@@ -491,75 +335,99 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Validate, keep ``next_run_at`` and ``due_at`` consistent, bump the revision in SQL.
+        """Validate (``full_clean``) and write the row: nothing more.
 
-        A save with ``update_fields`` writes exactly those fields as set (plus the revision,
-        the version and ``updated_at``): the service layer writes its state transitions
-        (pause, resume, run now) that way, having decided every value itself.
+        It decides no state, and reads no clock to decide (only ``clean()`` does, to refuse
+        a new one-off whose time has passed). The services (``services.py``) decide every
+        transition at the "now" they take (a new schedule's first run, re-timing, pause,
+        resume, run now), set the fields, and save them with ``update_fields``. What it does
+        keep protects the data, whoever saves:
 
-        A whole-row save (no ``update_fields``) of an edited instance derives what the edit
-        implies: changed timing moves ``next_run_at`` to its first occurrence after now;
-        clearing ``enabled`` pauses (``next_run_at`` is kept, the schedule leaves the
-        index); setting it again moves ``next_run_at`` past now on the same grid, so the
-        paused period never fires (``services.resume`` also records it as skipped). An
-        instance loaded before the scheduler fired it must not write back the old
-        ``next_run_at`` (that would re-arm a fired occurrence), so scheduler-owned fields
-        are only written when this instance changed them or its timing changed.
+        - a save of a saved schedule moves its counters (``querysets.counters_moved``:
+          revision, version, ``updated_at``), so the index and a scheduler's conditional
+          advance see the write;
+        - a whole-row save (no ``update_fields``) writes the scheduler's fields
+          (``MACHINE_FIELDS``) only where this instance changed them: an instance loaded
+          before the scheduler fired the schedule must not write back the old
+          ``next_run_at``, which would re-arm an occurrence that fired;
+        - a write that would leave the row inconsistent is refused with a
+          ``ValidationError`` that names the service to use (``transition_errors``).
         """
         self.full_clean(validate_unique=False, validate_constraints=False)
         update_fields = kwargs.get("update_fields")
-        if self._state.adding:
-            now = clock.now()  # Redis TIME: what is due is decided by the schedulers' clock
-            if self.next_run_at is None:
-                self.next_run_at = self.first_run_at(now)
-            else:
-                self.next_run_at = timing.truncate_ms(self.next_run_at)
-            self.due_at = self.next_run_at  # jitter needs the primary key: set after insert
-            if not self.enabled:
-                self.paused_at = self.paused_at or now
-        else:
-            if update_fields is None:
-                update_fields = self._derive_edit(clock.now())
-            kwargs["update_fields"] = {*update_fields, "revision", "version", "updated_at"}
-            self.revision = F("revision") + 1
-            self.version = F("version") + 1
-        jittered = self._state.adding and self.jitter and self.next_run_at is not None
-        db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
-        with transaction.atomic(using=db) if jittered else nullcontext():
-            super().save(*args, **kwargs)
-            if jittered:
-                self.due_at = self.due_at_for(self.next_run_at)
-                type(self).objects.using(db).filter(pk=self.pk).update(due_at=self.due_at)
-        if not isinstance(self.revision, int):
+        written: set[str] | None = None  # None: an insert writes every field
+        if not self._state.adding:
+            written = set(self._edited_fields() if update_fields is None else update_fields)
+        errors = self.transition_errors(written)
+        if errors:
+            raise ValidationError(errors)
+        if self.next_run_at is not None:
+            self.next_run_at = timing.truncate_ms(self.next_run_at)  # the index's precision
+        if written is not None:
+            for name, value in counters_moved().items():
+                setattr(self, name, value)
+            kwargs["update_fields"] = written | set(COUNTERS)
+        super().save(*args, **kwargs)
+        if written is not None:  # the counters, as the statement moved them
+            db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
             self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
 
-    def _derive_edit(self, now: datetime) -> list[str]:
-        """What a whole-row save of an edited instance implies (see ``save``); the fields
-        to write."""
+    def _edited_fields(self) -> list[str]:
+        """What a whole-row save writes: every field, but the scheduler's fields this
+        instance did not change (see ``save``)."""
         loaded = getattr(self, "_loaded", {})
-        changed = {f for f in self.TIMING_FIELDS if getattr(self, f) != loaded.get(f)}
-        caller_moved = self.next_run_at != loaded.get("next_run_at")
-        if "enabled" in changed and not self.enabled:
-            self.paused_at = now
-        if "enabled" in changed and self.enabled:
-            self.paused_at = None
-            self.pause_note = ""
-            if not caller_moved and changed == {"enabled"}:
-                _passed, self.next_run_at = self.resume_plan(now)
-                caller_moved = True
-        if changed - {"enabled"} and not caller_moved:
-            self.next_run_at = self.first_run_at(now)
-        if changed or caller_moved:
-            self.due_at = self.due_at_for(self.next_run_at)
         return [
             f.name
             for f in self._meta.concrete_fields
             if not f.primary_key
             and (f.name not in self.MACHINE_FIELDS or getattr(self, f.name) != loaded.get(f.name))
-        ] + (
-            ["next_run_at", "due_at", "paused_at", "pause_note"] if changed or caller_moved else []
-        )
+        ]
+
+    def transition_errors(self, written: Collection[str] | None) -> dict[str, StrOrPromise]:
+        """What a save that writes ``written`` (None: an insert) would leave inconsistent,
+        since ``save()`` decides no state: a new schedule whose first run nobody decided
+        (``set_first_run``); changed timing whose next run does not move with it; a pause
+        or a resume whose ``paused_at`` does not follow ``enabled``. By field."""
+        errors: dict[str, StrOrPromise] = {}
+        if written is None:
+            if self.next_run_at is None and not getattr(self, "_first_run_set", False):
+                errors["next_run_at"] = NO_FIRST_RUN
+            pause_written = True
+        else:
+            loaded = getattr(self, "_loaded", {})
+            changed = {
+                f for f in self.TIMING_FIELDS if f in written and getattr(self, f) != loaded.get(f)
+            }
+            if changed - {"enabled"} and "next_run_at" not in written:
+                errors["next_run_at"] = NOT_RETIMED % {
+                    "fields": ", ".join(sorted(changed - {"enabled"}))
+                }
+            pause_written = "enabled" in changed
+            if pause_written and "paused_at" not in written:
+                errors["enabled"] = NOT_PAUSED if not self.enabled else NOT_RESUMED
+                return errors
+        if pause_written and self.enabled == (self.paused_at is not None):
+            errors["enabled"] = NOT_PAUSED if not self.enabled else NOT_RESUMED
+        return errors
+
+    def set_first_run(self, now: datetime) -> None:
+        """Decide where a new schedule starts, seen at ``now``: its next run (the
+        ``next_run_at`` it was given, else its first occurrence after ``now``; None if it
+        has none), its due time (before jitter, which needs the primary key:
+        ``services.create`` adds it after the insert), and ``paused_at`` if it starts paused.
+
+        ``services.create`` calls it with the schedulers' clock (Redis ``TIME``). Code that
+        saves a new schedule itself calls it before ``save()``, which reads no clock and
+        refuses a new schedule whose first run nobody decided."""
+        if self.next_run_at is None:
+            self.next_run_at = self.first_run_at(now)
+        else:
+            self.next_run_at = timing.truncate_ms(self.next_run_at)
+        self.due_at = self.next_run_at
+        if not self.enabled:
+            self.paused_at = self.paused_at or now
+        self._first_run_set = True
 
     def delete(
         self, using: str | None = None, keep_parents: bool = False
@@ -816,29 +684,6 @@ class Schedule(models.Model):
             timing.occurrences(spec, now, anchor=stopped_at, include_skipped=True), None
         )
         return passed[::-1], following.at if following else None
-
-
-# The longest grace: a monthly job may have the month; beyond that, an alert says nothing.
-MAX_GRACE = timedelta(days=31)
-
-
-def grace_errors(grace: Any, jitter: Any) -> dict[str, StrOrPromise]:
-    """What is wrong with a schedule's grace (an error on ``grace``, or none)."""
-    if not isinstance(grace, timedelta):
-        return {}  # blank (no alert), or a type clean_fields() reports
-    if grace < timedelta(seconds=1):
-        return {"grace": _("The grace must be at least 1 second.")}
-    if grace > MAX_GRACE:
-        return {"grace": _("The grace must be at most 31 days.")}
-    if isinstance(jitter, timedelta) and grace <= jitter:
-        return {
-            "grace": _(
-                "The grace must be longer than the jitter (%(jitter)s): an occurrence may "
-                "fire that late, and would be missed before it ran."
-            )
-            % {"jitter": jitter}
-        }
-    return {}
 
 
 def alert_time(grace: timedelta | None, counted_from: datetime) -> datetime | None:

@@ -17,6 +17,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.utils import create_namedtuple_class
 from django.utils.dateparse import parse_datetime
 
+from .dbclock import DatabaseNow
 from .statuses import UNFINISHED, RunStatus
 
 if TYPE_CHECKING:
@@ -300,7 +301,33 @@ def advances_in_one_statement(connection: Any) -> bool:
     )
 
 
+# What every change of a saved schedule moves besides the fields it writes, all three at once:
+# ``revision`` orders the writes to the index and makes the scheduler's advance conditional;
+# ``version`` is what an edit must start from (the API's ETag, the admin's form);
+# ``updated_at`` is reconcile's watermark, from the database's clock. ``Schedule.save()``
+# and ``ScheduleQuerySet.change`` take them from ``counters_moved``, and only from there. The
+# scheduler's advance (below) moves the revision alone, on purpose: firing changes no
+# setting, so an edit never loses to a schedule that fired meanwhile.
+COUNTERS = ("revision", "version", "updated_at")
+
+
+def counters_moved() -> dict[str, Any]:
+    """The counters' new values in the statement that writes a change (see ``COUNTERS``)."""
+    return {
+        "revision": F("revision") + 1,
+        "version": F("version") + 1,
+        "updated_at": DatabaseNow(),
+    }
+
+
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def change(self, **fields: Any) -> int:
+        """Write a change the caller decided to these schedules in one statement: ``fields``
+        and the counters (``counters_moved``). Like every ``update()``, it sends no signal:
+        the caller has the index follow (``sync.resync_on_commit``). How many rows it
+        changed."""
+        return self.update(**fields, **counters_moved())
+
     def with_missed_mark(self) -> ScheduleQuerySet:
         """Annotated with ``missed_open``: whether the schedule's latest missed occurrence
         (``missed_at``) is not yet followed by a run at or after it that succeeded. The

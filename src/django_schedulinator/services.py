@@ -14,8 +14,10 @@ caller's instance: that copy may predate a concurrent edit, which writing it bac
 what was written.
 
 Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this layer,
-re-exported here). Runs are written by ``ledger``; the model itself (``models.Schedule``)
-only validates and keeps its derived fields consistent.
+re-exported here). Runs are written by ``ledger``. The model itself (``models.Schedule``)
+only validates and writes: each function here decides the transition (a first run,
+re-timing, pause, resume, a next run replaced) at the "now" it takes from the schedulers'
+clock, sets the fields, and saves them with ``update_fields``, which moves the counters.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Any
 
 from django.db import IntegrityError, router, transaction
 from django.db.models import Case, F, Q, Value, When
-from django.utils import timezone
 
 from . import changelog, clock, declared, ledger, signals, sync, timing
 from .changelog import Origin
@@ -100,8 +101,15 @@ def create(
     if not instance._state.adding:  # documented by Django (Model._state)
         raise ServiceError("This schedule is saved already: update it instead.")
     db = using or _db(instance)
+    instance.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
+    instance.set_first_run(clock.now())  # Redis TIME: what is due is the schedulers' clock's
     with transaction.atomic(using=db):
         instance.save(using=db)
+        if instance.jitter and instance.next_run_at is not None:
+            # Jitter needs the primary key: the first due time follows the insert, in its
+            # transaction (nobody has seen the row yet: no counter moves).
+            instance.due_at = instance.due_at_for(instance.next_run_at)
+            Schedule.objects.using(db).filter(pk=instance.pk).update(due_at=instance.due_at)
         instance.refresh_from_db(using=db)  # the values as stored, for the change log
         _record(
             instance,
@@ -149,7 +157,6 @@ def update(
         current = _locked(schedule, db)
         _check_version(current, expected_version)
         before = changelog.snapshot(current)
-        resuming = not current.enabled and values.get("enabled") is True
         paused_note = current.pause_note
         for name, value in values.items():
             setattr(current, name, value)
@@ -161,14 +168,10 @@ def update(
         if not asked:
             _adopt(schedule, current, WRITTEN_BY_UPDATE)
             return False
-        if resuming and not set(asked) & (set(Schedule.TIMING_FIELDS) - {"enabled"}):
-            # A resume, as resume() does it: the paused period is recorded as skipped.
-            current.full_clean(validate_unique=False, validate_constraints=False)
-            passed = _resume_moments(current, db)
-            current.save(using=db)
-            _record_paused_over(current, passed, paused_note, db)
-        else:
-            current.save(using=db)
+        current.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
+        written = _decide_edit(current, set(asked), clock.now())
+        current.save(using=db, update_fields=written.fields)
+        _record_paused_over(current, written.passed, paused_note, db)
         current.refresh_from_db(using=db)
         changed = changelog.diff(before, changelog.snapshot(current))
         if "declared_in" in asked:
@@ -262,7 +265,7 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin = PYTHO
             current.enabled, current.paused_at, current.pause_note = True, None, ""
             passed: list[timing.Moment] = []
             if not (catch_up and current.next_run_at):
-                passed = _resume_moments(current, db)
+                passed = _resume_moments(current, clock.now())
             current.due_at = current.due_at_for(current.next_run_at)
             current.save(
                 using=db,
@@ -389,7 +392,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHO
         else:
             raise ServiceError("Could not find a free instant for the run; try again.")
         if advance:
-            _replace_next_run(current, at, db)
+            _replace_next_run(current, at, now, db)
         run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
         _record(
             current,
@@ -648,11 +651,40 @@ def _record_deleted(schedules: Iterable[Schedule], origin: Origin, db: str) -> N
         _record(schedule, origin, ScheduleChange.Action.DELETED, changes, db)
 
 
-def _resume_moments(current: Schedule, db: str) -> list[timing.Moment]:
-    """Move a schedule being resumed past now on its grid; the occurrences passed over."""
-    passed, current.next_run_at = current.resume_plan(clock.now())
+def _resume_moments(current: Schedule, now: datetime) -> list[timing.Moment]:
+    """Move a schedule being resumed past ``now`` on its grid; the occurrences passed over."""
+    passed, current.next_run_at = current.resume_plan(now)
     current.due_at = current.due_at_for(current.next_run_at)
     return passed
+
+
+@dataclass(frozen=True, slots=True)
+class _Edit:
+    fields: list[str]  # what the update writes
+    passed: list[timing.Moment]  # a resume's paused period, recorded as skipped
+
+
+def _decide_edit(current: Schedule, asked: set[str], now: datetime) -> _Edit:
+    """What an edit of the settings ``asked`` implies at ``now``, set on ``current``: changed
+    timing moves the next run to its first occurrence after now; clearing ``enabled``
+    pauses (the next run is kept); setting it again resumes as ``resume`` does (past now on
+    the same grid, the paused period passed over), or, with the timing changed too, from
+    the new timing's first occurrence."""
+    fields = [*Schedule.SETTINGS_FIELDS, "declared_in", "paused_at"]
+    retimed = bool(asked & (set(Schedule.TIMING_FIELDS) - {"enabled"}))
+    passed: list[timing.Moment] = []
+    if "enabled" in asked and not current.enabled:
+        current.paused_at = now
+    elif "enabled" in asked:
+        current.paused_at, current.pause_note = None, ""
+        if not retimed:
+            passed = _resume_moments(current, now)
+            fields += ["next_run_at", "due_at"]
+    if retimed:
+        current.next_run_at = current.first_run_at(now)
+        current.due_at = current.due_at_for(current.next_run_at)
+        fields += ["next_run_at", "due_at"]
+    return _Edit(fields, passed)
 
 
 def _record_paused_over(
@@ -694,7 +726,7 @@ def _occurrence_at(schedule: Schedule, at: datetime) -> bool:
         return at == nominal
 
 
-def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> None:
+def _replace_next_run(schedule: Schedule, replaced_by: datetime, now: datetime, db: str) -> None:
     """Move the schedule past its next occurrence, recorded as replaced by a run now."""
     nominal = schedule.next_run_at
     if not schedule.enabled or nominal is None:
@@ -705,7 +737,7 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, db: str) -> Non
     ledger.record_skipped(
         schedule,
         [(nominal, timing.REPLACED, note)],
-        now=timezone.now(),
+        now=now,
         worker_id="run_now",
         using=db,
     )

@@ -17,7 +17,6 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from . import signals, sync
-from .dbclock import DatabaseNow
 from .index import DueIndex
 from .models import Run, Schedule, ScheduleChange
 from .querysets import json_ids
@@ -139,13 +138,8 @@ def auto_pause(
         paused = list(rows.values_list("pk", flat=True))
         if not paused:
             return []
-        Schedule.objects.using(using).filter(pk__in=paused).update(
-            enabled=False,
-            paused_at=now,
-            pause_note=note,
-            revision=F("revision") + 1,
-            version=F("version") + 1,
-            updated_at=DatabaseNow(),
+        Schedule.objects.using(using).filter(pk__in=paused).change(
+            enabled=False, paused_at=now, pause_note=note
         )
         ScheduleChange.objects.using(using).bulk_create(
             ScheduleChange(

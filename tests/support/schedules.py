@@ -7,13 +7,17 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
+from django_schedulinator import clock
 from django_schedulinator.models import Schedule
 
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
-    """A saved schedule (signals fire); due now unless next_run_at says otherwise."""
+    """A saved schedule (signals fire; the change log records nothing): saved as code that
+    bypasses ``services.create`` must (docs/concepts.md#saving-a-schedule-yourself), its
+    first run decided at the schedulers' clock unless next_run_at says otherwise."""
     fields.setdefault("task", "tests.record")
     fields.setdefault("kind", Schedule.Kind.INTERVAL)
     if fields["kind"] == Schedule.Kind.INTERVAL:
@@ -21,7 +25,12 @@ def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
     if fields["kind"] == Schedule.Kind.CRON:
         fields.setdefault("cron", "0 * * * *")
     schedule = Schedule(name=name or f"s-{uuid.uuid4().hex[:10]}", **fields)
-    schedule.save()
+    schedule.set_first_run(clock.now())
+    with transaction.atomic():
+        schedule.save()
+        if schedule.jitter and schedule.next_run_at is not None:  # needs the primary key
+            schedule.due_at = schedule.due_at_for(schedule.next_run_at)
+            Schedule.objects.filter(pk=schedule.pk).update(due_at=schedule.due_at)
     return schedule
 
 

@@ -14,8 +14,9 @@ from django.utils.translation import gettext_lazy as _
 from .. import services
 from ..dispatch import DEFAULT_ALIAS, dispatchers
 from ..errors import ScheduleDeleted, VersionConflict
-from ..models import Schedule, json_text_too_deep, json_too_deep_error
+from ..models import Schedule
 from ..registry import registry
+from ..validators import json_text_too_deep, json_too_deep_error
 
 
 class PrettyJSONField(forms.JSONField):

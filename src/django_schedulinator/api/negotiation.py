@@ -17,7 +17,7 @@ from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError, ValidationError
 
 from ..conf import MAX_JSON_DEPTH
-from ..models import JSON_TOO_DEEP, json_text_too_deep
+from ..validators import JSON_TOO_DEEP, json_text_too_deep
 
 
 def too_deep_message() -> str:

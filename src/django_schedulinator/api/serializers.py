@@ -19,9 +19,10 @@ from rest_framework import serializers
 
 from .. import outcomes
 from ..conf import MAX_PREVIEW_COUNT, app_settings
-from ..models import Run, Schedule, ScheduleChange, json_text_too_deep, json_too_deep
+from ..models import Run, Schedule, ScheduleChange
 from ..registry import registry
 from ..statuses import ReportedStatus
+from ..validators import json_text_too_deep, json_too_deep
 from .negotiation import too_deep_message
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.

@@ -9,6 +9,7 @@ from django.db import migrations, models
 
 import django_schedulinator.dbclock
 import django_schedulinator.models
+import django_schedulinator.validators
 
 
 class Migration(migrations.Migration):
@@ -33,7 +34,7 @@ class Migration(migrations.Migration):
                     models.CharField(
                         max_length=200,
                         unique=True,
-                        validators=[django_schedulinator.models.validate_name],
+                        validators=[django_schedulinator.validators.validate_name],
                         verbose_name="name",
                     ),
                 ),
@@ -42,7 +43,7 @@ class Migration(migrations.Migration):
                     models.CharField(
                         help_text="A task registered with @django_schedulinator.task.",
                         max_length=200,
-                        validators=[django_schedulinator.models.validate_registered_task],
+                        validators=[django_schedulinator.validators.validate_registered_task],
                         verbose_name="task",
                     ),
                 ),
@@ -51,7 +52,7 @@ class Migration(migrations.Migration):
                     models.JSONField(
                         blank=True,
                         default=list,
-                        validators=[django_schedulinator.models.validate_json_list],
+                        validators=[django_schedulinator.validators.validate_json_list],
                         verbose_name="args",
                     ),
                 ),
@@ -60,7 +61,7 @@ class Migration(migrations.Migration):
                     models.JSONField(
                         blank=True,
                         default=dict,
-                        validators=[django_schedulinator.models.validate_json_object],
+                        validators=[django_schedulinator.validators.validate_json_object],
                         verbose_name="kwargs",
                     ),
                 ),

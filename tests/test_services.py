@@ -192,28 +192,6 @@ def test_every_service_takes_who_acts() -> None:
             assert "origin" in inspect.signature(function).parameters, name
 
 
-def test_the_apps_errors_share_one_base() -> None:
-    from django_schedulinator.dispatch.base import InvalidArguments
-    from django_schedulinator.rebuild import RebuildInProgress
-    from django_schedulinator.registry import UnknownTask
-    from django_schedulinator.timing import TimingError
-
-    for error in (
-        TimingError,
-        UnknownTask,
-        InvalidArguments,
-        RebuildInProgress,
-        errors.ServiceError,
-        errors.VersionConflict,
-        errors.ScheduleDeleted,
-    ):
-        assert issubclass(error, errors.SchedulinatorError), error
-    # What callers caught before still catches them.
-    assert issubclass(errors.ServiceError, ValueError)
-    assert issubclass(TimingError, ValueError)
-    assert issubclass(UnknownTask, LookupError)
-
-
 # -- pause and resume, through a real scheduler on a controlled clock -------------------------
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import outcomes, resync_schedules, services
+from django_schedulinator import outcomes, resync_schedules, services, streaks
 from django_schedulinator.dispatch import Outcome, dispatchers
 from django_schedulinator.errors import InvalidKey
 from django_schedulinator.index import DueIndex
@@ -156,9 +156,9 @@ def test_a_late_failure_of_a_run_older_than_a_success_starts_no_streak() -> None
 
 
 def test_a_long_streak_is_counted_in_the_ledgers_order() -> None:
-    """Past the newest runs the count reads (services.STREAK_WINDOW) it goes on from the
+    """Past the newest runs the count reads (streaks.STREAK_WINDOW) it goes on from the
     stored count; a late outcome of a run older than those is counted from the ledger."""
-    assert services.STREAK_WINDOW <= 12
+    assert streaks.STREAK_WINDOW <= 12
     schedule = every_minute(dispatcher="queue")
     runs = backfilled(schedule, 16)
 

@@ -300,6 +300,7 @@ class Lanes:
                 with contextlib.suppress(Exception):
                     lane.dispatcher.close()
             connections.close_all()  # this thread's connections
+            dispatchers.close_all()  # and its instances of the aliases (the Sentry hooks use one)
 
     def dispatch_now(self, lane: Lane, leased: Leased) -> None:
         """Dispatch one batch in this thread and record its outcomes."""

@@ -13,8 +13,8 @@ caller's instance: that copy may predate a concurrent edit, which writing it bac
 (and a run queued from it would carry stale arguments). The caller's instance then takes
 what was written.
 
-Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this layer,
-re-exported here). Runs are written by ``ledger``; the model itself (``models.Schedule``)
+Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this layer).
+Runs are written by ``ledger``; the model itself (``models.Schedule``)
 only validates and keeps its derived fields consistent.
 """
 
@@ -40,27 +40,19 @@ from .index import ApplyResult, get_index
 from .models import Run, Schedule, ScheduleChange
 from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
 from .registry import registry
-from .streaks import STREAK_WINDOW as STREAK_WINDOW
-from .streaks import auto_pause, lock_streaks, record_streaks
 
 __all__ = [
     "PYTHON",
     "BackfillReport",
-    "Origin",
-    "ServiceError",
-    "VersionConflict",
     "advance",
-    "auto_pause",
     "backfill",
     "create",
     "delete",
     "delete_many",
     "lock_for_edit",
-    "lock_streaks",
     "mark_missed",
     "mark_not_fired",
     "pause",
-    "record_streaks",
     "resume",
     "resync",
     "run_now",

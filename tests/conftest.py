@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import sysconfig
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
@@ -21,21 +18,20 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import Atomic
 from django.utils import timezone
 
+import django_schedulinator
 from django_schedulinator import clock
 from django_schedulinator import timing as timing_module
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Schedule
 from django_schedulinator.timing import truncate_ms
 
-from .redis_server import RedisServer, free_port
-from .rejections import PAYLOAD_LIMIT
-from .walks import TooMuchWork
+from .support.processes import Schedulers
+from .support.redis_server import RedisServer, lose_redis
+from .support.rejections import PAYLOAD_LIMIT
+from .support.walks import TooMuchWork
 
 if TYPE_CHECKING:
-    from .simulation import Simulation
-
-ROOT = Path(__file__).resolve().parent.parent
+    from .support.simulation import Simulation
 
 
 @pytest.fixture(autouse=True)
@@ -154,7 +150,7 @@ def sim(
 ) -> Iterator[Simulation]:
     """A scheduler in this process on a travelling clock that starts at ``simulation.START``.
     Retention is off: a simulation travels months and reads every run it fired."""
-    from .simulation import START, Simulation  # simulation.py imports this module
+    from .support.simulation import START, Simulation  # a scheduler's worth of imports
 
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
@@ -205,139 +201,6 @@ def walls() -> Iterator[list[int]]:
         yield examined
 
 
-def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
-    """A saved schedule (signals fire); due now unless next_run_at says otherwise."""
-    fields.setdefault("task", "tests.record")
-    fields.setdefault("kind", Schedule.Kind.INTERVAL)
-    if fields["kind"] == Schedule.Kind.INTERVAL:
-        fields.setdefault("interval", timedelta(hours=1))
-    if fields["kind"] == Schedule.Kind.CRON:
-        fields.setdefault("cron", "0 * * * *")
-    schedule = Schedule(name=name or f"s-{uuid.uuid4().hex[:10]}", **fields)
-    schedule.save()
-    return schedule
-
-
-def make_due(count: int, *, seconds_ago: int = 5, **fields: Any) -> list[int]:
-    """``count`` schedules due ``seconds_ago``, written in bulk like a data migration would."""
-    due = timezone.now() - timedelta(seconds=seconds_ago)
-    fields.setdefault("task", "tests.record")
-    fields.setdefault("kind", Schedule.Kind.INTERVAL)
-    fields.setdefault("interval", timedelta(hours=1))
-    rows = [
-        Schedule(
-            name=f"bulk-{uuid.uuid4().hex[:12]}", next_run_at=due.replace(microsecond=0), **fields
-        )
-        for _ in range(count)
-    ]
-    created = Schedule.objects.bulk_create(rows)
-    ids = (
-        [s.pk for s in created]
-        if created[0].pk
-        else list(
-            Schedule.objects.filter(name__in=[r.name for r in rows]).values_list("pk", flat=True)
-        )
-    )
-    return ids
-
-
-def model_fields(**overrides: Any) -> dict[str, Any]:
-    """The fields of a valid cron schedule, with ``overrides``."""
-    fields: dict[str, Any] = {
-        "name": "nightly",
-        "task": "tests.record",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "timezone": "Europe/Berlin",
-    }
-    fields.update(overrides)
-    return fields
-
-
-def form_data(**overrides: str) -> dict[str, str]:
-    """The POST data of a valid admin add form, with ``overrides``."""
-    data = {
-        "name": "nightly",
-        "task": "tests.record",
-        "args": "[]",
-        "kwargs": "{}",
-        "enabled": "on",
-        "kind": "cron",
-        "cron": "0 3 * * *",
-        "day_rule": "either",
-        "interval": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "timezone": "Europe/Berlin",
-        "dst_gap": "shift",
-        "dst_fold": "first",
-        "anchor_at_0": "",
-        "anchor_at_1": "",
-        "start_at_0": "",
-        "start_at_1": "",
-        "end_at_0": "",
-        "end_at_1": "",
-        "max_runs": "",
-        "jitter": "",
-        "catch_up": "",
-        "catch_up_window": "",
-        "overlap": "allow",
-        "pause_note": "",
-        "pause_after_failures": "",
-        "grace": "",
-        "dispatcher": "default",
-        "dispatch_options": "{}",
-    }
-    data.update(overrides)
-    return data
-
-
-def subprocess_env(key_prefix: str, **extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tests.settings",
-        SCHEDULINATOR_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
-        SCHEDULINATOR_TEST_PREFIX=key_prefix,
-        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
-        **extra,
-    )
-    return env
-
-
-class Schedulers:
-    """Starts real `manage.py run_scheduler` processes and makes sure none outlives a test."""
-
-    def __init__(self, key_prefix: str) -> None:
-        self.key_prefix = key_prefix
-        self.procs: list[subprocess.Popen[str]] = []
-
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        return self.popen([sys.executable, "-m", "django", "run_scheduler", *args], env=env)
-
-    def popen(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=env or subprocess_env(self.key_prefix),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for n, proc in enumerate(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
-            if proc.stdout:
-                # Shown by pytest when the test failed: what each scheduler logged.
-                if not proc.stdout.closed:
-                    print(f"--- scheduler {n} (exit {proc.returncode})", proc.stdout.read())
-                proc.stdout.close()
-
-
 @pytest.fixture
 def private_redis(tmp_path: Path, settings: Any) -> Iterator[RedisServer]:
     """A redis-server of the test's own, which it may stop, flush or reconfigure; the app
@@ -360,24 +223,25 @@ def schedulers(key_prefix: str) -> Iterator[Schedulers]:
     runner.stop_all()
 
 
-def lose_redis(settings: Any) -> None:
-    """From now on the app's Redis is a port where nothing listens: every connection is
-    refused at once, a real error from a real client (no mock)."""
-    settings.CACHES = {
-        **settings.CACHES,
-        "down": {
-            "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
-            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
-        },
-    }
-    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}
-
-
 @pytest.fixture
 def redis_down(settings: Any) -> None:
     """The app's Redis is unreachable for the whole test (see lose_redis)."""
     lose_redis(settings)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under the matrix (tox.ini sets SCHEDULINATOR_TEST_WHEEL) the suite must test the
+    installed wheel: refuse to run if the package comes from anywhere else (the clone's src/,
+    an editable install, a path on PYTHONPATH)."""
+    if not os.environ.get("SCHEDULINATOR_TEST_WHEEL"):
+        return
+    imported = Path(django_schedulinator.__file__).resolve()
+    site_packages = Path(sysconfig.get_paths()["purelib"]).resolve()
+    if not imported.is_relative_to(site_packages):
+        raise pytest.UsageError(
+            f"SCHEDULINATOR_TEST_WHEEL is set, but django_schedulinator is imported from "
+            f"{imported.parent}, not from this environment's site-packages ({site_packages})"
+        )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -411,11 +275,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
     """The docs' Celery dispatcher, sending to this test process's queue, emptied after."""
-    from .celery_support import purge
-    from .doc_examples import example
+    from .support.celery_support import purge
+    from .support.doc_examples import example
 
     config = example("celery")["SCHEDULINATOR"]
-    config["DISPATCHERS"]["celery"]["OPTIONS"]["APP"] = "tests.celery_app.app"
+    config["DISPATCHERS"]["celery"]["OPTIONS"]["APP"] = "tests.support.celery_app.app"
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
     purge()
     yield
@@ -425,6 +289,6 @@ def celery_alias(settings: Any, built_index: DueIndex) -> Iterator[None]:
 @pytest.fixture
 def celery_worker(schedulers: Schedulers) -> Callable[[], Any]:
     """Starts a real Celery worker on that queue (killed, its output shown, after the test)."""
-    from .celery_support import worker_argv
+    from .support.celery_support import worker_argv
 
     return lambda: schedulers.popen(worker_argv())

@@ -150,7 +150,8 @@ def show_lock_timeout(*, occurrence: Occurrence):
 
 @task(name="billing.invoice_run")
 def invoice_run(*args, **kwargs):
-    """The task the examples in docs/dispatch.md schedule (tests/doc_examples.py runs them)."""
+    """The task the examples in docs/dispatch.md schedule (tests/support/doc_examples.py
+    runs them)."""
     return None
 
 
@@ -160,12 +161,13 @@ def nightly_report(*args, **kwargs):
     return None
 
 
-# The Celery tasks of tests/celery_app.py, registered for scheduling under their Celery names.
+# The Celery tasks of tests/support/celery_app.py, registered for scheduling under their
+# Celery names.
 def _register_celery_tasks() -> None:
-    from .celery_app import boom as celery_boom
-    from .celery_app import receipt as celery_receipt
-    from .celery_app import record as celery_record
-    from .celery_app import slow as celery_slow
+    from .support.celery_app import boom as celery_boom
+    from .support.celery_app import receipt as celery_receipt
+    from .support.celery_app import record as celery_record
+    from .support.celery_app import slow as celery_slow
 
     for celery_task in (celery_record, celery_boom, celery_slow, celery_receipt):
         task(name=celery_task.name)(celery_task)
@@ -176,7 +178,7 @@ _register_celery_tasks()
 
 # Django tasks (django.tasks, or the backport), registered in one line each.
 def _register_django_tasks() -> None:
-    from . import django_task_defs as defs
+    from .support import django_task_defs as defs
 
     for django_task in (defs.record, defs.boom, defs.slow, defs.plain, defs.slow_receipt):
         task(name=f"tests.django.{django_task.func.__name__}")(django_task)

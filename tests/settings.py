@@ -106,7 +106,7 @@ else:
     raise RuntimeError(f"SCHEDULINATOR_TEST_DB must be sqlite or postgres, not {DB_VENDOR!r}")
 
 # A second connection to the same database, for tests of a read-replica router
-# (tests/routers.py): like a real replica, it cannot see another connection's uncommitted
+# (tests/support/routers.py): like a real replica, it cannot see another connection's uncommitted
 # writes. A mirror: no test database of its own.
 DATABASES["replica"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
@@ -142,7 +142,7 @@ TASKS = {
         )
     },
     # Declares that it cannot order by priority (what a schedule asking for one is refused on).
-    "nopriority": {"BACKEND": "tests.task_backends.NoPriorityBackend"},
+    "nopriority": {"BACKEND": "tests.support.task_backends.NoPriorityBackend"},
 }
 
 SCHEDULINATOR = {

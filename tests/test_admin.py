@@ -28,9 +28,9 @@ from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .admin_pages import change_url, edit_data
-from .conftest import form_data, make_schedule
-from .heartbeats import beat
+from .support.admin_pages import change_url, edit_data, form_data
+from .support.heartbeats import beat
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -545,7 +545,7 @@ def test_the_dispatcher_is_a_choice_of_the_configured_aliases(
 ) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff"}},
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.support.dispatchers.HandOff"}},
     }
     html = admin_client.get(reverse("admin:django_schedulinator_schedule_add")).content.decode()
     assert '<option value="default" selected>default</option>' in html
@@ -838,6 +838,56 @@ def test_a_bulk_action_writes_the_index_only_once_committed(
     assert after != before  # committed: the index follows
     if action == "resume":
         assert after == to_ms(Schedule.objects.get(pk=schedule.pk).due_at)
+
+
+def admin_path(client: Client, path: str, schedule: Schedule) -> Any:
+    """Each way the admin changes a schedule (or queues a run of it), as a user takes it."""
+    if path == "add":
+        return client.post(reverse("admin:django_schedulinator_schedule_add"), form_data())
+    if path == "change":
+        return client.post(
+            change_url(schedule), edit_data(schedule, schedule.version, cron="5 3 * * *")
+        )
+    if path == "delete":
+        url = reverse("admin:django_schedulinator_schedule_delete", args=[schedule.pk])
+        return client.post(url, {"post": "yes"})
+    extra = {"post": "yes"} if path == "delete_selected" else {}
+    return post_action(client, path, [schedule], **extra)
+
+
+@pytest.mark.parametrize(
+    "path", ["add", "change", "pause", "resume", "run_now", "delete", "delete_selected"]
+)
+def test_each_admin_path_leaves_the_index_to_the_services(
+    admin_client: Client, index: DueIndex, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """The services make the index follow each change once it commits (the model's signals,
+    ``sync.resync_on_commit``); the admin writes it no second time, and the index is right
+    after every path (real Redis, its writes counted)."""
+    schedule = make_schedule(kind="cron", cron="0 3 * * *", timezone="Europe/Berlin")
+    if path == "resume":
+        services.pause(schedule)
+    written: list[int] = []
+    apply = DueIndex.apply
+
+    def counted(self: DueIndex, changes: Any, release_token: str = "") -> Any:
+        written.extend(change.schedule_id for change in changes)
+        return apply(self, changes, release_token)
+
+    monkeypatch.setattr(DueIndex, "apply", counted)
+    page = admin_path(admin_client, path, schedule)
+    assert page.status_code in (200, 302)
+
+    row = Schedule.objects.filter(name="nightly" if path == "add" else schedule.name).first()
+    if path in ("delete", "delete_selected"):
+        assert row is None
+        assert index.scores([schedule.pk]) == {schedule.pk: None}
+    else:
+        assert row is not None
+        expected = to_ms(row.due_at) if row.enabled and row.due_at else None
+        assert index.scores([row.pk]) == {row.pk: expected}
+    changed = path != "run_now"  # a run queued now leaves the schedule's entry as it was
+    assert written == ([row.pk if row else schedule.pk] if changed else [])
 
 
 @pytest.mark.usefixtures("redis_down")
@@ -1313,7 +1363,7 @@ def test_the_operations_page_counts_the_runs_waiting_on_each_dispatcher(
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
         "DISPATCHERS": {
-            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+            "queue": {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
         },
     }
     schedule = make_schedule(dispatcher="queue")

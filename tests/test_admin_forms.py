@@ -1,6 +1,6 @@
 """The admin's add form (``django_schedulinator/admin/forms.py``) against the bad-input matrix
-(``tests/rejections.py``): a field-named error, the form shown again, nothing written. The rest
-of the admin is in ``test_admin.py``.
+(``tests/support/rejections.py``): a field-named error, the form shown again, nothing
+written. The rest of the admin is in ``test_admin.py``.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 
-from .conftest import form_data, model_fields
-from .rejections import (
+from .support.admin_pages import form_data
+from .support.rejections import (
     ADMIN_CASES,
     DEEP,
     assert_field_error,
     assert_nothing_written,
     deep_value,
 )
+from .support.schedules import model_fields
 
 # pytest-django's admin_client creates a superuser: hash its password cheaply.
 pytestmark = pytest.mark.usefixtures("fast_password_hashing")

@@ -23,9 +23,9 @@ from django_schedulinator.admin import lateness, pictures
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
-from .admin_pages import change_url
-from .conftest import make_schedule
-from .heartbeats import beat
+from .support.admin_pages import change_url
+from .support.heartbeats import beat
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,8 @@ from django.urls import reverse
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
-from .admin_pages import change_url
-from .conftest import make_schedule
+from .support.admin_pages import change_url
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -25,16 +25,16 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .dispatchers import HandOff
-from .heartbeats import beat
-from .processes import looping, wait_for
+from .support.dispatchers import HandOff
+from .support.heartbeats import beat
+from .support.processes import looping, wait_for
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
 GRACE = timedelta(minutes=5)
-REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
-NOT_REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {}}
+REPORTING = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+NOT_REPORTING = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {}}
 
 
 @pytest.fixture(autouse=True)

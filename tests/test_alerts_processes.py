@@ -21,9 +21,10 @@ from rq import Worker as RQWorker
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
 
-from .conftest import ROOT, Schedulers, make_schedule, subprocess_env
-from .handoff import empty_queue, until
-from .webhook_receiver import SECRET, Received, webhook_receiver
+from .support.handoff import empty_queue, until
+from .support.processes import ROOT, Schedulers, subprocess_env
+from .support.schedules import make_schedule
+from .support.webhook_receiver import SECRET, Received, webhook_receiver
 
 QUEUE = django_settings.RQ_TEST_QUEUE
 STALLED = django_settings.RQ_STALLED_QUEUE  # no worker listens to it

@@ -46,9 +46,11 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import ROOT, lose_redis, make_schedule, subprocess_env
-from .heartbeats import beat
-from .walks import NEVER, NEVER_DENSE
+from .support.heartbeats import beat
+from .support.processes import ROOT, subprocess_env
+from .support.redis_server import lose_redis
+from .support.schedules import make_schedule
+from .support.walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
 
@@ -1543,7 +1545,7 @@ def test_the_api_works_in_a_fresh_project_from_the_readme_alone(
     assert all(path.startswith(API) for path in paths)
 
 
-# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+# -- backfills of crons whose matches are all skipped (tests/support/walks.py) -------------------
 
 
 @pytest.mark.django_db
@@ -1575,7 +1577,7 @@ def test_a_schedule_names_its_dispatcher_and_its_runs_show_the_hand_off(
 ) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff"}},
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.support.dispatchers.HandOff"}},
     }
     body = create(api, dispatcher="queue", dispatch_options={"queue": "reports", "priority": 3})
     assert (body["dispatcher"], body["dispatch_options"]) == (

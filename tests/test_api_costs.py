@@ -18,7 +18,7 @@ from django_schedulinator.api import filters as api_filters
 from django_schedulinator.api import serializers as s
 from django_schedulinator.models import Schedule
 
-from .conftest import make_schedule
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -66,7 +66,7 @@ from schemathesis.specs.openapi.checks import (
 
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
-from .conftest import lose_redis
+from .support.redis_server import lose_redis
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright
 
 from django_schedulinator.models import Schedule
 
-from .browser_support import (
+from .support.browser_support import (
     ADMIN_PASSWORD,
     ADMIN_USERNAME,
     CHROMIUM_ARGS,

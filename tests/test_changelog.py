@@ -19,9 +19,9 @@ from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
 
-from .admin_pages import change_url, edit_data
-from .conftest import make_schedule
-from .simulation import START, Simulation
+from .support.admin_pages import change_url, edit_data
+from .support.schedules import make_schedule
+from .support.simulation import START, Simulation
 
 pytestmark = pytest.mark.django_db
 
@@ -115,7 +115,7 @@ def test_the_log_outlives_the_schedule_and_diffs_as_json() -> None:
 
 @pytest.fixture
 def replica_router(settings: Any) -> None:
-    settings.DATABASE_ROUTERS = ["tests.routers.ReadReplicaRouter"]
+    settings.DATABASE_ROUTERS = ["tests.support.routers.ReadReplicaRouter"]
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "replica"])  # a mirror: real commits

@@ -55,11 +55,10 @@ from django.utils import timezone
 from django_schedulinator import timing
 from django_schedulinator.models import Run, Schedule
 
-from .conftest import ROOT, subprocess_env
-from .handoff import empty_queue
 from .models import Receipt, Redelivery
-from .processes import wait_for
-from .redis_server import RedisServer
+from .support.handoff import empty_queue
+from .support.processes import ROOT, subprocess_env, wait_for
+from .support.redis_server import RedisServer
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

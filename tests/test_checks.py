@@ -5,7 +5,9 @@ The full table of bad settings (``rejections.SETTINGS_CASES``) is run by the las
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,10 +16,9 @@ from django.core.checks import ERROR, run_checks
 from django_schedulinator import checks
 from django_schedulinator.index import DueIndex
 
-from .conftest import lose_redis
-from .redis_server import RedisServer
-from .rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
-from .webhook_receiver import SECRET as WEBHOOK_SECRET
+from .support.redis_server import RedisServer, free_port, lose_redis
+from .support.rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
+from .support.webhook_receiver import SECRET as WEBHOOK_SECRET
 
 
 def setting_ids(settings: Any, **overrides: Any) -> list[str]:
@@ -91,6 +92,99 @@ def test_e024_a_tasks_dispatcher_without_the_tasks_framework(
     assert error.id == "schedulinator.E024"
     assert "needs Django's tasks framework" in error.msg
     assert error.hint == "pip install 'django-schedulinator[tasks]'"
+
+
+WEBHOOK = "django_schedulinator.dispatch.webhook.WebhookDispatcher"
+CELERY = "django_schedulinator.dispatch.celery.CeleryDispatcher"
+RQ = "django_schedulinator.dispatch.rq.RQDispatcher"
+TASKS = "django_schedulinator.dispatch.tasks.TasksDispatcher"
+
+
+def dispatcher_ids(settings: Any, backend: str, options: dict[str, Any] | None = None) -> Any:
+    """The messages of one dispatcher alias, as ``check`` (then ``check --database``) gives
+    them."""
+    alias = {"BACKEND": backend, "OPTIONS": options or {}}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"d": alias}}
+    return checks.check_settings()
+
+
+def test_e020_a_webhook_dispatcher_without_httpx(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "httpx", None)  # what a failed import leaves
+    targets = {"ops": {"URL": "https://alerts.internal/", "SECRET": WEBHOOK_SECRET}}
+    [error] = dispatcher_ids(settings, WEBHOOK, {"TARGETS": targets})
+    assert error.id == "schedulinator.E020"
+    assert error.hint == "pip install 'django-schedulinator[webhook]'"
+
+
+def test_e021_a_celery_dispatcher_without_celery(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "celery", None)
+    [error] = dispatcher_ids(settings, CELERY, {"APP": "tests.support.celery_app.app"})
+    assert error.id == "schedulinator.E021"
+    assert error.hint == "pip install 'django-schedulinator[celery]'"
+
+
+def test_e022_an_rq_dispatcher_without_django_rq(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "django_rq", None)
+    [error] = dispatcher_ids(settings, RQ)
+    assert error.id == "schedulinator.E022"
+    assert error.hint == "pip install 'django-schedulinator[rq]'"
+
+
+def test_e023_a_tasks_backend_alias_not_in_tasks(settings: Any) -> None:
+    [error] = dispatcher_ids(settings, TASKS, {"BACKEND_ALIAS": "x"})
+    assert error.id == "schedulinator.E023"
+    assert "uses the tasks backend 'x'" in error.msg
+
+
+def test_e025_a_celery_app_that_cannot_be_imported(settings: Any) -> None:
+    [error] = dispatcher_ids(settings, CELERY, {"APP": "no.such.app"})
+    assert error.id == "schedulinator.E025"
+    assert "'no.such.app', which cannot be imported" in error.msg
+
+
+def test_e026_an_rq_queue_not_in_rq_queues(settings: Any) -> None:
+    [error] = dispatcher_ids(settings, RQ, {"QUEUE": "nowhere"})
+    assert error.id == "schedulinator.E026"
+    assert "'nowhere', which is not in RQ_QUEUES" in error.msg
+
+
+def test_w020_a_webhook_target_that_cannot_be_reached(settings: Any) -> None:
+    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens: refused at once
+    targets = {"ops": {"URL": url, "SECRET": WEBHOOK_SECRET}}
+    assert dispatcher_ids(settings, WEBHOOK, {"TARGETS": targets}) == []
+    [warning] = checks.check_dispatchers(databases=["default"])
+    assert warning.id == "schedulinator.W020"
+    assert "The webhook target 'ops' of the dispatcher 'd'" in warning.msg
+
+
+def test_w021_a_celery_broker_that_cannot_be_reached(settings: Any) -> None:
+    assert dispatcher_ids(settings, CELERY, {"APP": "tests.test_dispatch_celery.DOWN"}) == []
+    [warning] = checks.check_dispatchers(databases=["default"])
+    assert warning.id == "schedulinator.W021"
+    assert "The Celery broker of the dispatcher 'd' cannot be reached" in warning.msg
+
+
+def test_w022_an_rq_redis_that_cannot_be_reached(settings: Any) -> None:
+    assert dispatcher_ids(settings, RQ, {"QUEUE": "down"}) == []  # in RQ_QUEUES, port 1
+    [warning] = checks.check_dispatchers(databases=["default"])
+    assert warning.id == "schedulinator.W022"
+    assert "The Redis of the RQ queue 'down' (dispatcher 'd')" in warning.msg
+
+
+def test_w030_a_schedule_declared_in_code_that_is_invalid(settings: Any) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "SCHEDULES": {"nightly": {"task": "tests.record", "cron": "61 * * * *"}},
+    }
+    [warning] = checks.check_declared()
+    assert warning.id == "schedulinator.W030"
+    assert "'nightly' declared in" in warning.msg
 
 
 def test_e005_use_tz_is_required(settings: Any) -> None:
@@ -214,7 +308,29 @@ def test_w012_redis_may_evict_the_index(private_redis: RedisServer, key_prefix: 
     assert "schedulinator.W012" not in [m.id for m in checks.check_index(databases=["default"])]
 
 
-# -- bad settings: the bad-input matrix (tests/rejections.py) ---------------------------------
+# -- one test per id ----------------------------------------------------------------------------
+
+
+def test_every_check_id_the_code_emits_has_a_test_named_for_it() -> None:
+    """``test_e004_...`` for ``schedulinator.E004``: a new id without its test fails here
+    (docs/settings.md's table of them is compared with the code in test_docs.py)."""
+    package = Path(checks.__file__).resolve().parent  # as installed
+    emitted = {
+        found.lower()
+        for path in package.rglob("*.py")
+        for found in re.findall(r'\bid="schedulinator\.([EW]\d{3})"', path.read_text("utf-8"))
+    }
+    assert "e001" in emitted  # the search finds them
+    named = {
+        found.lower()
+        for path in Path(__file__).parent.glob("test_*.py")
+        for found in re.findall(r"^def test_([ew]\d{3})_", path.read_text("utf-8"), re.M | re.I)
+    }
+    assert sorted(emitted - named) == [], "emitted, with no test named for it"
+    assert sorted(named - emitted) == [], "a test named for an id the code never emits"
+
+
+# -- bad settings: the bad-input matrix (tests/support/rejections.py) ----------------------------
 
 
 @pytest.mark.django_db

@@ -25,9 +25,9 @@ from django_schedulinator.timing import to_ms
 from django_schedulinator.transient import bound_lock_waits
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
 from .models import Delivery
-from .simulation import entry
+from .support.schedules import make_due, make_schedule
+from .support.simulation import entry
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

@@ -1,10 +1,9 @@
-"""Policies through the claim: a real scheduler (claim script, re-check, ledger, index) on a
-real Redis and database, driven by a controlled clock (``tests/simulation.py``), over days of
+"""Policies through the claim: a real scheduler (claim script, re-check, ledger, index) on a real
+Redis and database, driven by a controlled clock (``tests/support/simulation.py``), over days of
 schedules: DST gaps and folds, catch-up after downtime, overlap, jitter, limits and anchors
 (``django_schedulinator/claiming.py`` applies them; ``timing.py`` computes them, tested on its
 own in ``test_timing.py``). Each test asserts what reached the ledger: which occurrences fired,
-which were skipped and why.
-"""
+which were skipped and why."""
 
 from __future__ import annotations
 
@@ -21,9 +20,9 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_schedule
 from .models import Delivery
-from .simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
+from .support.schedules import make_schedule
+from .support.simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

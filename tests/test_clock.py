@@ -26,8 +26,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms
 
-from .conftest import lose_redis, make_due, make_schedule
-from .redis_server import RedisServer
+from .support.redis_server import RedisServer, lose_redis
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
 

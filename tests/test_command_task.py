@@ -26,9 +26,9 @@ from django_schedulinator import checks
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
-from .conftest import make_schedule
-from .doc_examples import DOCS, example
-from .handoff import fire
+from .support.doc_examples import DOCS, example
+from .support.handoff import fire
+from .support.schedules import make_schedule
 from .test_api import ADD, API, CHANGE, VIEW, VIEW_RUN, client_for, make_user
 
 pytestmark = pytest.mark.django_db

@@ -23,10 +23,11 @@ from django_schedulinator.index import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
-from .conftest import ROOT, make_due, make_schedule, subprocess_env
-from .rejections import COMMAND_CASES, SUBPROCESS_CASES, assert_nothing_written
-from .simulation import Simulation
-from .walks import NEVER, NEVER_DENSE
+from .support.processes import ROOT, subprocess_env
+from .support.rejections import COMMAND_CASES, SUBPROCESS_CASES, assert_nothing_written
+from .support.schedules import make_due, make_schedule
+from .support.simulation import Simulation
+from .support.walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -240,7 +241,7 @@ def test_rebuild_rejects_bad_chunk_sizes(value: str, message: str) -> None:
         call_command("rebuild_due_index", "--chunk-size", value)
 
 
-# -- manage.py schedule, on a controlled clock (tests/simulation.py) --------------------------
+# -- manage.py schedule, on a controlled clock (tests/support/simulation.py) ---------------------
 
 
 def test_the_schedule_command(sim: Simulation, capsys: pytest.CaptureFixture[str]) -> None:
@@ -307,7 +308,7 @@ def test_the_schedule_command_reports_mistakes(
     assert Schedule.objects.get(name="nightly").enabled  # a refused pause changes nothing
 
 
-# -- bad options: the bad-input matrix (tests/rejections.py) ----------------------------------
+# -- bad options: the bad-input matrix (tests/support/rejections.py) -----------------------------
 
 
 @pytest.mark.django_db  # the commands write to Redis directly, not on commit
@@ -359,7 +360,7 @@ def test_command_line_rejects_bad_options_without_a_traceback(
     assert_nothing_written(redis_client, key_prefix)
 
 
-# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+# -- backfills of crons whose matches are all skipped (tests/support/walks.py) -------------------
 
 
 @pytest.mark.django_db

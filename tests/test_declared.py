@@ -29,9 +29,10 @@ from django_schedulinator.checks import check_declared
 from django_schedulinator.errors import DeclaredInCode
 from django_schedulinator.models import Schedule, ScheduleChange
 
-from .admin_pages import change_url
-from .conftest import ROOT, make_schedule, subprocess_env
-from .doc_examples import source
+from .support.admin_pages import change_url
+from .support.doc_examples import source
+from .support.processes import ROOT, subprocess_env
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -441,7 +442,7 @@ def test_a_declared_one_off_is_created_once_and_stays_valid_after_its_time(setti
 
 
 def test_a_django_task_registered_for_scheduling_takes_scheduled_the_same_way() -> None:
-    from .django_task_defs import plain  # a Django task, registered as "tests.django.plain"
+    from .support.django_task_defs import plain  # a Django task, registered as "tests.django.plain"
 
     scheduled("django-task", cron="0 5 * * *", dispatcher="default")(plain)
     sync()
@@ -449,7 +450,7 @@ def test_a_django_task_registered_for_scheduling_takes_scheduled_the_same_way() 
     schedule = Schedule.objects.get(name="django-task")
     assert (schedule.task, schedule.declared_in) == (
         "tests.django.plain",
-        "tests.django_task_defs.plain",
+        "tests.support.django_task_defs.plain",
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT
+from .support.processes import ROOT
 
 # Whether the login the banner names works (prints 1).
 LOGS_IN = (

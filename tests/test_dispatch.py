@@ -20,13 +20,13 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .dispatchers import Blocking, Flaky, HandOff
-from .doc_examples import example
-from .handoff import run_in_thread
 from .models import Delivery
+from .support.dispatchers import Blocking, Flaky, HandOff
+from .support.doc_examples import example
+from .support.handoff import run_in_thread
+from .support.schedules import make_schedule
 
-HAND_OFF = "tests.dispatchers.HandOff"
+HAND_OFF = "tests.support.dispatchers.HandOff"
 
 
 @pytest.fixture
@@ -216,7 +216,7 @@ def test_a_hung_dispatcher_holds_up_only_its_own_schedules(
 ) -> None:
     Blocking.entered.clear()
     Blocking.release.clear()
-    configure(hung={"BACKEND": "tests.dispatchers.Blocking"})
+    configure(hung={"BACKEND": "tests.support.dispatchers.Blocking"})
     stuck = due(dispatcher="hung")
     worker = Worker(worker_id="t", max_seconds=30)
     loop = run_in_thread(worker)
@@ -256,7 +256,7 @@ def take_over_until_ended(worker: Worker, run: Run, seconds: float = 10) -> Run:
 def test_a_failed_hand_off_is_retried_with_backoff_and_the_same_key(
     configure: Any, built_index: DueIndex
 ) -> None:
-    configure(flaky={"BACKEND": "tests.dispatchers.Flaky",
+    configure(flaky={"BACKEND": "tests.support.dispatchers.Flaky",
                      "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.05}})  # fmt: skip
     Flaky.failures = 2
     schedule = due(dispatcher="flaky")
@@ -278,7 +278,7 @@ def test_a_failed_hand_off_is_retried_with_backoff_and_the_same_key(
 def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
     configure: Any, built_index: DueIndex
 ) -> None:
-    configure(flaky={"BACKEND": "tests.dispatchers.Flaky",
+    configure(flaky={"BACKEND": "tests.support.dispatchers.Flaky",
                      "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.05, "MAX_ATTEMPTS": 2}})  # fmt: skip
     Flaky.failures = 99
     schedule = due(dispatcher="flaky")
@@ -300,7 +300,7 @@ def test_a_dispatcher_that_raises_keeps_what_it_reported_and_retries_the_rest(
     """What a dispatcher reported before it raised stays recorded and is never sent again; the
     rest of its batch is retried with the error, up to MAX_ATTEMPTS, instead of waiting for a
     take-over that sends the whole batch again, without end (issue 21, item 3)."""
-    configure(breaks={"BACKEND": "tests.dispatchers.Breaks",
+    configure(breaks={"BACKEND": "tests.support.dispatchers.Breaks",
                       "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.05, "MAX_ATTEMPTS": 2}})  # fmt: skip
     sent = due(name="ok-sent", dispatcher="breaks")
     unsent = due(name="unsent", dispatcher="breaks")
@@ -352,7 +352,7 @@ def test_a_stop_dispatches_every_batch_a_slow_lane_holds(
     then queues them all the same); a stop dispatches all of them before the process exits
     (within its grace of a lease: 7.5 s of hand-offs here), rather than leaving them to a
     take-over that no scheduler may be left to do."""
-    configure(slow={"BACKEND": "tests.dispatchers.Slow"})
+    configure(slow={"BACKEND": "tests.support.dispatchers.Slow"})
     schedules = [due(dispatcher="slow") for _ in range(5)]
     worker = Worker(worker_id="t", batch_size=1, lease_seconds=30, once=True)
     loop = run_in_thread(worker)

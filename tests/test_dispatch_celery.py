@@ -17,11 +17,11 @@ from django_schedulinator.dispatch.celery import task_id
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from . import handoff
-from .conftest import make_schedule
-from .handoff import fire, retry_until_failed, status_of, until
 from .models import Delivery
-from .redis_server import free_port
+from .support import handoff
+from .support.handoff import fire, retry_until_failed, status_of, until
+from .support.redis_server import free_port
+from .support.schedules import make_schedule
 
 QUEUE = django_settings.TEST_QUEUE
 CELERY = "django_schedulinator.dispatch.celery.CeleryDispatcher"
@@ -169,7 +169,9 @@ def test_a_schedule_asking_what_celery_does_not_do_is_refused(celery_alias: None
 def test_overlap_needs_the_workers_hook(settings: Any) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"celery": {"BACKEND": CELERY, "OPTIONS": {"APP": "tests.celery_app.app"}}},
+        "DISPATCHERS": {
+            "celery": {"BACKEND": CELERY, "OPTIONS": {"APP": "tests.support.celery_app.app"}}
+        },
     }
     with pytest.raises(ValidationError, match="never learns when a run ends"):
         make_schedule(dispatcher="celery", task="tests.celery.record", overlap="skip")

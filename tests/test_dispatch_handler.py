@@ -27,8 +27,8 @@ from django_schedulinator.errors import InvalidDispatcher, SchedulinatorError, U
 from django_schedulinator.models import Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .doc_examples import example
+from .support.doc_examples import example
+from .support.schedules import make_schedule
 
 CLOSING = "tests.test_dispatch_handler.Closing"
 

@@ -14,8 +14,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
 from .models import Delivery
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

@@ -26,12 +26,12 @@ from django.utils import timezone
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 
-from .conftest import Schedulers, make_schedule, subprocess_env
-from .handoff import empty_queue
 from .models import Receipt, Redelivery
-from .processes import wait_for
-from .slow_proxy import SlowProxy
-from .webhook_receiver import SECRET, webhook_receiver
+from .support.handoff import empty_queue
+from .support.processes import Schedulers, subprocess_env, wait_for
+from .support.schedules import make_schedule
+from .support.slow_proxy import SlowProxy
+from .support.webhook_receiver import SECRET, webhook_receiver
 
 OCCURRENCES = 4
 LEASE_SECONDS = 2.0
@@ -77,12 +77,12 @@ def case(request: pytest.FixtureRequest) -> Iterator[Case]:
             kwargs={"seconds": HAND_OFF_SECONDS},
         )
     elif name == "celery":
-        from .celery_support import QUEUE, purge, worker_argv
+        from .support.celery_support import QUEUE, purge, worker_argv
 
         purge()
         yield Case(
             "django_schedulinator.dispatch.celery.CeleryDispatcher",
-            {"APP": "tests.celery_app.app", "REPORTS_OUTCOMES": True},
+            {"APP": "tests.support.celery_app.app", "REPORTS_OUTCOMES": True},
             "tests.celery.receipt",
             dispatch_options={"queue": QUEUE},
             env={"SCHEDULINATOR_TEST_SLOW_PUBLISH": str(HAND_OFF_SECONDS)},

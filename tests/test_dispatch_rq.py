@@ -21,11 +21,11 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from . import handoff
-from .conftest import Schedulers
-from .doc_examples import example
-from .handoff import empty_queue, fire, retry_until_failed, status_of, until
 from .models import Delivery
+from .support import handoff
+from .support.doc_examples import example
+from .support.handoff import empty_queue, fire, retry_until_failed, status_of, until
+from .support.processes import Schedulers
 
 QUEUE = django_settings.RQ_TEST_QUEUE
 RQ = "django_schedulinator.dispatch.rq.RQDispatcher"

@@ -19,11 +19,11 @@ from django_schedulinator.checks import check_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
-from . import handoff
-from .conftest import Schedulers
-from .doc_examples import example
-from .handoff import fire, status_of, until
 from .models import Delivery
+from .support import handoff
+from .support.doc_examples import example
+from .support.handoff import fire, status_of, until
+from .support.processes import Schedulers
 
 TASKS_DISPATCHER = "django_schedulinator.dispatch.tasks.TasksDispatcher"
 

@@ -21,13 +21,13 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .dispatchers import HandOff
-from .doc_examples import example
-from .handoff import run_in_thread
-from .processes import wait_for
-from .redis_server import free_port
-from .webhook_receiver import SECRET, Receiver, webhook_receiver
+from .support.dispatchers import HandOff
+from .support.doc_examples import example
+from .support.handoff import run_in_thread
+from .support.processes import wait_for
+from .support.redis_server import free_port
+from .support.schedules import make_schedule
+from .support.webhook_receiver import SECRET, Receiver, webhook_receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -154,7 +154,7 @@ def test_a_receiver_that_is_down_fails_its_runs_visibly_while_others_fire(
         **settings.SCHEDULINATOR,
         "DISPATCHERS": {
             "hooks": hooks(down, MAX_ATTEMPTS=3),
-            "queue": {"BACKEND": "tests.dispatchers.HandOff"},
+            "queue": {"BACKEND": "tests.support.dispatchers.HandOff"},
         },
     }
     schedule = due()

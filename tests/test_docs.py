@@ -1,5 +1,5 @@
 """What the docs tell a new user, checked against what the code does: the walkthroughs run
-as written in a new project (tests/doc_project.py), and the statements a test can keep true
+as written in a new project (tests/support/doc_project.py), and the statements a test can keep true
 (the checks table, the statuses of handed-off runs) are compared with the code."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import django_schedulinator
 from django_schedulinator import outcomes
 from django_schedulinator.index import DueIndex
 
-from .doc_examples import DOCS, source
-from .doc_project import DocProject
+from .support.doc_examples import DOCS, source
+from .support.doc_project import DocProject
 
 
 @pytest.fixture
@@ -99,8 +99,8 @@ def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
     """docs/dispatch.md#celery in a Celery project: the registration where the page puts
     it must be found by the process that saves the schedule and by the worker, and the
     hook must report the end (on the real RabbitMQ, the test process's own queue)."""
-    from .celery_app import BROKER
-    from .celery_support import QUEUE, purge, worker_argv
+    from .support.celery_app import BROKER
+    from .support.celery_support import QUEUE, purge, worker_argv
 
     hook_path, hook = project_file("celery-hook")
     task_path, task = project_file("celery-task")
@@ -261,9 +261,10 @@ ROOT = DOCS.parent
 
 @pytest.mark.subprocess
 def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Path) -> None:
-    """Nothing is on PyPI yet: the README builds a wheel from the clone and installs it by
-    name from that directory. Offline here: no dependencies, into a directory of its own."""
-    build, install = commands("wheel", "../README.md")
+    """Nothing is on PyPI yet: the README builds a wheel from the clone (python -m build)
+    and installs it by name from that directory. The install is offline here: no
+    dependencies, into a directory of its own."""
+    install_build, build, install = commands("wheel", "../README.md")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def run(line: str, *more: str) -> None:
@@ -275,8 +276,10 @@ def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Pat
         )  # fmt: skip
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
 
+    run(install_build)  # the test extra has it already
     run(build)
     [wheel] = (tmp_path / "dist").glob("django_schedulinator-*.whl")
+    assert wheel.name.startswith(f"django_schedulinator-{django_schedulinator.__version__}-")
     names = zipfile.ZipFile(wheel).namelist()
     [license_file] = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
     text = zipfile.ZipFile(wheel).read(license_file).decode()

@@ -11,8 +11,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .redis_server import RedisServer
+from .support.redis_server import RedisServer
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

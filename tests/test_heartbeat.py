@@ -31,9 +31,19 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.timing import from_ms, to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import ROOT, Schedulers, make_due, make_schedule, subprocess_env
-from .processes import SERVING, Lines, get, looping, output, wait_for
-from .redis_server import RedisServer
+from .support.processes import (
+    ROOT,
+    SERVING,
+    Lines,
+    Schedulers,
+    get,
+    looping,
+    output,
+    subprocess_env,
+    wait_for,
+)
+from .support.redis_server import RedisServer
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

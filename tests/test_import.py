@@ -18,7 +18,7 @@ from django_schedulinator import services
 from django_schedulinator.errors import ServiceError
 from django_schedulinator.models import Schedule, ScheduleChange
 
-from .celery_support import CRONTABS, disagreements
+from .support.celery_support import CRONTABS, disagreements
 
 pytestmark = pytest.mark.django_db
 

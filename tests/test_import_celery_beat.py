@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from django_schedulinator.models import Run, Schedule
 
-from .celery_support import CRONTABS, disagreements
-from .handoff import fire, status_of, until
 from .models import Delivery
+from .support.celery_support import CRONTABS, disagreements
+from .support.handoff import fire, status_of, until
 
 try:
     from django_celery_beat.models import (

@@ -20,9 +20,9 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
 from .models import Delivery
-from .processes import looping, wait_for
+from .support.processes import looping, wait_for
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

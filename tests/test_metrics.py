@@ -33,10 +33,19 @@ from django_schedulinator.probes import ProbeServer
 from django_schedulinator.reconcile import reconcile
 from django_schedulinator.worker import Worker
 
-from .conftest import ROOT, Schedulers, lose_redis, make_due, make_schedule, subprocess_env
 from .models import Delivery
-from .processes import SERVING, Lines, get, looping, wait_for
-from .redis_server import RedisServer
+from .support.processes import (
+    ROOT,
+    SERVING,
+    Lines,
+    Schedulers,
+    get,
+    looping,
+    subprocess_env,
+    wait_for,
+)
+from .support.redis_server import RedisServer, lose_redis
+from .support.schedules import make_due, make_schedule
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -1,5 +1,5 @@
 """The models (``django_schedulinator/models.py``): validation (a field-named error and
-nothing written, for every bad value of the matrix in ``tests/rejections.py``), what a row
+nothing written, for every bad value of the matrix in ``tests/support/rejections.py``), what a row
 derives on its own (previews, descriptions), and a delete racing a scheduler."""
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_schedule, model_fields
-from .rejections import (
+from .support.rejections import (
     DEEP,
     MODEL_CASES,
     ODD_NAMES,
@@ -32,7 +31,8 @@ from .rejections import (
     assert_nothing_written,
     deep_value,
 )
-from .simulation import Simulation, utc
+from .support.schedules import make_schedule, model_fields
+from .support.simulation import Simulation, utc
 
 # -- validation: a field-named error, and nothing written -------------------------------------
 
@@ -86,7 +86,7 @@ def test_valid_schedule_is_saved_with_its_next_run() -> None:
     assert schedule.revision == 1
 
 
-# -- validation: the bad-input matrix (tests/rejections.py) -----------------------------------
+# -- validation: the bad-input matrix (tests/support/rejections.py) ------------------------------
 
 
 def save(schedule: Schedule) -> None:

@@ -20,16 +20,16 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .doc_examples import example
-from .notifiers import Hang, Keep
-from .processes import looping, wait_for
-from .webhook_receiver import SECRET, webhook_receiver
+from .support.doc_examples import example
+from .support.notifiers import Hang, Keep
+from .support.processes import looping, wait_for
+from .support.schedules import make_schedule
+from .support.webhook_receiver import SECRET, webhook_receiver
 
 pytestmark = pytest.mark.django_db
 
 GRACE = timedelta(minutes=5)
-REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+REPORTING = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
 
 
 def admins(*addresses: str) -> list[Any]:
@@ -208,7 +208,7 @@ def test_a_webhook_target_that_refuses_is_logged(
 
 
 def test_a_notifier_of_your_own_is_told_each_event(settings: Any) -> None:
-    notify_with(settings, BACKEND="tests.notifiers.Keep", EVENTS=["missed", "failed"])
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep", EVENTS=["missed", "failed"])
     schedule = due(name="mine", task="tests.boom", timezone="America/New_York")
     fire()
     alerts.check(after_grace())
@@ -234,7 +234,7 @@ def test_a_notifier_of_your_own_is_told_each_event(settings: Any) -> None:
 def test_a_notifier_that_raises_is_logged_and_changes_nothing(
     settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    notify_with(settings, BACKEND="tests.notifiers.Broken")
+    notify_with(settings, BACKEND="tests.support.notifiers.Broken")
     schedule = due(task="tests.boom")
     fire()
     with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
@@ -250,7 +250,7 @@ def test_a_notifier_that_raises_is_logged_and_changes_nothing(
 
 @pytest.mark.django_db(transaction=True)  # the loop runs on a thread of its own
 def test_in_a_scheduler_notifications_are_sent_by_a_thread_of_their_own(settings: Any) -> None:
-    notify_with(settings, BACKEND="tests.notifiers.Keep")
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep")
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MISSED_CHECK_SECONDS": 0.2}
     soon = truncate_ms(timezone.now() + timedelta(seconds=1))
     due(task="tests.boom", pause_after_failures=1, grace=None, next_run_at=soon)
@@ -265,7 +265,7 @@ def test_in_a_scheduler_notifications_are_sent_by_a_thread_of_their_own(settings
 def test_a_notifier_that_hangs_holds_up_no_firing(settings: Any) -> None:
     """The notifier blocks; the scheduler goes on firing, and its stop waits a bounded time
     for the notifications still queued."""
-    notify_with(settings, BACKEND="tests.notifiers.Hang")
+    notify_with(settings, BACKEND="tests.support.notifiers.Hang")
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "MISSED_CHECK_SECONDS": 0.2}
     Hang.release.clear()
     Hang.entered.clear()
@@ -290,7 +290,7 @@ def test_a_notifier_that_hangs_holds_up_no_firing(settings: Any) -> None:
 
 
 def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureFixture) -> None:
-    notify_with(settings, BACKEND="tests.notifiers.Hang")
+    notify_with(settings, BACKEND="tests.support.notifiers.Hang")
     Hang.release.clear()
     Hang.entered.clear()
     box = notify.Outbox(size=1)

@@ -20,12 +20,12 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .dispatchers import Flaky, HandOff
+from .support.dispatchers import Flaky, HandOff
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
-REPORTING = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+REPORTING = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
 
 
 @pytest.fixture(autouse=True)
@@ -250,7 +250,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
     pending and be handed off again."""
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"flaky": {"BACKEND": "tests.dispatchers.Flaky",
+        "DISPATCHERS": {"flaky": {"BACKEND": "tests.support.dispatchers.Flaky",
                                   "OPTIONS": {"RETRY_BACKOFF_SECONDS": 0.01}}},
     }  # fmt: skip
     Flaky.attempts.clear()

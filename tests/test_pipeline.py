@@ -17,8 +17,8 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due
-from .processes import looping, wait_for
+from .support.processes import looping, wait_for
+from .support.schedules import make_due
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the stage's and the lanes' threads commit
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_schedulinator.claiming import HELD, RECHECK, ROW_FIELDS
 from django_schedulinator.models import Run, Schedule
 
-from .conftest import make_schedule
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -17,9 +17,9 @@ from django_schedulinator import resync_schedules
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
-from .conftest import Schedulers, make_due, make_schedule
 from .models import Delivery
-from .processes import output, wait_for
+from .support.processes import Schedulers, output, wait_for
+from .support.schedules import make_due, make_schedule
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.subprocess]
 
@@ -61,7 +61,7 @@ def test_a_scheduler_killed_mid_way_loses_nothing_and_fires_once(
 ) -> None:
     ids = make_due(20)
     resync_schedules(ids)
-    doomed = schedulers.popen([sys.executable, "-m", "tests.hang_after", stage, "20"])
+    doomed = schedulers.popen([sys.executable, "-m", "tests.support.hang_after", stage, "20"])
     line = doomed.stdout.readline() if doomed.stdout else ""
     assert line.strip() in {"claimed 20", "advanced 20"}, line + output(doomed)
     doomed.send_signal(signal.SIGKILL)

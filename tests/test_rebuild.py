@@ -23,8 +23,8 @@ from django_schedulinator.sync import INDEX_FIELDS, keyset_pages
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
-from .redis_server import RedisServer
+from .support.redis_server import RedisServer
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

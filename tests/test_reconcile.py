@@ -23,9 +23,9 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.reconcile import lag, reconcile
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
-from .processes import wait_for
-from .simulation import entry
+from .support.processes import wait_for
+from .support.schedules import make_due, make_schedule
+from .support.simulation import entry
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

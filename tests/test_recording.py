@@ -19,8 +19,8 @@ from django_schedulinator.leases import Leased
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
-from .processes import wait_for
+from .support.processes import wait_for
+from .support.schedules import make_schedule
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the lanes' threads commit

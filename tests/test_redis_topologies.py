@@ -31,11 +31,11 @@ from django_schedulinator.index import DueIndex, ShardedIndex, get_index, shard_
 from django_schedulinator.models import Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_schedule, subprocess_env
 from .models import Receipt, Redelivery
-from .processes import output, wait_for
-from .redis_cluster import RedisClusterServers, redis_cluster
-from .redis_server import RedisServer, free_port
+from .support.processes import Schedulers, output, subprocess_env, wait_for
+from .support.redis_cluster import RedisClusterServers, redis_cluster
+from .support.redis_server import RedisServer, free_port
+from .support.schedules import make_schedule
 from .test_chaos import (
     SEED,
     Fleet,

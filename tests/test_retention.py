@@ -28,9 +28,9 @@ from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_schedule, subprocess_env
 from .models import Delivery
-from .processes import output, wait_for
+from .support.processes import Schedulers, output, subprocess_env, wait_for
+from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -279,7 +279,7 @@ def test_a_prune_keeps_the_failures_in_a_row(settings: Any, built_index: DueInde
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
         "DISPATCHERS": {
-            "queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+            "queue": {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
         },
     }
     schedule = make_schedule(

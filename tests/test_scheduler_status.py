@@ -24,9 +24,10 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 
-from .conftest import ROOT, lose_redis, make_due, make_schedule, subprocess_env
-from .heartbeats import beat
-from .redis_server import free_port
+from .support.heartbeats import beat
+from .support.processes import ROOT, subprocess_env
+from .support.redis_server import free_port, lose_redis
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -182,7 +183,7 @@ def test_auto_paused_schedules_are_listed_and_warned_about(built_index: DueIndex
 def test_runs_never_reported_in_time_are_a_warning(built_index: DueIndex, settings: Any) -> None:
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
-        "DISPATCHERS": {"queue": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {}}},
+        "DISPATCHERS": {"queue": {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {}}},
     }
     beat(built_index)
     schedule = make_schedule(dispatcher="queue")

@@ -1,6 +1,6 @@
 """Sentry Crons check-ins (``django_schedulinator.contrib.sentry``, docs/sentry.md): a real
 sentry-sdk, initialised with a DSN that points at an ingest endpoint this test runs
-(``tests/sentry_receiver.py``), and real schedulers firing real schedules; what is asserted
+(``tests/support/sentry_receiver.py``), and real schedulers firing real schedules; what is asserted
 is the envelopes the SDK posted."""
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_due, subprocess_env
-from .processes import output, wait_for
-from .sentry_receiver import SentryReceiver, sentry_receiver
+from .support.processes import Schedulers, output, subprocess_env, wait_for
+from .support.schedules import make_due
+from .support.sentry_receiver import SentryReceiver, sentry_receiver
 
-HAND_OFF = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": False}}
-REPORTED = {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+HAND_OFF = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": False}}
+REPORTED = {"BACKEND": "tests.support.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
 
 
 @pytest.fixture
@@ -230,7 +230,7 @@ def test_the_setting_chooses_schedules_by_name_and_pattern(settings: Any) -> Non
 def test_the_setting_in_the_docs_is_valid_and_chooses_what_it_says(settings: Any) -> None:
     from django_schedulinator.conf import app_settings
 
-    from .doc_examples import example
+    from .support.doc_examples import example
 
     shown = example("sentry-setting", "sentry.md")["SCHEDULINATOR"]
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **shown}

@@ -2,7 +2,7 @@
 its change-log entry and the index following once the transaction commits.
 
 First what each service guarantees on its own; then pause, resume, the failure count, run now
-and backfill through a real scheduler on a controlled clock (``tests/simulation.py``). The
+and backfill through a real scheduler on a controlled clock (``tests/support/simulation.py``). The
 admin and the API, which call these services, have their own tests.
 """
 
@@ -25,10 +25,11 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
-from .conftest import lose_redis, make_schedule
 from .models import Delivery
-from .simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
-from .walks import NEVER, NEVER_DENSE
+from .support.redis_server import lose_redis
+from .support.schedules import make_schedule
+from .support.simulation import START, Simulation, down_for_an_hour, fired, skipped, utc
+from .support.walks import NEVER, NEVER_DENSE
 
 pytestmark = pytest.mark.django_db
 
@@ -460,7 +461,7 @@ def test_a_backfill_needs_aware_times(sim: Simulation) -> None:
     assert not Run.objects.exists()
 
 
-# -- backfills of crons whose matches are all skipped (tests/walks.py) ------------------------
+# -- backfills of crons whose matches are all skipped (tests/support/walks.py) -------------------
 
 
 @pytest.mark.django_db

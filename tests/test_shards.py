@@ -32,7 +32,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.rebuild import ensure_built, rebuild_index
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
 

@@ -21,7 +21,7 @@ from django_schedulinator.rebuild import rebuild_index
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_due, make_schedule
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db(transaction=True)  # sent after real commits
 
@@ -105,7 +105,10 @@ def test_a_hand_off_is_announced_and_its_reported_end_too(
     settings.SCHEDULINATOR = {
         **settings.SCHEDULINATOR,
         "DISPATCHERS": {
-            "default": {"BACKEND": "tests.dispatchers.HandOff", "OPTIONS": {"REPORTS": True}}
+            "default": {
+                "BACKEND": "tests.support.dispatchers.HandOff",
+                "OPTIONS": {"REPORTS": True},
+            }
         },
     }
     handed, finished = hear(signals.run_handed_off), hear(signals.run_finished)

@@ -282,7 +282,7 @@ def _migration_names() -> list[str]:
 # -- the docs cite tests that exist -------------------------------------------------------------
 
 TESTS = PROJECT / "tests"
-# `tests/test_claiming.py`, `tests/rejections.py`, `test_claiming.py::test_name[param]`: a
+# `tests/test_claiming.py`, `tests/support/rejections.py`, `test_claiming.py::test_name[param]`: a
 # file under tests/, and maybe a test function in it (a parametrized id is left out).
 CITATION = re.compile(
     r"(?<![\w/.-])(?:tests/(?P<path>[\w/.-]+?\.py)|(?P<name>test_\w+\.py))(?:::(?P<test>\w+))?"

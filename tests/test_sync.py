@@ -17,7 +17,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.timing import to_ms
 
-from .conftest import make_due, make_schedule
+from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
 
@@ -153,6 +153,22 @@ def test_saves_in_one_transaction_share_one_index_write(index: DueIndex) -> None
     # Outside a transaction each call writes at once.
     resync_on_commit([schedules[0].pk], using="default", index=counting)
     assert counting.writes[1:] == [[schedules[0].pk]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_block_without_a_savepoint_shares_the_write_of_its_transaction(
+    index: DueIndex,
+) -> None:
+    """``QuerySet.delete`` sends its signals in a block without a savepoint (and in a
+    savepoint released since); a bulk delete's own resync after it
+    (``services.delete_many``) joined no write, so the index was written twice."""
+    counting = CountingIndex()
+    schedules = [make_schedule() for _ in range(2)]
+    with transaction.atomic(), transaction.atomic():  # the request's, the service's
+        with transaction.atomic(), transaction.atomic(savepoint=False):  # the delete's
+            resync_on_commit([schedules[0].pk], using="default", index=counting)
+        resync_on_commit([s.pk for s in schedules], using="default", index=counting)
+    assert counting.writes == [[s.pk for s in schedules]]
 
 
 @pytest.mark.django_db(transaction=True)

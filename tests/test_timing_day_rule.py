@@ -25,9 +25,9 @@ from django_schedulinator.timing import (
     preview,
 )
 
-from .conftest import make_schedule
-from .doc_examples import example
-from .simulation import Simulation, fired, utc
+from .support.doc_examples import example
+from .support.schedules import make_schedule
+from .support.simulation import Simulation, fired, utc
 
 BERLIN = "Europe/Berlin"
 FIRST_MONDAY = Timing(kind=CRON, cron="30 6 1-7 * 1", timezone=BERLIN, day_rule=DAYS_BOTH)

@@ -1,6 +1,6 @@
 """Walks over a schedule's timeline in the timing module (``django_schedulinator/timing.py``)
 do bounded work, even for a cron whose matches are (nearly) all skipped times
-(``tests/walks.py`` says why; the ``walls`` fixture counts the work)."""
+(``tests/support/walks.py`` says why; the ``walls`` fixture counts the work)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django_schedulinator.timing import (
     preview,
 )
 
-from .walks import NEVER, NEVER_DENSE
+from .support.walks import NEVER, NEVER_DENSE
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
 

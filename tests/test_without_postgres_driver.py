@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .conftest import ROOT
+from .support.processes import ROOT
 
 # Fire one due schedule on a fresh SQLite file, through the real claim, re-check, advance,
 # ledger and inline dispatch, with both drivers unimportable (None in sys.modules makes an

@@ -22,11 +22,11 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
-from .conftest import Schedulers, make_due, make_schedule, subprocess_env
 from .models import Receipt, Redelivery
-from .processes import looping, output, wait_for
-from .redis_server import RedisServer
-from .webhook_receiver import SECRET, webhook_receiver
+from .support.processes import Schedulers, looping, output, subprocess_env, wait_for
+from .support.redis_server import RedisServer
+from .support.schedules import make_due, make_schedule
+from .support.webhook_receiver import SECRET, webhook_receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 

@@ -11,6 +11,8 @@ from typing import Any
 from .declared import scheduled
 from .registry import registry, task
 
+# The one place the version is written: pyproject.toml's metadata reads it from here (setuptools
+# parses this line, without importing the package), so it must stay a plain string literal.
 __version__ = "0.1.0.dev0"
 __all__ = ["DatabaseNow", "registry", "resync_schedules", "scheduled", "task"]
 

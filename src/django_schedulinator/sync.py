@@ -8,6 +8,7 @@ Rows are always re-read from the database, so what reaches Redis is what was com
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -125,6 +126,21 @@ def _chunks(ids: Iterable[int], size: int) -> Iterator[list[int]]:
         yield chunk
 
 
+class _FailedWrites(threading.local):
+    count = 0
+    error: Exception | None = None
+
+
+_failed = _FailedWrites()
+
+
+def failed_writes() -> tuple[int, Exception | None]:
+    """How many of this thread's after-commit index writes have failed so far, and the last
+    error. A caller that wants to tell its user (the admin's actions) reads it before its
+    change and again once the change has committed: the write itself never raises."""
+    return _failed.count, _failed.error
+
+
 class _ResyncAfterCommit:
     """The ids saved in one transaction, written to the index in one ``resync_schedules``
     call once it commits: a transaction of 1,000 saves makes one read of its rows per chunk
@@ -142,7 +158,9 @@ class _ResyncAfterCommit:
         pks = list(self.ids)
         try:
             resync_schedules(pks, using=self.using, index=self.index)
-        except Exception:
+        except Exception as exc:
+            _failed.count += 1
+            _failed.error = exc
             logger.warning(
                 "Could not update the due index for schedule(s) %s after commit; the rows are "
                 "saved. Run %s once Redis is reachable to bring the index back in line.",
@@ -163,10 +181,14 @@ def _pending_resync(using: str, index: DueIndex | None) -> _ResyncAfterCommit | 
     if not isinstance(last, tuple) or len(last) < 2:  # Django's (savepoint ids, callback, ...)
         return None
     savepoints, callback = last[0], last[1]
+    # Django drops a callback when any savepoint it was registered in rolls back. Those
+    # released since can no longer roll back, and None marks a block without a savepoint
+    # (QuerySet.delete sends its signals in one): the ids join it when every savepoint open
+    # now is one of its own, so both are dropped or kept together.
     if (
         isinstance(callback, _ResyncAfterCommit)
         and callback.index is index
-        and savepoints == set(connection.savepoint_ids)
+        and set(connection.savepoint_ids) - {None} <= savepoints
     ):
         return callback
     return None

@@ -9,37 +9,37 @@ schedule's ``version`` travels with the form.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
-from datetime import UTC
-from functools import partial
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote, unquote
+from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import router, transaction
+from django.db import router
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
-from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.urls import NoReverseMatch, URLPattern, reverse
 from django.utils.html import format_html
 from django.utils.text import capfirst
-from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from .. import declared, services, sync, timing
+from .. import declared, services, sync
 from ..changelog import Origin
-from ..conf import app_settings
-from ..errors import ServiceError
-from ..index import ApplyResult
 from ..models import Run, Schedule, ScheduleChange
 from ..querysets import ScheduleQuerySet
-from . import lateness, pictures
+from . import lateness, pictures, views
+from .actions import (
+    each,
+    index_not_updated,
+    report,
+    report_failures,
+    report_index_failure_on_commit,
+)
 from .display import (
     CHANGES_SHOWN,
     COUNT_LIMIT,
-    NAMES_SHOWN,
     ExactTimes,
     changelist_url,
     count_at_most,
@@ -47,15 +47,12 @@ from .display import (
     exact_time,
     local_time,
     may_view,
-    names_text,
     relative,
     runs_text,
-    schedules_text,
     summarise_changes,
 )
 from .filters import LastRunStatusFilter, MissedFilter, TaskFilter, TimingGroupFilter
 from .forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
-from .operations import operations_view
 
 logger = logging.getLogger("django_schedulinator.admin")
 
@@ -106,7 +103,6 @@ class ScheduleAdmin(ExactTimes):
     form = ScheduleForm
     action_form = ScheduleActionForm
     change_list_template = "django_schedulinator/admin/schedule_change_list.html"
-    operations_template = "django_schedulinator/admin/operations.html"
     actions = ["pause", "resume", "run_now", "resync_index"]
     list_display = (
         "name",
@@ -291,7 +287,7 @@ class ScheduleAdmin(ExactTimes):
             shown = gettext("Fill in the timing to see the next runs here.")
         else:
             url = reverse("admin:{}_{}_preview_change".format(*info), args=[quote(obj.pk)])
-            shown = self._preview_html(obj)
+            shown = views.preview_html(obj)
         return format_html(
             '<div id="schedulinator-preview-box" data-preview-url="{}" data-timing-fields="{}" '
             'aria-live="polite">{}</div>',
@@ -299,36 +295,6 @@ class ScheduleAdmin(ExactTimes):
             " ".join(PREVIEW_FIELDS),
             shown,
         )
-
-    def _preview_html(self, obj: Schedule) -> str:
-        try:
-            items = obj.preview(app_settings.PREVIEW_COUNT)
-        except (ValueError, TypeError) as exc:  # a form shown again with invalid timing
-            return render_to_string(PREVIEW_TEMPLATE, {"error": exc})
-        return render_to_string(
-            PREVIEW_TEMPLATE,
-            {"paused": not obj.enabled, "items": [self._preview_row(obj, i) for i in items]},
-        )
-
-    @staticmethod
-    def _preview_row(obj: Schedule, item: timing.PreviewItem) -> dict[str, Any]:
-        flagged = bool(item.dst or item.note or item.skipped)
-        if item.skipped:
-            fires = gettext("does not fire")
-        elif item.due_at != item.at:  # jitter
-            fires = local_time(item.due_at, obj.timezone)
-        else:
-            fires = ""
-        return {
-            "classes": " ".join(
-                name for name, applies in (("dst", flagged), ("skipped", item.skipped)) if applies
-            ),
-            "local": f"{item.local:%a %Y-%m-%d %H:%M:%S %Z}",
-            "utc": f"{item.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
-            "fires": fires,
-            "flagged": flagged,
-            "note": item.note or gettext("Skipped: this local time does not exist."),
-        }
 
     @admin.display(description=_("version"))
     def settings_version(self, obj: Schedule) -> int | None:
@@ -464,51 +430,6 @@ class ScheduleAdmin(ExactTimes):
         }
         return super().changelist_view(request, extra_context)
 
-    def _resync(self, request: HttpRequest, ids: list[int]) -> ApplyResult | None:
-        """Bring the index entries of ``ids`` in line with their committed rows, or say
-        why not."""
-        if not ids:
-            return None
-        db = router.db_for_write(Schedule)
-        try:
-            return sync.resync_schedules(ids, using=db)
-        except RedisError as exc:
-            logger.warning("Could not update the due index for schedules %s: %s", ids, exc)
-            self.message_user(
-                request,
-                index_not_updated(exc),
-                messages.ERROR,
-            )
-            return None
-
-    def _resync_on_commit(self, request: HttpRequest, ids: list[int]) -> None:
-        """``_resync`` once the action's changes are committed: at once in autocommit, at
-        the end of the request's transaction under ATOMIC_REQUESTS (still before the
-        messages are stored, so a failure is reported; it is logged in any case). Before the
-        commit it would index rows that may yet roll back."""
-        if ids:
-            db = router.db_for_write(Schedule)
-            # robust: the rows are committed by then, so no error may turn into a 500.
-            transaction.on_commit(partial(self._resync, request, ids), using=db, robust=True)
-
-    def _report_failures(self, request: HttpRequest, failed: list[tuple[Schedule, str]]) -> None:
-        for schedule, error in failed[:NAMES_SHOWN]:
-            self.message_user(request, f"{schedule.name}: {error}", messages.ERROR)
-        if len(failed) > NAMES_SHOWN:
-            self.message_user(
-                request,
-                ngettext(
-                    "And %(count)d more schedule failed: %(names)s.",
-                    "And %(count)d more schedules failed: %(names)s.",
-                    len(failed) - NAMES_SHOWN,
-                )
-                % {
-                    "count": len(failed) - NAMES_SHOWN,
-                    "names": names_text([s for s, _error in failed[NAMES_SHOWN:]]),
-                },
-                messages.ERROR,
-            )
-
     @admin.action(description=_("Pause selected schedules"), permissions=("change",))
     def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         note = str(request.POST.get("note", "")).strip()
@@ -523,72 +444,66 @@ class ScheduleAdmin(ExactTimes):
             )
             return
         origin = self._origin(request)
-        paused, already, failed = _each(
+        failures_before, _error = sync.failed_writes()
+        paused, already, failed = each(
             queryset,
             lambda schedule: services.pause(schedule, note, origin=origin),
             skip=lambda schedule: not schedule.enabled,
         )
+        report(
+            self,
+            request,
+            paused,
+            gettext('Paused %(schedules)s with the note "%(note)s": %(names)s.')
+            if note
+            else gettext("Paused %(schedules)s: %(names)s."),
+            note=note,
+        )
+        report(
+            self,
+            request,
+            already,
+            gettext("Already paused, left as they were: %(names)s."),
+            messages.WARNING,
+        )
+        report_failures(self, request, failed)
         if paused:
-            done = {"schedules": schedules_text(len(paused)), "names": names_text(paused)}
-            self.message_user(
-                request,
-                gettext('Paused %(schedules)s with the note "%(note)s": %(names)s.')
-                % {**done, "note": note}
-                if note
-                else gettext("Paused %(schedules)s: %(names)s.") % done,
-                messages.SUCCESS,
-            )
-        if already:
-            self.message_user(
-                request,
-                gettext("Already paused, left as they were: %(names)s.")
-                % {"names": names_text(already)},
-                messages.WARNING,
-            )
-        self._report_failures(request, failed)
-        self._resync_on_commit(request, [s.pk for s in paused])
+            report_index_failure_on_commit(self, request, failures_before)
 
     @admin.action(description=_("Resume selected schedules"), permissions=("change",))
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         origin = self._origin(request)
-        resumed, running, failed = _each(
+        failures_before, _error = sync.failed_writes()
+        resumed, running, failed = each(
             queryset,
             lambda schedule: services.resume(schedule, origin=origin),
             skip=lambda schedule: schedule.enabled,
         )
+        report(self, request, resumed, gettext("Resumed %(schedules)s: %(names)s."))
+        report(
+            self,
+            request,
+            running,
+            gettext("Not paused, left as they were: %(names)s."),
+            messages.WARNING,
+        )
+        report_failures(self, request, failed)
         if resumed:
-            self.message_user(
-                request,
-                gettext("Resumed %(schedules)s: %(names)s.")
-                % {"schedules": schedules_text(len(resumed)), "names": names_text(resumed)},
-                messages.SUCCESS,
-            )
-        if running:
-            self.message_user(
-                request,
-                gettext("Not paused, left as they were: %(names)s.")
-                % {"names": names_text(running)},
-                messages.WARNING,
-            )
-        self._report_failures(request, failed)
-        self._resync_on_commit(request, [s.pk for s in resumed])
+            report_index_failure_on_commit(self, request, failures_before)
 
     @admin.action(description=_("Run selected schedules now"), permissions=("change",))
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         origin = self._origin(request)
-        queued, _skipped, failed = _each(
+        queued, _skipped, failed = each(
             queryset, lambda schedule: services.run_now(schedule, origin=origin)
         )
-        if queued:
-            self.message_user(
-                request,
-                gettext(
-                    "Queued %(runs)s now: %(names)s. A running scheduler dispatches them at once."
-                )
-                % {"runs": runs_text(len(queued)), "names": names_text(queued)},
-                messages.SUCCESS,
-            )
-        self._report_failures(request, failed)
+        report(
+            self,
+            request,
+            queued,
+            gettext("Queued %(runs)s now: %(names)s. A running scheduler dispatches them at once."),
+        )
+        report_failures(self, request, failed)
 
     @admin.action(
         description=_("Resync the due index for selected schedules"), permissions=("change",)
@@ -601,127 +516,26 @@ class ScheduleAdmin(ExactTimes):
             logger.warning(
                 "Could not resync the due index for %d schedules: %s", len(schedules), exc
             )
-            self.message_user(
-                request,
-                index_not_updated(exc),
-                messages.ERROR,
-            )
+            self.message_user(request, index_not_updated(exc), messages.ERROR)
             return
-        done = {
-            "schedules": schedules_text(len(schedules)),
-            "changed": result.changed,
-            "stale": result.stale,
-            "names": names_text(schedules),
-        }
-        self.message_user(
+        report(
+            self,
             request,
+            schedules,
             gettext(
                 "Resynced the due index for %(schedules)s (%(changed)s index entries added, "
                 "moved or removed; %(stale)s refused: the index held a newer write): %(names)s."
             )
-            % done
             if result.stale
             else gettext(
                 "Resynced the due index for %(schedules)s (%(changed)s index entries added, "
                 "moved or removed): %(names)s."
-            )
-            % done,
-            messages.SUCCESS,
+            ),
+            changed=result.changed,
+            stale=result.stale,
         )
 
-    # -- the operations page --------------------------------------------------------------
+    # -- the preview and the operations page (views.py) --------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
-        return [
-            path(
-                "operations/",
-                self.admin_site.admin_view(self.operations_view),
-                name="{}_{}_operations".format(*info),
-            ),
-            path(
-                "preview/",
-                self.admin_site.admin_view(self.preview_view),
-                name="{}_{}_preview".format(*info),
-            ),
-            path(
-                "<path:object_id>/preview/",
-                self.admin_site.admin_view(self.preview_view),
-                name="{}_{}_preview_change".format(*info),
-            ),
-            *super().get_urls(),
-        ]
-
-    def preview_view(self, request: HttpRequest, object_id: str | None = None) -> HttpResponse:
-        """The description and next runs of the timing in a posted add or change form, not
-        saved: validated by the form's own rules (the model's), so what it shows is what
-        saving would give. Writes nothing; needs the permission to save that form."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        obj = None
-        if object_id is not None:
-            obj = self.get_object(request, unquote(object_id))
-            if obj is None:
-                raise Http404(gettext("No such schedule."))
-            if not self.has_change_permission(request, obj):
-                raise PermissionDenied
-        elif not self.has_add_permission(request):
-            raise PermissionDenied
-        form = self.get_form(request, obj, change=obj is not None)(request.POST, instance=obj)
-        form.is_valid()  # sets on the instance what is valid, and collects the errors
-        errors = [
-            (form.fields[name].label if name in form.fields else name, message)
-            for name, messages_ in form.errors.items()
-            if name in PREVIEW_FIELDS
-            for message in messages_
-        ]
-        if errors:
-            return JsonResponse(
-                {
-                    "description": "",
-                    "preview": render_to_string(
-                        "django_schedulinator/admin/preview_invalid.html", {"errors": errors}
-                    ),
-                }
-            )
-        schedule = form.instance
-        return JsonResponse(
-            {"description": schedule.description, "preview": self._preview_html(schedule)}
-        )
-
-    def operations_view(self, request: HttpRequest) -> HttpResponse:
-        return operations_view(request, self)
-
-
-PREVIEW_TEMPLATE = "django_schedulinator/admin/preview.html"
-
-
-def index_not_updated(exc: Exception) -> str:
-    return gettext(
-        "The due index could not be updated (%(error)s). The changes are saved; the "
-        "schedulers' reconcile brings the index in line once Redis is reachable."
-    ) % {"error": exc}
-
-
-def _each(
-    schedules: Iterable[Schedule],
-    act: Callable[[Schedule], Any],
-    *,
-    skip: Callable[[Schedule], bool] = lambda schedule: False,
-) -> tuple[list[Schedule], list[Schedule], list[tuple[Schedule, str]]]:
-    """Run a bulk action's service on each schedule: those it acted on, those skipped (left
-    as they were), and those it refused with why."""
-    done: list[Schedule] = []
-    skipped: list[Schedule] = []
-    failed: list[tuple[Schedule, str]] = []
-    for schedule in schedules:
-        if skip(schedule):
-            skipped.append(schedule)
-            continue
-        try:
-            act(schedule)
-        except (ServiceError, ValidationError) as exc:
-            failed.append((schedule, error_text(exc)))
-            continue
-        done.append(schedule)
-    return done, skipped, failed
+        return [*views.urls(self), *super().get_urls()]

@@ -1,5 +1,5 @@
 """A scheduler that dies mid-way: claims (and optionally commits the advance), then hangs
-until the test SIGKILLs it. Usage: python -m tests.hang_after claim|advance LIMIT"""
+until the test SIGKILLs it. Usage: python -m tests.support.hang_after claim|advance LIMIT"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ task = tasks.task
 
 @task()
 def record(*args: object, occurrence_key: str, **kwargs: object) -> None:
-    from .models import Delivery
+    from ..models import Delivery
 
     Delivery.objects.create(
         key=occurrence_key,
@@ -40,7 +40,7 @@ def slow(seconds: float = 3) -> None:
 def slow_receipt(occurrence_key: str, seconds: float = 1.5) -> None:
     """A task that takes its time (inside enqueue() on the immediate backend), then a
     receiver that dedupes on the key."""
-    from .models import receive
+    from ..models import receive
 
     time.sleep(seconds)
     receive(occurrence_key)

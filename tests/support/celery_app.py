@@ -43,7 +43,7 @@ if SLOW_PUBLISH_SECONDS:
 
 @app.task(name="tests.celery.record", bind=True)
 def record(self: Any, *args: Any, **kwargs: Any) -> None:
-    from .models import Delivery
+    from ..models import Delivery
 
     key = occurrence_key(self.request) or ""
     Delivery.objects.create(
@@ -57,7 +57,7 @@ def record(self: Any, *args: Any, **kwargs: Any) -> None:
 
 @app.task(name="tests.celery.receipt", bind=True)
 def receipt(self: Any) -> None:
-    from .models import receive
+    from ..models import receive
 
     receive(occurrence_key(self.request) or "")
 

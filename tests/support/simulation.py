@@ -20,7 +20,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import from_ms, to_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
+from .schedules import make_schedule
 
 START = datetime(2026, 3, 27, 12, 0, tzinfo=UTC)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "manage.py"
 
 # Headless in containers and CI: no sandbox (often no user namespaces), no GPU, and no

@@ -29,7 +29,7 @@ def purge() -> None:
 
 def worker_argv() -> list[str]:
     return [
-        sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "-P", "solo",
+        sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker", "-P", "solo",
         "-Q", QUEUE, "-n", f"{QUEUE}@%h", "--without-heartbeat", "--without-gossip",
         "--without-mingle", "-l", "INFO",
     ]  # fmt: skip

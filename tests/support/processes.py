@@ -3,15 +3,20 @@ for what they do, and reading what they said."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
+from django.db import connection
 
 from .handoff import run_in_thread
 
@@ -90,3 +95,53 @@ SERVING = r"Serving /metrics, /healthz and /readyz on http://127\.0\.0\.1:(\d+)/
 
 def get(port: int, path: str, timeout: float = 10) -> httpx.Response:
     return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=timeout)
+
+
+# The clone: the working directory of the subprocesses, on their PYTHONPATH.
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def subprocess_env(key_prefix: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        SCHEDULINATOR_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
+        SCHEDULINATOR_TEST_PREFIX=key_prefix,
+        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]),
+        **extra,
+    )
+    return env
+
+
+class Schedulers:
+    """Starts real `manage.py run_scheduler` processes and makes sure none outlives a test."""
+
+    def __init__(self, key_prefix: str) -> None:
+        self.key_prefix = key_prefix
+        self.procs: list[subprocess.Popen[str]] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return self.popen([sys.executable, "-m", "django", "run_scheduler", *args], env=env)
+
+    def popen(self, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=env or subprocess_env(self.key_prefix),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for n, proc in enumerate(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            if proc.stdout:
+                # Shown by pytest when the test failed: what each scheduler logged.
+                if not proc.stdout.closed:
+                    print(f"--- scheduler {n} (exit {proc.returncode})", proc.stdout.read())
+                proc.stdout.close()

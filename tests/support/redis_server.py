@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -74,3 +75,17 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=30)
             self.proc = None
+
+
+def lose_redis(settings: Any) -> None:
+    """From now on the app's Redis is a port where nothing listens: every connection is
+    refused at once, a real error from a real client (no mock)."""
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+            "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
+        },
+    }
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "CACHE_ALIAS": "down"}

@@ -2,7 +2,7 @@
 ``redis-cli --cluster create``, each master with a replica, so a test may kill a master and
 watch its replica take over.
 
-Each node is a `RedisServer` (tests/redis_server.py) started in cluster mode on a port whose
+Each node is a `RedisServer` (tests/support/redis_server.py) started in cluster mode on a port whose
 cluster bus port (port + 10000) is free too; data and logs live in the test's temporary
 directory and everything is killed at the end.
 """

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def example(name: str, page: str = "dispatch.md") -> dict[str, Any]:

@@ -17,7 +17,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
-from .conftest import make_schedule
+from .schedules import make_schedule
 
 
 def due(**fields: Any) -> Schedule:

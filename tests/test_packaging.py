@@ -1,0 +1,85 @@
+"""The distribution's metadata, read from the installed package (the wheel, under the
+matrix): the version has one source, the license is the LICENSE file, the classifiers name
+exactly the Django and Python versions the matrix in tox.ini tests, and the changelog opens
+with the version in the making."""
+
+from __future__ import annotations
+
+import configparser
+import re
+from importlib import metadata
+from pathlib import Path
+
+from trove_classifiers import classifiers as known_classifiers
+
+import django_schedulinator
+
+PROJECT = Path(__file__).resolve().parent.parent  # the clone: LICENSE, tox.ini
+DISTRIBUTION = "django-schedulinator"
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    assert django_schedulinator.__version__ == metadata.version(DISTRIBUTION)
+
+
+def test_the_license_metadata_is_the_license_file() -> None:
+    meta = metadata.metadata(DISTRIBUTION)
+    assert meta["License-Expression"] == "BSD-3-Clause"
+    assert meta.get_all("License-File") == ["LICENSE"]
+    text = (PROJECT / "LICENSE").read_text("utf-8")
+    assert text.startswith("BSD 3-Clause License\n")
+    # The third clause, the one that makes it BSD-3 rather than BSD-2.
+    assert "3. Neither the name of the copyright holder nor the names of its" in text
+    shipped = metadata.distribution(DISTRIBUTION).read_text("licenses/LICENSE")
+    assert shipped == text
+
+
+def _classifiers() -> list[str]:
+    return metadata.metadata(DISTRIBUTION).get_all("Classifier") or []
+
+
+def test_the_classifiers_are_pypis() -> None:
+    assert [c for c in _classifiers() if c not in known_classifiers] == []
+
+
+def _tested_versions() -> tuple[set[str], set[str]]:
+    """The Python and Django versions of tox.ini's environments (py312-django61-sqlite)."""
+    tox = configparser.ConfigParser()
+    tox.read(PROJECT / "tox.ini", encoding="utf-8")
+    pythons, djangos = set(), set()
+    for env in tox["tox"]["env_list"].split():
+        python = re.search(r"(?:^|-)py3(\d+)(?:-|$)", env)
+        django = re.search(r"(?:^|-)django(\d)(\d+)(?:-|$)", env)
+        assert python, f"tox.ini: {env} names no Python"
+        assert django, f"tox.ini: {env} names no Django"
+        pythons.add(f"3.{python[1]}")
+        djangos.add(f"{django[1]}.{django[2]}")
+    return pythons, djangos
+
+
+def test_the_classifiers_name_each_tested_version_and_no_other() -> None:
+    pythons, djangos = _tested_versions()
+    assert pythons == {"3.11", "3.12", "3.13"}
+    assert djangos == {"5.2", "6.0", "6.1"}
+    assert metadata.metadata(DISTRIBUTION)["Requires-Python"] == ">=3.11"  # the oldest tested
+    classified = _classifiers()
+    assert {
+        c.removeprefix("Programming Language :: Python :: ")
+        for c in classified
+        if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)
+    } == pythons
+    assert {
+        c.removeprefix("Framework :: Django :: ")
+        for c in classified
+        if re.fullmatch(r"Framework :: Django :: \d+\.\d+", c)
+    } == djangos
+
+
+def test_the_changelog_opens_with_the_version_in_the_making() -> None:
+    """The first section is the release being prepared, "## 0.1.0 (unreleased)" while the
+    version is 0.1.0.devN: what a user gets, before the development log."""
+    text = (PROJECT / "CHANGELOG.md").read_text("utf-8")
+    first = re.search(r"^## (.*)$", text, re.MULTILINE)
+    assert first
+    in_the_making = re.sub(r"\.dev\d+$", "", django_schedulinator.__version__)
+    assert first[1] == f"{in_the_making} (unreleased)"

@@ -253,7 +253,7 @@ def fire_through(system: str, *, due: int, batch_size: int, target: Target) -> f
     Checks that each was handed off once and arrived, then deletes what arrived."""
     from django.db.models import Count
 
-    from django_schedulinator.dispatch import get_dispatcher
+    from django_schedulinator.dispatch import dispatchers
     from django_schedulinator.models import Run
     from django_schedulinator.worker import Worker
 
@@ -262,7 +262,7 @@ def fire_through(system: str, *, due: int, batch_size: int, target: Target) -> f
         batch_size=batch_size,
         once=True,
         worker_id=f"bench-dispatch-{system}",
-        dispatcher=get_dispatcher(system),
+        dispatcher=dispatchers.create_connection(system),
     )
     started = time.perf_counter()
     worker.run()

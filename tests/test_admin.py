@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import services
+from django_schedulinator import services, streaks
 from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import DueIndex
@@ -1271,7 +1271,7 @@ def test_the_operations_page_says_when_no_scheduler_runs_while_schedules_wait(
 def test_the_operations_page_lists_warnings(admin_client: Client, built_index: DueIndex) -> None:
     beat(built_index)
     failing = make_schedule("nightly-report")
-    services.auto_pause([failing.pk], note=AUTO_PAUSE_NOTE, using="default")
+    streaks.auto_pause([failing.pk], note=AUTO_PAUSE_NOTE, using="default")
     html = admin_client.get(reverse(OPERATIONS)).content.decode()
     warnings = re.search(r'id="schedulinator-warnings">(.*?)</div>', html, re.DOTALL)
     assert warnings is not None

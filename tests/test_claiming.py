@@ -16,8 +16,9 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.claiming import Claimer, PlannedRetries
 from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.keys import occurrence_key
 from django_schedulinator.leases import Leased
-from django_schedulinator.models import Run, Schedule, occurrence_key
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.querysets import Advance, NewRun
 from django_schedulinator.rebuild import ensure_built
 from django_schedulinator.timing import to_ms

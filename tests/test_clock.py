@@ -19,7 +19,7 @@ import time_machine
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import clock, resync_schedules, services
+from django_schedulinator import clock, errors, resync_schedules, services
 from django_schedulinator.claiming import Claimer
 from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
@@ -100,7 +100,7 @@ def test_preview_and_run_now_take_redis_time(host_ahead: None) -> None:
 def test_backfill_refuses_a_range_redis_time_has_not_reached(host_ahead: None) -> None:
     schedule = make_schedule(kind="cron", cron="* * * * *", timezone="UTC")
     end = timezone.now() - MINUTE  # in the past for this host, five minutes ahead of Redis
-    with pytest.raises(services.ServiceError, match="must not be after now"):
+    with pytest.raises(errors.ServiceError, match="must not be after now"):
         services.backfill(schedule, end - 2 * AHEAD, end)
     report = services.backfill(schedule, redis_now() - 5 * MINUTE, redis_now(), dry_run=True)
     assert report.occurrences in (5, 6)

@@ -119,7 +119,7 @@ def test_a_batch_is_enqueued_over_the_queue_s_connection_not_a_new_one_per_job(
     in TIME_WAIT; benchmarks/dispatchers.py found it). The dispatcher keeps its queues."""
     from redis.connection import AbstractConnection
 
-    from django_schedulinator.dispatch import Occurrence, Progress, get_dispatcher
+    from django_schedulinator.dispatch import Occurrence, Progress, dispatchers
 
     opened = []
     connect = AbstractConnection.connect
@@ -130,7 +130,7 @@ def test_a_batch_is_enqueued_over_the_queue_s_connection_not_a_new_one_per_job(
         connect(self)
 
     monkeypatch.setattr(AbstractConnection, "connect", counted)
-    dispatcher = get_dispatcher("jobs")
+    dispatcher = dispatchers.create_connection("jobs")
     occurrences = [
         Occurrence(
             key=f"{i}:1780000000000",

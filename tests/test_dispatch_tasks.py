@@ -138,11 +138,20 @@ def test_a_backend_that_runs_the_task_in_enqueue_gives_its_outcome_at_once(
 def test_a_backend_that_refuses_the_task_fails_its_runs_at_once_while_others_fire(
     tasks_alias: None, settings: Any
 ) -> None:
-    settings.SCHEDULINATOR["DISPATCHERS"]["other"] = {"BACKEND": TASKS_DISPATCHER}
+    aliases = settings.SCHEDULINATOR["DISPATCHERS"]
+
+    def other(**options: str) -> None:
+        other = {"BACKEND": TASKS_DISPATCHER, "OPTIONS": options}
+        settings.SCHEDULINATOR = {
+            **settings.SCHEDULINATOR,
+            "DISPATCHERS": {**aliases, "other": other},
+        }
+
+    other()
     refused = due(dispatcher="other", task="tests.django.plain")
     fine = due(task="tests.django.plain")
     # Its backend is misconfigured after the schedule was saved: not worth a retry.
-    settings.SCHEDULINATOR["DISPATCHERS"]["other"]["OPTIONS"] = {"BACKEND_ALIAS": "gone"}
+    other(BACKEND_ALIAS="gone")
     fire()
     assert status_of(fine) == "dispatched"
     run = Run.objects.get(schedule=refused)

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import keys, outcomes, timing
-from django_schedulinator.keys import InvalidKey, occurrence_key, parse_key
+from django_schedulinator import keys, timing
+from django_schedulinator.errors import InvalidKey
+from django_schedulinator.keys import occurrence_key, parse_key
 
 # Nominal times are whole milliseconds (timing keeps them so), within the datetimes Python has.
 moments = st.datetimes(
@@ -40,10 +41,3 @@ def test_the_key_is_the_schedule_and_the_epoch_milliseconds() -> None:
 def test_something_that_is_not_a_key_is_refused(key: str) -> None:
     with pytest.raises(InvalidKey, match="is not an occurrence key"):
         parse_key(key)
-
-
-def test_the_names_that_moved_here_are_importable_from_their_old_homes() -> None:
-    from django_schedulinator.models import occurrence_key as from_models
-
-    assert from_models is occurrence_key
-    assert outcomes.InvalidKey is InvalidKey

@@ -12,8 +12,9 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import outcomes, resync_schedules, services
-from django_schedulinator.dispatch import Outcome, get_dispatcher
+from django_schedulinator import outcomes, resync_schedules, services, streaks
+from django_schedulinator.dispatch import Outcome, dispatchers
+from django_schedulinator.errors import InvalidKey
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import truncate_ms
@@ -155,9 +156,9 @@ def test_a_late_failure_of_a_run_older_than_a_success_starts_no_streak() -> None
 
 
 def test_a_long_streak_is_counted_in_the_ledgers_order() -> None:
-    """Past the newest runs the count reads (services.STREAK_WINDOW) it goes on from the
+    """Past the newest runs the count reads (streaks.STREAK_WINDOW) it goes on from the
     stored count; a late outcome of a run older than those is counted from the ledger."""
-    assert services.STREAK_WINDOW <= 12
+    assert streaks.STREAK_WINDOW <= 12
     schedule = every_minute(dispatcher="queue")
     runs = backfilled(schedule, 16)
 
@@ -278,7 +279,7 @@ def _leased(occurrences: Any, token: str) -> Any:
      "9223372036854775808:1"],
 )  # fmt: skip
 def test_a_report_with_something_that_is_not_a_key_is_refused(key: str) -> None:
-    with pytest.raises(outcomes.InvalidKey, match="is not an occurrence key"):
+    with pytest.raises(InvalidKey, match="is not an occurrence key"):
         outcomes.report_finished(key, succeeded=True)
 
 
@@ -394,7 +395,7 @@ def record_outcome(occurrence: Any, schedule: Schedule, status: str) -> None:
                 timezone.now(),
             )
         ],
-        dispatcher=get_dispatcher("queue"),
+        dispatcher=dispatchers.create_connection("queue"),
         now=timezone.now(),
         using="default",
     )

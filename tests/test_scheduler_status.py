@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules, services
+from django_schedulinator import resync_schedules, services, streaks
 from django_schedulinator.health import cluster_status
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run
@@ -164,7 +164,7 @@ def test_auto_paused_schedules_are_listed_and_warned_about(built_index: DueIndex
     beat(built_index)
     failing = make_schedule("nightly-report")
     services.pause(make_schedule("paused-by-hand"), "maintenance")
-    services.auto_pause([failing.pk], note=AUTO_PAUSE_NOTE, using="default")
+    streaks.auto_pause([failing.pk], note=AUTO_PAUSE_NOTE, using="default")
     code, printed = status()
     assert code == 0  # a warning: the scheduling itself is healthy
     assert "Auto-paused schedules: 1" in printed
@@ -207,7 +207,7 @@ def test_runs_never_reported_in_time_are_a_warning(built_index: DueIndex, settin
 
 def test_the_json_keys_are_the_documented_ones(built_index: DueIndex) -> None:
     beat(built_index)
-    services.auto_pause([make_schedule().pk], note=AUTO_PAUSE_NOTE, using="default")
+    streaks.auto_pause([make_schedule().pk], note=AUTO_PAUSE_NOTE, using="default")
     report = json.loads(status("--json")[1])
     nested = {
         "": report,

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from django_schedulinator import outcomes, resync_schedules, services, signals
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule, occurrence_key
+from django_schedulinator.keys import occurrence_key
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.rebuild import rebuild_index
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker

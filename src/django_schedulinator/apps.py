@@ -29,6 +29,10 @@ class SchedulinatorConfig(AppConfig):
         # The notifier hears the signals of the events it is told of (NOTIFY's EVENTS).
         connect_receivers()
         setting_changed.connect(settings_changed, dispatch_uid="schedulinator_notify_settings")
+        # The dispatcher aliases follow the setting (override_settings), as Django's caches.
+        from .dispatch import settings_changed as dispatchers_changed
+
+        setting_changed.connect(dispatchers_changed, dispatch_uid="schedulinator_dispatchers")
         autodiscover_modules(app_settings.TASKS_MODULE)
         # Outcomes of Django tasks come back through that framework's signals, if installed.
         from .dispatch.tasks import connect_signals

@@ -33,22 +33,13 @@ from django.core.management import call_command, get_commands, load_command_clas
 from django.core.management.base import CommandError
 
 from .conf import AllowedCommand, app_settings
-from .errors import SchedulinatorError
+from .errors import CommandFailed, CommandRefused
 from .registry import task
 
 NAME = "django_schedulinator.command"
 MAX_OUTPUT_CHARS = 4000
 
 logger = logging.getLogger("django_schedulinator.command_task")
-
-
-class CommandRefused(SchedulinatorError):
-    """The command, or one of its arguments, is not in the allowlist."""
-
-
-class CommandFailed(SchedulinatorError):
-    """The command exited with a status other than 0 (or raised); the message has its output
-    only when its entry keeps it."""
 
 
 def check_args(args: Any, kwargs: Any) -> dict[str, str]:

@@ -1,11 +1,19 @@
 """The app's errors: one base class, so a caller can catch everything the app refuses.
 
+Every error a caller may catch lives here, importable from here only. A few that never leave
+the module that raises them (``contrib.sentry.Inexpressible``, ``importers.celery_beat.Unmapped``,
+``probes.NoAnswer``) stay there, and still derive from ``SchedulinatorError``; a test walks the
+package for exceptions that do not.
+
 This module imports nothing of the app: every other module may raise these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
 
 
 class SchedulinatorError(Exception):
@@ -60,6 +68,46 @@ class VersionConflict(ServiceError):
     def __init__(self, message: str, *, current: int) -> None:
         super().__init__(message)
         self.current = current
+
+
+class InvalidKey(SchedulinatorError, ValueError):
+    """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
+
+
+class InvalidDispatcher(SchedulinatorError, ImproperlyConfigured):
+    """A dispatcher alias cannot be built: its ``BACKEND`` cannot be imported or is not a
+    ``BaseDispatcher``, or its ``OPTIONS`` are wrong. The message names the setting."""
+
+
+class UnknownDispatcher(InvalidDispatcher):
+    """A schedule or run names an alias that ``SCHEDULINATOR['DISPATCHERS']`` does not have."""
+
+    def __init__(self, alias: str, configured: Iterable[str] = ()) -> None:
+        super().__init__(
+            f"{alias!r} is not a dispatcher alias (configured: {', '.join(sorted(configured))}); "
+            "add it to SCHEDULINATOR['DISPATCHERS']."
+        )
+        self.alias = alias
+
+
+class Unreachable(SchedulinatorError):
+    """Raised by a dispatcher's ``send``: what it hands off to cannot be reached (a broker or
+    a Redis that is down). This run and the rest of its batch are retried after the backoff,
+    with the message as their error."""
+
+
+class CommandRefused(SchedulinatorError):
+    """The command task's command, or one of its arguments, is not in the allowlist
+    (``SCHEDULINATOR['COMMANDS']``)."""
+
+
+class CommandFailed(SchedulinatorError):
+    """The command task's command exited with a status other than 0 (or raised); the message
+    has its output only when its entry keeps it."""
+
+
+class NotifyError(SchedulinatorError):
+    """A notification was refused (a webhook target answered with an error)."""
 
 
 def validation_message(exc: Any) -> str:

@@ -8,16 +8,12 @@ import re
 from datetime import datetime
 
 from . import timing
-from .errors import SchedulinatorError
+from .errors import InvalidKey
 
 # ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits.
 KEY_PATTERN = re.compile(r"([0-9]{1,19}):(-?[0-9]{1,15})")
 # A schedule's primary key is a bigint.
 MAX_SCHEDULE_ID = 2**63 - 1
-
-
-class InvalidKey(SchedulinatorError, ValueError):
-    """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
 
 
 def occurrence_key(schedule_id: int, scheduled_for: datetime) -> str:

@@ -28,13 +28,13 @@ from .dispatch import (
     BaseDispatcher,
     Occurrence,
     Outcome,
-    OutcomeStatus,
     Progress,
     dispatchers,
 )
 from .leases import Leased, LeaseKeeper
 from .progress import BatchProgress
 from .recording import OutcomeRecorder
+from .statuses import OutcomeStatus
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
@@ -71,8 +71,10 @@ class Unavailable(BaseDispatcher):
 
 
 def build_dispatcher(alias: str) -> BaseDispatcher:
+    """The lane's own instance (not this thread's ``dispatchers[alias]``): its lane thread
+    alone uses it, and it is closed with the lane, so a dispatcher need not be thread-safe."""
     try:
-        return dispatchers.create(alias)
+        return dispatchers.create_connection(alias)
     except ImproperlyConfigured as exc:
         logger.error("Runs of the dispatcher %r fail until this is fixed: %s", alias, exc)
         return Unavailable(alias, str(exc))
@@ -298,6 +300,7 @@ class Lanes:
                 with contextlib.suppress(Exception):
                     lane.dispatcher.close()
             connections.close_all()  # this thread's connections
+            dispatchers.close_all()  # and its instances of the aliases (the Sentry hooks use one)
 
     def dispatch_now(self, lane: Lane, leased: Leased) -> None:
         """Dispatch one batch in this thread and record its outcomes."""

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core import validators
-from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.core.exceptions import ValidationError
 from django.db import models, router, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -17,8 +17,8 @@ from django.utils.translation import gettext_lazy as _
 from . import clock, statuses, timing
 from .conf import app_settings
 from .dbclock import DatabaseClockField
-from .dispatch import DEFAULT_ALIAS, UnknownDispatcher, dispatchers
-from .keys import occurrence_key as occurrence_key  # its home was here
+from .dispatch import DEFAULT_ALIAS, dispatchers
+from .keys import occurrence_key
 from .querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from .registry import registry
 from .statuses import RunStatus
@@ -608,45 +608,17 @@ class Schedule(models.Model):
             and self.run_at < clock.now() - timedelta(minutes=1)
         ):
             errors.setdefault("run_at", _("A new one-off must run in the future."))
-        for field, message in self.dispatch_errors().items():
-            errors.setdefault(field, message)
+        # What the dispatcher cannot do for it; a saved schedule may keep an alias since
+        # removed from the settings (its runs then fail saying so).
+        loaded = getattr(self, "_loaded", {})
+        kept = not self._state.adding and loaded.get("dispatcher") == self.dispatcher
+        try:
+            dispatchers.validate_schedule(self, keeps_unknown_alias=kept)
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, messages[0])
         if errors:
             raise ValidationError(errors)
-
-    def dispatch_errors(self) -> dict[str, str]:
-        """What the schedule's dispatcher cannot do for it, by field: an alias that is not
-        configured (unless the saved schedule keeps it: its runs then fail saying so),
-        options it does not take, or policies that need outcomes it never learns."""
-        try:
-            dispatcher = dispatchers[self.dispatcher]
-        except UnknownDispatcher as exc:
-            kept = getattr(self, "_loaded", {}).get("dispatcher") == self.dispatcher
-            return {} if kept and not self._state.adding else {"dispatcher": str(exc)}
-        except ImproperlyConfigured as exc:  # the alias's BACKEND or OPTIONS (check E004)
-            return {"dispatcher": str(exc)}
-        errors: dict[str, str] = {}
-        problems = dispatcher.schedule_option_errors(self.dispatch_options)
-        if problems:
-            text = "; ".join(problems)
-            errors["dispatch_options"] = text[:1].upper() + text[1:] + "."
-        if not dispatcher.reports_outcomes:
-            params = {"alias": self.dispatcher, "backend": type(dispatcher).__name__}
-            if self.overlap != self.Overlap.ALLOW:
-                errors["overlap"] = _(
-                    "Overlap %(overlap)r needs to know when the previous run ended, and the "
-                    "dispatcher %(alias)r (%(backend)s) never learns when a run ends; use "
-                    "'allow', or a dispatcher that reports outcomes."
-                ) % {**params, "overlap": self.overlap}
-            if self.pause_after_failures:
-                errors["pause_after_failures"] = (
-                    _(
-                        "Pause after failures needs to know how runs ended, and the dispatcher "
-                        "%(alias)r (%(backend)s) never learns when a run ends; leave it blank, or "
-                        "use a dispatcher that reports outcomes."
-                    )
-                    % params
-                )
-        return errors
 
     # -- timing helpers -------------------------------------------------------------------
 

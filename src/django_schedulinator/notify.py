@@ -46,7 +46,7 @@ from . import signals, timing
 from .alerts import REASONS
 from .conf import SETTING_NAME, NotifyConfig, app_settings
 from .dispatch.base import Option
-from .errors import TimingError
+from .errors import NotifyError, TimingError
 from .models import Schedule
 from .statuses import RunStatus
 
@@ -269,10 +269,6 @@ class WebhookNotifier(BaseNotifier):
                 f"The webhook target {self.settings['TARGET']!r} answered HTTP "
                 f"{answer.status_code}: {answer.text[:200]}"
             )
-
-
-class NotifyError(Exception):
-    """A notification was refused (a webhook answered with an error)."""
 
 
 def _target(alias: str, name: str) -> tuple[dict[str, str], float]:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
 from . import clock, ledger, signals, streaks
-from .keys import InvalidKey as InvalidKey  # its home was here
 from .keys import occurrence_key, parse_key
 from .models import Run
 from .querysets import json_ids

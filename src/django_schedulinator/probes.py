@@ -27,6 +27,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 from django.db import connections, router
 
 from .conf import app_settings
+from .errors import SchedulinatorError
 from .index import DueIndex
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ PATHS = ("/metrics", "/healthz", "/readyz")
 T = TypeVar("T")
 
 
-class NoAnswer(TimeoutError):
+class NoAnswer(SchedulinatorError, TimeoutError):
     """A dependency did not answer within the probe's bound."""
 
 

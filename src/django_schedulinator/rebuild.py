@@ -32,7 +32,7 @@ from redis.exceptions import LockError
 
 from . import signals
 from .conf import app_settings
-from .errors import RebuildInProgress as RebuildInProgress  # its home was here
+from .errors import RebuildInProgress
 from .index import (
     ADDED,
     FIXED,

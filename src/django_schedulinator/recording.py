@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from . import notify
+from .dispatch import dispatchers
 from .progress import record_while_leased
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
@@ -107,6 +108,7 @@ class OutcomeRecorder:
                     self._record(items, items[0][0].dispatcher)
         finally:
             connections.close_all()  # this thread's
+            dispatchers.close_all()  # its instances of the aliases (outcomes' timeouts)
 
     def _next_group(self) -> list[tuple[BatchProgress, list[Outcome]]]:
         """What waits (up to BATCHES_PER_WRITE batches), once something does; [] once

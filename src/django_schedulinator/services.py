@@ -13,9 +13,9 @@ caller's instance: that copy may predate a concurrent edit, which writing it bac
 (and a run queued from it would carry stale arguments). The caller's instance then takes
 what was written.
 
-Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this layer,
-re-exported here). Runs are written by ``ledger``. The model itself (``models.Schedule``)
-only validates and writes: each function here decides the transition (a first run,
+Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this
+layer). Runs are written by ``ledger``. The model itself (``models.Schedule``) only
+validates and writes: each function here decides the transition (a first run,
 re-timing, pause, resume, a next run replaced) at the "now" it takes from the schedulers'
 clock, sets the fields, and saves them with ``update_fields``, which moves the counters.
 """
@@ -41,27 +41,19 @@ from .index import ApplyResult, get_index
 from .models import Run, Schedule, ScheduleChange
 from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
 from .registry import registry
-from .streaks import STREAK_WINDOW as STREAK_WINDOW
-from .streaks import auto_pause, lock_streaks, record_streaks
 
 __all__ = [
     "PYTHON",
     "BackfillReport",
-    "Origin",
-    "ServiceError",
-    "VersionConflict",
     "advance",
-    "auto_pause",
     "backfill",
     "create",
     "delete",
     "delete_many",
     "lock_for_edit",
-    "lock_streaks",
     "mark_missed",
     "mark_not_fired",
     "pause",
-    "record_streaks",
     "resume",
     "resync",
     "run_now",

@@ -1,5 +1,5 @@
 """Each schedule's failures in a row, and the auto-pause they lead to: a part of the service
-layer (``services`` re-exports these; nothing else writes a schedule), reached from the
+layer (with ``services``, the only modules that write a schedule), reached from the
 outcome path (``outcomes.record`` and the worker-side reports), in the transaction that
 records the outcomes.
 

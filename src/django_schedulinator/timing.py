@@ -53,7 +53,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .errors import TimingError as TimingError  # its home was here
+from .errors import TimingError
 
 CRON = "cron"
 INTERVAL = "interval"

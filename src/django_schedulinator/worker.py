@@ -32,7 +32,7 @@ from . import notify
 from .chores import Chores
 from .claiming import Claimer, Counters, Plan
 from .conf import MAX_BATCH_SIZE, app_settings
-from .dispatch import BaseDispatcher
+from .dispatch import BaseDispatcher, dispatchers
 from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .lanes import STOP_RECORD_SECONDS, Lanes
@@ -306,8 +306,10 @@ class Worker:
         return self.lanes.depths()
 
     def close(self) -> None:
-        """Close every dispatcher this scheduler built or was given (lanes.py)."""
+        """Close every dispatcher this scheduler built or was given (lanes.py), and this
+        thread's instances of the aliases (``dispatchers``: validation and the status)."""
         self.lanes.close()
+        dispatchers.close_all()
 
     def is_stopping(self) -> bool:
         """Told to stop, or its loop ended and its lanes finish what they hold."""

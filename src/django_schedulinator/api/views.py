@@ -31,7 +31,7 @@ from rest_framework.views import APIView
 from .. import keys, outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
-from ..errors import ScheduleDeleted, ServiceError, VersionConflict
+from ..errors import InvalidKey, ScheduleDeleted, ServiceError, VersionConflict
 from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
 from ..heartbeat import alive
 from ..index import get_index
@@ -588,7 +588,7 @@ class OutcomeReportView(
         key, reported = body.validated_data["key"], body.validated_data["status"]
         try:
             schedule_id, at = keys.parse_key(key)
-        except keys.InvalidKey as exc:
+        except InvalidKey as exc:
             raise ValidationError({"key": [str(exc)]}) from None
         schedule = Schedule.objects.filter(pk=schedule_id).first()
         if schedule is not None:

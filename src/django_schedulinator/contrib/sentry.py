@@ -49,7 +49,7 @@ from django.utils.text import slugify
 from .. import signals, timing
 from ..conf import SENTRY_MAX_MINUTES, SETTING_NAME, SentryCrons, app_settings
 from ..dispatch import COMMON_OPTIONS, dispatchers
-from ..errors import TimingError, UnknownTask
+from ..errors import SchedulinatorError, TimingError, UnknownTask
 from ..models import Schedule
 from ..querysets import json_ids
 from ..registry import registry
@@ -214,8 +214,9 @@ rows = Rows()
 # -- the monitor config ---------------------------------------------------------------------
 
 
-class Inexpressible(Exception):
-    """The schedule's timing has no Sentry monitor schedule that means the same."""
+class Inexpressible(SchedulinatorError):
+    """The schedule's timing has no Sentry monitor schedule that means the same (caught in
+    this module: the schedule is then left unmonitored, with a warning)."""
 
 
 def crontab(expr: str, day_rule: str) -> str:

@@ -1,19 +1,24 @@
 """Pluggable dispatch: the dispatchers configured in SCHEDULINATOR['DISPATCHERS'], by alias.
 
-``dispatchers[alias]`` is this process's shared instance, for validation and the checks (a
-dispatcher's constructor connects to nothing); ``dispatchers.create(alias)`` is a new one
-that its caller owns and closes (each scheduler process builds its own).
+``dispatchers`` is a connection handler, as Django's ``caches`` and django-tasks'
+``task_backends`` are: ``dispatchers[alias]`` is this thread's instance of an alias, for
+validation, the checks and the status pages (a dispatcher's constructor connects to
+nothing); ``dispatchers.all()`` lists them; ``dispatchers.close_all()`` closes and forgets
+them. ``dispatchers.create_connection(alias)`` is a new instance its caller owns and closes:
+each lane of a running scheduler builds its own (lanes.py).
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import ImproperlyConfigured
+from asgiref.local import Local
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.utils.connection import BaseConnectionHandler
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
+from ..errors import InvalidDispatcher, UnknownDispatcher
 from .base import (
     COMMON_OPTIONS,
     DEFAULT_ALIAS,
@@ -22,106 +27,132 @@ from .base import (
     Occurrence,
     Option,
     Outcome,
-    OutcomeStatus,
     Progress,
-    Unreachable,
 )
+
+if TYPE_CHECKING:
+    from ..models import Schedule
 
 __all__ = [
     "COMMON_OPTIONS",
     "DEFAULT_ALIAS",
     "BaseDispatcher",
     "Call",
+    "DispatcherHandler",
     "Occurrence",
     "Option",
     "Outcome",
-    "OutcomeStatus",
     "Progress",
-    "UnknownDispatcher",
-    "Unreachable",
     "dispatchers",
-    "get_dispatcher",
 ]
 
-# Modules whose absence means an extra is not installed, and the extra that installs them.
-EXTRAS = {
-    "celery": "celery",
-    "rq": "rq",
-    "django_rq": "rq",
-    "django_tasks": "tasks",
-    "httpx": "webhook",
-}
+
+if TYPE_CHECKING:
+    _Handler = BaseConnectionHandler[BaseDispatcher]
+else:
+    _Handler = BaseConnectionHandler
 
 
-class UnknownDispatcher(ImproperlyConfigured):
-    """A schedule or run names an alias that SCHEDULINATOR['DISPATCHERS'] does not have."""
+class DispatcherHandler(_Handler):
+    """The dispatcher aliases of ``SCHEDULINATOR['DISPATCHERS']``, an instance of each per
+    thread (Django's ``Local``, as for caches): no instance is shared between threads, so a
+    dispatcher need not be thread-safe. The scheduler's lanes each own one from
+    ``create_connection`` instead, which its lane thread uses alone and closes."""
 
-    def __init__(self, alias: str) -> None:
-        configured = ", ".join(sorted(app_settings.DISPATCHERS))
-        super().__init__(
-            f"{alias!r} is not a dispatcher alias (configured: {configured}); add it to "
-            f"SCHEDULINATOR['DISPATCHERS']."
-        )
+    settings_name = "SCHEDULINATOR"
+    exception_class = UnknownDispatcher
 
+    def __init__(self, settings: dict[str, Any] | None = None) -> None:
+        super().__init__(settings)
+        self._given = settings
 
-class Dispatchers:
-    def __init__(self) -> None:
-        self._shared: dict[tuple[str, str], BaseDispatcher] = {}
-        self._lock = threading.Lock()
+    def configure_settings(self, settings: dict[str, Any] | None) -> dict[str, Any]:
+        # Through conf: validated, and the alias "default" is always there.
+        return app_settings.DISPATCHERS if settings is None else settings
 
     def aliases(self) -> list[str]:
-        return sorted(app_settings.DISPATCHERS)
+        return sorted(self.settings)
 
     def config(self, alias: str) -> dict[str, Any]:
         try:
-            return app_settings.DISPATCHERS[alias]
+            return dict(self.settings[alias])
         except KeyError:
-            raise UnknownDispatcher(alias) from None
+            raise UnknownDispatcher(alias, self.settings) from None
 
     def backend_class(self, alias: str) -> type[BaseDispatcher]:
-        """The class an alias names (a path from settings, never from data), with the
-        extra to install when its dependency is missing."""
+        """The class an alias names (a path from settings, never from data)."""
         path = self.config(alias)["BACKEND"]
         where = f"SCHEDULINATOR['DISPATCHERS'][{alias!r}]['BACKEND']"
         try:
             cls = import_string(path)
         except ImportError as exc:
-            missing = getattr(exc, "name", None) or ""
-            extra = EXTRAS.get(missing.partition(".")[0])
-            hint = (
-                f"; install it with: pip install 'django-schedulinator[{extra}]'" if extra else ""
-            )
-            raise ImproperlyConfigured(
-                f"{where} is {path!r}, which cannot be imported: {exc}{hint}"
+            raise InvalidDispatcher(
+                f"{where} is {path!r}, which cannot be imported: {exc}"
             ) from exc
         if not (isinstance(cls, type) and issubclass(cls, BaseDispatcher)):
-            raise ImproperlyConfigured(f"{where} is {path!r}, which is not a BaseDispatcher.")
+            raise InvalidDispatcher(f"{where} is {path!r}, which is not a BaseDispatcher.")
         return cls
 
-    def create(self, alias: str = DEFAULT_ALIAS) -> BaseDispatcher:
-        """A new instance of the alias's dispatcher, its options checked first."""
+    def create_connection(self, alias: str = DEFAULT_ALIAS) -> BaseDispatcher:
+        """A new instance of the alias's dispatcher, its options checked first; the caller
+        owns it and closes it."""
         cls = self.backend_class(alias)
-        options = self.config(alias)["OPTIONS"]
+        options = self.config(alias).get("OPTIONS", {})
         problems = cls.option_problems(options)
         if problems:
-            raise ImproperlyConfigured(
+            raise InvalidDispatcher(
                 f"SCHEDULINATOR['DISPATCHERS'][{alias!r}]['OPTIONS']: {'; '.join(problems)}."
             )
         return cls(alias, options)
 
+    def validate_schedule(self, schedule: Schedule, *, keeps_unknown_alias: bool = False) -> None:
+        """Refuse a schedule its alias cannot serve, with ``ValidationError`` by field: an
+        alias that is not configured (but with ``keeps_unknown_alias``: a saved schedule
+        that keeps an alias since removed, whose runs then fail saying so), one that cannot
+        be built, or what the alias's ``BaseDispatcher.validate_schedule`` refuses."""
+        try:
+            dispatcher = self[schedule.dispatcher]
+        except UnknownDispatcher as exc:
+            if keeps_unknown_alias:
+                return
+            raise ValidationError({"dispatcher": str(exc)}) from None
+        except ImproperlyConfigured as exc:  # its BACKEND or OPTIONS (check E004)
+            raise ValidationError({"dispatcher": str(exc)}) from None
+        dispatcher.validate_schedule(schedule)
+
     def __getitem__(self, alias: str) -> BaseDispatcher:
-        # Keyed by the configuration too: a changed setting (override_settings) builds anew.
-        key = (alias, repr(self.config(alias)))
-        with self._lock:
-            shared = self._shared.get(key)
-            if shared is None:
-                shared = self._shared[key] = self.create(alias)
-            return shared
+        if alias not in self.settings:
+            raise UnknownDispatcher(alias, self.settings)
+        return super().__getitem__(alias)
+
+    def all(self, initialized_only: bool = False) -> list[BaseDispatcher]:
+        """This thread's instance of every alias (only those built so far with
+        ``initialized_only``)."""
+        return list(super().all(initialized_only))
+
+    def close_all(self) -> None:
+        """Close this thread's instances and forget them: the next ``dispatchers[alias]``
+        builds a new one (a closed dispatcher need not work again)."""
+        for alias in list(self):
+            dispatcher = getattr(self._connections, alias, None)
+            if dispatcher is not None:
+                del self[alias]
+                dispatcher.close()
+
+    def reset(self) -> None:
+        """Close this thread's instances and read the setting again (``setting_changed``,
+        as Django does for ``CACHES``)."""
+        if "settings" in self.__dict__:  # read before (so instances may exist): the old aliases
+            self.close_all()
+            del self.__dict__["settings"]  # the cached_property
+        self._settings = self._given
+        self._connections = Local(self.thread_critical)
 
 
-dispatchers = Dispatchers()
+dispatchers = DispatcherHandler()
 
 
-def get_dispatcher(alias: str = DEFAULT_ALIAS) -> BaseDispatcher:
-    """A new instance of the alias's dispatcher (the caller closes it)."""
-    return dispatchers.create(alias)
+def settings_changed(*, setting: str, **kwargs: Any) -> None:
+    """``setting_changed`` (override_settings): the aliases follow SCHEDULINATOR."""
+    if setting == DispatcherHandler.settings_name:
+        dispatchers.reset()

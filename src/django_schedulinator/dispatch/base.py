@@ -3,8 +3,8 @@
 A dispatcher is configured under an alias in ``SCHEDULINATOR['DISPATCHERS']`` (shaped like
 ``CACHES`` and ``TASKS``: ``BACKEND`` and ``OPTIONS``), built from that alias and those
 options, and picked by each schedule (``Schedule.dispatcher``). It declares what it can do
-with class attributes, which validation, the checks and the docs' table read; it never
-imports anything named by data.
+once, with class attributes (its capabilities), which ``validate_schedule``, the checks, the
+scheduler and the docs' table read; it never imports anything named by data.
 
 Every occurrence is handed off through ``BaseDispatcher.hand_off``: its task looked up, its
 arguments checked and its send made inside one guard, so a run that cannot be sent fails on
@@ -22,14 +22,18 @@ import time
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from django.core.checks import CheckMessage
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 
-from ..errors import InvalidArguments as InvalidArguments  # its home was here
-from ..errors import TaskTimedOut, UnknownTask
+from ..errors import InvalidArguments, TaskTimedOut, UnknownTask, Unreachable
 from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, RegisteredTask, registry
-from ..statuses import OutcomeStatus as OutcomeStatus  # re-exported by dispatch
+from ..statuses import OutcomeStatus
+
+if TYPE_CHECKING:
+    from ..models import Schedule
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 
@@ -117,12 +121,6 @@ class Call:
         if self.task.takes_occurrence:
             kwargs = {**kwargs, OCCURRENCE_PARAMETER: occurrence}
         return self.task.call(self.args, kwargs, timeout=timeout)
-
-
-class Unreachable(Exception):
-    """Raised by ``send``: what the dispatcher hands off to cannot be reached (a broker or a
-    Redis that is down). This run and the rest of its batch are retried after the backoff,
-    with the message as their error."""
 
 
 def _json_type(value: Any) -> str:
@@ -266,12 +264,15 @@ class BaseDispatcher:
     Built with its alias and the alias's ``OPTIONS`` (validated against ``options`` and
     ``COMMON_OPTIONS`` first); the constructor must not connect to anything: validation and
     the checks build one in web processes too.
+
+    Its capabilities are the class attributes below, declared once on the class and read
+    from there by everything else (nothing works them out again).
     """
 
     #: It learns when each run ends: by running it, from the receiver's answer, or through
     #: reports from the worker side (``django_schedulinator.outcomes``). Overlap "skip" and
-    #: "buffer" and ``pause_after_failures`` need it; a subclass whose reports depend on its
-    #: configuration overrides ``reports_outcomes`` as a property.
+    #: "buffer" and ``pause_after_failures`` need it (``validate_schedule``). A dispatcher
+    #: whose reports depend on its ``OPTIONS`` overrides it with a property (Celery's).
     reports_outcomes: bool = False
     #: The receiving system itself drops a second hand-off with the same occurrence key.
     dedupes_by_key: bool = False
@@ -331,6 +332,36 @@ class BaseDispatcher:
             elif (problem := spec.problem(value)) is not None:
                 errors.append(f"the option {name!r} {problem}")
         return errors
+
+    def validate_schedule(self, schedule: Schedule) -> None:
+        """Refuse a schedule this dispatcher cannot serve, with ``ValidationError`` by field
+        (as django-tasks' ``validate_task``): options it does not take, or policies that
+        need outcomes it never learns. ``Schedule.clean()`` calls it through
+        ``dispatchers.validate_schedule``; a subclass adds its own checks after these."""
+        errors: dict[str, Any] = {}
+        problems = self.schedule_option_errors(schedule.dispatch_options)
+        if problems:
+            text = "; ".join(problems)
+            errors["dispatch_options"] = text[:1].upper() + text[1:] + "."
+        if not self.reports_outcomes:
+            params = {"alias": self.alias, "backend": type(self).__name__}
+            if schedule.overlap != schedule.Overlap.ALLOW:
+                errors["overlap"] = _(
+                    "Overlap %(overlap)r needs to know when the previous run ended, and the "
+                    "dispatcher %(alias)r (%(backend)s) never learns when a run ends; use "
+                    "'allow', or a dispatcher that reports outcomes."
+                ) % {**params, "overlap": schedule.overlap}
+            if schedule.pause_after_failures:
+                errors["pause_after_failures"] = (
+                    _(
+                        "Pause after failures needs to know how runs ended, and the dispatcher "
+                        "%(alias)r (%(backend)s) never learns when a run ends; leave it blank, or "
+                        "use a dispatcher that reports outcomes."
+                    )
+                    % params
+                )
+        if errors:
+            raise ValidationError(errors)
 
     def check(self, *, connect: bool = False) -> list[CheckMessage]:
         """System check messages about this alias: missing dependencies, bad options and,

@@ -20,8 +20,9 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
+from ..errors import Unreachable
 from ..statuses import OutcomeStatus, ReportedStatus
-from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
+from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome
 
 KEY_HEADER = "schedulinator_key"
 # Task ids are uuid5 of the key in this namespace: the same key, the same id, everywhere.
@@ -59,10 +60,15 @@ class CeleryDispatcher(BaseDispatcher):
 
     def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
         super().__init__(alias, options)
-        self.reports_outcomes = bool(self.settings["REPORTS_OUTCOMES"])
         self.task_names: dict[str, str] = dict(self.settings["TASK_NAMES"] or {})
         self._app: Any = None
         self._producer: Any = None  # the batch's, while one is sent
+
+    @property
+    def reports_outcomes(self) -> bool:  # type: ignore[override]
+        """Its workers report outcomes when OPTIONS['REPORTS_OUTCOMES'] says they run
+        ``report_outcomes(app)``."""
+        return bool(self.settings["REPORTS_OUTCOMES"])
 
     @classmethod
     def option_problems(cls, options: Mapping[str, Any]) -> list[str]:
@@ -87,7 +93,7 @@ class CeleryDispatcher(BaseDispatcher):
             return [
                 Error(
                     f"The dispatcher {self.alias!r} sends to Celery, which is not installed.",
-                    hint="pip install 'django-schedulinator[celery]'",
+                    hint=f"pip install 'django-schedulinator[{self.extra}]'",
                     id="schedulinator.E021",
                 )
             ]

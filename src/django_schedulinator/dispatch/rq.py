@@ -24,8 +24,9 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
 
+from ..errors import Unreachable
 from ..statuses import OutcomeStatus, ReportedStatus
-from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome, Unreachable
+from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome
 
 logger = logging.getLogger("django_schedulinator.dispatch.rq")
 
@@ -85,7 +86,7 @@ class RQDispatcher(BaseDispatcher):
                 Error(
                     f"The dispatcher {self.alias!r} enqueues with django-rq, which is not "
                     "installed.",
-                    hint="pip install 'django-schedulinator[rq]'",
+                    hint=f"pip install 'django-schedulinator[{self.extra}]'",
                     id="schedulinator.E022",
                 )
             ]

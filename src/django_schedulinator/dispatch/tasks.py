@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
 from importlib import import_module
 from types import ModuleType
 from typing import Any
@@ -25,7 +24,7 @@ from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError
 
 from ..statuses import OutcomeStatus, ReportedStatus
-from .base import DEFAULT_ALIAS, MAX_ERROR_CHARS, BaseDispatcher, Call, Occurrence, Option, Outcome
+from .base import MAX_ERROR_CHARS, BaseDispatcher, Call, Occurrence, Option, Outcome
 
 # A worker may start a task before the scheduler recorded its hand-off: the signal handlers
 # look for the run this long before they give up (the run then waits for its deadline).
@@ -49,6 +48,8 @@ class TasksDispatcher(BaseDispatcher):
     """Enqueues each occurrence's Django task on a backend of ``TASKS``."""
 
     extra = "tasks"
+    # Outcomes arrive where the backend sends task_started/task_finished.
+    reports_outcomes = True
     # Recorded at once: the worker's signals find the run by the result id.
     records_each_hand_off = True
     options = {
@@ -63,11 +64,6 @@ class TasksDispatcher(BaseDispatcher):
         ),
         "backend": Option(str, "A TASKS alias other than the dispatcher's."),
     }
-
-    def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
-        super().__init__(alias, options)
-        # Outcomes arrive where the backend sends task_started/task_finished.
-        self.reports_outcomes = True
 
     def _backend(self, name: str | None) -> Any:
         tasks = framework()
@@ -103,7 +99,7 @@ class TasksDispatcher(BaseDispatcher):
                 Error(
                     f"The dispatcher {self.alias!r} needs Django's tasks framework: Django 6, "
                     "or the django-tasks backport.",
-                    hint="pip install 'django-schedulinator[tasks]'",
+                    hint=f"pip install 'django-schedulinator[{self.extra}]'",
                     id="schedulinator.E024",
                 )
             ]

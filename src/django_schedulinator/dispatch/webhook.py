@@ -155,7 +155,7 @@ class WebhookDispatcher(BaseDispatcher):
                 Error(
                     f"The dispatcher {self.alias!r} sends webhooks with httpx, which is not "
                     "installed.",
-                    hint="pip install 'django-schedulinator[webhook]'",
+                    hint=f"pip install 'django-schedulinator[{self.extra}]'",
                     id="schedulinator.E020",
                 )
             ]

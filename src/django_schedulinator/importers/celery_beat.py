@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any
 
 from .. import timing
+from ..errors import SchedulinatorError
 from . import Found, TaskNames
 
 # The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
@@ -78,8 +79,9 @@ def from_setting(
         yield _found(source, partial(_fields_of_entry, name, entry, names, dispatcher, timezone))
 
 
-class Unmapped(Exception):
-    """An entry that has no counterpart here; the message says why."""
+class Unmapped(SchedulinatorError):
+    """An entry that has no counterpart here; the message says why (caught in this module:
+    the entry is left out and listed)."""
 
 
 def _found(source: str, fields_of: Callable[[], dict[str, Any]]) -> Found:

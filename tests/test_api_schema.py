@@ -617,3 +617,23 @@ def test_a_search_with_a_nul_answers_as_documented(target: FuzzTarget) -> None:
     response = case.call(headers=target.headers)
     assert response.status_code == 400, response.text
     case.validate_response(response, checks=AS_DOCUMENTED)
+
+
+def test_a_body_of_a_media_type_not_parsed_answers_415_as_documented(target: FuzzTarget) -> None:
+    """Every operation that takes a body documents DRF's 415 (a fuzzed multipart body once
+    reached the API without its Content-Type and got it, undocumented)."""
+    with_bodies = [
+        label
+        for label in OPERATIONS
+        if target.schema.find_operation_by_label(label).definition.raw.get("requestBody")
+    ]
+    assert f"POST {API}runs/report/" in with_bodies
+    for label in with_bodies:
+        operation = target.schema.find_operation_by_label(label)
+        resource = operation.path.removeprefix(API).split("/", 1)[0]
+        ids = {"id": target.ids[resource][0]} if "{id}" in operation.path else {}
+        case = operation.Case(path_parameters=ids)
+        headers = {**target.headers, "Content-Type": "text/plain"}
+        response = case.call(headers=headers, data=b"not a body the API parses")
+        assert response.status_code == 415, (label, response.text)
+        validate(case, response)

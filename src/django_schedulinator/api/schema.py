@@ -59,11 +59,30 @@ def only_this_api(endpoints: list[tuple[Any, ...]], **kwargs: Any) -> list[tuple
     ]
 
 
+def unsupported_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """A drf-spectacular postprocessing hook: every operation that takes a body answers 415
+    to a body of a media type it does not parse (DRF's UnsupportedMediaType; a body sent
+    without a Content-Type too), with the error body its 403 has."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            if "requestBody" in operation and "403" in responses:
+                responses["415"] = {
+                    **responses["403"],
+                    "description": "The body's media type is not one this operation parses.",
+                }
+    return result
+
+
 class SchemaView(ConfiguredPermissionsMixin, SpectacularAPIView):
     custom_settings = {
         "TITLE": "django-schedulinator API",
         "VERSION": __version__,
         "DESCRIPTION": "Schedules, their runs, the change log and the due index's health.",
         "PREPROCESSING_HOOKS": [f"{__name__}.only_this_api"],
+        "POSTPROCESSING_HOOKS": [
+            "drf_spectacular.hooks.postprocess_schema_enums",  # the default, kept
+            f"{__name__}.unsupported_bodies",
+        ],
         "COMPONENT_SPLIT_REQUEST": True,
     }

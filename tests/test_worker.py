@@ -248,3 +248,26 @@ def test_a_failed_hand_off_is_sent_again_when_its_backoff_ends(
     retried = [level for level, m in messages if "back-off" in m]
     assert retried
     assert set(retried) == {logging.INFO}
+
+
+@pytest.mark.django_db
+def test_a_stop_signal_stops_the_loop_even_when_logging_fails_inside_the_handler(
+    key_prefix: str,
+) -> None:
+    # A signal handler runs between two bytecodes of the main thread, maybe in the middle
+    # of a log line's write: logging there can fail ("reentrant call inside
+    # BufferedWriter"), and did in the demo test, leaving the scheduler running after
+    # SIGTERM. The handler must set the flag and do no I/O.
+    class Failing(logging.Handler):
+        def handle(self, record: logging.LogRecord) -> bool:
+            raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stdout>'>")
+
+    worker = Worker(worker_id="t")
+    failing = Failing()
+    logging.getLogger("django_schedulinator").addHandler(failing)
+    try:
+        worker._on_signal(signal.SIGTERM, None)
+    finally:
+        logging.getLogger("django_schedulinator").removeHandler(failing)
+    assert worker.stopping
+    assert worker.stop_signal == "SIGTERM"

@@ -120,6 +120,8 @@ class Worker:
             moved_on=self._moved_on,
         )
         self.stopping = False
+        self.stop_signal = ""  # the signal that stopped the loop (set by _on_signal)
+        self._stop_signal_logged = False
         # The shard count the index was built for, when it is not this process's (logged
         # once per value).
         self._other_layout: int | None = None
@@ -194,6 +196,7 @@ class Worker:
                     continue  # the next slice of reconcile's backlog, after one more pass
                 self._sleep_between_passes(result)
         finally:
+            self._log_stop_signal()
             self.commits.stop()  # the batch it commits goes to its lane before the lanes stop
             self.lanes.stop()
             heartbeat.stop()  # after the lanes: until then, this scheduler still works
@@ -418,9 +421,23 @@ class Worker:
             signal.signal(signum, handler)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # It runs between two bytecodes of the main thread, maybe inside a log line's write:
+        # logging here can fail ("reentrant call") before the flag is set, and leave the
+        # scheduler running. So: set the flag and do no I/O; the loop logs it
+        # (_log_stop_signal). A second signal exits at once, with one raw write.
         name = signal.Signals(signum).name
         if self.stopping:
-            logger.warning("Second %s: exiting now; leases return unfinished work.", name)
+            with contextlib.suppress(OSError):
+                os.write(
+                    2, f"Second {name}: exiting now; leases return unfinished work.\n".encode()
+                )
             os._exit(128 + signum)
-        logger.warning("%s received: finishing the current batch, then exiting.", name)
         self.stopping = True
+        self.stop_signal = name
+
+    def _log_stop_signal(self) -> None:
+        if self.stop_signal and not self._stop_signal_logged:
+            self._stop_signal_logged = True
+            logger.warning(
+                "%s received: finishing the current batch, then exiting.", self.stop_signal
+            )

@@ -21,7 +21,7 @@ import django_schedulinator
 from django_schedulinator import outcomes
 from django_schedulinator.index import DueIndex
 
-from .doc_examples import DOCS, source
+from .doc_examples import DOCS, blocks, source
 from .doc_project import DocProject
 
 
@@ -85,9 +85,9 @@ app.autodiscover_tasks()
 """
 
 
-def project_file(block: str) -> tuple[str, str]:
+def project_file(block: str, page: str = "dispatch.md") -> tuple[str, str]:
     """(path, text) of a documented module: its first line names the file (``# a/b.py``)."""
-    first, _, rest = source(block).partition("\n")
+    first, _, rest = source(block, page).partition("\n")
     assert re.fullmatch(r"# [\w/]+\.py", first), first
     return first[2:], rest
 
@@ -130,7 +130,7 @@ def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
     purge()
 
 
-# -- the checks table of docs/settings.md ---------------------------------------------------
+# -- the checks table of docs/checks.md -----------------------------------------------------
 
 PACKAGE = Path(django_schedulinator.__file__).resolve().parent  # as installed
 CHECK_ID = r"schedulinator\.[EW]\d{3}"
@@ -145,9 +145,8 @@ def ids_the_code_emits() -> set[str]:
 
 
 def ids_in_the_checks_table() -> list[str]:
-    page = (DOCS / "settings.md").read_text("utf-8")
-    table = page[page.index("## System checks") :]
-    return re.findall(rf"^\| `({CHECK_ID})` \|", table, re.MULTILINE)
+    page = (DOCS / "checks.md").read_text("utf-8")
+    return re.findall(rf"^\| `({CHECK_ID})` \|", page, re.MULTILINE)
 
 
 def test_every_check_id_the_code_emits_has_one_row_in_the_checks_table() -> None:
@@ -155,7 +154,7 @@ def test_every_check_id_the_code_emits_has_one_row_in_the_checks_table() -> None
     documented = ids_in_the_checks_table()
     assert "schedulinator.E001" in emitted  # the search finds them
     assert len(documented) == len(set(documented)), "an id with two rows"
-    assert sorted(emitted - set(documented)) == [], "emitted, with no row in docs/settings.md"
+    assert sorted(emitted - set(documented)) == [], "emitted, with no row in docs/checks.md"
     assert sorted(set(documented) - emitted) == [], "a row for an id the code never emits"
 
 
@@ -285,3 +284,98 @@ def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Pat
 
     run(install, "--no-deps", "--no-index", "--target", str(tmp_path / "site"))
     assert (tmp_path / "site" / "django_schedulinator" / "lua" / "claim.lua").is_file()
+
+
+# -- the quick start (docs/quickstart.md) ------------------------------------------------------
+
+QUICKSTART = "quickstart.md"
+
+
+@pytest.mark.subprocess
+def test_the_quick_start_fires_a_schedule(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/quickstart.md copied top to bottom into a new project: its settings (their Redis
+    pointed at the tests'), the task module, migrate, the schedule pasted into the shell, and
+    the scheduler, which runs the task with its occurrence."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    settings = source("quickstart-settings", QUICKSTART)
+    assert "redis://127.0.0.1:6379/1" in settings
+    project = DocProject(
+        tmp_path, key_prefix, settings=[settings.replace("redis://127.0.0.1:6379/1", redis)],
+        apps=["reports"],
+    )  # fmt: skip
+    doc_projects.append(project)
+    task_path, task = project_file("quickstart-task", QUICKSTART)
+    project.write(task_path, task)
+    [migrate] = commands("quickstart-migrate", QUICKSTART)
+    [run] = commands("quickstart-run", QUICKSTART)
+
+    project.run(migrate)
+    project.shell(source("quickstart-schedule", QUICKSTART))
+    scheduler = project.start(run)
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
+    scheduler.terminate()
+    scheduler.wait(timeout=60)
+    assert scheduler.stdout is not None
+    output = scheduler.stdout.read()
+    assert re.search(r"hello, world \(\d+:\d+\)", output), output
+
+
+# -- every block a user would copy is run by a test ------------------------------------------
+
+# What a block in `text` shows is output (or a picture), nothing to copy. Every other block is
+# run by a test (`<!-- example: NAME -->`, NAME cited by a test) or says why it is not
+# (`<!-- not run: REASON -->`), except the ones counted here, which are still to cover: a new
+# block must be one or the other, and a page whose count goes down updates its number.
+NOT_YET_RUN = {
+    "alerts.md": 2,
+    "api.md": 27,
+    "benchmarks.md": 7,
+    "commands.md": 7,
+    "concepts.md": 5,
+    "dispatch.md": 4,
+    "install.md": 11,
+    "metrics.md": 8,
+    "migrating-from-celery-beat.md": 7,
+    "operations.md": 4,
+    "reliability.md": 5,
+    "schedules-in-code.md": 3,
+    "scheduling.md": 8,
+    "sentry.md": 2,
+    "settings.md": 3,
+    "signals.md": 1,
+    "upgrading.md": 6,
+    "../README.md": 10,
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pages() -> list[str]:
+    return [*(p.name for p in sorted(DOCS.glob("*.md"))), "../README.md"]
+
+
+def test_every_block_to_copy_is_run_by_a_test_or_says_why_not() -> None:
+    unmarked = {
+        page: [b for b in blocks(page) if b.lang != "text" and b.kind is None] for page in pages()
+    }
+    counts = {page: len(found) for page, found in unmarked.items() if found}
+    assert counts == NOT_YET_RUN, (
+        "A block with neither marker, or one less: give it `<!-- example: NAME -->` and a "
+        "test, or `<!-- not run: REASON -->` (rare), and update NOT_YET_RUN. Unmarked: "
+        + ", ".join(str(b) for found in unmarked.values() for b in found)
+    )
+
+
+def test_every_example_marker_names_a_block_a_test_runs() -> None:
+    """A marker is a promise: its name is cited by a test (as a string), once per page."""
+    cited = "\n".join(path.read_text("utf-8") for path in TESTS.rglob("*.py"))
+    examples = [b for page in pages() for b in blocks(page) if b.kind == "example"]
+    assert len(examples) > 20  # the markers are found
+    names = [(b.page, b.what) for b in examples]
+    assert len(names) == len(set(names)), "an example name used twice in a page"
+    uncited = [f"{b}: {b.what}" for b in examples if f'"{b.what}"' not in cited]
+    assert uncited == []
+    reasonless = [str(b) for page in pages() for b in blocks(page)
+                  if b.kind == "not run" and len(b.what) < 20]  # fmt: skip
+    assert reasonless == [], "a block not run must say why"

@@ -335,7 +335,6 @@ NOT_YET_RUN = {
     "commands.md": 7,
     "concepts.md": 5,
     "dispatch.md": 4,
-    "install.md": 11,
     "metrics.md": 8,
     "migrating-from-celery-beat.md": 7,
     "operations.md": 4,
@@ -379,3 +378,101 @@ def test_every_example_marker_names_a_block_a_test_runs() -> None:
     reasonless = [str(b) for page in pages() for b in blocks(page)
                   if b.kind == "not run" and len(b.what) < 20]  # fmt: skip
     assert reasonless == [], "a block not run must say why"
+
+
+# -- installation and first schedule (docs/install.md) --------------------------------------
+
+INSTALL = "install.md"
+# Django's startproject line, which the SQLite block's BASE_DIR comes from.
+BASE_DIR = "from pathlib import Path\n\nBASE_DIR = Path(__file__).resolve().parent.parent\n"
+
+
+def install_settings(redis: str) -> str:
+    """The Configure block, with what it leaves to the project filled in: the project's other
+    apps (``# ...``), its usual default cache (``{...}``), and the tests' Redis."""
+    block = source("install-settings", INSTALL)
+    for shown in ("    # ...\n", '"default": {...}', "redis://127.0.0.1:6379/1"):
+        assert shown in block, shown
+    locmem = '"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}'
+    return (
+        block.replace("    # ...\n", "    ...,\n")
+        .replace('"default": {...}', locmem)
+        .replace("redis://127.0.0.1:6379/1", redis)
+    )
+
+
+@pytest.mark.subprocess
+def test_the_install_page_walks_to_a_schedule_that_fires(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/install.md in a new project: the settings and the SQLite options for several
+    schedulers, check, migrate, the task module, the three schedules pasted into the shell,
+    and the scheduler, which runs one of them now."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    project = DocProject(
+        tmp_path, key_prefix,
+        settings=[install_settings(redis), BASE_DIR + source("install-sqlite", INSTALL)],
+        apps=["reports"],
+    )  # fmt: skip
+    doc_projects.append(project)
+    tasks_path, tasks = project_file("install-tasks", INSTALL)
+    project.write(tasks_path, tasks)
+    [check] = commands("install-check", INSTALL)
+    [migrate] = commands("install-migrate", INSTALL)
+    [run] = commands("install-run", INSTALL)
+
+    project.run(check)
+    project.run(migrate)
+    project.shell(
+        source("install-schedules", INSTALL)
+        + "\nservices.run_now(Schedule.objects.get(name='totals'))"
+    )
+    names = project.query("SELECT name FROM django_schedulinator_schedule ORDER BY name")
+    assert names == [("launch",), ("nightly-digest",), ("totals",)]
+    project.start(run)
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
+    [(journal,)] = project.query("PRAGMA journal_mode")
+    assert journal == "wal"  # the SQLite block's options are the ones in use
+
+
+def test_the_install_pages_wheel_is_the_readmes() -> None:
+    """docs/install.md builds and installs the wheel with the README's commands (which
+    test_the_readme_wheel_installs_by_name_and_carries_the_license runs), from a clone in
+    ./django-schedulinator."""
+    readme = source("wheel", "../README.md").replace("/path/to/", "./")
+    assert source("install-wheel", INSTALL) == readme
+
+
+def test_the_install_pages_urls_serve_the_api() -> None:
+    """docs/install.md's one line in urls.py (``...`` stands for the project's own URLs)."""
+    import types
+
+    from django.urls import include, path, resolve
+
+    urls = types.ModuleType("install_urls")
+    exec(source("install-urls", INSTALL), {"path": path, "include": include}, urls.__dict__)
+    urls.urlpatterns = [p for p in urls.urlpatterns if p is not ...]
+    assert resolve("/api/schedulinator/schema/", urlconf=urls).url_name == "schema"
+
+
+# Lines that install the app: from a clone (editable), or from the wheel's directory.
+PIP_INSTALL = re.compile(
+    r"""pip install (?:-e |--find-links dist )?["']?(?:\./|/path/to/)?django-schedulinator"""
+    r"""\[(?P<extras>[\w,-]+)\]["']?"""
+)
+
+
+@pytest.mark.parametrize(
+    ("page", "name"),
+    [(INSTALL, "install-api"), (INSTALL, "install-wheel"), ("../README.md", "wheel")],
+)
+def test_the_pip_install_lines_name_extras_that_exist(page: str, name: str) -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    installs = [m for line in commands(name, page) if (m := PIP_INSTALL.search(line))]
+    assert installs, f"no pip install of the app in {page} {name}"
+    named = {extra for m in installs for extra in m["extras"].split(",")}
+    assert named - set(extras) == set()

@@ -345,7 +345,6 @@ NOT_YET_RUN = {
     "settings.md": 3,
     "signals.md": 1,
     "upgrading.md": 6,
-    "../README.md": 10,
 }
 TESTS = Path(__file__).resolve().parent
 
@@ -464,7 +463,13 @@ PIP_INSTALL = re.compile(
 
 @pytest.mark.parametrize(
     ("page", "name"),
-    [(INSTALL, "install-api"), (INSTALL, "install-wheel"), ("../README.md", "wheel")],
+    [
+        (INSTALL, "install-api"),
+        (INSTALL, "install-wheel"),
+        ("../README.md", "wheel"),
+        ("../README.md", "readme-install"),
+        ("../README.md", "readme-api"),
+    ],
 )
 def test_the_pip_install_lines_name_extras_that_exist(page: str, name: str) -> None:
     import tomllib
@@ -476,3 +481,97 @@ def test_the_pip_install_lines_name_extras_that_exist(page: str, name: str) -> N
     assert installs, f"no pip install of the app in {page} {name}"
     named = {extra for m in installs for extra in m["extras"].split(",")}
     assert named - set(extras) == set()
+
+
+# -- the README's usage ---------------------------------------------------------------------
+
+README = "../README.md"
+
+
+def readme_settings(redis: str) -> str:
+    """The README's settings, with its ``{...}`` (the project's usual cache) and its Redis
+    filled in."""
+    block = source("readme-settings", README)
+    locmem = '"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}'
+    for shown in ('"default": {...}', "redis://127.0.0.1:6379/1"):
+        assert shown in block, shown
+    return block.replace('"default": {...}', locmem).replace("redis://127.0.0.1:6379/1", redis)
+
+
+def status_exit(project: DocProject) -> int:
+    """The exit status of ``scheduler_status``: 0 once a scheduler is alive and the index
+    healthy."""
+    argv = project.argv("python manage.py scheduler_status")
+    done = subprocess.run(
+        argv, cwd=project.root, env=project.env(), capture_output=True, timeout=60
+    )
+    return done.returncode
+
+
+@pytest.mark.subprocess
+def test_the_readme_usage_runs_in_a_new_project(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """The README's usage, top to bottom: its settings, its task module, migrate, the
+    schedule created and paused through the services, the index rebuilt, a scheduler."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    task_path, task = project_file("readme-task", README)
+    app = task_path.split("/")[0]
+    project = DocProject(tmp_path, key_prefix, settings=[readme_settings(redis)], apps=[app])
+    doc_projects.append(project)
+    project.write(task_path, task)
+    run, rebuild = commands("readme-commands", README)
+    assert run.startswith("python manage.py run_scheduler "), run
+    assert rebuild.startswith("python manage.py rebuild_due_index "), rebuild
+
+    project.run("python manage.py migrate")
+    project.shell(source("readme-services", README))
+    [(enabled, note)] = project.query(
+        "SELECT enabled, pause_note FROM django_schedulinator_schedule"
+    )
+    assert (enabled, note) == (0, "month-end freeze")
+    project.run(rebuild)
+    project.start(run)
+    wait_for(lambda: status_exit(project) == 0, "scheduler_status to see the scheduler")
+
+
+@pytest.mark.subprocess
+def test_the_readme_declaration_makes_its_schedule_at_migrate(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """The README's ``@scheduled`` above ``@task``, in an app's scheduled_tasks.py: migrate
+    syncs the declared schedule into the table."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    project = DocProject(tmp_path, key_prefix, settings=[readme_settings(redis)], apps=["myapp"])
+    doc_projects.append(project)
+    project.write("myapp/scheduled_tasks.py", source("readme-scheduled", README))
+
+    project.run("python manage.py migrate")
+    rows = project.query(
+        "SELECT name, task, cron, timezone, args FROM django_schedulinator_schedule"
+        " WHERE declared_in != ''"
+    )
+    assert rows == [
+        ("invoices-eu", "billing.send_invoices", "0 6 * * 1-5", "Europe/Berlin", '["eu"]')
+    ]
+
+
+def test_the_readme_urls_serve_the_api() -> None:
+    import types
+
+    from django.urls import resolve
+
+    urls = types.ModuleType("readme_urls")
+    exec(source("readme-urls", README), urls.__dict__)
+    urls.urlpatterns = [p for p in urls.urlpatterns if p is not ...]
+    assert resolve("/api/schedulinator/schema/", urlconf=urls).url_name == "schema"
+
+
+def test_the_readmes_two_commands_are_the_ones_ci_runs() -> None:
+    """``scripts/demo`` and ``scripts/test`` as the README writes them are what .ci/run runs
+    (steps 1 and 3; tests/test_demo.py runs the demo too)."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    for name, script in (("readme-demo", "scripts/demo"), ("readme-test", "scripts/test")):
+        assert commands(name, README) == [script]
+        assert os.access(ROOT / script, os.X_OK)
+        assert re.search(rf"(?<![\w/.-]){script}\b", ci), f"{script} is not in .ci/run"

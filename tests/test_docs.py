@@ -1500,7 +1500,9 @@ def test_the_api_pages_curl_session_runs_against_the_api(
         assert edit[field] == shown[field], field
 
     [index] = curls("api-index")
-    same_fields(send(index, 200).json(), answer("api-index-answer"))
+    # The fields of the answer (what each holds depends on the index: its shards, its
+    # last rebuild, the drift check's sample).
+    assert set(send(index, 200).json()) == set(answer("api-index-answer"))
 
     [schedulers] = curls("api-schedulers")
     same_fields(send(schedulers, 200).json(), answer("api-schedulers-answer"))

@@ -330,7 +330,7 @@ def test_the_allowlist_example_and_refusals_in_the_docs_are_what_the_code_says(
         with pytest.raises(ValidationError) as refused:
             make_schedule(task=COMMAND, args=args)
         (message,) = refused.value.message_dict["args"]
-        assert f'"{message}"' in page
+        assert f"`{message}`" in page  # quoted as code
 
 
 # -- a schedule editor, through the REST API ------------------------------------------------

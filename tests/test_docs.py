@@ -21,7 +21,7 @@ import django_schedulinator
 from django_schedulinator import outcomes
 from django_schedulinator.index import DueIndex
 
-from .support.doc_examples import DOCS, source
+from .support.doc_examples import DOCS, blocks, source
 from .support.doc_project import DocProject
 
 
@@ -85,9 +85,9 @@ app.autodiscover_tasks()
 """
 
 
-def project_file(block: str) -> tuple[str, str]:
+def project_file(block: str, page: str = "dispatch.md") -> tuple[str, str]:
     """(path, text) of a documented module: its first line names the file (``# a/b.py``)."""
-    first, _, rest = source(block).partition("\n")
+    first, _, rest = source(block, page).partition("\n")
     assert re.fullmatch(r"# [\w/]+\.py", first), first
     return first[2:], rest
 
@@ -130,7 +130,7 @@ def test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker(
     purge()
 
 
-# -- the checks table of docs/settings.md ---------------------------------------------------
+# -- the checks table of docs/checks.md -----------------------------------------------------
 
 PACKAGE = Path(django_schedulinator.__file__).resolve().parent  # as installed
 CHECK_ID = r"schedulinator\.[EW]\d{3}"
@@ -145,9 +145,8 @@ def ids_the_code_emits() -> set[str]:
 
 
 def ids_in_the_checks_table() -> list[str]:
-    page = (DOCS / "settings.md").read_text("utf-8")
-    table = page[page.index("## System checks") :]
-    return re.findall(rf"^\| `({CHECK_ID})` \|", table, re.MULTILINE)
+    page = (DOCS / "checks.md").read_text("utf-8")
+    return re.findall(rf"^\| `({CHECK_ID})` \|", page, re.MULTILINE)
 
 
 def test_every_check_id_the_code_emits_has_one_row_in_the_checks_table() -> None:
@@ -155,7 +154,7 @@ def test_every_check_id_the_code_emits_has_one_row_in_the_checks_table() -> None
     documented = ids_in_the_checks_table()
     assert "schedulinator.E001" in emitted  # the search finds them
     assert len(documented) == len(set(documented)), "an id with two rows"
-    assert sorted(emitted - set(documented)) == [], "emitted, with no row in docs/settings.md"
+    assert sorted(emitted - set(documented)) == [], "emitted, with no row in docs/checks.md"
     assert sorted(set(documented) - emitted) == [], "a row for an id the code never emits"
 
 
@@ -288,3 +287,1310 @@ def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Pat
 
     run(install, "--no-deps", "--no-index", "--target", str(tmp_path / "site"))
     assert (tmp_path / "site" / "django_schedulinator" / "lua" / "claim.lua").is_file()
+
+
+# -- the quick start (docs/quickstart.md) ------------------------------------------------------
+
+QUICKSTART = "quickstart.md"
+
+
+@pytest.mark.subprocess
+def test_the_quick_start_fires_a_schedule(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/quickstart.md copied top to bottom into a new project: its settings (their Redis
+    pointed at the tests'), the task module, migrate, the schedule pasted into the shell, and
+    the scheduler, which runs the task with its occurrence."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    settings = source("quickstart-settings", QUICKSTART)
+    assert "redis://127.0.0.1:6379/1" in settings
+    project = DocProject(
+        tmp_path, key_prefix, settings=[settings.replace("redis://127.0.0.1:6379/1", redis)],
+        apps=["reports"],
+    )  # fmt: skip
+    doc_projects.append(project)
+    task_path, task = project_file("quickstart-task", QUICKSTART)
+    project.write(task_path, task)
+    [migrate] = commands("quickstart-migrate", QUICKSTART)
+    [run] = commands("quickstart-run", QUICKSTART)
+
+    project.run(migrate)
+    project.shell(source("quickstart-schedule", QUICKSTART))
+    scheduler = project.start(run)
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
+    scheduler.terminate()
+    scheduler.wait(timeout=60)
+    assert scheduler.stdout is not None
+    output = scheduler.stdout.read()
+    assert re.search(r"hello, world \(\d+:\d+\)", output), output
+
+
+# -- every block a user would copy is run by a test ------------------------------------------
+
+# What a block in `text` shows is output (or a picture), nothing to copy. Every other block is
+# run by a test (`<!-- example: NAME -->`, NAME cited by a test) or says why it is not
+# (`<!-- not run: REASON -->`, rare). Blocks left to cover would be counted here, by page,
+# while a test for them is written: none are.
+NOT_YET_RUN: dict[str, int] = {}
+TESTS = Path(__file__).resolve().parent
+
+
+def pages() -> list[str]:
+    return [*(p.name for p in sorted(DOCS.glob("*.md"))), "../README.md"]
+
+
+def test_every_block_to_copy_is_run_by_a_test_or_says_why_not() -> None:
+    unmarked = {
+        page: [b for b in blocks(page) if b.lang != "text" and b.kind is None] for page in pages()
+    }
+    counts = {page: len(found) for page, found in unmarked.items() if found}
+    assert counts == NOT_YET_RUN, (
+        "A block with neither marker, or one less: give it `<!-- example: NAME -->` and a "
+        "test, or `<!-- not run: REASON -->` (rare), and update NOT_YET_RUN. Unmarked: "
+        + ", ".join(str(b) for found in unmarked.values() for b in found)
+    )
+
+
+def test_every_example_marker_names_a_block_a_test_runs() -> None:
+    """A marker is a promise: its name is cited by a test (as a string), once per page."""
+    cited = "\n".join(path.read_text("utf-8") for path in TESTS.rglob("*.py"))
+    examples = [b for page in pages() for b in blocks(page) if b.kind == "example"]
+    assert len(examples) > 20  # the markers are found
+    names = [(b.page, b.what) for b in examples]
+    assert len(names) == len(set(names)), "an example name used twice in a page"
+    uncited = [f"{b}: {b.what}" for b in examples if f'"{b.what}"' not in cited]
+    assert uncited == []
+    reasonless = [str(b) for page in pages() for b in blocks(page)
+                  if b.kind == "not run" and len(b.what) < 20]  # fmt: skip
+    assert reasonless == [], "a block not run must say why"
+
+
+# -- installation and first schedule (docs/install.md) --------------------------------------
+
+INSTALL = "install.md"
+# Django's startproject line, which the SQLite block's BASE_DIR comes from.
+BASE_DIR = "from pathlib import Path\n\nBASE_DIR = Path(__file__).resolve().parent.parent\n"
+
+
+def install_settings(redis: str) -> str:
+    """The Configure block, with what it leaves to the project filled in: the project's other
+    apps (``# ...``), its usual default cache (``{...}``), and the tests' Redis."""
+    block = source("install-settings", INSTALL)
+    for shown in ("    # ...\n", '"default": {...}', "redis://127.0.0.1:6379/1"):
+        assert shown in block, shown
+    locmem = '"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}'
+    return (
+        block.replace("    # ...\n", "    ...,\n")
+        .replace('"default": {...}', locmem)
+        .replace("redis://127.0.0.1:6379/1", redis)
+    )
+
+
+@pytest.mark.subprocess
+def test_the_install_page_walks_to_a_schedule_that_fires(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/install.md in a new project: the settings and the SQLite options for several
+    schedulers, check, migrate, the task module, the three schedules pasted into the shell,
+    and the scheduler, which runs one of them now."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    project = DocProject(
+        tmp_path, key_prefix,
+        settings=[install_settings(redis), BASE_DIR + source("install-sqlite", INSTALL)],
+        apps=["reports"],
+    )  # fmt: skip
+    doc_projects.append(project)
+    tasks_path, tasks = project_file("install-tasks", INSTALL)
+    project.write(tasks_path, tasks)
+    [check] = commands("install-check", INSTALL)
+    [migrate] = commands("install-migrate", INSTALL)
+    [run] = commands("install-run", INSTALL)
+
+    project.run(check)
+    project.run(migrate)
+    project.shell(
+        source("install-schedules", INSTALL)
+        + "\nservices.run_now(Schedule.objects.get(name='totals'))"
+    )
+    names = project.query("SELECT name FROM django_schedulinator_schedule ORDER BY name")
+    assert names == [("launch",), ("nightly-digest",), ("totals",)]
+    project.start(run)
+    wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
+    [(journal,)] = project.query("PRAGMA journal_mode")
+    assert journal == "wal"  # the SQLite block's options are the ones in use
+
+
+def test_the_install_pages_wheel_is_the_readmes() -> None:
+    """docs/install.md builds and installs the wheel with the README's commands (which
+    test_the_readme_wheel_installs_by_name_and_carries_the_license runs), from a clone in
+    ./django-schedulinator."""
+    readme = source("wheel", "../README.md").replace("/path/to/", "./")
+    assert source("install-wheel", INSTALL) == readme
+
+
+def test_the_install_pages_urls_serve_the_api() -> None:
+    """docs/install.md's one line in urls.py (``...`` stands for the project's own URLs)."""
+    import types
+
+    from django.urls import include, path, resolve
+
+    urls = types.ModuleType("install_urls")
+    exec(source("install-urls", INSTALL), {"path": path, "include": include}, urls.__dict__)
+    urls.urlpatterns = [p for p in urls.urlpatterns if p is not ...]
+    assert resolve("/api/schedulinator/schema/", urlconf=urls).url_name == "schema"
+
+
+# Lines that install the app: from a clone (editable), or from the wheel's directory.
+PIP_INSTALL = re.compile(
+    r"""pip install (?:-e |--find-links dist )?["']?(?:\./|/path/to/)?django-schedulinator"""
+    r"""\[(?P<extras>[\w,-]+)\]["']?"""
+)
+
+
+@pytest.mark.parametrize(
+    ("page", "name"),
+    [
+        (INSTALL, "install-api"),
+        (INSTALL, "install-wheel"),
+        ("../README.md", "wheel"),
+        ("../README.md", "readme-install"),
+        ("../README.md", "readme-api"),
+        ("migrating-from-celery-beat.md", "migrate-install"),
+        ("sentry.md", "sentry-install"),
+        ("api.md", "api-install"),
+        ("metrics.md", "metrics-install"),
+        ("dispatch.md", "tasks-install"),
+        (QUICKSTART, "quickstart-install"),
+    ],
+)
+def test_the_pip_install_lines_name_extras_that_exist(page: str, name: str) -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    installs = [m for line in commands(name, page) if (m := PIP_INSTALL.search(line))]
+    assert installs, f"no pip install of the app in {page} {name}"
+    named = {extra for m in installs for extra in m["extras"].split(",")}
+    assert named - set(extras) == set()
+
+
+# -- the README's usage ---------------------------------------------------------------------
+
+README = "../README.md"
+API_PAGE = "api.md"
+
+
+def readme_settings(redis: str) -> str:
+    """The README's settings, with its ``{...}`` (the project's usual cache) and its Redis
+    filled in."""
+    block = source("readme-settings", README)
+    locmem = '"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}'
+    for shown in ('"default": {...}', "redis://127.0.0.1:6379/1"):
+        assert shown in block, shown
+    return block.replace('"default": {...}', locmem).replace("redis://127.0.0.1:6379/1", redis)
+
+
+def status_exit(project: DocProject) -> int:
+    """The exit status of ``scheduler_status``: 0 once a scheduler is alive and the index
+    healthy."""
+    argv = project.argv("python manage.py scheduler_status")
+    done = subprocess.run(
+        argv, cwd=project.root, env=project.env(), capture_output=True, timeout=60
+    )
+    return done.returncode
+
+
+@pytest.mark.subprocess
+def test_the_readme_usage_runs_in_a_new_project(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """The README's usage, top to bottom: its settings, its task module, migrate, the
+    schedule created and paused through the services, the index rebuilt, a scheduler."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    task_path, task = project_file("readme-task", README)
+    app = task_path.split("/")[0]
+    project = DocProject(tmp_path, key_prefix, settings=[readme_settings(redis)], apps=[app])
+    doc_projects.append(project)
+    project.write(task_path, task)
+    run, rebuild = commands("readme-commands", README)
+    assert run.startswith("python manage.py run_scheduler "), run
+    assert rebuild.startswith("python manage.py rebuild_due_index "), rebuild
+
+    project.run("python manage.py migrate")
+    project.shell(source("readme-services", README))
+    [(enabled, note)] = project.query(
+        "SELECT enabled, pause_note FROM django_schedulinator_schedule"
+    )
+    assert (enabled, note) == (0, "month-end freeze")
+    project.run(rebuild)
+    project.start(run)
+    wait_for(lambda: status_exit(project) == 0, "scheduler_status to see the scheduler")
+
+
+@pytest.mark.subprocess
+def test_the_readme_declaration_makes_its_schedule_at_migrate(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """The README's ``@scheduled`` above ``@task``, in an app's scheduled_tasks.py: migrate
+    syncs the declared schedule into the table."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    project = DocProject(tmp_path, key_prefix, settings=[readme_settings(redis)], apps=["myapp"])
+    doc_projects.append(project)
+    project.write("myapp/scheduled_tasks.py", source("readme-scheduled", README))
+
+    project.run("python manage.py migrate")
+    rows = project.query(
+        "SELECT name, task, cron, timezone, args FROM django_schedulinator_schedule"
+        " WHERE declared_in != ''"
+    )
+    assert rows == [
+        ("invoices-eu", "billing.send_invoices", "0 6 * * 1-5", "Europe/Berlin", '["eu"]')
+    ]
+
+
+@pytest.mark.parametrize(("page", "name"), [(README, "readme-urls"), (API_PAGE, "api-urls")])
+def test_the_urls_modules_serve_the_api(page: str, name: str) -> None:
+    import types
+
+    from django.urls import resolve
+
+    urls = types.ModuleType("doc_urls")
+    exec(source(name, page), urls.__dict__)
+    urls.urlpatterns = [p for p in urls.urlpatterns if p is not ...]
+    assert resolve("/api/schedulinator/schema/", urlconf=urls).url_name == "schema"
+
+
+def test_the_readmes_two_commands_are_the_ones_ci_runs() -> None:
+    """``scripts/demo`` and ``scripts/test`` as the README writes them are what CI runs
+    (tests/test_demo.py runs the demo too)."""
+    # .ci/run, and the tox or nox file it may run the suite through.
+    ci = "\n".join(
+        path.read_text() for path in (ROOT / ".ci" / "run", ROOT / "tox.ini", ROOT / "noxfile.py")
+        if path.is_file()
+    )  # fmt: skip
+    for name, script in (("readme-demo", "scripts/demo"), ("readme-test", "scripts/test")):
+        assert commands(name, README) == [script]
+        assert os.access(ROOT / script, os.X_OK)
+        assert re.search(rf"(?<![\w/.-]){script}\b", ci), f"CI does not run {script}"
+
+
+# -- settings snippets: what the app's own validation (checks E001 and W001) says of them ------
+
+SETTINGS_SNIPPETS = [
+    ("settings.md", "settings-prefix"),
+    ("settings.md", "settings-redis"),
+    ("settings.md", "settings-api-permissions"),
+    ("schedules-in-code.md", "schedules-setting"),
+    ("alerts.md", "notify-custom-setting"),
+    ("migrating-from-celery-beat.md", "migrate-settings"),
+]
+
+
+@pytest.mark.parametrize(("page", "name"), SETTINGS_SNIPPETS)
+def test_the_settings_snippets_are_valid_settings(page: str, name: str, settings: Any) -> None:
+    """Each ``SCHEDULINATOR = {...}`` of the block (one block may show several), as the
+    system checks validate it: no invalid value (E001), no unknown key (W001). What a value
+    names in the project (a task, a class, a cache alias) is the project's."""
+    import ast
+
+    from django_schedulinator.conf import app_settings
+
+    values = [
+        node.value
+        for node in ast.parse(source(name, page)).body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SCHEDULINATOR"
+    ]
+    assert values, f"no SCHEDULINATOR in {page} {name}"
+    for value in values:
+        settings.SCHEDULINATOR = eval(compile(ast.Expression(value), page, "eval"), {})
+        assert [str(p) for p in app_settings.validate()] == []
+        assert app_settings.unknown_keys() == []
+
+
+# -- command lines: the commands and options they name exist ----------------------------------
+
+# Blocks of `python manage.py ...` lines. A line with placeholders (`[--dry-run]`, `NAME`) is
+# a synopsis: the options it names exist. Any other line is parsed by its command's parser.
+COMMAND_LINES = [
+    ("commands.md", "synopsis-run_scheduler"),
+    ("commands.md", "synopsis-rebuild_due_index"),
+    ("commands.md", "synopsis-scheduler_status"),
+    ("commands.md", "synopsis-prune_runs"),
+    ("commands.md", "synopsis-schedule"),
+    ("commands.md", "synopsis-sync_schedules"),
+    ("commands.md", "synopsis-import_schedules"),
+    ("schedules-in-code.md", "sync-synopsis"),
+    ("upgrading.md", "upgrade-migrate"),
+    ("upgrading.md", "upgrade-rebuild"),
+    ("upgrading.md", "restore-rebuild"),
+    ("upgrading.md", "lost-redis-rebuild"),
+    ("migrating-from-celery-beat.md", "import-tables"),
+    ("migrating-from-celery-beat.md", "import-setting"),
+    ("migrating-from-celery-beat.md", "migrate-run"),
+    ("migrating-from-celery-beat.md", "import-crontab"),
+    ("operations.md", "ops-status-synopsis"),
+    ("operations.md", "ops-status-jq"),
+    ("operations.md", "ops-status-cron"),
+    ("operations.md", "ops-cronjob"),
+    ("metrics.md", "metrics-deployment"),
+]
+PLACEHOLDER = re.compile(r"\[|\.\.\.|\b[A-Z]{2,}\b")
+
+
+def command_parsers(name: str) -> dict[str | None, Any]:
+    """The parser of command ``name`` (key None), and of each of its subcommands."""
+    import argparse
+
+    from django.core.management import get_commands, load_command_class
+
+    parser = load_command_class(get_commands()[name], name).create_parser("manage.py", name)
+    found: dict[str | None, Any] = {None: parser}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def long_options(parser: Any) -> set[str]:
+    return {o for action in parser._actions for o in action.option_strings if o.startswith("--")}
+
+
+def command_lines(page: str, name: str) -> list[str]:
+    """The ``python manage.py`` command lines of a block: in a shell block, each line (one
+    continued on an indented line joined to it) up to a pipe, a redirection or a comment;
+    in a YAML block, each ``command`` list of a container."""
+    text = source(name, page)
+    if next(b for b in blocks(page) if b.what == name).lang == "yaml":
+        import yaml
+
+        found: list[str] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, dict):
+                command = node.get("command")
+                if isinstance(command, list) and command[:2] == ["python", "manage.py"]:
+                    found.append(shlex.join(command))
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        for document in yaml.safe_load_all(text):
+            walk(document)
+        return found
+    text = re.sub(r"\n[ \t]+(?=\[)", " ", text)
+    lines = []
+    for line in text.splitlines():
+        start = line.find("python manage.py ")
+        if start >= 0:
+            lines.append(re.split(r"\s(?:#|\||\|\||&&|>|2>&1)\s", line[start:] + " ")[0].strip())
+    return lines
+
+
+@pytest.mark.parametrize(("page", "name"), COMMAND_LINES)
+def test_the_command_lines_name_commands_and_options_that_exist(page: str, name: str) -> None:
+    assert command_lines(page, name), f"no command line in {page} {name}"
+    for line in command_lines(page, name):
+        words = shlex.split(line)
+        assert words[:2] == ["python", "manage.py"], line
+        parsers = command_parsers(words[2])
+        sub = words[3] if len(words) > 3 and words[3] in parsers else None
+        parser = parsers[sub]
+        if PLACEHOLDER.search(line):
+            named = set(re.findall(r"--[\w-]+", line))
+            assert named - long_options(parser) == set(), line
+        else:
+            parser.parse_args(words[3:])  # exits (SystemExit) on what it does not take
+
+
+def test_the_commands_page_has_every_option_of_every_command() -> None:
+    """docs/commands.md's synopses, together, name every option and subcommand of each
+    command (Django's own options, which every command has, left out)."""
+    from django.core.management import BaseCommand
+
+    django_own = long_options(BaseCommand().create_parser("manage.py", "any"))
+    shown: dict[tuple[str, str | None], set[str]] = {}
+    for page, name in COMMAND_LINES:
+        if page != "commands.md":
+            continue
+        for line in command_lines(page, name):
+            words = line.split()
+            sub = words[3] if len(words) > 3 and words[3] in command_parsers(words[2]) else None
+            shown.setdefault((words[2], sub), set()).update(re.findall(r"--[\w-]+", line))
+    missing = {}
+    for command in {command for command, _ in shown}:
+        for sub, parser in command_parsers(command).items():
+            if sub is None and len(command_parsers(command)) > 1:
+                continue  # the subcommands' own options are what count
+            lacking = long_options(parser) - django_own - shown.get((command, sub), set())
+            if lacking or (command, sub) not in shown:
+                missing[f"{command} {sub or ''}".strip()] = sorted(lacking)
+    assert missing == {}
+
+
+# -- docs/scheduling.md's calls, in one session --------------------------------------------
+
+SCHEDULING = "scheduling.md"
+
+
+@pytest.fixture
+def page_tasks() -> Iterator[None]:
+    """The tasks the page's schedules name, registered for the test (and only for it)."""
+    from django_schedulinator import registry
+
+    names = ["billing.send_invoices", "feeds.poll"]
+    for name in names:
+        registry.register(lambda *args, **kwargs: None, name=name)
+    yield
+    for name in names:
+        registry._tasks.pop(name)
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("page_tasks")
+def test_the_scheduling_pages_calls_run_in_one_session(
+    built_index: DueIndex, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The page's blocks pasted one after the other into ``manage.py shell``, where the
+    names the page takes as given are: ``services``, ``timedelta``, ``schedule`` (the cron
+    schedule of the first block) and a ``start`` and ``end`` in the past."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_schedulinator import services
+
+    session: dict[str, Any] = {"services": services, "timedelta": timedelta}
+
+    def paste(name: str) -> None:
+        exec(compile(source(name, SCHEDULING), f"docs/{SCHEDULING} {name}", "exec"), session)
+
+    paste("scheduling-cron")
+    paste("scheduling-interval")
+    from django_schedulinator.models import Run, Schedule
+
+    assert Schedule.objects.get(name="poll").interval == timedelta(minutes=10)
+    session["schedule"] = schedule = Schedule.objects.get(name="invoices")
+    paste("scheduling-pause")
+    schedule.refresh_from_db()
+    assert schedule.enabled
+    paste("scheduling-run-now")
+    assert Run.objects.filter(schedule=schedule, trigger="run_now").count() == 2
+    session["end"] = timezone.now() - timedelta(minutes=1)
+    session["start"] = session["end"] - timedelta(days=7)
+    paste("scheduling-backfill")
+    assert session["report"].occurrences == 5  # a week of weekdays at 06:00
+    paste("scheduling-preview")
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 5
+    # The comment of the block is what the expression gives.
+    comment = re.search(r'# "(.*)"', source("scheduling-preview", SCHEDULING))
+    assert comment is not None
+    assert schedule.description == comment[1]
+
+
+# -- a signal receiver (docs/signals.md) -----------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # signals are sent after real commits
+def test_the_signals_pages_receiver_takes_what_run_finished_sends(built_index: DueIndex) -> None:
+    """The page's receiver, connected as it is written, called by a real run's end: it
+    accepts the arguments the signal is sent with (a receiver that raised would only be
+    logged, so the call is watched)."""
+    from django_schedulinator import resync_schedules, signals
+    from django_schedulinator.worker import Worker
+
+    from .support.schedules import make_due
+
+    namespace: dict[str, Any] = {}
+    exec(source("signals-receiver", "signals.md"), namespace)
+    receiver = namespace["count_failures"]
+    calls: list[str] = []
+
+    def watched(sender: Any, **kwargs: Any) -> None:
+        receiver(sender, **kwargs)  # raises here, into the test, if it does not fit
+        calls.append(kwargs["status"])
+
+    assert signals.run_finished.disconnect(receiver)  # connected by its @receiver
+    signals.run_finished.connect(watched, weak=False)
+    try:
+        ids = make_due(1, task="tests.boom")
+        resync_schedules(ids)
+        Worker(once=True, worker_id="docs").run()
+    finally:
+        signals.run_finished.disconnect(watched)
+    assert calls == ["failed"]
+
+
+# -- bulk writes, then resync_schedules (docs/upgrading.md) -----------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # on_commit runs at a real commit
+def test_the_upgrade_pages_resync_puts_bulk_written_rows_in_the_index(
+    built_index: DueIndex,
+) -> None:
+    """Rows written with ``bulk_create`` (no signals) are not in the index until the page's
+    two lines resync them: ``ids`` a list, ``queryset`` a QuerySet."""
+    from django.db import transaction
+
+    from django_schedulinator.models import Schedule
+
+    from .support.schedules import make_due
+
+    ids = make_due(2)
+    assert built_index.scores(ids) == {ids[0]: None, ids[1]: None}
+    with transaction.atomic():
+        exec(
+            source("bulk-resync", "upgrading.md"),
+            {"ids": ids[:1], "queryset": Schedule.objects.filter(pk=ids[1])},
+        )
+        assert built_index.scores(ids) == {ids[0]: None, ids[1]: None}  # not before the commit
+    assert None not in built_index.scores(ids).values()
+
+
+# -- @scheduled (docs/schedules-in-code.md) ----------------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_the_scheduled_module_declares_its_two_schedules_at_migrate(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """The page's module, two ``@scheduled`` above one ``@task``: migrate syncs both."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    path, module = project_file("scheduled-module", "schedules-in-code.md")
+    project = DocProject(
+        tmp_path, key_prefix, settings=[readme_settings(redis)], apps=[path.split("/")[0]]
+    )
+    doc_projects.append(project)
+    project.write(path, module)
+
+    project.run("python manage.py migrate")
+    rows = project.query(
+        "SELECT name, kind, cron, timezone, interval, kwargs FROM django_schedulinator_schedule"
+        " WHERE declared_in != '' ORDER BY name"
+    )
+    assert [row[:4] for row in rows] == [
+        ("nightly-report", "cron", "0 3 * * *", "Europe/Paris"),
+        ("report-every-ten-minutes", "interval", "", rows[1][3]),
+    ]
+    assert rows[1][5] == '{"quick": true}'
+
+
+# -- the JSON bodies the pages show, against what the code sends -------------------------------
+
+
+def test_the_webhook_body_is_what_the_webhook_dispatcher_posts() -> None:
+    """docs/dispatch.md's body of a POST, rebuilt from its own values by the dispatcher."""
+    import json
+    from datetime import datetime
+
+    from django_schedulinator.dispatch import Occurrence
+    from django_schedulinator.dispatch.webhook import body_of
+
+    shown = json.loads(source("webhook-body"))
+    occurrence = Occurrence(
+        key=shown["key"], run_id=1, schedule_id=shown["schedule_id"],
+        schedule_name=shown["schedule"], task=shown["task"],
+        scheduled_for=datetime.fromisoformat(shown["scheduled_for"]),
+        attempt=shown["attempt"], args=shown["args"], kwargs=shown["kwargs"],
+    )  # fmt: skip
+    assert json.loads(body_of(occurrence)) == shown
+
+
+def test_the_alert_body_is_what_the_webhook_notifier_sends() -> None:
+    """docs/alerts.md's body of a missed-run alert, rebuilt from its own values (its text
+    is shown up to "...")."""
+    import json
+    from datetime import datetime, timedelta
+
+    from django_schedulinator.notify import Event
+
+    shown = json.loads(source("alert-body", "alerts.md"))
+    event = Event(
+        kind=shown["type"].removeprefix("alert."),
+        noticed_at=datetime.fromisoformat(shown["noticed_at"]),
+        schedule_id=shown["schedule_id"], schedule_name=shown["schedule"],
+        timezone=shown["timezone"], scheduled_for=datetime.fromisoformat(shown["scheduled_for"]),
+        run_id=shown["run_id"], reason=shown["reason"],
+        grace=timedelta(seconds=shown["grace_seconds"]), admin_url=shown["admin_url"],
+    )  # fmt: skip
+    sent = event.as_dict()
+    text, shown_text = sent.pop("text"), shown.pop("text")
+    assert sent == shown
+    assert shown_text.endswith(" ...")
+    assert text.startswith(shown_text.removesuffix(" ..."))
+
+
+# -- Sentry Crons set up as docs/sentry.md says -----------------------------------------------
+
+
+@pytest.mark.subprocess
+def test_the_sentry_page_sends_the_check_ins_of_a_run(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject], monkeypatch: Any
+) -> None:
+    """sentry.md's ``sentry_sdk.init`` (its DSN a local ingest endpoint) and setting, in the
+    settings of a new project: a schedule its patterns select checks in when its run starts
+    and when it ends."""
+    from .support.sentry_receiver import sentry_receiver
+
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    with sentry_receiver() as receiver:
+        monkeypatch.setenv("SENTRY_DSN", receiver.dsn)
+        project = DocProject(
+            tmp_path, key_prefix,
+            settings=[
+                readme_settings(redis), source("sentry-init", "sentry.md"),
+                source("sentry-setting", "sentry.md"),
+            ],
+            apps=["reports"],
+        )  # fmt: skip
+        doc_projects.append(project)
+        project.write(*project_file("quickstart-task", QUICKSTART))
+        project.run("python manage.py migrate")
+        project.shell(
+            "from django_schedulinator import services\n"
+            "schedule = services.create({'name': 'reports-daily', 'task': 'reports.say_hello',"
+            " 'args': ['sentry'], 'kind': 'cron', 'cron': '0 6 * * *'})\n"
+            "services.run_now(schedule)"
+        )
+        project.start("python manage.py run_scheduler")
+        wait_for(lambda: len(receiver.check_ins()) >= 2, "the check-ins")
+        statuses = [c["status"] for c in receiver.check_ins()]
+        assert statuses[:2] == ["in_progress", "ok"], statuses
+        assert {c["environment"] for c in receiver.check_ins()} == {"production"}
+
+
+def test_the_migration_guides_celery_hook_is_the_one_the_celery_walkthrough_runs() -> None:
+    """docs/migrating-from-celery-beat.md's lines in celery.py are docs/dispatch.md's (which
+    test_the_celery_walkthrough_runs_a_schedule_on_a_real_celery_worker runs), comments
+    aside."""
+
+    def code(text: str) -> list[str]:
+        return [line.split("  #")[0] for line in text.splitlines()]
+
+    migrating = source("migrate-celery-hook", "migrating-from-celery-beat.md")
+    assert code(migrating) == code(source("celery-hook"))
+
+
+# -- the benchmarks' command lines (docs/benchmarks.md) ---------------------------------------
+
+BENCHMARK_LINES = [
+    "bench-run", "bench-suite", "bench-dispatchers", "bench-rebuild", "bench-api",
+    "bench-steady", "bench-prune",
+]  # fmt: skip
+# Runs a benchmark module as `python -m` does, up to its arguments' parse: exit 0 when they
+# parse, argparse's exit 2 (with its message) when not. Nothing is measured.
+PARSE_ONLY = """\
+import argparse, runpy, sys
+real = argparse.ArgumentParser.parse_args
+def parse(self, args=None, namespace=None):
+    real(self, args, namespace)
+    print("parsed")
+    raise SystemExit(0)
+argparse.ArgumentParser.parse_args = parse
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("name", BENCHMARK_LINES)
+def test_the_benchmark_lines_run_modules_that_take_their_arguments(name: str) -> None:
+    """Each ``.venv/bin/python -m benchmarks.X ...`` line of the page, its arguments parsed
+    by the module's own parser (.ci/run runs every benchmark's smoke for real); the page's
+    ``pip install`` names extras that exist."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    for line in commands(name, "benchmarks.md"):
+        words = shlex.split(line, comments=True)
+        if words[0] == ".venv/bin/pip":
+            named = re.fullmatch(r"\.\[([\w,-]+)\]", words[-1])
+            assert named is not None, line
+            assert set(named[1].split(",")) - set(extras) == set(), line
+            continue
+        assert words[:3] == [".venv/bin/python", "-m", words[2]], line
+        assert words[2].startswith("benchmarks."), line
+        done = subprocess.run(
+            [sys.executable, "-c", PARSE_ONLY, *words[2:]], cwd=ROOT, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert (done.returncode, done.stdout.strip()[-6:]) == (0, "parsed"), (
+            f"{line}\n{done.stdout}\n{done.stderr}"
+        )
+
+
+# -- docs/metrics.md's Prometheus and Kubernetes configurations ------------------------------
+
+
+def metrics_yaml(name: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(source(name, "metrics.md"))
+
+
+def test_the_alert_rules_query_metrics_the_schedulers_expose() -> None:
+    """Every metric the rules (and their comments) name is in the page's table of metrics,
+    which tests/test_metrics.py holds to what a scheduler exposes; the labels they group by
+    are the metric's; the job is the scrape config's."""
+    page = (DOCS / "metrics.md").read_text("utf-8")
+    table = dict(re.findall(r"^\| `(schedulinator_\w+)` \|[^|]*\|([^|]*)\|", page, re.M))
+    rules = metrics_yaml("metrics-alerts")["groups"][0]["rules"]
+    text = source("metrics-alerts", "metrics.md")
+    named = set(re.findall(r"\bschedulinator_\w+", text)) - {"schedulinator"}
+    assert len(named) >= 5
+    for metric in named:
+        base = re.sub(r"_(bucket|count|sum)$", "", metric)
+        assert base in table, metric
+    for rule in rules:
+        for labels, metric in re.findall(
+            r"by \(([\w, ]+)\) \(\w*\(?(schedulinator_\w+)", rule["expr"]
+        ):
+            base = re.sub(r"_(bucket|count|sum)$", "", metric)
+            for label in labels.replace(" ", "").split(","):
+                assert label == "le" or f"`{label}`" in table[base], (rule["alert"], label)
+    [job] = metrics_yaml("metrics-scrape")["scrape_configs"]
+    assert f'up{{job="{job["job_name"]}"}}' in text
+
+
+def test_the_kubernetes_manifests_agree_with_the_command_line() -> None:
+    """The Deployment serves metrics and both probes where its command says (the command
+    itself is parsed by test_the_command_lines_name_commands_and_options_that_exist), with
+    the annotations and the PodMonitor pointing at the same port and path."""
+    deployment = metrics_yaml("metrics-deployment")
+    pod = deployment["spec"]["template"]
+    [container] = pod["spec"]["containers"]
+    command = container["command"]
+    port = int(command[command.index("--metrics-port") + 1])
+    [named_port] = container["ports"]
+    assert named_port["containerPort"] == port
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": named_port["name"]}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": named_port["name"]}
+    annotations = pod["metadata"]["annotations"]
+    assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (
+        str(port),
+        "/metrics",
+    )
+    monitor = metrics_yaml("metrics-podmonitor")["spec"]
+    assert monitor["selector"]["matchLabels"] == pod["metadata"]["labels"]
+    [endpoint] = monitor["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == (named_port["name"], "/metrics")
+
+
+# -- the Python blocks of concepts, reliability, upgrading and dispatch, pasted into a shell ----
+
+
+def paste(page: str, name: str, **given: Any) -> dict[str, Any]:
+    """Run a block as ``manage.py shell`` would, with the names the page takes as given."""
+    session = dict(given)
+    exec(compile(source(name, page), f"docs/{page} {name}", "exec"), session)
+    return session
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("page_tasks")
+def test_the_write_path_tour_runs(built_index: DueIndex) -> None:
+    """docs/concepts.md's tour of the services, one call after the other, a person's
+    ``request`` at hand (as in a view) and a week in the past to backfill."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from django_schedulinator.models import Schedule, ScheduleChange
+
+    end = timezone.now() - timedelta(minutes=1)
+    request = SimpleNamespace(user=User.objects.create(username="ops"))
+    session = paste(
+        "concepts.md", "concepts-services", request=request, start=end - timedelta(days=7), end=end
+    )
+    assert session["report"].dry_run
+    assert session["run"].trigger == "run_now"
+    assert not Schedule.objects.filter(name="invoices").exists()
+    actions = list(ScheduleChange.objects.order_by("id").values_list("action", flat=True))
+    assert actions[:4] == ["created", "changed", "paused", "resumed"]
+    assert actions[-1] == "deleted"
+    assert ScheduleChange.objects.get(action="paused").actor == request.user
+
+
+@pytest.mark.django_db(transaction=True)  # on_commit runs at a real commit
+def test_the_bulk_update_of_concepts_takes_its_rows_out_of_the_index(
+    built_index: DueIndex,
+) -> None:
+    from .support.schedules import make_schedule
+
+    reports = [make_schedule(f"report-{n}") for n in range(2)]
+    other = make_schedule("invoices")
+    ids = [s.pk for s in [*reports, other]]
+    assert None not in built_index.scores(ids).values()
+    paste("concepts.md", "concepts-bulk-update")
+    scores = built_index.scores(ids)
+    assert (scores[reports[0].pk], scores[reports[1].pk]) == (None, None)
+    assert scores[other.pk] is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bulk_create_of_concepts_indexes_its_rows(built_index: DueIndex) -> None:
+    from datetime import timedelta
+
+    from django_schedulinator import resync_schedules
+    from django_schedulinator.models import Schedule
+
+    rows = [
+        Schedule(
+            name=f"bulk-{n}", task="tests.record", kind="interval", interval=timedelta(hours=1)
+        )
+        for n in range(3)
+    ]
+    session = paste(
+        "concepts.md", "concepts-bulk-create",
+        rows=rows, Schedule=Schedule, resync_schedules=resync_schedules,
+    )  # fmt: skip
+    ids = [row.pk for row in session["created"]]
+    assert len(ids) == 3
+    assert None not in built_index.scores(ids).values()
+
+
+@pytest.mark.django_db
+def test_the_reliability_pages_reconcile_and_drift_check_run(built_index: DueIndex) -> None:
+    from .support.schedules import make_schedule
+
+    make_schedule()
+    report = paste("reliability.md", "reliability-reconcile")["report"]
+    assert report.caught_up
+    session = paste("reliability.md", "reliability-drift")
+    drift = session["report"]
+    assert drift.ok
+    assert drift.late_or_missing == []
+    assert "schedules to index" in drift.summary()
+
+
+@pytest.mark.django_db
+def test_the_upgrade_pages_loop_finds_the_command_args_the_setting_refuses(
+    settings: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows saved before the allow-list (written here around the services) that it now
+    refuses are printed, with the reason."""
+    from datetime import timedelta
+
+    from django_schedulinator.command_task import NAME
+    from django_schedulinator.models import Schedule
+
+    from .support.doc_examples import example
+
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": example("clearsessions", "schedules-in-code.md")["SCHEDULINATOR"]["COMMANDS"],
+    }
+    Schedule.objects.bulk_create(
+        [
+            Schedule(name=name, task=NAME, args=args, kind="interval", interval=timedelta(hours=1))
+            for name, args in (("fine", ["clearsessions"]), ("dump", ["dumpdata", "sessions"]))
+        ]
+    )
+    paste("upgrading.md", "upgrade-command-args")
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 1
+    assert printed[0].startswith("dump 'sessions' is not an argument")
+
+
+@pytest.mark.django_db
+def test_the_workers_reports_by_key_end_a_handed_off_run(
+    settings: Any, built_index: DueIndex
+) -> None:
+    """docs/dispatch.md's three reports, as a worker sends them for a run handed off to it:
+    the start, the end (the last, a failure, comes after the end and changes nothing)."""
+    from .test_outcomes import REPORTING, handed_off
+
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
+    _schedule, run = handed_off()
+    assert run.status == "dispatched"
+    paste("dispatch.md", "outcomes-report", key=run.idempotency_key, traceback_text="Traceback")
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+
+
+@pytest.mark.django_db
+def test_a_receiver_verifies_the_webhook_as_the_page_shows(
+    settings: Any, built_index: DueIndex
+) -> None:
+    """docs/dispatch.md's verification, with the Standard Webhooks library, of the request
+    the configuration of the page's webhook dispatcher sends: its raw body and headers."""
+    import threading
+    from datetime import timedelta
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from types import SimpleNamespace
+
+    from django.utils import timezone
+
+    from django_schedulinator import resync_schedules
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.timing import truncate_ms
+    from django_schedulinator.worker import Worker
+
+    from .support.doc_examples import example
+
+    received: list[SimpleNamespace] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["content-length"]))
+            received.append(SimpleNamespace(body=body, headers=dict(self.headers.items())))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        config = example("webhook")["SCHEDULINATOR"]
+        target = config["DISPATCHERS"]["partners"]["OPTIONS"]["TARGETS"]["billing"]
+        target["URL"] = f"http://127.0.0.1:{server.server_port}/hook"
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
+        schedule = example("webhook-schedule")["schedule"]
+        Schedule.objects.filter(pk=schedule.pk).update(
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)), due_at=None
+        )
+        resync_schedules([schedule.pk])
+        worker = Worker(worker_id="docs")
+        worker.run_pass()
+        worker.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    [request] = received
+    payload = paste("dispatch.md", "webhook-verify", secret=target["SECRET"], request=request)[
+        "payload"
+    ]
+    assert payload["schedule"] == "invoice run"
+    from standardwebhooks.webhooks import WebhookVerificationError
+
+    forged = SimpleNamespace(
+        body=request.body.replace(b"invoice", b"Invoice"), headers=request.headers
+    )
+    with pytest.raises(WebhookVerificationError):
+        paste("dispatch.md", "webhook-verify", secret=target["SECRET"], request=forged)
+
+
+@pytest.mark.django_db(transaction=True)  # the readiness check reads on a connection of its own
+def test_the_probe_bodies_have_the_fields_the_page_shows(built_index: DueIndex) -> None:
+    """docs/metrics.md's ``/healthz`` body of a loop backing off, and ``/readyz`` body: the
+    fields the probes answer with, and the status the page's example says."""
+    import json
+
+    from django_schedulinator.probes import Readiness, health
+    from django_schedulinator.worker import Worker
+
+    shown_health = json.loads(source("healthz-body", "metrics.md"))
+    shown_ready = json.loads(source("readyz-body", "metrics.md"))
+    worker = Worker(worker_id=shown_health["worker_id"])
+    try:
+        worker.last_error = shown_health["last_error"]
+        live, body = health(worker, since=time.monotonic())
+        assert live
+        assert body["status"] == shown_health["status"]
+        assert set(body) == set(shown_health)
+        _ready, body = Readiness(worker)()
+        assert set(body) == set(shown_ready)
+        assert (body["database"], body["redis"]) == ("ok", "ok")
+    finally:
+        worker.close()
+
+
+# -- docs/api.md's curl session, against the API of a project ---------------------------------
+
+SERVER = "http://127.0.0.1:8000"
+
+
+class Curl:
+    """One ``curl`` command line of the page: what it sends, and the answer a ``# {...}``
+    (or ``# Header: value``) comment right after it shows."""
+
+    def __init__(self, line: str, shown: str = "") -> None:
+        self.line, self.shown = line, shown
+        words = shlex.split(line.split(" | ")[0])
+        assert words[0] == "curl", line
+        self.user, self.method, self.data = "", "", ""
+        self.headers: dict[str, str] = {}
+        self.url = ""
+        rest = iter(words[1:])
+        for word in rest:
+            if word == "-u":
+                self.user = next(rest)
+            elif word == "-H":
+                name, _, value = next(rest).partition(": ")
+                self.headers[name] = value
+            elif word == "-d":
+                self.data = next(rest)
+            elif word == "-X":
+                self.method = next(rest)
+            elif word == "-o":
+                next(rest)  # where the answer is saved
+            elif word == "-si":
+                pass  # the answer's headers too
+            else:
+                assert word.startswith(SERVER), (word, line)
+                self.url = word
+        self.method = self.method or ("POST" if self.data else "GET")
+
+    def send(self, client: Any, ids: dict[str, str]) -> Any:
+        """Send it with the test's client, the page's ids and keys replaced by ``ids``."""
+        import base64
+
+        url, data = self.url.removeprefix(SERVER), self.data
+        for shown, real in ids.items():
+            url, data = url.replace(shown, real), data.replace(shown, real)
+        credentials = base64.b64encode(self.user.encode()).decode()
+        extra = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in self.headers.items()}
+        extra.pop("HTTP_CONTENT_TYPE", None)
+        return client.generic(
+            self.method, url, data, content_type=self.headers.get("Content-Type", ""),
+            HTTP_AUTHORIZATION=f"Basic {credentials}", **extra,
+        )  # fmt: skip
+
+
+def open_quote(line: str) -> bool:
+    try:
+        shlex.split(line, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
+def curls(name: str) -> list[Curl]:
+    text = source(name, API_PAGE).replace("\\\n", " ")
+    found: list[Curl] = []
+    lines: list[str] = []
+    for part in text.splitlines():
+        # A quoted argument (a JSON body) may go on over lines.
+        lines[-1:] = (
+            [f"{lines[-1]} {part.strip()}"]
+            if lines and open_quote(lines[-1])
+            else [*lines[-1:], part]
+        )
+    for line in lines:
+        if line.startswith("curl "):
+            found.append(Curl(line))
+        elif (
+            line.startswith("# ")
+            and found
+            and not found[-1].shown
+            and (line.startswith("# {") or re.match(r"# [\w-]+: ", line))
+        ):
+            found[-1].shown = line[2:]
+    return found
+
+
+def answer(name: str) -> Any:
+    import json
+
+    return json.loads(source(name, API_PAGE))
+
+
+def same_fields(got: Any, shown: Any) -> None:
+    """``got`` has the fields ``shown`` has (a ``"..."`` stands for more of them)."""
+    if isinstance(shown, dict):
+        assert isinstance(got, dict), got
+        listed = {k for k in shown if k != "..."}
+        assert listed <= set(got), sorted(listed - set(got))
+        if "..." not in shown:
+            assert set(got) == listed, sorted(set(got) - listed)
+        for key in listed:
+            same_fields(got[key], shown[key])
+    elif isinstance(shown, list) and shown and got:
+        same_fields(got[0], shown[0])
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("page_tasks")
+def test_the_api_pages_curl_session_runs_against_the_api(
+    settings: Any, built_index: DueIndex, client: Any
+) -> None:
+    """Every ``curl`` of docs/api.md, in the page's order, sent to the API in its URLs, as
+    the page's users ``admin`` and ``worker`` (basic authentication, as ``-u`` sends): the
+    status each gets, and the answers the page shows, field for field where it shows a
+    whole answer (``"..."`` stands for more fields), value for value where it shows one in
+    a comment."""
+    import json
+
+    from django.contrib.auth.models import Permission, User
+
+    from django_schedulinator.models import Run
+
+    from .test_outcomes import REPORTING, handed_off
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
+    User.objects.create_superuser("admin", password="secret")
+    worker = User.objects.create_user("worker", password="secret", is_staff=True)
+    worker.user_permissions.add(Permission.objects.get(codename="report_run"))
+    ids: dict[str, str] = {}
+
+    def send(request: Curl, *expected: int) -> Any:
+        response = request.send(client, ids)
+        assert response.status_code in expected, (request.line, response.content)
+        if request.shown.startswith("{"):
+            assert response.json() == json.loads(request.shown), request.line
+        elif request.shown:
+            header, _, value = request.shown.partition(": ")
+            assert response.headers[header] == value, request.line
+        return response
+
+    [schema] = curls("api-schema")
+    assert send(schema, 200).json()["openapi"]
+
+    [create] = curls("api-create")
+    created = send(create, 201).json()
+    shown = answer("api-create-answer")
+    same_fields(created, shown)
+    for field in ("name", "task", "args", "kind", "cron", "timezone", "description", "version"):
+        assert created[field] == shown[field], field
+    ids[f"/schedules/{shown['id']}/"] = f"/schedules/{created['id']}/"
+    ids[f"schedule={shown['id']}"] = f"schedule={created['id']}"
+
+    [invalid] = curls("api-invalid")
+    assert send(invalid, 400).json() == answer("api-invalid-answer")
+    # Once the fields pass (a registered task), the model's rules, together.
+    registered = Curl(invalid.line.replace("os.system", "billing.send_invoices"))
+    assert send(registered, 400).json() == answer("api-invalid-model-answer")
+
+    # The two ways to send the version, each stale once the other changed the schedule:
+    # If-Match gets 412 (the answer the page shows), the body's version 409.
+    read, if_match, in_body = curls("api-concurrency")
+    send(read, 200)
+    send(if_match, 200)
+    assert send(if_match, 412).json() == answer("api-stale-answer")
+    send(in_body, 409)
+
+    [listed] = curls("api-list")
+    assert send(listed, 200).json()["count"] == 1
+
+    for request in curls("api-actions"):
+        send(request, 200, 202)
+
+    [preview] = curls("api-preview")
+    previewed = send(preview, 200).json()
+    same_fields(previewed, answer("api-preview-answer"))
+    assert previewed["description"] == answer("api-preview-answer")["description"]
+
+    run = Run.objects.filter(schedule_id=created["id"], trigger="run_now").first()
+    assert run is not None
+    ids["/runs/1234/"] = f"/runs/{run.pk}/"
+    for request in curls("api-runs"):
+        send(request, 200)
+
+    _schedule, handed = handed_off()
+    ids["42:1764050400000"] = handed.idempotency_key
+    [report] = curls("api-report")
+    shown = {**answer("api-report-answer"), "key": handed.idempotency_key}
+    assert send(report, 200).json() == shown
+
+    [changes] = curls("api-changes")
+    changed = send(changes, 200).json()
+    shown = answer("api-changes-answer")["results"][0]
+    assert set(changed) == set(answer("api-changes-answer"))
+    assert {frozenset(row) for row in changed["results"]} == {frozenset(shown)}
+    [edit] = [c for c in changed["results"] if c["version"] == 2 and c["action"] == "changed"]
+    for field in ("schedule_name", "actor_name", "source", "action", "changes", "version"):
+        assert edit[field] == shown[field], field
+
+    [index] = curls("api-index")
+    # The fields of the answer (what each holds depends on the index: its shards, its
+    # last rebuild, the drift check's sample).
+    assert set(send(index, 200).json()) == set(answer("api-index-answer"))
+
+    [schedulers] = curls("api-schedulers")
+    same_fields(send(schedulers, 200).json(), answer("api-schedulers-answer"))
+
+    [status] = curls("api-status")
+    send(status, 200, 503)  # 503: no scheduler is alive here
+
+
+def test_the_api_pages_apps_are_apps() -> None:
+    """The apps docs/api.md adds for the browsable API are the packages the api extra
+    installs (``...`` stands for the project's own)."""
+    from django.apps import apps
+
+    namespace = paste(API_PAGE, "api-settings")
+    listed = [app for app in namespace["INSTALLED_APPS"] if app is not ...]
+    assert listed == ["rest_framework", "django_filters", "django_schedulinator"]
+    for app in listed:
+        assert apps.is_installed(app), app  # installed in the tests' settings too
+
+
+# -- testing with a travelling clock (docs/scheduling.md) --------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)  # the inline dispatcher's threads: real commits
+def test_the_testing_recipes_run_two_days_of_an_hourly_schedule(built_index: DueIndex) -> None:
+    """The page's recipe over an hourly cron due at the start of its travel: 48 passes an
+    hour apart fire 48 occurrences; then a pause, and the resume under the travelling clock
+    the second recipe patches in, ends the paused period at the travelling now."""
+    from datetime import UTC, datetime, timedelta
+
+    import time_machine
+    from django.utils import timezone
+
+    from django_schedulinator import resync_schedules, services
+    from django_schedulinator.models import Run, Schedule
+
+    from .support.schedules import make_schedule
+
+    schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
+    start = datetime(2026, 3, 28, 1, tzinfo=UTC)  # the first hour the recipe shifts to
+    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=start, due_at=None)
+    resync_schedules([schedule.pk])
+
+    paste(SCHEDULING, "testing-time-travel")
+    fired = Run.objects.filter(schedule=schedule).values_list("scheduled_for", flat=True)
+    assert sorted(fired) == [start + timedelta(hours=n) for n in range(48)]
+
+    services.pause(schedule, "a test")
+    with time_machine.travel("2026-04-01 12:30Z", tick=False):
+        paste(SCHEDULING, "testing-clock", services=services, schedule=schedule, timezone=timezone)
+    schedule.refresh_from_db()
+    assert schedule.enabled
+    assert schedule.next_run_at == datetime(2026, 4, 1, 13, tzinfo=UTC)
+
+
+# -- recording the key under a unique constraint (docs/concepts.md, docs/reliability.md) --------
+
+
+@pytest.mark.subprocess
+def test_the_receivers_unique_key_drops_a_repeat(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """concepts.md's model and task, and reliability.md's task, in an app of a new project
+    (its migration made by makemigrations): the same occurrence delivered twice takes effect
+    once."""
+    redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    project = DocProject(tmp_path, key_prefix, settings=[readme_settings(redis)], apps=["billing"])
+    doc_projects.append(project)
+    project.write("billing/models.py", source("processed-occurrence", "concepts.md"))
+    project.write(
+        "billing/reminders.py",
+        "from billing.models import ProcessedOccurrence\n\nDONE = []\n\n\n"
+        "def do_the_work():\n    DONE.append(1)\n\n\n"
+        + source("processed-occurrence-integrity", "reliability.md"),
+    )
+    project.run("python manage.py makemigrations billing")
+    project.run("python manage.py migrate")
+    printed = project.shell(
+        "from types import SimpleNamespace\n"
+        "from billing.models import ProcessedOccurrence, charge_subscriptions\n"
+        "from billing import reminders\n"
+        "occurrence = SimpleNamespace(key='42:1767225600000')\n"
+        "for _ in range(2):\n"
+        "    charge_subscriptions(occurrence=occurrence)\n"
+        "    reminders.send_invoice_reminders(occurrence=SimpleNamespace(key='43:1767225600000'))\n"
+        "print(ProcessedOccurrence.objects.count(), len(reminders.DONE))"
+    )
+    assert printed.splitlines()[-1].split() == ["2", "1"]

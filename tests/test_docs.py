@@ -575,6 +575,19 @@ def test_the_readmes_two_commands_are_the_ones_ci_runs() -> None:
         assert re.search(rf"(?<![\w/.-]){script}\b", ci), f"CI does not run {script}"
 
 
+def test_the_readmes_matrix_commands_name_what_tox_ini_has_and_ci_runs() -> None:
+    """The matrix as the README runs it: CI runs ``scripts/test --matrix``, and the one
+    environment it names is one of tox.ini's (tests/test_packaging.py holds tox.ini to the
+    classifiers; CI runs every environment)."""
+    every, one = (line.split("#")[0].strip() for line in commands("readme-matrix", README))
+    assert every == "scripts/test --matrix"
+    assert "scripts/test --matrix" in (ROOT / ".ci" / "run").read_text()
+    environment = shlex.split(one)[shlex.split(one).index("-e") + 1]
+    env_list = re.search(r"^env_list =\n((?:[ \t]+\S+\n)+)", (ROOT / "tox.ini").read_text(), re.M)
+    assert env_list is not None
+    assert environment in env_list[1].split()
+
+
 # -- settings snippets: what the app's own validation (checks E001 and W001) says of them ------
 
 SETTINGS_SNIPPETS = [

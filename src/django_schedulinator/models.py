@@ -415,7 +415,7 @@ class Schedule(models.Model):
         """Decide where a new schedule starts, seen at ``now``: its next run (the
         ``next_run_at`` it was given, else its first occurrence after ``now``; None if it
         has none), its due time (before jitter, which needs the primary key:
-        ``services.create`` adds it after the insert), and ``paused_at`` if it starts paused.
+        ``jitter_first_run`` adds it after the insert), and ``paused_at`` if it starts paused.
 
         ``services.create`` calls it with the schedulers' clock (Redis ``TIME``). Code that
         saves a new schedule itself calls it before ``save()``, which reads no clock and
@@ -427,6 +427,14 @@ class Schedule(models.Model):
         self.due_at = self.next_run_at
         if not self.enabled:
             self.paused_at = self.paused_at or now
+
+    def jitter_first_run(self, using: str) -> None:
+        """Give a just-inserted schedule's first due time its jitter, which needs the primary
+        key: after ``save()``, in the insert's transaction (nobody has seen the row yet, so
+        no counter moves)."""
+        if self.jitter and self.next_run_at is not None:
+            self.due_at = self.due_at_for(self.next_run_at)
+            type(self).objects.using(using).filter(pk=self.pk).update(due_at=self.due_at)
         self._first_run_set = True
 
     def delete(

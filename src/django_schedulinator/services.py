@@ -97,11 +97,7 @@ def create(
     instance.set_first_run(clock.now())  # Redis TIME: what is due is the schedulers' clock's
     with transaction.atomic(using=db):
         instance.save(using=db)
-        if instance.jitter and instance.next_run_at is not None:
-            # Jitter needs the primary key: the first due time follows the insert, in its
-            # transaction (nobody has seen the row yet: no counter moves).
-            instance.due_at = instance.due_at_for(instance.next_run_at)
-            Schedule.objects.using(db).filter(pk=instance.pk).update(due_at=instance.due_at)
+        instance.jitter_first_run(db)
         instance.refresh_from_db(using=db)  # the values as stored, for the change log
         _record(
             instance,

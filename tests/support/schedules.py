@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from django_schedulinator import clock
@@ -28,9 +28,7 @@ def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
     schedule.set_first_run(clock.now())
     with transaction.atomic():
         schedule.save()
-        if schedule.jitter and schedule.next_run_at is not None:  # needs the primary key
-            schedule.due_at = schedule.due_at_for(schedule.next_run_at)
-            Schedule.objects.filter(pk=schedule.pk).update(due_at=schedule.due_at)
+        schedule.jitter_first_run(DEFAULT_DB_ALIAS)
     return schedule
 
 

@@ -111,6 +111,21 @@ def test_a_run_that_cannot_be_called_fails_alone_and_is_not_enqueued(rq_alias: N
     assert django_rq.get_queue(QUEUE).count == 2
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("mode", ["on_db_commit", "request_finished"])
+def test_a_job_is_enqueued_at_once_whatever_the_projects_commit_mode(
+    rq_alias: None, settings: Any, mode: str
+) -> None:
+    """django-rq defers an enqueue to the transaction's commit (its default) or to the end of
+    the request: a scheduler has no request, and its run would be recorded as handed off
+    while its job waited for a commit or a request that never comes."""
+    settings.RQ = {"COMMIT_MODE": mode}
+    schedule = due(task="tests.record")
+    fire()
+    assert status_of(schedule) == "dispatched"
+    assert django_rq.get_queue(QUEUE).count == 1
+
+
 def test_a_batch_is_enqueued_over_the_queue_s_connection_not_a_new_one_per_job(
     rq_alias: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

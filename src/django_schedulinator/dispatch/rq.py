@@ -125,7 +125,13 @@ class RQDispatcher(BaseDispatcher):
         queue = self._queues.get(queue_name)
         try:
             if queue is None:
-                queue = self._queues[queue_name] = django_rq.get_queue(queue_name)
+                # Enqueued at once, whatever the project's RQ COMMIT_MODE: deferred to a
+                # commit or to the end of a request (a scheduler has none), the run would be
+                # recorded as handed off while its job waited, and a broker error would
+                # come too late to retry it.
+                queue = self._queues[queue_name] = django_rq.get_queue(
+                    queue_name, commit_mode="auto"
+                )
         except KeyError:
             return Outcome(
                 occurrence.run_id,

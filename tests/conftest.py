@@ -13,9 +13,7 @@ from unittest import mock
 
 import pytest
 import time_machine
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.transaction import Atomic
+from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 import django_schedulinator
@@ -25,6 +23,7 @@ from django_schedulinator.connection import get_redis
 from django_schedulinator.index import DueIndex
 from django_schedulinator.timing import truncate_ms
 
+from .support import commits
 from .support.processes import Schedulers
 from .support.redis_server import RedisServer, lose_redis
 from .support.rejections import PAYLOAD_LIMIT
@@ -59,11 +58,7 @@ def no_effects_left_behind(
     that runs in a rolled-back transaction on PostgreSQL they are deleted through a
     connection of their own."""
     yield
-    marker = request.node.get_closest_marker("django_db")
-    transactional = marker is not None and (
-        marker.kwargs.get("transaction") or (marker.args and marker.args[0])
-    )
-    if marker is None or transactional or connection.vendor != "postgresql":
+    if not in_rolled_back_transaction(request) or connection.vendor != "postgresql":
         return  # a transaction=True test flushes its tables; SQLite's test holds its lock
     from .models import Delivery, Receipt, Redelivery
 
@@ -85,51 +80,21 @@ def no_effects_left_behind(
 
 
 @pytest.fixture(autouse=True)
-def commits_at_block_end(request: pytest.FixtureRequest) -> Iterator[None]:
-    """In a test that runs inside a rolled-back transaction (``django_db`` without
-    ``transaction=True``), ``on_commit`` callbacks (the index writes after a save, the
-    schedulers' wake) run when the code's outermost atomic block ends, as a real commit
-    would run them, or at once outside any block, as in autocommit; a block that rolls back
-    drops its callbacks, as Django does. Without this they would never run (Django's
-    TestCase keeps them for ``captureOnCommitCallbacks``).
+def rolled_back(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Whether the test runs inside a transaction that is rolled back (``django_db``
+    without ``transaction=True``), where ``commits.committed()`` runs the ``on_commit``
+    callbacks that no commit will; in other tests the real commits run them."""
+    with commits.rolled_back(in_rolled_back_transaction(request)):
+        yield
 
-    Only tests that need more than this take ``transaction=True`` and its table flush:
-    other connections (threads, subprocesses) seeing the commit, or the commit itself."""
+
+def in_rolled_back_transaction(request: pytest.FixtureRequest) -> bool:
+    """The test runs in a transaction that is rolled back: ``django_db`` without
+    ``transaction=True``."""
     marker = request.node.get_closest_marker("django_db")
-    if marker is None or marker.kwargs.get("transaction") or (marker.args and marker.args[0]):
-        yield
-        return
-    request.getfixturevalue("_django_db_helper")  # the test's transaction is open now
-    depth = {alias: len(connections[alias].atomic_blocks) for alias in connections}
-    original_on_commit = BaseDatabaseWrapper.on_commit
-    original_exit = Atomic.__exit__
-
-    def on_commit(self: BaseDatabaseWrapper, func: Any, robust: bool = False) -> None:
-        if len(self.atomic_blocks) <= depth.get(self.alias, 0):
-            func()  # outside the code's blocks: autocommit runs it at once
-        else:
-            original_on_commit(self, func, robust)
-
-    def exit_block(self: Atomic, exc_type: Any, exc: Any, tb: Any) -> Any:
-        result = original_exit(self, exc_type, exc, tb)
-        conn = connections[self.using or DEFAULT_DB_ALIAS]
-        if exc_type is None and len(conn.atomic_blocks) == depth.get(conn.alias, 0):
-            callbacks, conn.run_on_commit = conn.run_on_commit, []
-            for _sids, func, robust in callbacks:
-                if robust:
-                    try:
-                        func()
-                    except Exception:
-                        continue
-                else:
-                    func()
-        return result
-
-    with (
-        mock.patch.object(BaseDatabaseWrapper, "on_commit", on_commit),
-        mock.patch.object(Atomic, "__exit__", exit_block),
-    ):
-        yield
+    if marker is None:
+        return False
+    return not (marker.kwargs.get("transaction") or (marker.args and marker.args[0]))
 
 
 @pytest.fixture
@@ -170,6 +135,20 @@ def sim(
 def fast_password_hashing(settings: Any) -> None:
     """pytest-django's admin_client fixture creates a superuser: hash its password cheaply."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def client() -> commits.Client:
+    """pytest-django's ``client``, each request committed as a server's (``commits``)."""
+    return commits.Client()
+
+
+@pytest.fixture
+def admin_client(db: None, admin_user: Any) -> commits.Client:
+    """pytest-django's ``admin_client``, each request committed as a server's."""
+    client = commits.Client()
+    client.force_login(admin_user)
+    return client
 
 
 @pytest.fixture

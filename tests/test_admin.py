@@ -14,7 +14,6 @@ import pytest
 from django.contrib import messages
 from django.contrib.auth.models import Permission, User
 from django.db import connection, transaction
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -29,6 +28,7 @@ from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
 from .support.admin_pages import change_url, edit_data, form_data
+from .support.commits import Client, committed
 from .support.heartbeats import beat
 from .support.schedules import make_schedule
 
@@ -516,7 +516,8 @@ def test_an_edit_from_a_stale_form_is_refused(admin_client: Client, index: DueIn
     assert started == schedule.version
     assert f'<input type="hidden" name="version" value="{started}"' in page.content.decode()
 
-    services.pause(schedule, "someone else")  # meanwhile, through another path
+    with committed():
+        services.pause(schedule, "someone else")  # meanwhile, through another path
     page = admin_client.post(change_url(schedule), edit_data(schedule, started, cron="0 4 * * *"))
 
     assert page.status_code == 200
@@ -820,18 +821,19 @@ def test_a_bulk_action_writes_the_index_only_once_committed(
 ) -> None:
     schedule = make_schedule()
     if action == "resume":
-        services.pause(schedule)
+        with committed():
+            services.pause(schedule)
     before = index.scores([schedule.pk])[schedule.pk]
     extra = {"post": "yes"} if action == "delete_selected" else {}
 
     # As under ATOMIC_REQUESTS: the view runs inside a transaction that is rolled back.
-    with transaction.atomic():
+    with committed(), transaction.atomic():
         post_action(admin_client, action, [schedule], **extra)
         assert index.scores([schedule.pk])[schedule.pk] == before  # nothing committed yet
         transaction.set_rollback(True)
     assert index.scores([schedule.pk])[schedule.pk] == before  # nor ever: rolled back
 
-    with transaction.atomic():
+    with committed(), transaction.atomic():
         post_action(admin_client, action, [schedule], **extra)
         assert index.scores([schedule.pk])[schedule.pk] == before
     after = index.scores([schedule.pk])[schedule.pk]
@@ -890,6 +892,8 @@ def test_each_admin_path_leaves_the_index_to_the_services(
     assert written == ([row.pk if row else schedule.pk] if changed else [])
 
 
+# The failure is told while the request runs, from its commit: real commits (transaction=True).
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("redis_down")
 def test_with_atomic_requests_a_redis_outage_is_still_reported(
     admin_client: Client, monkeypatch: pytest.MonkeyPatch
@@ -903,6 +907,7 @@ def test_with_atomic_requests_a_redis_outage_is_still_reported(
     assert "The due index could not be updated" in shown[1][1]
 
 
+@pytest.mark.django_db(transaction=True)  # told from the request's commit, as above
 @pytest.mark.usefixtures("redis_down")
 def test_an_action_while_redis_is_down_is_an_error_message(admin_client: Client) -> None:
     schedule = make_schedule()
@@ -1184,7 +1189,8 @@ def test_the_operations_page_needs_its_permission(
     for name in ("a", "b", "c"):
         make_schedule(name)
     paused = make_schedule("paused")
-    services.pause(paused)
+    with committed():
+        services.pause(paused)
     operator = staff_client("view_schedule", "view_operations", username="operator")
     page = operator.get(reverse(OPERATIONS))
     assert page.status_code == 200

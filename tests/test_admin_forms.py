@@ -9,7 +9,6 @@ import json
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from django_schedulinator.conf import MAX_JSON_DEPTH
@@ -18,6 +17,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 
 from .support.admin_pages import form_data
+from .support.commits import Client
 from .support.rejections import (
     ADMIN_CASES,
     DEEP,

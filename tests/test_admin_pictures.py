@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -24,6 +23,7 @@ from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
 from .support.admin_pages import change_url
+from .support.commits import Client
 from .support.heartbeats import beat
 from .support.schedules import make_schedule
 

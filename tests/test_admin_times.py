@@ -11,13 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
 from .support.admin_pages import change_url
+from .support.commits import Client
 from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db

@@ -25,8 +25,11 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
+from .support.commits import committed
 from .support.dispatchers import HandOff
+from .support.handoff import fire
 from .support.heartbeats import beat
+from .support.passes import check_alerts
 from .support.processes import looping, wait_for
 from .support.schedules import make_schedule
 
@@ -77,18 +80,6 @@ def due(**fields: Any) -> Schedule:
     return make_schedule(**fields)
 
 
-def fire(schedule: Schedule | None = None) -> None:
-    """One pass of a scheduler here (``schedule``: made due again first)."""
-    if schedule is not None:
-        Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
-        )
-        resync_schedules([schedule.pk])
-    worker = Worker(worker_id="t")
-    worker.run_pass()
-    worker.close()
-
-
 def after_grace(extra: timedelta = timedelta(seconds=1)) -> datetime:
     """A moment past the grace of everything a test made just now."""
     return timezone.now() + GRACE + extra
@@ -112,7 +103,7 @@ def test_a_run_that_succeeds_in_time_is_never_raised(missed: Heard) -> None:
     assert run.status == "succeeded"
     assert run.alert_at is None  # cleared by the UPDATE that recorded the success
 
-    assert alerts.check(after_grace()) == []
+    assert check_alerts(after_grace()) == []
     assert missed.calls == []
     schedule.refresh_from_db()
     assert schedule.missed_at is None
@@ -126,10 +117,10 @@ def test_a_failed_run_is_raised_once_its_grace_has_passed(missed: Heard) -> None
     assert run.alert_at == run.scheduled_for + GRACE
 
     alert_at = run.alert_at
-    assert alerts.check(alert_at - timedelta(milliseconds=1)) == []  # not yet
-    [found] = alerts.check(alert_at)
+    assert check_alerts(alert_at - timedelta(milliseconds=1)) == []  # not yet
+    [found] = check_alerts(alert_at)
     assert found == alerts.Missed(schedule.pk, run.scheduled_for, run.pk, "failed", GRACE)
-    assert alerts.check(alert_at + timedelta(minutes=1)) == []  # raised once
+    assert check_alerts(alert_at + timedelta(minutes=1)) == []  # raised once
 
     run.refresh_from_db()
     assert (run.alert_at, run.missed_at) == (None, alert_at)  # found at the "now" given
@@ -151,14 +142,14 @@ def test_a_handed_off_run_whose_end_is_never_reported_has_no_outcome() -> None:
     schedule = due(dispatcher="queue")
     fire()
     assert run_of(schedule).status == "dispatched"
-    assert reasons(alerts.check(after_grace())) == {schedule.pk: "no_outcome"}
+    assert reasons(check_alerts(after_grace())) == {schedule.pk: "no_outcome"}
 
 
 def test_a_run_reported_started_and_not_ended_is_running() -> None:
     schedule = due(dispatcher="queue")
     fire()
     assert outcomes.report_started(run_of(schedule).idempotency_key)
-    assert reasons(alerts.check(after_grace())) == {schedule.pk: "running"}
+    assert reasons(check_alerts(after_grace())) == {schedule.pk: "running"}
 
 
 def test_a_reported_success_clears_the_wait_and_a_reported_failure_is_raised() -> None:
@@ -167,7 +158,7 @@ def test_a_reported_success_clears_the_wait_and_a_reported_failure_is_raised() -
     assert outcomes.report_finished(run_of(ok).idempotency_key, succeeded=True)
     assert outcomes.report_finished(run_of(bad).idempotency_key, succeeded=False, error="x")
     assert run_of(ok).alert_at is None
-    assert reasons(alerts.check(after_grace())) == {bad.pk: "failed"}
+    assert reasons(check_alerts(after_grace())) == {bad.pk: "failed"}
 
 
 def test_a_run_claimed_and_never_handed_off_was_not_handed_off() -> None:
@@ -176,7 +167,7 @@ def test_a_run_claimed_and_never_handed_off_was_not_handed_off() -> None:
     batch, token = claimer.claim(10)
     claimer.advance(batch, token)  # committed, and never dispatched (a lane stuck)
     assert run_of(schedule).status == "pending"
-    assert reasons(alerts.check(after_grace())) == {schedule.pk: "not_handed_off"}
+    assert reasons(check_alerts(after_grace())) == {schedule.pk: "not_handed_off"}
 
 
 def test_a_run_waiting_for_the_previous_one_is_buffered() -> None:
@@ -185,7 +176,7 @@ def test_a_run_waiting_for_the_previous_one_is_buffered() -> None:
     fire(schedule)
     first, second = Run.objects.filter(schedule=schedule).order_by("scheduled_for")
     assert (first.status, second.status) == ("dispatched", "buffered")
-    found = alerts.check(after_grace())
+    found = check_alerts(after_grace())
     assert {(m.run_id, m.reason) for m in found} == {
         (first.pk, "no_outcome"),
         (second.pk, "buffered"),
@@ -200,9 +191,9 @@ def test_an_occurrence_that_never_fired_is_raised_once(missed: Heard) -> None:
     nominal = schedule.next_run_at
     assert nominal is not None
 
-    [found] = alerts.check(after_grace())
+    [found] = check_alerts(after_grace())
     assert found == alerts.Missed(schedule.pk, nominal, None, "not_fired", GRACE)
-    assert alerts.check(after_grace(timedelta(hours=1))) == []
+    assert check_alerts(after_grace(timedelta(hours=1))) == []
     schedule.refresh_from_db()
     assert schedule.missed_at == nominal
     assert [call["reason"] for call in missed.calls] == ["not_fired"]
@@ -212,7 +203,7 @@ def test_an_occurrence_that_never_fired_is_raised_once(missed: Heard) -> None:
     late = run_of(schedule)
     assert late.scheduled_for == nominal
     Run.objects.filter(pk=late.pk).update(status="failed", alert_at=nominal + GRACE)
-    assert alerts.check(after_grace()) == []
+    assert check_alerts(after_grace()) == []
     late.refresh_from_db()
     assert (late.alert_at, late.missed_at is not None) == (None, True)
 
@@ -224,7 +215,7 @@ def test_no_alert_for_schedules_without_a_grace_paused_or_finished() -> None:
     finished = due(kind="once", run_at=timezone.now() + timedelta(hours=1))
     Schedule.objects.filter(pk=finished.pk).update(next_run_at=None)
     fire()
-    assert alerts.check(after_grace(timedelta(days=40))) == []
+    assert check_alerts(after_grace(timedelta(days=40))) == []
 
 
 def test_a_dispatcher_that_never_learns_outcomes_is_done_with_the_hand_off() -> None:
@@ -232,14 +223,14 @@ def test_a_dispatcher_that_never_learns_outcomes_is_done_with_the_hand_off() -> 
     fire()
     run = run_of(schedule)
     assert (run.status, run.alert_at) == ("dispatched", None)
-    assert alerts.check(after_grace()) == []
+    assert check_alerts(after_grace()) == []
 
 
 def test_clearing_the_grace_forgets_the_runs_that_waited(missed: Heard) -> None:
     schedule = due(task="tests.boom")
     fire()
     services.update(schedule, {"grace": None})
-    assert alerts.check(after_grace()) == []
+    assert check_alerts(after_grace()) == []
     assert run_of(schedule).alert_at is None
     assert missed.calls == []
 
@@ -252,8 +243,8 @@ def test_a_resume_that_hands_the_paused_period_to_catch_up_is_not_a_miss() -> No
         next_run_at=truncate_ms(timezone.now() - 2 * GRACE)
     )
     services.resume(schedule, catch_up=True)
-    assert alerts.check(timezone.now() + GRACE / 2) == []
-    assert reasons(alerts.check(after_grace(timedelta(seconds=5)))) == {schedule.pk: "not_fired"}
+    assert check_alerts(timezone.now() + GRACE / 2) == []
+    assert reasons(check_alerts(after_grace(timedelta(seconds=5)))) == {schedule.pk: "not_fired"}
 
 
 def test_run_now_and_backfill_count_their_grace_from_when_they_were_queued() -> None:
@@ -268,8 +259,8 @@ def test_run_now_and_backfill_count_their_grace_from_when_they_were_queued() -> 
         run.refresh_from_db()
         assert run.alert_at is not None
         assert timezone.now() < run.alert_at <= timezone.now() + GRACE
-    assert alerts.check() == []  # not yet: they were just queued
-    found = alerts.check(after_grace())
+    assert check_alerts() == []  # not yet: they were just queued
+    found = check_alerts(after_grace())
     assert {m.reason for m in found} == {"not_handed_off"}
     assert len(found) == 1 + backfilled.count()
 
@@ -283,7 +274,7 @@ def test_a_run_cancelled_by_a_pause_is_not_a_miss() -> None:
     assert claimer.dispatchable([occurrence], token, counted=True) == ([], 1)
     run = run_of(schedule)
     assert (run.status, run.alert_at) == ("skipped", None)
-    assert alerts.check(after_grace()) == []
+    assert check_alerts(after_grace()) == []
 
 
 def test_skipped_occurrences_wait_for_nothing() -> None:
@@ -318,8 +309,8 @@ def test_two_checkers_at_once_raise_each_occurrence_exactly_once(missed: Heard) 
     def checker() -> None:
         try:
             start.wait()
-            found.append(alerts.check(now, limit=7))  # several small batches each
-            found.append(alerts.check(now))
+            found.append(check_alerts(now, limit=7))  # several small batches each
+            found.append(check_alerts(now))
         finally:
             connections.close_all()
 
@@ -391,7 +382,7 @@ def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
 
         def status(*argv: str) -> str:
             out = io.StringIO()
-            with pytest.raises(CommandError):  # unhealthy: no scheduler while one waits
+            with pytest.raises(CommandError), committed():  # unhealthy: none alive, one waits
                 call_command("scheduler_status", "--no-drift", "--notify", *argv, stdout=out)
             return out.getvalue()
 

@@ -36,7 +36,6 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.test import APIClient
 
 from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
@@ -46,6 +45,7 @@ from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
+from .support.commits import APIClient
 from .support.heartbeats import beat
 from .support.processes import ROOT, subprocess_env
 from .support.redis_server import lose_redis

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from rest_framework import serializers as drf
-from rest_framework.test import APIClient
 
 from django_schedulinator.api import filters as api_filters
 from django_schedulinator.api import serializers as s
 from django_schedulinator.models import Schedule
 
+from .support.commits import APIClient
 from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db

@@ -53,7 +53,6 @@ from django.utils import timezone
 from django.utils.duration import duration_iso_string, duration_string
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from rest_framework.test import APIClient
 from schemathesis import GenerationMode
 from schemathesis.checks import CheckFunction, not_a_server_error
 from schemathesis.core.result import Ok
@@ -66,6 +65,7 @@ from schemathesis.specs.openapi.checks import (
 
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
+from .support.commits import APIClient
 from .support.redis_server import lose_redis
 
 pytestmark = pytest.mark.django_db

@@ -12,15 +12,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import transaction
-from django.test import Client
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
 
 from .support.admin_pages import change_url, edit_data
+from .support.commits import APIClient, Client
 from .support.schedules import make_schedule
 from .support.simulation import START, Simulation
 

@@ -20,12 +20,12 @@ from django.contrib.sessions.models import Session
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from django_schedulinator import checks
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 
+from .support.commits import APIClient
 from .support.doc_examples import DOCS, example
 from .support.handoff import fire
 from .support.schedules import make_schedule

@@ -18,10 +18,8 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from django_schedulinator import declared, scheduled, services, task
 from django_schedulinator.changelog import Origin
@@ -30,6 +28,7 @@ from django_schedulinator.errors import DeclaredInCode
 from django_schedulinator.models import Schedule, ScheduleChange
 
 from .support.admin_pages import change_url
+from .support.commits import APIClient, Client
 from .support.doc_examples import source
 from .support.processes import ROOT, subprocess_env
 from .support.schedules import make_schedule

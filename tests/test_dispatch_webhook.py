@@ -229,7 +229,7 @@ def test_the_configuration_in_the_docs_works_as_written(
 def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
     receiver: Receiver, admin_user: Any
 ) -> None:
-    from rest_framework.test import APIClient
+    from .support.commits import APIClient
 
     receiver.answer("/hook", 202)
     schedule = due(overlap="skip")

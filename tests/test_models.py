@@ -17,7 +17,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.db.models import F
-from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
@@ -28,6 +27,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.querysets import Advance
 from django_schedulinator.timing import to_ms, truncate_ms
 
+from .support.commits import Client, committed
 from .support.doc_examples import example
 from .support.rejections import (
     DEEP,
@@ -120,7 +120,8 @@ def test_set_first_run_decides_at_the_callers_now(index: DueIndex) -> None:
     schedule = Schedule(**model_fields(cron="0 3 * * *", timezone="UTC"))
     schedule.set_first_run(now)
     assert (schedule.next_run_at, schedule.due_at) == (now.replace(hour=3),) * 2
-    schedule.save()
+    with committed():
+        schedule.save()
     assert Schedule.objects.get(pk=schedule.pk).next_run_at == now.replace(hour=3)
     assert index.scores([schedule.pk]) == {schedule.pk: to_ms(now.replace(hour=3))}
 
@@ -147,7 +148,8 @@ def test_set_first_run_of_a_paused_schedule_records_when_it_was_paused() -> None
 def test_a_new_schedule_with_a_next_run_is_saved_as_given(index: DueIndex) -> None:
     at = timezone.now() + timedelta(hours=5, microseconds=123_456)
     schedule = Schedule(**model_fields(next_run_at=at))
-    schedule.save()
+    with committed():
+        schedule.save()
     stored = Schedule.objects.get(pk=schedule.pk)
     assert stored.next_run_at == truncate_ms(at)  # the index's precision, nothing decided
     assert index.scores([schedule.pk]) == {schedule.pk: to_ms(at)}
@@ -218,7 +220,8 @@ def test_a_pause_written_by_hand_is_saved_as_given(index: DueIndex) -> None:
     schedule = make_schedule()
     kept = schedule.next_run_at
     schedule.enabled, schedule.paused_at = False, timezone.now()
-    schedule.save()
+    with committed():
+        schedule.save()
     row = Schedule.objects.get(pk=schedule.pk)
     assert (row.enabled, row.next_run_at) == (False, kept)
     assert index.scores([schedule.pk]) == {schedule.pk: None}
@@ -310,7 +313,8 @@ def test_model_full_clean_rejects_a_duplicate_name(key_prefix: str, redis_client
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_odd_but_valid_names_are_saved_and_indexed_by_id(name: str, index: DueIndex) -> None:
-    schedule = services.create(Schedule(**model_fields(name=name)))
+    with committed():
+        schedule = services.create(Schedule(**model_fields(name=name)))
     assert Schedule.objects.get(pk=schedule.pk).name == name
     assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.next_run_at)}
     members = index.client.zrange(index.due_key, 0, -1)

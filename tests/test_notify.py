@@ -21,7 +21,9 @@ from django_schedulinator.timing import to_ms, truncate_ms
 from django_schedulinator.worker import Worker
 
 from .support.doc_examples import example
+from .support.handoff import fire
 from .support.notifiers import Hang, Keep
+from .support.passes import check_alerts
 from .support.processes import looping, wait_for
 from .support.schedules import make_schedule
 from .support.webhook_receiver import SECRET, webhook_receiver
@@ -56,12 +58,6 @@ def due(**fields: Any) -> Schedule:
     return make_schedule(kind="interval", interval=timedelta(hours=1), **fields)
 
 
-def fire() -> None:
-    worker = Worker(worker_id="t")
-    worker.run_pass()
-    worker.close()
-
-
 def after_grace() -> datetime:
     return timezone.now() + GRACE + timedelta(seconds=1)
 
@@ -78,7 +74,7 @@ def test_a_missed_run_mails_the_admins_with_its_time_reason_and_page(
     run = Run.objects.get(schedule=schedule)
     assert mailoutbox == []  # the failure itself is not told of: "failed" is not asked for
 
-    alerts.check(after_grace())
+    check_alerts(after_grace())
 
     [mail] = mailoutbox
     local = f"{run.scheduled_for.astimezone(ZoneInfo('Europe/Berlin')):%Y-%m-%d %H:%M:%S %Z}"
@@ -92,7 +88,7 @@ def test_a_missed_run_mails_the_admins_with_its_time_reason_and_page(
         f"https://ops.example.com/admin/django_schedulinator/schedule/{schedule.pk}/change/"
         in mail.body
     )
-    alerts.check(after_grace() + timedelta(minutes=1))
+    check_alerts(after_grace() + timedelta(minutes=1))
     assert len(mailoutbox) == 1  # once
 
 
@@ -146,7 +142,7 @@ def test_without_a_notifier_nothing_is_told(settings: Any, mailoutbox: list[Any]
     assert not signals.run_missed.receivers
     due(task="tests.boom", pause_after_failures=1)
     fire()
-    assert len(alerts.check(after_grace())) == 1  # still raised: signal, mark, counter
+    assert len(check_alerts(after_grace())) == 1  # still raised: signal, mark, counter
     assert mailoutbox == []
 
 
@@ -169,7 +165,7 @@ def test_a_missed_run_is_posted_signed_to_a_named_webhook_target(settings: Any) 
         fire()
         run = Run.objects.get(schedule=schedule)
 
-        alerts.check(after_grace())
+        check_alerts(after_grace())
 
         [received] = receiver.received
         assert received.verified  # the Standard Webhooks library checked the signature
@@ -197,7 +193,7 @@ def test_a_webhook_target_that_refuses_is_logged(
         schedule = due(dispatcher="queue")
         fire()
         with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
-            [found] = alerts.check(after_grace())
+            [found] = check_alerts(after_grace())
         assert found.schedule_id == schedule.pk
         assert "answered HTTP 500" in caplog.text
         schedule.refresh_from_db()
@@ -211,7 +207,7 @@ def test_a_notifier_of_your_own_is_told_each_event(settings: Any) -> None:
     notify_with(settings, BACKEND="tests.support.notifiers.Keep", EVENTS=["missed", "failed"])
     schedule = due(name="mine", task="tests.boom", timezone="America/New_York")
     fire()
-    alerts.check(after_grace())
+    check_alerts(after_grace())
     failed, missed = Keep.told
     run = Run.objects.get(schedule=schedule)
     assert (failed.kind, failed.run_id) == ("failed", run.pk)
@@ -238,7 +234,7 @@ def test_a_notifier_that_raises_is_logged_and_changes_nothing(
     schedule = due(task="tests.boom")
     fire()
     with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
-        assert len(alerts.check(after_grace())) == 1
+        assert len(check_alerts(after_grace())) == 1
     assert "Could not notify of missed" in caplog.text
     assert "the pager service is down" in caplog.text
     schedule.refresh_from_db()
@@ -328,7 +324,7 @@ def test_the_mail_example_mails_each_event_it_lists(
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config["SCHEDULINATOR"]}
     due(task="tests.boom", pause_after_failures=1)
     fire()  # failed, then paused
-    alerts.check(after_grace())  # missed
+    check_alerts(after_grace())  # missed
     alerts.no_scheduler_alive(False, index=index)
     subjects = [mail.subject for mail in mailoutbox]
     assert len(subjects) == 4, subjects

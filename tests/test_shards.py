@@ -32,6 +32,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.rebuild import ensure_built, rebuild_index
 from django_schedulinator.worker import Worker
 
+from .support.commits import committed
 from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
@@ -242,7 +243,8 @@ def test_counts_health_and_metrics_add_the_shards_up(sharded: ShardedIndex) -> N
 
 def test_run_now_wakes_the_schedules_shard(sharded: ShardedIndex) -> None:
     schedule = make_schedule(task="tests.record")
-    services.run_now(schedule)
+    with committed():  # the wake goes on commit
+        services.run_now(schedule)
     woken = {k for k, part in sharded.parts.items() if part.client.exists(part.wake_key)}
     assert woken == {schedule.pk % 3}
     sharded.wake()

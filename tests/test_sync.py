@@ -17,7 +17,8 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.timing import to_ms
 
-from .support.schedules import make_due, make_schedule
+from .support.commits import committed
+from .support.schedules import make_due, make_schedule, model_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -27,12 +28,12 @@ def score(index: DueIndex, schedule: Schedule) -> int | None:
 
 
 def test_index_written_on_commit_never_on_rollback(index: DueIndex) -> None:
-    with transaction.atomic():
+    with committed(), transaction.atomic():
         kept = make_schedule()
         assert score(index, kept) is None, "written before commit"
     assert score(index, kept) == to_ms(kept.next_run_at)
 
-    with pytest.raises(RuntimeError), transaction.atomic():  # noqa: PT012
+    with pytest.raises(RuntimeError), committed(), transaction.atomic():  # noqa: PT012
         make_schedule(name="rolled-back")
         raise RuntimeError("roll back")
     assert index.client.zcard(index.due_key) == 1
@@ -43,15 +44,17 @@ def test_disable_and_delete_remove_the_entry(index: DueIndex) -> None:
     assert score(index, paused) is not None
     assert score(index, deleted) is not None
 
-    services.pause(paused)
-    deleted_pk = deleted.pk
-    deleted.delete()
+    with committed():
+        services.pause(paused)
+        deleted_pk = deleted.pk
+        deleted.delete()
 
     assert score(index, paused) is None
     assert index.scores([deleted_pk])[deleted_pk] is None
     assert index.client.hget(index.revisions_key, deleted_pk) is None
 
-    services.resume(paused)
+    with committed():
+        services.resume(paused)
     assert score(index, paused) == to_ms(paused.next_run_at)
 
 
@@ -60,7 +63,8 @@ def test_reordered_writes_leave_the_index_at_the_newer_revision(index: DueIndex)
     # Process A reads the row (revision 1) and stalls before writing the index...
     stale_changes = changes_for_ids([schedule.pk], "default")
     # ...meanwhile an edit commits (revision 2) and its sync write lands first.
-    services.update(schedule, {"cron": "30 18 * * *"})
+    with committed():
+        services.update(schedule, {"cron": "30 18 * * *"})
     assert schedule.revision == 2
     newer = to_ms(schedule.next_run_at)
     assert score(index, schedule) == newer
@@ -89,7 +93,8 @@ def test_saving_a_stale_instance_keeps_the_schedulers_next_run(index: DueIndex) 
 
 def test_timing_change_recomputes_next_run(index: DueIndex) -> None:
     schedule = make_schedule(kind="cron", cron="0 9 * * *", timezone="UTC")
-    services.update(schedule, {"cron": "15 10 * * *"})
+    with committed():
+        services.update(schedule, {"cron": "15 10 * * *"})
     schedule.refresh_from_db()
     assert (schedule.next_run_at.hour, schedule.next_run_at.minute) == (10, 15)
     assert score(index, schedule) == to_ms(schedule.next_run_at)
@@ -134,6 +139,22 @@ class CountingIndex(DueIndex):
     def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
         self.writes.append([c.schedule_id for c in changes])
         return super().apply(changes, release_token)
+
+
+def test_each_commit_a_test_captures_writes_its_own_saves(
+    index: DueIndex, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Django's ``captureOnCommitCallbacks(execute=True)`` (how a project tests code that
+    commits) runs a block's callbacks and leaves them in the test's transaction: a save in
+    the next block joined the resync that had run already, and was never written."""
+    schedule = Schedule(**model_fields())
+    with django_capture_on_commit_callbacks(execute=True):
+        services.create(schedule)
+    assert score(index, schedule) == to_ms(schedule.next_run_at)
+    schedule.enabled, schedule.paused_at = False, timezone.now()  # a pause saved by hand
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule.save()
+    assert score(index, schedule) is None
 
 
 @pytest.mark.django_db(transaction=True)  # real commits and savepoints

@@ -150,11 +150,16 @@ class _ResyncAfterCommit:
         self.using = using
         self.index = index
         self.ids: dict[int, None] = {}  # insertion-ordered, each id once
+        # Set once it runs: it takes no more ids then. A commit removes its callbacks
+        # before running them, but a test's captureOnCommitCallbacks(execute=True) leaves
+        # them in the transaction, where a later save would join a write already made.
+        self.ran = False
 
     def add(self, ids: Iterable[int]) -> None:
         self.ids.update(dict.fromkeys(ids))
 
     def __call__(self) -> None:
+        self.ran = True
         pks = list(self.ids)
         try:
             resync_schedules(pks, using=self.using, index=self.index)
@@ -171,8 +176,8 @@ class _ResyncAfterCommit:
 
 
 def _pending_resync(using: str, index: DueIndex | None) -> _ResyncAfterCommit | None:
-    """The resync this transaction registered last, if it can take more ids: nothing was
-    registered after it (callbacks keep their order) and it belongs to the savepoint now
+    """The resync this transaction registered last, if it can take more ids: it has not run,
+    nothing was registered after it (callbacks keep their order) and it belongs to the savepoint now
     open (a savepoint rolled back drops its callbacks, and must drop only its own ids)."""
     connection = transaction.get_connection(using)
     if not connection.in_atomic_block or not connection.run_on_commit:
@@ -187,6 +192,7 @@ def _pending_resync(using: str, index: DueIndex | None) -> _ResyncAfterCommit | 
     # now is one of its own, so both are dropped or kept together.
     if (
         isinstance(callback, _ResyncAfterCommit)
+        and not callback.ran
         and callback.index is index
         and set(connection.savepoint_ids) - {None} <= savepoints
     ):

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .commits import committed
+
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 # The opening line of a fenced block, maybe indented (in a list item), with its language.
@@ -65,9 +67,11 @@ def blocks(page: str) -> list[Block]:
 
 
 def example(name: str, page: str = "dispatch.md") -> dict[str, Any]:
-    """Run the Python block ``name`` and return its names."""
+    """Run the Python block ``name`` and return its names. What it writes commits when it is
+    done (``committed``), as in the user's process."""
     namespace: dict[str, Any] = {}
-    exec(compile(source(name, page), f"docs/{page} example {name}", "exec"), namespace)
+    with committed():
+        exec(compile(source(name, page), f"docs/{page} example {name}", "exec"), namespace)
     return namespace
 
 

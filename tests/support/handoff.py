@@ -17,6 +17,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
 
+from .passes import scheduler_pass
 from .schedules import make_schedule
 
 
@@ -26,15 +27,14 @@ def due(**fields: Any) -> Schedule:
 
 
 def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
-    """One scheduler pass here (``schedule``: made due again first)."""
+    """One scheduler pass here, committed as the scheduler's (``passes.scheduler_pass``;
+    ``schedule``: made due again first)."""
     if schedule is not None:
         Schedule.objects.filter(pk=schedule.pk).update(
             next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
         )
         resync_schedules([schedule.pk])
-    worker = Worker(worker_id=worker_id)
-    worker.run_pass()
-    worker.close()
+    scheduler_pass(worker_id)
 
 
 def run_in_thread(worker: Worker) -> threading.Thread:

@@ -13,9 +13,12 @@ from django.utils import timezone
 from django_schedulinator import clock
 from django_schedulinator.models import Schedule
 
+from .commits import committed
+
 
 def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
-    """A saved schedule (signals fire; the change log records nothing): saved as code that
+    """A saved and indexed schedule (signals fire, and their index write runs as its commit
+    would: ``committed``; the change log records nothing): saved as code that
     bypasses ``services.create`` must (docs/concepts.md#saving-a-schedule-yourself), its
     first run decided at the schedulers' clock unless next_run_at says otherwise."""
     fields.setdefault("task", "tests.record")
@@ -26,7 +29,7 @@ def make_schedule(name: str | None = None, **fields: Any) -> Schedule:
         fields.setdefault("cron", "0 * * * *")
     schedule = Schedule(name=name or f"s-{uuid.uuid4().hex[:10]}", **fields)
     schedule.set_first_run(clock.now())
-    with transaction.atomic():
+    with committed(), transaction.atomic():
         schedule.save()
         schedule.jitter_first_run(DEFAULT_DB_ALIAS)
     return schedule

@@ -1,0 +1,29 @@
+"""The scheduler's work as a test calls it in its own process, each call committed as the
+scheduler's and the alert check's own commits are (``commits.committed``): the signals and
+notifications they send on commit are sent when the call returns."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django_schedulinator import alerts
+from django_schedulinator.worker import Worker
+
+from .commits import committed
+
+
+def scheduler_pass(worker_id: str = "t") -> None:
+    """One pass of a scheduler here."""
+    worker = Worker(worker_id=worker_id)
+    try:
+        with committed():
+            worker.run_pass()
+    finally:
+        worker.close()
+
+
+def check_alerts(now: datetime | None = None, **options: Any) -> list[alerts.Missed]:
+    """``alerts.check``, as ``scheduler_status --notify`` and the schedulers call it."""
+    with committed():
+        return alerts.check(now, **options)

@@ -1069,6 +1069,33 @@ def test_a_timing_preview_flags_dst_and_defaults_its_count(api: APIClient) -> No
     assert (items[3]["local"][:10], items[3]["skipped"]) == ("2027-03-28", True)
 
 
+def test_several_cron_expressions_are_one_schedule(api: APIClient, index: DueIndex) -> None:
+    union = {"cron": "0 9 * * 1-5; 0 12 * * 6", "timezone": "Europe/Berlin"}
+    body = create(api, **union)
+    assert body["description"] == (
+        "At 09:00, Monday through Friday; and at 12:00, only on Saturday (Europe/Berlin)"
+    )
+    schedule = Schedule.objects.get(pk=body["id"])
+    assert index.scores([schedule.pk]) == {schedule.pk: to_ms(schedule.due_at)}
+    items = api.post(
+        f"{API}schedules/preview/",
+        {**union, "start_at": "2027-12-02T00:00:00Z", "count": 4},
+        format="json",
+    ).json()["occurrences"]
+    assert [item["local"] for item in items] == [
+        "2027-12-02T09:00:00+01:00",  # Thursday
+        "2027-12-03T09:00:00+01:00",
+        "2027-12-04T12:00:00+01:00",  # Saturday
+        "2027-12-06T09:00:00+01:00",  # Monday
+    ]
+    response = api.post(
+        f"{API}schedules/", {**NEW, "name": "bad", "cron": "0 9 * * *; 0 25 * * *"}, format="json"
+    )
+    assert response.status_code == 400
+    [message] = response.json()["cron"]
+    assert message.startswith("Expression 2 of 2: Invalid cron expression '0 25 * * *'")
+
+
 def test_the_day_rule_is_written_read_and_previewed(api: APIClient) -> None:
     first_monday = {"cron": "30 6 1-7 * 1", "day_rule": "both", "timezone": "Europe/Berlin"}
     body = create(api, **first_monday)

@@ -58,6 +58,30 @@ def test_days_across_the_berlin_spring_change(sim: Simulation) -> None:
     assert Delivery.objects.count() == len(hours) + 5
 
 
+def test_several_expressions_fire_their_union_across_the_berlin_spring_change(
+    sim: Simulation,
+) -> None:
+    weekly = make_schedule(kind="cron", cron="0 9 * * 1-5; 0 12 * * 6", timezone="Europe/Berlin")
+    meeting = make_schedule(
+        kind="cron", cron="30 2 * * *; 30 3 * * *", timezone="Europe/Berlin", dst_gap="skip"
+    )
+
+    sim.run_until(utc("2026-03-30T12:00"))
+
+    # From Friday 27 March, 12:00 UTC: Saturday at 12:00 CET, no Sunday, Monday at 09:00 CEST.
+    assert fired(weekly) == [utc("2026-03-28T11:00"), utc("2026-03-30T07:00")]
+    # On 29 March 02:30 does not exist: its skip falls on 03:30 CEST (01:30 UTC), when the
+    # other expression fires: one run, and no skip recorded over it.
+    assert fired(meeting) == [
+        utc("2026-03-28T01:30"),
+        utc("2026-03-28T02:30"),
+        utc("2026-03-29T01:30"),
+        utc("2026-03-30T00:30"),
+        utc("2026-03-30T01:30"),
+    ]
+    assert skipped(meeting) == []
+
+
 def test_days_across_the_new_york_fall_change(sim: Simulation) -> None:
     sim.at(utc("2026-10-30T12:00"))
     both = make_schedule(

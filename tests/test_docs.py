@@ -781,8 +781,13 @@ def test_the_scheduling_pages_calls_run_in_one_session(
         exec(compile(source(name, SCHEDULING), f"docs/{SCHEDULING} {name}", "exec"), session)
 
     paste("scheduling-cron")
+    paste("scheduling-cron-union")
     paste("scheduling-interval")
     from django_schedulinator.models import Run, Schedule
+
+    assert Schedule.objects.get(name="reports").description == (
+        "At 09:00, Monday through Friday; and at 12:00, only on Saturday (Europe/Berlin)"
+    )
 
     assert Schedule.objects.get(name="poll").interval == timedelta(minutes=10)
     session["schedule"] = schedule = Schedule.objects.get(name="invoices")

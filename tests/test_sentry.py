@@ -140,6 +140,8 @@ def test_every_check_in_of_an_occurrence_has_one_id_derived_from_its_key() -> No
         ("*/10 * * * * *", "either", None),  # six times a minute
         ("0 0 L * *", "either", None),
         ("0 0 * * 1#1", "either", None),
+        ("0 9 * * *; 0 12 * * 6", "either", None),  # a union: one monitor has one crontab
+        ("0 9 * * *;", "either", "0 9 * * *"),  # one expression, however written
     ],
 )
 def test_a_cron_goes_to_sentry_only_as_a_crontab_that_means_the_same(

@@ -102,11 +102,12 @@ class Schedule(models.Model):
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices, default=Kind.CRON)
     cron = models.CharField(
         _("cron"),
-        max_length=timing.MAX_CRON_LENGTH,
+        max_length=timing.MAX_CRON_TEXT_LENGTH,
         blank=True,
         help_text=_(
             "5 fields (minute hour day month weekday), an optional leading seconds "
-            "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually."
+            "field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually. "
+            "Several expressions separated by ; fire at each time any of them matches."
         ),
     )
     day_rule = models.CharField(

@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, tzinfo
 from itertools import chain, islice
@@ -102,7 +103,12 @@ CRON_ALIASES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-MAX_CRON_LENGTH = 200
+MAX_CRON_LENGTH = 200  # one expression
+# Several expressions in one schedule ("0 9 * * 1-5; 0 12 * * 6"): the schedule fires
+# their union. Separated by ";" or written on lines of their own.
+CRON_SEPARATORS = re.compile(r"[;\n]")
+MAX_CRON_EXPRESSIONS = 10
+MAX_CRON_TEXT_LENGTH = 1000  # the field that holds them
 MIN_INTERVAL = timedelta(seconds=1)
 MAX_JITTER = timedelta(days=1)
 ONE_MS = timedelta(milliseconds=1)
@@ -186,6 +192,36 @@ def _normalize_cron(expr: str) -> str:
     except StopIteration:
         raise TimingError(f"The cron expression {text!r} never matches a date.") from None
     return text
+
+
+def cron_expressions(text: str) -> tuple[str, ...]:
+    """The expressions of a schedule's cron field, each normalized and once, in the order
+    written: one, or several separated by ``;`` (or on lines of their own), whose union the
+    schedule fires. TimingError says what is wrong, naming the expression."""
+    if not isinstance(text, str):
+        raise TimingError("Enter a cron expression as text.")
+    return _cron_expressions(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_expressions(text: str) -> tuple[str, ...]:
+    parts = [part.strip() for part in CRON_SEPARATORS.split(text) if part.strip()]
+    if len(parts) <= 1:
+        return (_normalize_cron(parts[0] if parts else ""),)
+    if len(text) > MAX_CRON_TEXT_LENGTH:
+        raise TimingError(f"The cron expressions have at most {MAX_CRON_TEXT_LENGTH} characters.")
+    if len(parts) > MAX_CRON_EXPRESSIONS:
+        raise TimingError(
+            f"A schedule has at most {MAX_CRON_EXPRESSIONS} cron expressions; this has "
+            f"{len(parts)}."
+        )
+    found: dict[str, None] = {}
+    for number, part in enumerate(parts, 1):
+        try:
+            found[_normalize_cron(part)] = None
+        except TimingError as exc:
+            raise TimingError(f"Expression {number} of {len(parts)}: {exc}") from None
+    return tuple(found)
 
 
 def both_days_restricted(expr: str) -> bool:
@@ -314,9 +350,9 @@ class Timing:
                 errors["jitter"] = f"The jitter must be between 0 and {MAX_JITTER}."
         if self.kind == CRON:
             try:
-                expr = normalize_cron(self.cron)
-                if self.day_rule == DAYS_BOTH:
-                    _check_matches_both(expr)
+                for expr in cron_expressions(self.cron):
+                    if self.day_rule == DAYS_BOTH:
+                        _check_matches_both(expr)
             except TimingError as exc:
                 errors["cron"] = str(exc)
         elif self.kind == INTERVAL:
@@ -420,11 +456,11 @@ def following(
             base = to_ms(_anchor(timing, anchor))
             at = from_ms(base + step * ((to_ms(after) - base) // step + 1))
             return Moment(at) if end is None or at <= end else None
-        expr = normalize_cron(timing.cron)
+        exprs = cron_expressions(timing.cron)
         first_skipped: datetime | None = None
         while True:
-            moment = _cron_next(
-                expr, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, after
+            moment = _crons_next(
+                exprs, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, after
             )
             if end is not None and moment.at > end:
                 return None
@@ -473,11 +509,11 @@ def preceding(
             # The last grid point strictly before ``before`` (rounded up to a millisecond).
             at = from_ms(base - step * ((base - to_ms(ceil_ms(before))) // step + 1))
             return Moment(at) if start is None or at >= start else None
-        expr = normalize_cron(timing.cron)
+        exprs = cron_expressions(timing.cron)
         last_skipped: datetime | None = None
         while True:
-            moment = _cron_prev(
-                expr, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, before
+            moment = _crons_prev(
+                exprs, timing.timezone, timing.dst_gap, timing.dst_fold, timing.day_rule, before
             )
             if start is not None and moment.at < start:
                 return None
@@ -649,6 +685,53 @@ def _earlier(a: Moment, b: Moment) -> bool:
 def _later(a: Moment, b: Moment) -> bool:
     """``a`` comes first going backward (on one instant: still the less touched one)."""
     return a.at > b.at or (a.at == b.at and _touched(a) < _touched(b))
+
+
+def _crons_next(
+    exprs: tuple[str, ...], zone_name: str, gap: str, fold: str, day_rule: str, after: datetime
+) -> Moment:
+    """The first moment of any of ``exprs`` strictly after ``after``. An instant several
+    of them give is one moment (the ledger has one run per instant): the one a DST policy
+    touched least, as within one expression."""
+    if len(exprs) == 1:
+        return _cron_next(exprs[0], zone_name, gap, fold, day_rule, after)
+    found = _each(lambda expr: _cron_next(expr, zone_name, gap, fold, day_rule, after), exprs)
+    best = found[0]
+    for moment in found[1:]:
+        if _earlier(moment, best):
+            best = moment
+    return best
+
+
+def _crons_prev(
+    exprs: tuple[str, ...], zone_name: str, gap: str, fold: str, day_rule: str, before: datetime
+) -> Moment:
+    """The last moment of any of ``exprs`` strictly before ``before`` (the mirror image of
+    ``_crons_next``)."""
+    if len(exprs) == 1:
+        return _cron_prev(exprs[0], zone_name, gap, fold, day_rule, before)
+    found = _each(lambda expr: _cron_prev(expr, zone_name, gap, fold, day_rule, before), exprs)
+    best = found[0]
+    for moment in found[1:]:
+        if _later(moment, best):
+            best = moment
+    return best
+
+
+def _each(step: Callable[[str], Moment], exprs: tuple[str, ...]) -> list[Moment]:
+    """The moment ``step`` finds for each expression that has one; the first one's error
+    when none has (an expression past its last occurrence leaves the others to go on)."""
+    found: list[Moment] = []
+    error: Exception | None = None
+    for expr in exprs:
+        try:
+            found.append(step(expr))
+        except (TimingError, OverflowError) as exc:
+            error = error or exc
+    if not found:
+        assert error is not None
+        raise error
+    return found
 
 
 @functools.lru_cache(maxsize=8192)
@@ -1087,7 +1170,13 @@ def describe(timing: Timing) -> str:
     is shown as it is.
     """
     if timing.kind == CRON:
-        return f"{_describe_cron(timing.cron, timing.day_rule)} ({timing.timezone})"
+        try:
+            exprs = cron_expressions(timing.cron)
+        except TimingError:
+            exprs = (timing.cron,)
+        first, *others = [_describe_cron(expr, timing.day_rule) for expr in exprs]
+        text = first + "".join(f"; and {other[:1].lower()}{other[1:]}" for other in others)
+        return f"{text} ({timing.timezone})"
     if timing.kind == INTERVAL and isinstance(timing.interval, timedelta):
         text = f"Every {_interval_text(timing.interval)}"
         anchor = timing.anchor_at or timing.start_at

@@ -222,7 +222,10 @@ class Inexpressible(SchedulinatorError):
 def crontab(expr: str, day_rule: str) -> str:
     """The 5-field crontab Sentry reads (with croniter) as this app reads ``expr`` (with
     cronsim), or Inexpressible saying why there is none."""
-    fields = timing.normalize_cron(expr).split(" ")  # aliases expanded
+    exprs = timing.cron_expressions(expr)
+    if len(exprs) > 1:
+        raise Inexpressible("it has several cron expressions; a Sentry monitor has one")
+    fields = exprs[0].split(" ")  # aliases expanded
     if len(fields) == 6:
         seconds = fields.pop(0)
         if not seconds.isdigit():

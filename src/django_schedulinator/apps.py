@@ -19,8 +19,11 @@ class SchedulinatorConfig(AppConfig):
         from .conf import app_settings
         from .models import Schedule
         from .notify import connect_receivers, settings_changed
-        from .receivers import schedule_changed, sync_after_migrate
+        from .receivers import replan_after_migrate, schedule_changed, sync_after_migrate
 
+        post_migrate.connect(
+            replan_after_migrate, sender=self, dispatch_uid="schedulinator_zone_rules"
+        )
         post_migrate.connect(
             sync_after_migrate, sender=self, dispatch_uid="schedulinator_sync_declared"
         )

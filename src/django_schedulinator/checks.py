@@ -259,3 +259,28 @@ def check_sentry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         ]
     return []
+
+
+@register()
+def check_zone_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W080: ``zoneinfo`` reads the system's time-zone database, and the ``tzdata``
+    package installed is another release. A host without the system's (a slim container)
+    reads the package's instead, and computes other next runs for a zone whose rules
+    differ between the two."""
+    from . import zonedata
+
+    system, package = zonedata.system(), zonedata.package()
+    if system is None or package is None or system.version == package.version:
+        return []
+    return [
+        Warning(
+            f"zoneinfo reads the system's time-zone database, {system.version} "
+            f"({system.where}), and the tzdata package installed is {package.version}: a "
+            "host without the system's database computes next runs with the package's, "
+            "which may differ for a zone whose rules changed between the two.",
+            hint="Set PYTHONTZPATH to an empty value for every process of the project, so "
+            "that zoneinfo reads the tzdata package on every host, or keep the system's "
+            "database and the package at one release.",
+            id="schedulinator.W080",
+        )
+    ]

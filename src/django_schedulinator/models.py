@@ -843,6 +843,7 @@ class ScheduleChange(models.Model):
         SCHEDULER = "scheduler", _("Scheduler")  # auto-pause after failures
         PYTHON = "python", _("Python code")  # a service called by code, with no origin given
         CODE = "code", _("Declared in code")  # the sync of schedules declared in code
+        TZDATA = "tzdata", _("Time-zone database")  # a re-plan after its rules changed
 
     class Action(models.TextChoices):
         CREATED = "created", _("Created")
@@ -853,6 +854,7 @@ class ScheduleChange(models.Model):
         RUN_NOW = "run_now", _("Run now")
         BACKFILL = "backfill", _("Backfill")
         RESYNCED = "resynced", _("Index resynced")
+        REPLANNED = "replanned", _("Re-planned")  # the next run, after a tz rule change
 
     schedule = models.ForeignKey(
         Schedule,
@@ -892,3 +894,26 @@ class ScheduleChange(models.Model):
     def __str__(self) -> str:
         who = self.actor_name or "someone"
         return f"{self.schedule_name}: {self.get_action_display().lower()} by {who}"
+
+
+class ZoneRules(models.Model):
+    """The time-zone database the next runs were computed with, and the UTC offsets it gave
+    each zone over the next years (``zonedata``): one row. A scheduler or ``migrate`` that
+    reads another database re-plans the cron schedules of the zones whose offsets changed
+    (``services.replan_for_zone_rules``) and records the new one here."""
+
+    version = models.CharField(_("version"), max_length=32)
+    source = models.CharField(_("source"), max_length=16)
+    location = models.CharField(_("location"), max_length=500, blank=True)
+    start = models.DateTimeField(_("from"))
+    end = models.DateTimeField(_("until"))
+    # {zone: [[epoch seconds, UTC offset in seconds from then on], ...]}
+    offsets = models.JSONField(_("offsets"), default=dict)
+    recorded_at = models.DateTimeField(_("recorded at"))
+
+    class Meta:
+        verbose_name = _("time-zone rules")
+        verbose_name_plural = _("time-zone rules")
+
+    def __str__(self) -> str:
+        return f"tz database {self.version} ({self.source})"

@@ -38,3 +38,27 @@ def sync_after_migrate(sender: Any, using: str, verbosity: int = 1, **kwargs: An
             print(f"  Schedules declared in code: {line}")
     for problem in result.problems:
         print(f"  Schedules declared in code: error: {problem}", file=sys.stderr)
+
+
+def replan_after_migrate(sender: Any, using: str, **kwargs: Any) -> None:
+    """After ``migrate``: if the time-zone database is not the one the next runs were
+    computed with, re-plan the schedules of the zones whose rules changed (on the database
+    that holds them, once the table is there)."""
+    import logging
+
+    from django.db import connections, router
+
+    from .models import ZoneRules
+    from .services import replan_for_zone_rules
+
+    if router.db_for_write(ZoneRules) != using:
+        return
+    if ZoneRules._meta.db_table not in connections[using].introspection.table_names():
+        return  # migrated back to before it
+    try:
+        replan_for_zone_rules(using=using)
+    except Exception:
+        logging.getLogger("django_schedulinator.services").exception(
+            "Could not compare the time-zone database with the one the next runs were "
+            "computed with; run manage.py migrate again to retry."
+        )

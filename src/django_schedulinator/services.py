@@ -26,14 +26,14 @@ import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import reduce
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from . import changelog, clock, declared, ledger, signals, sync, timing
+from . import changelog, clock, declared, ledger, signals, sync, timing, zonedata
 from .changelog import Origin
 from .conf import app_settings
 from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
@@ -45,6 +45,7 @@ from .registry import registry
 __all__ = [
     "PYTHON",
     "BackfillReport",
+    "ZoneRulesReport",
     "advance",
     "backfill",
     "create",
@@ -54,6 +55,7 @@ __all__ = [
     "mark_missed",
     "mark_not_fired",
     "pause",
+    "replan_for_zone_rules",
     "resume",
     "resync",
     "run_now",
@@ -67,6 +69,8 @@ logger = logging.getLogger("django_schedulinator.services")
 PYTHON = Origin(None, ScheduleChange.Source.PYTHON)
 # The sync of the schedules declared in code.
 CODE = Origin(None, ScheduleChange.Source.CODE)
+# A re-plan after the time-zone database's rules changed.
+TZDATA = Origin(None, ScheduleChange.Source.TZDATA)
 
 # The index scores times as epoch milliseconds: nothing runs before it.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -502,6 +506,124 @@ def resync(schedules: Sequence[Schedule], *, origin: Origin = PYTHON) -> ApplyRe
 
 
 # -- helpers -------------------------------------------------------------------------------
+
+
+# -- time-zone rule changes -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneRulesReport:
+    """What ``replan_for_zone_rules`` found: the database recorded before (None: none was)
+    and the one in use, the zones whose offsets changed, and the schedules re-planned."""
+
+    before: str | None
+    now: str
+    zones: list[str]
+    replanned: int
+
+
+def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None:
+    """When the tz database in use is not the one recorded (``ZoneRules``), re-plan the
+    enabled cron schedules of every zone whose offsets changed: each next run moves to the
+    instant its local occurrence has under the new rules, recorded in the change log
+    (origin "tzdata", action "replanned"); then record the database in use. None when
+    nothing changed (the usual case: one small read), or when no database is installed.
+
+    The schedulers call it when they start, and ``migrate`` when it is done; two at once
+    take turns on the row, and the second finds the work done."""
+    from .models import ZoneRules
+
+    database = zonedata.in_use()
+    if database is None:
+        return None
+    db = using or router.db_for_write(ZoneRules)
+    recorded = ZoneRules.objects.using(db).filter(pk=1).first()
+    if recorded is not None and (recorded.version, recorded.source) == (
+        database.version,
+        database.source,
+    ):
+        return None
+    now = clock.now()
+    start, end = now - timedelta(days=1), now + zonedata.HORIZON
+    offsets = zonedata.offsets(zonedata.zones(), start, end)
+    with transaction.atomic(using=db):
+        recorded = ZoneRules.objects.using(db).select_for_update().filter(pk=1).first()
+        if recorded is not None and (recorded.version, recorded.source) == (
+            database.version,
+            database.source,
+        ):
+            return None  # another process recorded it meanwhile
+        changed = (
+            set() if recorded is None else zonedata.changed_zones(recorded.offsets, offsets, now)
+        )
+        before = (
+            None
+            if recorded is None
+            else str(zonedata.Database(recorded.version, recorded.source, recorded.location))
+        )
+        moved = 0
+        if recorded is not None and changed:
+            moved = _replan(recorded.offsets, changed, str(before), str(database), db)
+        ZoneRules.objects.using(db).update_or_create(
+            pk=1,
+            defaults={
+                "version": database.version,
+                "source": database.source,
+                "location": database.where,
+                "start": start,
+                "end": end,
+                "offsets": offsets,
+                "recorded_at": now,
+            },
+        )
+    report = ZoneRulesReport(before, str(database), sorted(changed), moved)
+    if recorded is None:
+        logger.info(
+            "Recorded the time-zone database the next runs are computed with: %s.", database
+        )
+    else:
+        logger.warning(
+            "The time-zone database changed from %s to %s: %d zone(s) changed their offsets "
+            "(%s); re-planned %d cron schedule(s) in them.",
+            report.before,
+            report.now,
+            len(report.zones),
+            ", ".join(report.zones[:20]) + (", ..." if len(report.zones) > 20 else "") or "none",
+            moved,
+        )
+    return report
+
+
+def _replan(old: zonedata.Offsets, zones: set[str], before: str, after: str, db: str) -> int:
+    """Move the next run of each enabled cron schedule in ``zones`` to where its local
+    occurrence is under the rules in use; how many moved."""
+    moved = 0
+    candidates = Schedule.objects.using(db).filter(
+        enabled=True, kind=Schedule.Kind.CRON, timezone__in=zones, next_run_at__isnull=False
+    )
+    for current in candidates.select_for_update().order_by("pk").iterator(chunk_size=500):
+        entries = old.get(current.timezone)
+        if entries is None or current.next_run_at is None:
+            continue
+        try:
+            new = zonedata.replanned(
+                current.timing_spec, current.next_run_at, entries, not_before=current.last_run_at
+            )
+        except TimingError as exc:
+            logger.warning("Schedule %s could not be re-planned: %s", current.pk, exc)
+            continue
+        if new is None or new == current.next_run_at:
+            continue
+        changes = {
+            "next_run_at": [changelog.as_json(current.next_run_at), changelog.as_json(new)],
+            "tz_database": [before, after],
+        }
+        current.next_run_at = new
+        current.due_at = current.due_at_for(new)
+        current.save(using=db, update_fields=["next_run_at", "due_at"])
+        _record(current, TZDATA, ScheduleChange.Action.REPLANNED, changes, db)
+        moved += 1
+    return moved
 
 
 # -- schedules declared in code -------------------------------------------------------------

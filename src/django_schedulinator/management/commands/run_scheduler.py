@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import MAX_BATCH_SIZE
-from ...services import sync_declared
+from ...services import replan_for_zone_rules, sync_declared
 from ...worker import Worker
 
 if TYPE_CHECKING:
@@ -178,6 +178,7 @@ class Command(BaseCommand):
             # Before anything runs: a port in use fails the start, not a running loop.
             server = serve_metrics(worker, metrics_port, metrics_addr or DEFAULT_METRICS_ADDR)
         try:
+            check_zone_rules()
             sync_declared_schedules()
             worker.run()
         finally:
@@ -211,6 +212,19 @@ def serve_metrics(worker: Worker, port: int, addr: str) -> ProbeServer:
                 f"for a free one."
             ) from exc
         raise CommandError(f"Cannot serve metrics on {where}: {exc.strerror or exc}.") from exc
+
+
+def check_zone_rules() -> None:
+    """Before the first claim: if the time-zone database is not the one the next runs were
+    computed with, re-plan the schedules of the zones whose rules changed (docs/scheduling.md,
+    "When a zone's rules change"). A failure is logged, and the scheduler goes on."""
+    try:
+        replan_for_zone_rules()
+    except Exception:
+        logger.exception(
+            "Could not compare the time-zone database with the one the next runs were "
+            "computed with; going on with the next runs as they are."
+        )
 
 
 def sync_declared_schedules() -> None:

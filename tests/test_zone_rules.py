@@ -138,6 +138,19 @@ def test_what_fired_last_is_never_fired_again(release: Any) -> None:
     assert not ScheduleChange.objects.filter(action="replanned").exists()
 
 
+def test_a_next_run_past_the_recorded_span_is_left_and_logged(
+    release: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    replan()
+    later = create("later", cron="0 9 * * *", timezone=ASUNCION, start_at=utc("2031-05-01"))
+    assert later.next_run_at == utc("2031-05-01T13:00")  # 09:00 -04 under 2024b
+    release("2025a")
+    replan()
+    later.refresh_from_db()
+    assert later.next_run_at == utc("2031-05-01T13:00")
+    assert "1 cron schedule(s) in the zones whose rules changed have a next run" in caplog.text
+
+
 def test_a_scheduler_starting_with_another_database_re_plans_first(release: Any) -> None:
     replan()
     daily = create("asuncion", cron="0 9 * * *", timezone=ASUNCION, start_at=utc("2027-05-01"))

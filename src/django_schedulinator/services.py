@@ -38,7 +38,7 @@ from .changelog import Origin
 from .conf import app_settings
 from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
 from .index import ApplyResult, get_index
-from .models import Run, Schedule, ScheduleChange
+from .models import Run, Schedule, ScheduleChange, ZoneRules
 from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
 from .registry import registry
 
@@ -531,8 +531,6 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
 
     The schedulers call it when they start, and ``migrate`` when it is done; two at once
     take turns on the row, and the second finds the work done."""
-    from .models import ZoneRules
-
     database = zonedata.in_use()
     if database is None:
         return None
@@ -563,7 +561,7 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
         )
         moved = 0
         if recorded is not None and changed:
-            moved = _replan(recorded.offsets, changed, str(before), str(database), db)
+            moved = _replan(recorded, changed, str(before), str(database), db)
         ZoneRules.objects.using(db).update_or_create(
             pk=1,
             defaults={
@@ -594,15 +592,26 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
     return report
 
 
-def _replan(old: zonedata.Offsets, zones: set[str], before: str, after: str, db: str) -> int:
+def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: str) -> int:
     """Move the next run of each enabled cron schedule in ``zones`` to where its local
-    occurrence is under the rules in use; how many moved."""
+    occurrence is under the rules in use; how many moved. A next run past the span the
+    old offsets were recorded for cannot be read back to its local time: it is left, and
+    logged."""
     moved = 0
     candidates = Schedule.objects.using(db).filter(
         enabled=True, kind=Schedule.Kind.CRON, timezone__in=zones, next_run_at__isnull=False
     )
-    for current in candidates.select_for_update().order_by("pk").iterator(chunk_size=500):
-        entries = old.get(current.timezone)
+    beyond = candidates.filter(next_run_at__gt=recorded.end).count()
+    if beyond:
+        logger.warning(
+            "%d cron schedule(s) in the zones whose rules changed have a next run after %s, "
+            "past the span the old offsets were recorded for: left as they are.",
+            beyond,
+            recorded.end.isoformat(),
+        )
+    within = candidates.filter(next_run_at__lte=recorded.end)
+    for current in within.select_for_update().order_by("pk").iterator(chunk_size=500):
+        entries = recorded.offsets.get(current.timezone)
         if entries is None or current.next_run_at is None:
             continue
         try:

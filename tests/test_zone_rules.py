@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.sql import emit_post_migrate_signal
 
@@ -215,6 +216,10 @@ def test_w080_warns_when_the_system_and_the_package_databases_differ(release: An
     assert "system's time-zone database, 2024b" in warning.msg
     assert f"the tzdata package installed is {package.version}" in warning.msg
     assert "PYTHONTZPATH" in (warning.hint or "")
+    # About the hosts, not the settings: a deployment check, as Django's own are.
+    for deploy in (False, True):
+        found = run_checks(include_deployment_checks=deploy, databases=[])
+        assert ("schedulinator.W080" in {m.id for m in found}) is deploy
 
 
 def test_w080_is_quiet_when_zoneinfo_reads_the_package(release: Any) -> None:

@@ -261,12 +261,13 @@ def check_sentry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     return []
 
 
-@register()
+@register(deploy=True)
 def check_zone_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """W080: ``zoneinfo`` reads the system's time-zone database, and the ``tzdata``
-    package installed is another release. A host without the system's (a slim container)
-    reads the package's instead, and computes other next runs for a zone whose rules
-    differ between the two."""
+    """W080, under ``check --deploy``: ``zoneinfo`` reads the system's time-zone database,
+    and the ``tzdata`` package installed is another release. A host without the system's (a
+    slim container) reads the package's instead, and computes other next runs for a zone
+    whose rules differ between the two: a concern of hosts that run in production, not of a
+    laptop's."""
     from . import zonedata
 
     system, package = zonedata.system(), zonedata.package()

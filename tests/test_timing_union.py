@@ -200,13 +200,16 @@ STARTS = st.datetimes(datetime(2020, 1, 1), datetime(2030, 12, 31)).map(
 COUNT = 12
 
 
+UNIONS = {
+    "exprs": st.lists(st.sampled_from(PALETTE), min_size=2, max_size=3, unique=True),
+    "zone": st.sampled_from(ZONES),
+    "policies": POLICIES,
+    "after": STARTS,
+}
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    exprs=st.lists(st.sampled_from(PALETTE), min_size=2, max_size=3, unique=True),
-    zone=st.sampled_from(ZONES),
-    policies=POLICIES,
-    after=STARTS,
-)
+@given(**UNIONS)
 def test_a_union_is_its_expressions_merged_each_instant_once(
     exprs: list[str], zone: str, policies: dict[str, str], after: datetime
 ) -> None:
@@ -217,12 +220,7 @@ def test_a_union_is_its_expressions_merged_each_instant_once(
 
 
 @settings(max_examples=100, deadline=None)
-@given(
-    exprs=st.lists(st.sampled_from(PALETTE), min_size=2, max_size=3, unique=True),
-    zone=st.sampled_from(ZONES),
-    policies=POLICIES,
-    after=STARTS,
-)
+@given(**UNIONS)
 def test_a_union_read_backwards_is_the_same_moments(
     exprs: list[str], zone: str, policies: dict[str, str], after: datetime
 ) -> None:

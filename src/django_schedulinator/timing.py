@@ -695,12 +695,7 @@ def _crons_next(
     touched least, as within one expression."""
     if len(exprs) == 1:
         return _cron_next(exprs[0], zone_name, gap, fold, day_rule, after)
-    found = _each(lambda expr: _cron_next(expr, zone_name, gap, fold, day_rule, after), exprs)
-    best = found[0]
-    for moment in found[1:]:
-        if _earlier(moment, best):
-            best = moment
-    return best
+    return _best(lambda e: _cron_next(e, zone_name, gap, fold, day_rule, after), exprs, _earlier)
 
 
 def _crons_prev(
@@ -710,28 +705,31 @@ def _crons_prev(
     ``_crons_next``)."""
     if len(exprs) == 1:
         return _cron_prev(exprs[0], zone_name, gap, fold, day_rule, before)
-    found = _each(lambda expr: _cron_prev(expr, zone_name, gap, fold, day_rule, before), exprs)
-    best = found[0]
-    for moment in found[1:]:
-        if _later(moment, best):
-            best = moment
-    return best
+    return _best(lambda e: _cron_prev(e, zone_name, gap, fold, day_rule, before), exprs, _later)
 
 
-def _each(step: Callable[[str], Moment], exprs: tuple[str, ...]) -> list[Moment]:
-    """The moment ``step`` finds for each expression that has one; the first one's error
-    when none has (an expression past its last occurrence leaves the others to go on)."""
-    found: list[Moment] = []
+def _best(
+    step: Callable[[str], Moment],
+    exprs: tuple[str, ...],
+    better: Callable[[Moment, Moment], bool],
+) -> Moment:
+    """The ``better`` of the moments ``step`` finds for the expressions that have one; the
+    first one's error when none has (an expression past its last match leaves the others to
+    go on)."""
+    best: Moment | None = None
     error: Exception | None = None
     for expr in exprs:
         try:
-            found.append(step(expr))
+            moment = step(expr)
         except (TimingError, OverflowError) as exc:
             error = error or exc
-    if not found:
+            continue
+        if best is None or better(moment, best):
+            best = moment
+    if best is None:
         assert error is not None
         raise error
-    return found
+    return best
 
 
 @functools.lru_cache(maxsize=8192)

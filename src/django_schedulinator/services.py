@@ -505,9 +505,6 @@ def resync(schedules: Sequence[Schedule], *, origin: Origin = PYTHON) -> ApplyRe
     return result
 
 
-# -- helpers -------------------------------------------------------------------------------
-
-
 # -- time-zone rule changes -----------------------------------------------------------------
 
 
@@ -709,6 +706,9 @@ def _synced(result: declared.Plan, row: Schedule, service: Any, *args: Any, **kw
         declared.logger.error("Schedules in code: %s", problem)
         return False
     return True
+
+
+# -- helpers -------------------------------------------------------------------------------
 
 
 def _db(schedule: Schedule) -> str:

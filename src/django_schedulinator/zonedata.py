@@ -34,8 +34,6 @@ HORIZON = timedelta(days=3 * 366)
 # Offsets are sampled a week apart, and each change found is narrowed to the second: two
 # changes less than a week apart that undo each other would go unseen (none in tzdata).
 SAMPLE = timedelta(days=7)
-# A rule change moves an instant by at most a day (Pacific/Apia, 2011).
-LARGEST_MOVE = timedelta(days=1)
 
 # zone -> [[epoch seconds, UTC offset in seconds from then on], ...], the first entry at
 # the start of the recorded span.
@@ -171,11 +169,6 @@ def _from(entries: list[list[int]], moment: int, end: int) -> list[tuple[int, in
 
 def _entry_at(entries: list[list[int]], at: datetime) -> int:
     return max(bisect.bisect_right([start for start, _ in entries], int(at.timestamp())) - 1, 0)
-
-
-def offset_at(entries: list[list[int]], at: datetime) -> timedelta:
-    """The UTC offset a record says was in force at ``at``."""
-    return timedelta(seconds=entries[_entry_at(entries, at)][1])
 
 
 def replanned(

@@ -9,6 +9,7 @@ directory and everything is killed at the end.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -36,13 +37,24 @@ def _port_pair_free(port: int) -> bool:
 
 
 def _free_cluster_port() -> int:
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port + 10000 < 65536 and _port_pair_free(port):
+    """A free port whose bus port is free too, both below the range the kernel hands out
+    to outgoing connections: a port the kernel picked (in that range) left its bus port
+    to any connection of the suite's, and one took it between the check and the node's
+    start (seen once on CI), or while the node was down for a restart."""
+    ephemeral = _ephemeral_start()
+    for _ in range(500):
+        port = random.randrange(10000, max(ephemeral - 10000, 10001))
+        if _port_pair_free(port):
             return port
     raise RuntimeError("no free port pair for a cluster node")
+
+
+def _ephemeral_start() -> int:
+    """The first port the kernel gives outgoing connections (Linux's default: 32768)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 class ClusterNode(RedisServer):

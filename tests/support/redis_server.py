@@ -57,9 +57,18 @@ class RedisServer:
                     return
             except redis.ConnectionError:
                 pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"redis-server on port {self.port} did not start; its log ends:\n"
+                    + self._log_tail()
+                )
             time.sleep(0.05)
+
+    def _log_tail(self) -> str:
+        try:
+            return "\n".join((self.directory / "redis.log").read_text().splitlines()[-5:])
+        except OSError:
+            return "(no log)"
 
     def stop(self) -> None:
         """A clean shutdown: the data is on disk and comes back with start()."""

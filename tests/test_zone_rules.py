@@ -42,7 +42,7 @@ def release() -> Iterator[Any]:
     with tz_databases.use(tz_databases.database("2024b")):  # restores what was, after
 
         def switch(name: str) -> None:
-            tz_databases._switch([str(tz_databases.database(name))])
+            tz_databases.switch([str(tz_databases.database(name))])
 
         yield switch
 
@@ -223,7 +223,7 @@ def test_w080_warns_when_the_system_and_the_package_databases_differ(release: An
 
 
 def test_w080_is_quiet_when_zoneinfo_reads_the_package(release: Any) -> None:
-    tz_databases._switch([])
+    tz_databases.switch([])
     assert zonedata.system() is None
     assert check_zone_database() == []
 

@@ -63,14 +63,15 @@ def _download(package_version: str, target: Path) -> None:
 def use(path: Path) -> Iterator[None]:
     """``zoneinfo`` reads ``path`` as the system's database while inside."""
     before = zoneinfo.TZPATH
-    _switch([str(path)])
+    switch([str(path)])
     try:
         yield
     finally:
-        _switch(list(before))
+        switch(list(before))
 
 
-def _switch(tzpath: list[str]) -> None:
+def switch(tzpath: list[str]) -> None:
+    """``zoneinfo`` reads the databases of ``tzpath`` from now on (none: the package's)."""
     zoneinfo.reset_tzpath(to=tzpath)
     zoneinfo.ZoneInfo.clear_cache()
     # The app keeps zones and what it computed with them: a process that changes its

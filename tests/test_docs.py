@@ -783,7 +783,15 @@ def test_the_scheduling_pages_calls_run_in_one_session(
     paste("scheduling-cron")
     paste("scheduling-cron-union")
     paste("scheduling-interval")
+    paste("scheduling-calendar")
     from django_schedulinator.models import Run, Schedule
+
+    payroll = Schedule.objects.get(name="payroll")
+    assert payroll.description.endswith(
+        "; on a day excluded by uk-holidays, moved to the next business day"
+    )
+    assert payroll.timing_spec.calendar is not None
+    assert len(payroll.timing_spec.calendar.spans) >= 90  # 8 or more a year, 12 years
 
     assert Schedule.objects.get(name="reports").description == (
         "At 09:00, Monday through Friday; and at 12:00, only on Saturday (Europe/Berlin)"

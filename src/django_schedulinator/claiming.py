@@ -38,7 +38,7 @@ from .dispatch.base import BaseDispatcher, Occurrence
 from .errors import TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .keys import occurrence_key
-from .models import Run, Schedule, alert_time, catch_up_policy
+from .models import Run, Schedule, alert_time, catch_up_policy, day_calendar, load_calendars
 from .outcomes import Reported
 from .querysets import Advance, ClaimedRuns, NewRun, PreparedQuery, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
@@ -51,10 +51,12 @@ logger = logging.getLogger("django_schedulinator.claiming")
 ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
-    "day_rule", "catch_up", "catch_up_window", "overlap", "max_runs", "run_count", "task", "args",
-    "kwargs", "dispatcher", "dispatch_options", "name", "grace",
+    "day_rule", "catch_up", "catch_up_window", "overlap", "calendars", "calendar_rule",
+    "max_runs", "run_count", "task", "args", "kwargs", "dispatcher", "dispatch_options", "name",
+    "grace",
 )  # fmt: skip
-# The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window).
+# The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window), and the
+# calendars of the rows that name any (their plans are not shared).
 PLAN_FIELDS = slice(ROW_FIELDS.index("next_run_at"), ROW_FIELDS.index("overlap"))
 RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
@@ -193,7 +195,8 @@ class Plan:
     skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
-def timing_of(row: Any) -> timing.Timing:
+def timing_of(row: Any, calendar: timing.DayCalendar | None = None) -> timing.Timing:
+    """A claimed row's timing; ``calendar``: its calendars' excluded days, if it names any."""
     return timing.Timing(
         kind=row.kind,
         cron=row.cron,
@@ -207,6 +210,7 @@ def timing_of(row: Any) -> timing.Timing:
         dst_fold=row.dst_fold,
         jitter=row.jitter,
         day_rule=row.day_rule,
+        calendar=calendar,
     )
 
 
@@ -282,6 +286,10 @@ class Claimer:
         # A plan depends only on the timing, the due times, the policy and "now": rows that
         # share them (a burst of like schedules) share one. Jitter is per schedule: not shared.
         plans: dict[tuple[Any, ...], timing.DuePlan] = {}
+        # The calendars the batch's schedules name, in one read (their days only when they
+        # changed since this process read them).
+        named = {name for row in rows.values() for name in (row.calendars or ())}
+        loaded = load_calendars(named, using=self.db) if named else {}
         for sid in ids:
             row = rows.get(sid)
             if row is None:
@@ -303,7 +311,8 @@ class Claimer:
                 logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
             runs_left = None if row.max_runs is None else row.max_runs - row.run_count
-            key = None if row.jitter else (*row[PLAN_FIELDS], runs_left)
+            # Not shared: jitter is per schedule; calendars are a list (and rare).
+            key = None if row.jitter or row.calendars else (*row[PLAN_FIELDS], runs_left)
             shared = plans.get(key) if key else None
             if shared is not None:
                 plan.due.append(Due(row, shared))
@@ -316,8 +325,13 @@ class Claimer:
                     window=row.catch_up_window or defaults.window,
                 )
             try:
+                calendar = None
+                if row.calendars:
+                    calendar = day_calendar(
+                        row.calendars, row.calendar_rule, using=self.db, loaded=loaded
+                    )
                 due_plan = timing.plan_due(
-                    timing_of(row),
+                    timing_of(row, calendar),
                     policy,
                     schedule_id=sid,
                     # Whole milliseconds, like every instant the app writes: a row written

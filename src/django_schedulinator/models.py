@@ -1,8 +1,12 @@
-"""Schedules (the canonical rows) and Runs (the ledger of occurrences)."""
+"""Schedules (the canonical rows), Runs (the ledger of occurrences), and the calendars of
+excluded days schedules name, with what a process keeps of them (``day_calendar``)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import threading
+import uuid
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -18,6 +22,7 @@ from . import clock, statuses, timing
 from .conf import app_settings
 from .dbclock import DatabaseClockField
 from .dispatch import DEFAULT_ALIAS, dispatchers
+from .errors import TimingError
 from .keys import occurrence_key
 from .querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from .registry import registry
@@ -28,15 +33,25 @@ from .validators import (
     json_too_deep,
     json_too_deep_error,
     payload_errors,
+    validate_calendar_names,
     validate_json_list,
     validate_json_object,
     validate_name,
     validate_registered_task,
+    validate_weekend,
 )
 
 
 def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
+
+
+def default_weekend() -> list[int]:
+    return [6, 7]  # Saturday and Sunday
+
+
+def new_stamp() -> str:
+    return uuid.uuid4().hex
 
 
 # What save() says of a write that would leave a schedule inconsistent (transition_errors).
@@ -77,6 +92,10 @@ class Schedule(models.Model):
     class DayRule(models.TextChoices):
         EITHER = timing.DAYS_EITHER, _("Either may match (cron's rule)")
         BOTH = timing.DAYS_BOTH, _("Both must match (Celery's rule)")
+
+    class CalendarRule(models.TextChoices):
+        SKIP = timing.CALENDAR_SKIP, _("Skip it")
+        MOVE = timing.CALENDAR_MOVE, _("Move it to the next business day")
 
     class CatchUp(models.TextChoices):
         LATEST = timing.CATCH_UP_LATEST, _("Fire the latest missed occurrence once")
@@ -143,6 +162,23 @@ class Schedule(models.Model):
         choices=DstFold.choices,
         default=DstFold.FIRST,
         help_text=_("Cron: the clocks fall back over it (01:30 when 02:00 goes back to 01:00)."),
+    )
+    calendars = models.JSONField(
+        _("calendars"),
+        default=list,
+        blank=True,
+        validators=[validate_calendar_names],
+        help_text=_("Names of calendars of excluded days (holidays): no occurrence fires on them."),
+    )
+    calendar_rule = models.CharField(
+        _("on an excluded day"),
+        max_length=24,
+        choices=CalendarRule.choices,
+        default=CalendarRule.SKIP,
+        help_text=_(
+            "An occurrence on a day one of the calendars excludes is skipped, or moved to "
+            "the same local time on the next business day."
+        ),
     )
     anchor_at = models.DateTimeField(
         _("anchor at"),
@@ -303,7 +339,8 @@ class Schedule(models.Model):
 
     TIMING_FIELDS = (
         "kind", "cron", "day_rule", "interval", "run_at", "timezone", "start_at", "end_at",
-        "anchor_at", "dst_gap", "dst_fold", "jitter", "max_runs", "enabled",
+        "anchor_at", "dst_gap", "dst_fold", "jitter", "calendars", "calendar_rule", "max_runs",
+        "enabled",
     )  # fmt: skip
     MACHINE_FIELDS = (
         "next_run_at", "due_at", "last_run_at", "run_count", "failure_streak", "missed_at",
@@ -314,7 +351,7 @@ class Schedule(models.Model):
     SETTINGS_FIELDS = (
         "name", "task", "args", "kwargs", "enabled", "pause_note",
         "kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at", "dst_gap",
-        "dst_fold", "start_at", "end_at", "max_runs", "jitter",
+        "dst_fold", "start_at", "end_at", "max_runs", "jitter", "calendars", "calendar_rule",
         "catch_up", "catch_up_window", "overlap", "pause_after_failures", "grace",
         "dispatcher", "dispatch_options",
     )  # fmt: skip
@@ -505,7 +542,18 @@ class Schedule(models.Model):
             dst_fold=self.dst_fold,
             jitter=self.jitter,
             day_rule=self.day_rule,
+            calendar=self._day_calendar(),
         )
+
+    def _day_calendar(self) -> timing.DayCalendar | None:
+        try:
+            validate_calendar_names(self.calendars)
+        except ValidationError:
+            return None  # clean_fields() says why
+        if not self.calendars:
+            return None
+        db = self._state.db or router.db_for_read(Calendar)
+        return day_calendar(self.calendars, self.calendar_rule, using=db)
 
     @property
     def catch_up_policy(self) -> timing.CatchUp:
@@ -587,6 +635,10 @@ class Schedule(models.Model):
         super().clean()
         errors: dict[str, StrOrPromise] = {**self.timing_spec.validate()}
         errors.update(payload_errors(self.args, self.kwargs))
+        if missing := self._unknown_calendars():
+            errors["calendars"] = _("No calendar is named %(names)s.") % {
+                "names": ", ".join(missing)
+            }
         if self.task in registry and not errors.get("args") and not errors.get("kwargs"):
             # What the task itself asks of its arguments (the command task: its allowlist).
             check_args = registry.get(self.task).check_args
@@ -628,6 +680,21 @@ class Schedule(models.Model):
                 errors.setdefault(field, messages[0])
         if errors:
             raise ValidationError(errors)
+
+    def _unknown_calendars(self) -> list[str]:
+        try:
+            validate_calendar_names(self.calendars)
+        except ValidationError:
+            return []  # clean_fields() says why
+        if not self.calendars:
+            return []
+        db = self._state.db or router.db_for_read(Calendar)
+        known = set(
+            Calendar.objects.using(db)
+            .filter(name__in=self.calendars)
+            .values_list("name", flat=True)
+        )
+        return [name for name in self.calendars if name not in known]
 
     # -- timing helpers -------------------------------------------------------------------
 
@@ -703,6 +770,7 @@ class Run(models.Model):
         OVERLAP = timing.OVERLAP, _("Previous run still running (overlap policy)")
         PAUSED = timing.PAUSED, _("Schedule paused")
         REPLACED = timing.REPLACED, _("Replaced by a run now")
+        CALENDAR = timing.CALENDAR, _("Excluded day (calendar)")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
     UNFINISHED = statuses.UNFINISHED
@@ -917,3 +985,191 @@ class ZoneRules(models.Model):
 
     def __str__(self) -> str:
         return f"tz database {self.version} ({self.source})"
+
+
+class Calendar(models.Model):
+    """A named set of excluded days (holidays), each a whole day in the calendar's zone.
+    Schedules name the calendars they keep away from (``Schedule.calendars``). Every change
+    goes through ``services`` (``create_calendar``, ``update_calendar``, ``fill_calendar``,
+    ``delete_calendar``), which re-plans the schedules that use it."""
+
+    class Source(models.TextChoices):
+        MANUAL = "manual", _("By hand")
+        HOLIDAYS = "holidays", _("Public holidays (the holidays package)")
+        ICALENDAR = "ical", _("An iCalendar file")
+
+    name = models.SlugField(
+        _("name"),
+        max_length=100,
+        unique=True,
+        help_text=_("How schedules name it: letters, digits, - and _."),
+    )
+    description = models.CharField(_("description"), max_length=500, blank=True)
+    timezone = models.CharField(
+        _("timezone"),
+        max_length=64,
+        default=default_timezone,
+        help_text=_("IANA zone whose midnights start and end its days."),
+    )
+    weekend = models.JSONField(
+        _("weekend"),
+        default=default_weekend,
+        blank=True,
+        validators=[validate_weekend],
+        help_text=_(
+            "ISO weekdays (1 is Monday, 7 Sunday) that are not business days: an occurrence "
+            "is never moved onto one."
+        ),
+    )
+    source = models.CharField(
+        _("source"), max_length=16, choices=Source.choices, default=Source.MANUAL
+    )
+    country = models.CharField(
+        _("country"),
+        max_length=8,
+        blank=True,
+        help_text=_("Public holidays: an ISO 3166 country code, such as GB or US."),
+    )
+    subdivision = models.CharField(
+        _("subdivision"),
+        max_length=16,
+        blank=True,
+        help_text=_("Public holidays: a region the holidays package knows, such as ENG or CA."),
+    )
+    # A new one on every change: what the schedulers' cache of excluded days is keyed on.
+    stamp = models.CharField(_("stamp"), max_length=32, editable=False, default=new_stamp)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("calendar")
+        verbose_name_plural = _("calendars")
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        super().clean()
+        try:
+            timing.get_zone(self.timezone)
+        except TimingError as exc:
+            raise ValidationError({"timezone": str(exc)}) from exc
+        if self.source == self.Source.HOLIDAYS and not self.country:
+            raise ValidationError({"country": _("Public holidays need a country.")})
+
+
+class ExcludedDay(models.Model):
+    """One day a calendar excludes."""
+
+    calendar = models.ForeignKey(
+        Calendar, on_delete=models.CASCADE, related_name="days", verbose_name=_("calendar")
+    )
+    day = models.DateField(_("day"))
+    name = models.CharField(_("name"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("excluded day")
+        verbose_name_plural = _("excluded days")
+        ordering = ("day",)
+        constraints = [
+            models.UniqueConstraint(fields=["calendar", "day"], name="schedulinator_day_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day:%Y-%m-%d} {self.name}".strip()
+
+
+# -- the excluded days as the timing rules see them -----------------------------------------
+#
+# Schedulers and web processes keep the days they loaded, keyed on each calendar's ``stamp``
+# (a new one on every change): a claim costs one small query for the stamps of the calendars
+# its schedules name, and reads the days again only after a change.
+
+MAX_DAYS = 5000  # in one calendar
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCalendar:
+    """One calendar as a process loaded it."""
+
+    stamp: str
+    timezone: str
+    weekend: frozenset[int]
+    days: tuple[tuple[date, str], ...]
+
+
+_loaded: dict[tuple[str, str], LoadedCalendar] = {}  # (database alias, name) -> the latest loaded
+_built: dict[tuple[Any, ...], timing.DayCalendar] = {}
+_lock = threading.Lock()
+MAX_BUILT = 1024
+
+
+def load_calendars(names: Iterable[str], *, using: str) -> dict[str, LoadedCalendar]:
+    """The calendars named (those that exist), their days read again only where their
+    stamp moved since this process last read them."""
+    wanted = set(names)
+    if not wanted:
+        return {}
+    rows = Calendar.objects.using(using).filter(name__in=wanted)
+    current = {
+        name: (stamp, zone, weekend)
+        for name, stamp, zone, weekend in rows.values_list("name", "stamp", "timezone", "weekend")
+    }
+    stale = [
+        name
+        for name, (stamp, _zone, _weekend) in current.items()
+        if (cached := _loaded.get((using, name))) is None or cached.stamp != stamp
+    ]
+    if stale:
+        days: dict[str, list[tuple[date, str]]] = {name: [] for name in stale}
+        found = (
+            ExcludedDay.objects.using(using)
+            .filter(calendar__name__in=stale)
+            .order_by("day")
+            .values_list("calendar__name", "day", "name")
+        )
+        for name, day, label in found:
+            days[name].append((day, label))
+        with _lock:
+            for name in stale:
+                stamp, zone, weekend = current[name]
+                _loaded[(using, name)] = LoadedCalendar(
+                    stamp, zone, frozenset(weekend or ()), tuple(days[name])
+                )
+    return {name: _loaded[(using, name)] for name in current}
+
+
+def day_calendar(
+    names: Sequence[str],
+    rule: str,
+    *,
+    using: str,
+    loaded: dict[str, LoadedCalendar] | None = None,
+) -> timing.DayCalendar:
+    """The excluded days of the calendars ``names`` (a name that has no calendar is left
+    out: the schedule's validation says so), for the timing rules. ``loaded``: what a
+    claim loaded for its whole batch (``load_calendars``)."""
+    found = load_calendars(names, using=using) if loaded is None else loaded
+    present = [name for name in names if name in found]
+    key = (tuple((name, found[name].stamp) for name in present), rule)
+    calendar = _built.get(key)
+    if calendar is None:
+        calendar = timing.DayCalendar.of(
+            (
+                (found[name].timezone, day, _label(name, day, label))
+                for name in present
+                for day, label in found[name].days
+            ),
+            move=rule == timing.CALENDAR_MOVE,
+            weekends=[(found[name].timezone, found[name].weekend) for name in present],
+            names=present,
+        )
+        with _lock:
+            if len(_built) >= MAX_BUILT:
+                _built.clear()
+            _built[key] = calendar
+    return calendar
+
+
+def _label(name: str, day: date, label: str) -> str:
+    return f"{label + ', ' if label else ''}{day:%Y-%m-%d} (calendar {name})"

@@ -26,19 +26,29 @@ import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import reduce
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from . import changelog, clock, declared, ledger, signals, sync, timing, zonedata
+from . import calendars, changelog, clock, declared, ledger, signals, sync, timing, zonedata
 from .changelog import Origin
 from .conf import app_settings
 from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
 from .index import ApplyResult, get_index
-from .models import Run, Schedule, ScheduleChange, ZoneRules
+from .models import (
+    MAX_DAYS,
+    Calendar,
+    ExcludedDay,
+    Run,
+    Schedule,
+    ScheduleChange,
+    ZoneRules,
+    new_stamp,
+)
 from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
 from .registry import registry
 
@@ -50,7 +60,9 @@ __all__ = [
     "backfill",
     "create",
     "delete",
+    "delete_calendar",
     "delete_many",
+    "fill_calendar",
     "lock_for_edit",
     "mark_missed",
     "mark_not_fired",
@@ -59,6 +71,7 @@ __all__ = [
     "resume",
     "resync",
     "run_now",
+    "save_calendar",
     "sync_declared",
     "update",
 ]
@@ -628,6 +641,123 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
         current.due_at = current.due_at_for(new)
         current.save(using=db, update_fields=["next_run_at", "due_at"])
         _record(current, TZDATA, ScheduleChange.Action.REPLANNED, changes, db)
+        moved += 1
+    return moved
+
+
+# -- calendars of excluded days ---------------------------------------------------------------
+
+
+def save_calendar(
+    calendar: Calendar,
+    *,
+    days: Iterable[tuple[date, str]] | None = None,
+    origin: Origin = PYTHON,
+) -> int:
+    """Create or change a calendar (validated by the model), and with ``days`` replace its
+    excluded days; the schedules that name it are re-planned in the same transaction: each
+    next run moves to where the new days put it, recorded in its change log (action
+    "re-planned"). Returns how many moved."""
+    calendar.full_clean(validate_unique=True, validate_constraints=False)
+    chosen = None if days is None else dict(sorted(days))
+    if chosen is not None and len(chosen) > MAX_DAYS:
+        raise ValidationError(f"A calendar holds at most {MAX_DAYS} days.")
+    db = router.db_for_write(Calendar, instance=calendar)
+    with transaction.atomic(using=db):
+        adding = calendar._state.adding
+        if not adding:  # its row, locked: two edits of one calendar take turns
+            list(Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk).values("pk"))
+        calendar.stamp = new_stamp()
+        calendar.save(using=db)
+        if chosen is not None:
+            ExcludedDay.objects.using(db).filter(calendar=calendar).delete()
+            ExcludedDay.objects.using(db).bulk_create(
+                ExcludedDay(calendar=calendar, day=day, name=(name or "")[:200])
+                for day, name in chosen.items()
+            )
+        moved = 0 if adding else _replan_for_calendar(calendar.name, origin, db)
+    if moved:
+        logger.info("Calendar %r changed: re-planned %d schedule(s).", calendar.name, moved)
+    return moved
+
+
+def fill_calendar(
+    calendar: Calendar,
+    *,
+    years: range | None = None,
+    icalendar: bytes | str | None = None,
+    origin: Origin = PYTHON,
+) -> int:
+    """Replace a calendar's days from its source: the public holidays of its country and
+    subdivision (source "holidays", whose weekend it takes too), or the iCalendar file
+    given (source "ical"), over ``years`` (default: the last one to ten ahead). Saved
+    with ``save_calendar``; returns how many schedules were re-planned."""
+    span = years or calendars.default_years(clock.now().date())
+    if calendar.source == Calendar.Source.HOLIDAYS:
+        days, calendar.weekend = calendars.public_holidays(
+            calendar.country, calendar.subdivision, span
+        )
+    elif calendar.source == Calendar.Source.ICALENDAR:
+        if icalendar is None:
+            raise ValidationError({"source": "Give the iCalendar file to read the days from."})
+        days = calendars.icalendar_days(icalendar, span)
+    else:
+        raise ValidationError({"source": "A calendar kept by hand has no source to fill from."})
+    return save_calendar(calendar, days=days, origin=origin)
+
+
+def delete_calendar(calendar: Calendar) -> None:
+    """Delete a calendar no schedule names (a ``ValidationError`` lists those that do)."""
+    db = router.db_for_write(Calendar, instance=calendar)
+    with transaction.atomic(using=db):
+        users = [s.name for s in _schedules_naming(calendar.name, db, lock=False)]
+        if users:
+            shown = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
+            raise ValidationError(
+                f"The calendar {calendar.name!r} is used by {len(users)} schedule(s): "
+                f"{shown}. Take it out of them first."
+            )
+        calendar.delete(using=db)
+
+
+def _schedules_naming(name: str, db: str, *, lock: bool) -> list[Schedule]:
+    """The schedules whose calendars include ``name`` (read in Python: a JSON list's
+    contents cannot be queried on every database)."""
+    rows = Schedule.objects.using(db).exclude(calendars=[]).order_by("pk")
+    if lock:
+        rows = rows.select_for_update()
+    return [row for row in rows.iterator(chunk_size=500) if name in (row.calendars or ())]
+
+
+def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
+    """Move the next run of each enabled schedule that names calendar ``name`` to where
+    the calendar now puts it: its first moment from its old next run on (or from now, if
+    that is later; never at or before its last run)."""
+    now = clock.now()
+    moved = 0
+    for current in _schedules_naming(name, db, lock=True):
+        old = current.next_run_at
+        if not current.enabled or old is None:
+            continue
+        after = min(old - timing.ONE_MS, now)
+        if current.last_run_at is not None:
+            after = max(after, current.last_run_at)
+        try:
+            found = timing.following(current.timing_spec, after, old, include_skipped=True)
+        except TimingError as exc:
+            logger.warning("Schedule %s could not be re-planned: %s", current.pk, exc)
+            continue
+        new = found.at if found is not None else None
+        if new == old:
+            continue
+        current.next_run_at = new
+        current.due_at = current.due_at_for(new)
+        current.save(using=db, update_fields=["next_run_at", "due_at"])
+        changes = {
+            "next_run_at": [changelog.as_json(old), changelog.as_json(new)],
+            "calendar": [None, name],
+        }
+        _record(current, origin, ScheduleChange.Action.REPLANNED, changes, db)
         moved += 1
     return moved
 

@@ -34,6 +34,12 @@ The rules, in the order a reader meets them:
   key (so every re-dispatch sees the same delay), always less than the gap to the next
   occurrence. The delayed instant is the occurrence's *due time*; its *nominal time* (its
   identity, its key) does not move.
+- **Calendars** of excluded days (holidays) take occurrences out of the timeline: each
+  excluded day is a span of UTC time (the day in its calendar's zone), and an occurrence
+  in one is **skipped** (recorded once a span, at the first occurrence in it, with the
+  reason "calendar"), or **moved** to the same local time on the next business day (not
+  excluded, not a weekend day of the calendar). A moved occurrence that lands on one that
+  is there anyway fires once.
 - **Catch-up** (``plan_due``) decides which due occurrences fire when a scheduler comes to
   a schedule late: the latest one (default), none that are more than the grace late
   (``skip``), or all within a window, capped (``all``). Each occurrence that does not fire
@@ -42,12 +48,13 @@ The rules, in the order a reader meets them:
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from itertools import chain, islice
 from typing import NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -87,12 +94,22 @@ DST_SKIPPED = "dst"  # its local time does not exist and the DST policy skips it
 OVERLAP = "overlap"  # the previous run was still running
 PAUSED = "paused"  # the schedule was paused at the time
 REPLACED = "replaced"  # a "run now" took its place
+CALENDAR = "calendar"  # its day is excluded by one of the schedule's calendars
 
 # How a daylight-saving change touched an occurrence (Moment.dst).
 DST_SHIFT = "shifted"  # the local time did not exist; moved forward by the gap
 DST_SKIP = "skipped"  # the local time did not exist; not an occurrence (a marker)
 DST_FIRST = "first"  # the first of two instants with this local time
 DST_SECOND = "second"  # the second of two instants with this local time
+
+# How a calendar of excluded days touched an occurrence (Moment.calendar).
+CAL_SKIPPED = "skipped"  # on an excluded day: not an occurrence (a marker, one a span)
+CAL_MOVED = "moved"  # moved from an excluded day to the next business day
+# What a schedule does with an occurrence on an excluded day.
+CALENDAR_SKIP = "skip"
+CALENDAR_MOVE = "next_business_day"
+# How far an occurrence is moved at most: past a month of days off, it is skipped instead.
+MAX_MOVE_DAYS = 31
 
 CRON_ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -312,6 +329,7 @@ class Timing:
     dst_fold: str = FOLD_FIRST
     jitter: timedelta | None = None  # the largest delay added to an occurrence
     day_rule: str = DAYS_EITHER  # cron: which days match when both day fields are restricted
+    calendar: DayCalendar | None = None  # the excluded days of the schedule's calendars
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""
@@ -404,10 +422,12 @@ class Moment:
     at: datetime
     dst: str = ""  # DST_SHIFT, DST_SKIP, DST_FIRST, DST_SECOND, or "" when untouched
     wall: datetime | None = None  # the local wall time a cron matched (naive)
+    calendar: str = ""  # CAL_SKIPPED, CAL_MOVED, or "" when no excluded day touched it
+    excluded: str = ""  # the excluded day(s) it was on, as ExcludedSpan.label says them
 
     @property
     def skipped(self) -> bool:
-        return self.dst == DST_SKIP
+        return self.dst == DST_SKIP or self.calendar == CAL_SKIPPED
 
 
 # -- occurrences ---------------------------------------------------------------------------
@@ -438,8 +458,19 @@ def following(
     """The schedule's first moment strictly after ``after``, or None (finished, or, without
     ``include_skipped``, nothing but skipped local times for longer than MAX_SKIPPED_SPAN).
 
-    The step of ``occurrences``, callable on its own in the claim's hot path.
+    The step of ``occurrences``, callable on its own in the claim's hot path. With a
+    calendar of excluded days, the plain timeline's moments on them are skipped (one marker
+    a stretch) or moved (``_calendar_following``).
     """
+    if timing.calendar is not None and timing.calendar.spans:
+        return _calendar_following(timing, after, anchor, include_skipped)
+    return _plain_following(timing, after, anchor, include_skipped)
+
+
+def _plain_following(
+    timing: Timing, after: datetime, anchor: datetime, include_skipped: bool = False
+) -> Moment | None:
+    """``following`` without the calendar."""
     if timing.kind == ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) > after:
             return Moment(truncate_ms(timing.run_at))
@@ -495,6 +526,15 @@ def preceding(
     nothing but skipped local times for longer than MAX_SKIPPED_SPAN).
 
     The mirror image of ``following``."""
+    if timing.calendar is not None and timing.calendar.spans:
+        return _calendar_preceding(timing, before, anchor, include_skipped)
+    return _plain_preceding(timing, before, anchor, include_skipped)
+
+
+def _plain_preceding(
+    timing: Timing, before: datetime, anchor: datetime, include_skipped: bool = False
+) -> Moment | None:
+    """``preceding`` without the calendar."""
     if timing.kind == ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) < before:
             return Moment(truncate_ms(timing.run_at))
@@ -551,12 +591,17 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
 
 
 def moment_at(timing: Timing, at: datetime) -> Moment:
-    """What the schedule has at ``at``: a skipped-local-time marker, or a plain moment."""
-    if timing.kind == CRON and timing.dst_gap == GAP_SKIP:
-        found = next(occurrences(timing, at - ONE_MS, include_skipped=True), None)
+    """What the schedule has at ``at``: a skipped-local-time or excluded-day marker, or a
+    plain moment."""
+    if (timing.kind == CRON and timing.dst_gap == GAP_SKIP) or _has_calendar(timing):
+        found = following(timing, at - ONE_MS, at, include_skipped=True)
         if found is not None and found.at == at:
             return found
     return Moment(at)
+
+
+def _has_calendar(timing: Timing) -> bool:
+    return timing.calendar is not None and bool(timing.calendar.spans)
 
 
 def is_moment(timing: Timing, at: datetime, anchor: datetime) -> bool:
@@ -590,6 +635,250 @@ def _interval_ms(timing: Timing) -> int:
 
 def _anchor(timing: Timing, fallback: datetime) -> datetime:
     return timing.anchor_at or timing.start_at or fallback
+
+
+# -- calendars of excluded days -----------------------------------------------------------
+
+
+class ExcludedSpan(NamedTuple):
+    """Excluded time: one day of a calendar, in its zone, as UTC instants (days of several
+    calendars that overlap are one span)."""
+
+    start: datetime  # inclusive
+    end: datetime  # exclusive
+    label: str  # "Christmas Day, 2026-12-25 (calendar uk)", joined by "; " when merged
+
+
+@dataclass(frozen=True, slots=True)
+class DayCalendar:
+    """The excluded days of a schedule's calendars, and what the schedule does with an
+    occurrence on one. Built by ``DayCalendar.of``; nothing here reads the database."""
+
+    spans: tuple[ExcludedSpan, ...] = ()  # ascending, none overlapping
+    move: bool = False  # move such an occurrence to the next business day (else skip it)
+    # (zone, ISO weekdays): the days no occurrence is moved to, read in each calendar's zone.
+    weekends: tuple[tuple[str, frozenset[int]], ...] = ()
+    names: tuple[str, ...] = ()  # the calendars', for descriptions
+    _starts: tuple[datetime, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", tuple(span.start for span in self.spans))
+
+    @classmethod
+    def of(
+        cls,
+        days: Iterable[tuple[str, date, str]],
+        *,
+        move: bool = False,
+        weekends: Iterable[tuple[str, Iterable[int]]] = (),
+        names: Iterable[str] = (),
+    ) -> DayCalendar:
+        """From (zone, day, label) triples: each day is its span in its zone, from its
+        local midnight to the next (a midnight that does not exist is read as PEP 495's
+        ``fold=0`` reads it: the instant the clocks jump)."""
+        raw = sorted(
+            ExcludedSpan(_local_midnight(day, zone), _local_midnight(day + ONE_DAY, zone), label)
+            for zone, day, label in days
+        )
+        spans: list[ExcludedSpan] = []
+        for span in raw:
+            if spans and span.start < spans[-1].end:  # overlapping: one span
+                last = spans[-1]
+                spans[-1] = ExcludedSpan(
+                    last.start, max(last.end, span.end), f"{last.label}; {span.label}"
+                )
+            else:
+                spans.append(span)
+        return cls(
+            tuple(spans),
+            move,
+            tuple((zone, frozenset(wd)) for zone, wd in weekends),
+            tuple(names),
+        )
+
+    def span_at(self, at: datetime) -> ExcludedSpan | None:
+        """The excluded span ``at`` falls in, or None."""
+        i = bisect.bisect_right(self._starts, at) - 1
+        if i >= 0 and at < self.spans[i].end:
+            return self.spans[i]
+        return None
+
+    def is_business(self, at: datetime) -> bool:
+        """Whether an occurrence can be moved to ``at``: not excluded, and on no calendar's
+        weekend."""
+        if self.span_at(at) is not None:
+            return False
+        return not any(
+            at.astimezone(get_zone(zone)).isoweekday() in days for zone, days in self.weekends
+        )
+
+    def spans_after(self, at: datetime) -> Iterator[ExcludedSpan]:
+        """The spans that end after ``at``, ascending."""
+        i = max(bisect.bisect_right(self._starts, at) - 1, 0)
+        return (span for span in self.spans[i:] if span.end > at)
+
+    def spans_before(self, at: datetime) -> Iterator[ExcludedSpan]:
+        """The spans that start before ``at``, latest first."""
+        return reversed(self.spans[: bisect.bisect_left(self._starts, at)])
+
+
+ONE_DAY = timedelta(days=1)
+# A moved occurrence is later than its own by at most this (days, and a DST change).
+MOVE_REACH = timedelta(days=MAX_MOVE_DAYS + 1)
+
+
+def _local_midnight(day: date, zone_name: str) -> datetime:
+    return datetime.combine(day, time(0), tzinfo=get_zone(zone_name)).astimezone(UTC)
+
+
+def _calendar_following(
+    timing: Timing, after: datetime, anchor: datetime, include_skipped: bool
+) -> Moment | None:
+    calendar = timing.calendar
+    assert calendar is not None
+    if calendar.move:
+        return _moved_following(timing, after, anchor, include_skipped)
+    while (moment := _plain_following(timing, after, anchor, include_skipped)) is not None:
+        span = calendar.span_at(moment.at)
+        if span is None:
+            return moment
+        if include_skipped:  # a marker at the span's first moment
+            first = moment
+            if after >= span.start:
+                first = _plain_following(timing, span.start - ONE_MS, anchor, True) or moment
+            if first.at == moment.at:
+                return _excluded(moment, span)
+        after = span.end - ONE_MS  # the rest of the span is skipped with it
+    return None
+
+
+def _calendar_preceding(
+    timing: Timing, before: datetime, anchor: datetime, include_skipped: bool
+) -> Moment | None:
+    calendar = timing.calendar
+    assert calendar is not None
+    if calendar.move:
+        return _moved_preceding(timing, before, anchor, include_skipped)
+    while (moment := _plain_preceding(timing, before, anchor, include_skipped)) is not None:
+        span = calendar.span_at(moment.at)
+        if span is None:
+            return moment
+        if include_skipped:
+            first = _plain_following(timing, span.start - ONE_MS, anchor, True) or moment
+            return _excluded(first, span)
+        before = span.start
+    return None
+
+
+def _moved_following(
+    timing: Timing, after: datetime, anchor: datetime, include_skipped: bool
+) -> Moment | None:
+    """The first of: the plain timeline's first moment after ``after`` on no excluded day,
+    and the moved moments after it (each lands later than its own, within MOVE_REACH)."""
+    calendar = timing.calendar
+    assert calendar is not None
+    best = None
+    cursor = after
+    while (moment := _plain_following(timing, cursor, anchor, include_skipped)) is not None:
+        span = calendar.span_at(moment.at)
+        if span is None:
+            best = moment
+            break
+        cursor = span.end - ONE_MS
+    for span in calendar.spans_after(after - MOVE_REACH):
+        if best is not None and span.start >= best.at:
+            break  # what moves from here lands after it
+        for moved in _moved_from(timing, span, _grid_key(timing, anchor)):
+            if moved.at > after and (include_skipped or not moved.skipped):
+                if best is None or _earlier(moved, best):
+                    best = moved
+                break
+    return best
+
+
+def _moved_preceding(
+    timing: Timing, before: datetime, anchor: datetime, include_skipped: bool
+) -> Moment | None:
+    """The mirror image of ``_moved_following``."""
+    calendar = timing.calendar
+    assert calendar is not None
+    best = None
+    cursor = before
+    while (moment := _plain_preceding(timing, cursor, anchor, include_skipped)) is not None:
+        span = calendar.span_at(moment.at)
+        if span is None:
+            best = moment
+            break
+        cursor = span.start
+    for span in calendar.spans_before(before):
+        if best is not None and span.end + MOVE_REACH < best.at:
+            break  # what moves from here lands before it
+        for moved in reversed(_moved_from(timing, span, _grid_key(timing, anchor))):
+            if moved.at < before and (include_skipped or not moved.skipped):
+                if best is None or _later(moved, best):
+                    best = moved
+                break
+    return best
+
+
+def _grid_key(timing: Timing, anchor: datetime) -> datetime:
+    """What of ``anchor`` the plain timeline depends on: an interval's grid (the same
+    points from any anchor on it), nothing for a cron or a one-off."""
+    if timing.kind != INTERVAL:
+        return EPOCH
+    step = _interval_ms(timing)
+    return from_ms(to_ms(_anchor(timing, anchor)) % step)
+
+
+@functools.lru_cache(maxsize=256)
+def _moved_from(timing: Timing, span: ExcludedSpan, anchor: datetime) -> tuple[Moment, ...]:
+    """Every plain moment in ``span``, where it goes, by instant."""
+    found: list[Moment] = []
+    after = span.start - ONE_MS
+    while (moment := _plain_following(timing, after, anchor, True)) is not None:
+        if moment.at >= span.end or len(found) > MAX_WALL_STEPS:
+            break
+        found.extend(_moved(timing, moment, span))
+        after = moment.at
+    return tuple(sorted(found, key=lambda m: (m.at, _touched(m))))
+
+
+def _moved(timing: Timing, moment: Moment, span: ExcludedSpan) -> tuple[Moment, ...]:
+    """Where an occurrence on an excluded day goes: its local time on the next business
+    day, under the DST policy; skipped when there is none within MAX_MOVE_DAYS, or when
+    it would land past the schedule's end. A skipped local time stays a marker."""
+    if moment.skipped:
+        return (moment,)
+    calendar = timing.calendar
+    assert calendar is not None
+    zone = get_zone(timing.timezone)
+    wall = moment.wall or moment.at.astimezone(zone).replace(tzinfo=None)
+    for days in range(1, MAX_MOVE_DAYS + 1):
+        try:
+            landed = _moments_of_wall(wall + timedelta(days=days), zone, timing.dst_gap,
+                                      timing.dst_fold)  # fmt: skip
+        except OverflowError:
+            break
+        if all(m.skipped or calendar.is_business(m.at) for m in landed):
+            if timing.end_at is not None and landed[0].at > timing.end_at:
+                break
+            return tuple(
+                Moment(truncate_ms(m.at), m.dst, m.wall, CAL_MOVED, span.label) for m in landed
+            )
+    return (_excluded(moment, span),)
+
+
+def _excluded(moment: Moment, span: ExcludedSpan) -> Moment:
+    return Moment(moment.at, moment.dst, moment.wall, CAL_SKIPPED, span.label)
+
+
+def calendar_note(moment: Moment) -> str:
+    """A sentence on how an excluded day touched ``moment``, or ""."""
+    if moment.calendar == CAL_SKIPPED:
+        return f"Excluded: {moment.excluded}. Nothing fires that day."
+    if moment.calendar == CAL_MOVED:
+        return f"Moved to the next business day from {moment.excluded}."
+    return ""
 
 
 # -- cron on the local wall clock ----------------------------------------------------------
@@ -671,10 +960,10 @@ def _moments_of_wall(wall: datetime, zone: tzinfo, gap: str, fold: str) -> tuple
     return (Moment(b, DST_SHIFT if gap == GAP_SHIFT else DST_SKIP, wall),)
 
 
-def _touched(moment: Moment) -> tuple[bool, bool]:
+def _touched(moment: Moment) -> tuple[bool, bool, bool]:
     # Two wall times on one instant fire once, as the one a DST change touched least: an
     # untouched time wins over a shifted one, and any occurrence over a skipped-time marker.
-    return moment.skipped, bool(moment.dst)
+    return moment.skipped, bool(moment.dst), bool(moment.calendar)
 
 
 def _earlier(a: Moment, b: Moment) -> bool:
@@ -1006,6 +1295,8 @@ def _plan_one(
     case is not that simple (jitter, skipped local times, a backlog, a skip to record)."""
     if timing.jitter or (timing.kind == CRON and timing.dst_gap == GAP_SKIP):
         return None
+    if _has_calendar(timing):
+        return None  # excluded days to record
     if runs_left is not None and runs_left <= 0:
         return None
     after = following(timing, nominal, nominal)
@@ -1058,6 +1349,8 @@ def _pick(
 
 
 def _skip(timing: Timing, catch_up: CatchUp, moment: Moment, late: timedelta) -> Skip:
+    if moment.calendar == CAL_SKIPPED:
+        return Skip(moment.at, CALENDAR, calendar_note(moment))
     if moment.skipped:
         return Skip(moment.at, DST_SKIPPED, dst_note(timing, moment))
     late_text = _duration(late)
@@ -1098,8 +1391,9 @@ class PreviewItem:
     local: datetime  # the same instant in the schedule's zone
     due_at: datetime  # when it fires (nominal plus jitter)
     dst: str  # how a DST change touched it ("" when it did not)
-    skipped: bool  # a local time the DST policy skips: nothing fires
-    note: str  # a sentence about the DST change, or ""
+    skipped: bool  # a local time the DST policy skips, or an excluded day: nothing fires
+    note: str  # a sentence about the DST change or the excluded day, or ""
+    calendar: str = ""  # CAL_SKIPPED, CAL_MOVED, or "" when no excluded day touched it
 
 
 def preview(
@@ -1124,14 +1418,16 @@ def preview(
             local = moment.at.astimezone(zone)
         except OverflowError:  # past the year 9999 in this zone: nothing more to show
             break
-        note = dst_note(timing, moment)
+        note = " ".join(filter(None, (calendar_note(moment), dst_note(timing, moment))))
         dst = moment.dst
         offset = local.utcoffset()
         if not dst and previous_offset is not None and offset != previous_offset:
             dst = "offset"
-            note = f"The UTC offset is now {_offset_text(offset)} ({local:%Z})."
+            note = " ".join(
+                filter(None, (note, f"The UTC offset is now {_offset_text(offset)} ({local:%Z})."))
+            )
         previous_offset = offset
-        items.append(PreviewItem(moment.at, local, due, dst, moment.skipped, note))
+        items.append(PreviewItem(moment.at, local, due, dst, moment.skipped, note, moment.calendar))
     return items
 
 
@@ -1174,13 +1470,13 @@ def describe(timing: Timing) -> str:
             exprs = (timing.cron,)
         first, *others = [_describe_cron(expr, timing.day_rule) for expr in exprs]
         text = first + "".join(f"; and {other[:1].lower()}{other[1:]}" for other in others)
-        return f"{text} ({timing.timezone})"
+        return f"{text} ({timing.timezone}){_calendar_text(timing)}"
     if timing.kind == INTERVAL and isinstance(timing.interval, timedelta):
         text = f"Every {_interval_text(timing.interval)}"
         anchor = timing.anchor_at or timing.start_at
         if anchor is not None:
             text += f", counted from {anchor.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
-        return text
+        return text + _calendar_text(timing)
     if timing.kind == ONCE and isinstance(timing.run_at, datetime):
         try:
             local = timing.run_at.astimezone(get_zone(timing.timezone))
@@ -1188,6 +1484,16 @@ def describe(timing: Timing) -> str:
             return f"Once, at {timing.run_at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         return f"Once, at {local:%Y-%m-%d %H:%M:%S %Z} ({timing.timezone})"
     return ""
+
+
+def _calendar_text(timing: Timing) -> str:
+    calendar = timing.calendar
+    if calendar is None or not calendar.names:
+        return ""
+    names = ", ".join(calendar.names)
+    if calendar.move:
+        return f"; on a day excluded by {names}, moved to the next business day"
+    return f"; not on days excluded by {names}"
 
 
 @functools.lru_cache(maxsize=1024)

@@ -99,6 +99,45 @@ def validate_json_depth(value: Any) -> None:
         raise json_too_deep_error()
 
 
+MAX_CALENDARS = 10  # on one schedule
+CALENDAR_NAME = re.compile(r"^[-a-zA-Z0-9_]+\Z")
+
+
+def validate_calendar_names(value: Any) -> None:
+    """A schedule's calendars: a list of distinct calendar names (whether they exist is
+    the model's ``clean()``'s question)."""
+    if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+        raise ValidationError(
+            'Enter a list of calendar names, for example ["uk-holidays"].', code="not_names"
+        )
+    if len(value) > MAX_CALENDARS:
+        raise ValidationError(
+            "At most %(max)d calendars.", code="too_many", params={"max": MAX_CALENDARS}
+        )
+    if len(set(value)) != len(value):
+        raise ValidationError("A calendar is named twice.", code="twice")
+    bad = [name for name in value if not CALENDAR_NAME.match(name)]
+    if bad:
+        raise ValidationError(
+            "Not a calendar name: %(name)r.", code="bad_name", params={"name": bad[0]}
+        )
+
+
+def validate_weekend(value: Any) -> None:
+    """A calendar's weekend: distinct ISO weekdays (1 Monday ... 7 Sunday), not all seven."""
+    if (
+        not isinstance(value, list)
+        or not all(type(day) is int and 1 <= day <= 7 for day in value)
+        or len(set(value)) != len(value)
+    ):
+        raise ValidationError(
+            "Enter a list of ISO weekdays, 1 (Monday) to 7 (Sunday), for example [6, 7].",
+            code="not_weekdays",
+        )
+    if len(value) == 7:
+        raise ValidationError("A week needs at least one business day.", code="no_business_day")
+
+
 def validate_json_list(value: Any) -> None:
     if not isinstance(value, list):
         raise ValidationError(

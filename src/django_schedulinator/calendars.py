@@ -1,0 +1,126 @@
+"""Where the days of a calendar of excluded days (holidays) come from.
+
+The rules (skip an occurrence on an excluded day, or move it to the next business day) are
+``timing``'s, on the ``timing.DayCalendar`` that ``models.day_calendar`` builds from the
+rows. The days come from the hand (the admin, the API, code), from the ``holidays`` package (its
+public holidays of a country and a subdivision, for a span of years), or from an iCalendar
+file (its events' days; recurring events expanded over the same span with
+python-dateutil, which icalendar already depends on). Every change goes through
+``services`` (``save_calendar`` and the functions around it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+
+from .models import MAX_DAYS
+
+# Filling a calendar from a source: the years it covers by default, around the current one.
+YEARS_BEFORE = 1
+YEARS_AFTER = 10
+MAX_ICALENDAR_BYTES = 1_000_000
+
+
+def default_years(today: date) -> range:
+    """The years a calendar filled from a source covers unless told otherwise."""
+    return range(today.year - YEARS_BEFORE, today.year + YEARS_AFTER + 1)
+
+
+# -- where the days come from ---------------------------------------------------------------
+
+
+def public_holidays(
+    country: str, subdivision: str, years: range
+) -> tuple[list[tuple[date, str]], list[int]]:
+    """The public holidays of ``country`` (and ``subdivision``) in ``years``, and the
+    country's weekend (ISO weekdays), from the holidays package."""
+    try:
+        import holidays
+    except ImportError as exc:  # the "calendars" extra
+        raise ValidationError(
+            {"source": "Public holidays need the holidays package: "
+                       "pip install 'django-schedulinator[calendars]'."}
+        ) from exc  # fmt: skip
+    try:
+        found = holidays.country_holidays(
+            country.upper(), subdiv=subdivision or None, years=list(years), language="en_US"
+        )
+    except NotImplementedError as exc:
+        field = "subdivision" if subdivision and "subdiv" in str(exc).lower() else "country"
+        raise ValidationError({field: f"The holidays package does not know it: {exc}"}) from exc
+    days = sorted((day, str(name)) for day, name in found.items())
+    weekend = sorted(day + 1 for day in getattr(found, "weekend", (5, 6)))
+    return days, weekend
+
+
+def icalendar_days(data: bytes | str, years: range) -> list[tuple[date, str]]:
+    """The days of the events of an iCalendar file (each day an event covers; recurring
+    events within ``years``), with their summaries."""
+    if len(data) > MAX_ICALENDAR_BYTES:
+        raise ValidationError(f"The iCalendar file is larger than {MAX_ICALENDAR_BYTES} bytes.")
+    try:
+        import icalendar
+        from dateutil.rrule import rrulestr
+    except ImportError as exc:
+        raise ValidationError(
+            "iCalendar files need the icalendar package: "
+            "pip install 'django-schedulinator[calendars]'."
+        ) from exc
+    try:
+        parsed = icalendar.Calendar.from_ical(data)
+    except ValueError as exc:
+        raise ValidationError(f"Not an iCalendar file: {exc}") from exc
+    first, last = date(years.start, 1, 1), date(years.stop - 1, 12, 31)
+    days: dict[date, str] = {}
+    for event in parsed.walk("VEVENT"):
+        try:
+            start = _day(event.decoded("DTSTART"))
+            end = _day(event.decoded("DTEND")) if "DTEND" in event else None
+            length = max((end - start).days, 1) if end is not None else 1
+            starts: Iterable[date] = [start]
+            if "RRULE" in event:
+                text = event["RRULE"].to_ical()
+                begin = datetime.combine(start, datetime.min.time())
+                rules = rrulestr(
+                    text.decode() if isinstance(text, bytes) else text, dtstart=begin, forceset=True
+                )
+                for excluded in _listed(event.get("EXDATE")):
+                    rules.exdate(datetime.combine(excluded, datetime.min.time()))
+                window_start = datetime.combine(first, datetime.min.time())
+                window_end = datetime.combine(last, datetime.min.time())
+                starts = [
+                    moment.date() for moment in rules.between(window_start, window_end, inc=True)
+                ]
+        except (KeyError, ValueError, TypeError) as exc:
+            summary = str(event.get("SUMMARY", "an event"))
+            raise ValidationError(f"The iCalendar event {summary!r} cannot be read: {exc}") from exc
+        name = str(event.get("SUMMARY", ""))[:200]
+        for begin_day in starts:
+            for offset in range(length):
+                day = begin_day + timedelta(days=offset)
+                if first <= day <= last:
+                    days.setdefault(day, name)
+        if len(days) > MAX_DAYS:
+            raise ValidationError(f"The iCalendar file has more than {MAX_DAYS} days.")
+    return sorted(days.items())
+
+
+def _day(value: Any) -> date:
+    """An event's day: a DATE as it is, a DATE-TIME's date in its own zone."""
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    raise ValueError(f"not a date: {value!r}")
+
+
+def _listed(value: Any) -> list[date]:
+    """The days of an EXDATE property (one or several lines)."""
+    if value is None:
+        return []
+    lines = value if isinstance(value, list) else [value]
+    return [_day(entry.dt) for line in lines for entry in line.dts]

@@ -41,7 +41,7 @@ from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 from django_schedulinator.worker import Worker
 
@@ -70,7 +70,11 @@ VIEW_RUN = "django_schedulinator.view_run"
 VIEW_CHANGES = "django_schedulinator.view_schedulechange"
 VIEW_OPERATIONS = "django_schedulinator.view_operations"
 REPORT_RUN = "django_schedulinator.report_run"
-ALL_PERMS = (VIEW, ADD, CHANGE, DELETE, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS, REPORT_RUN)
+CALENDAR_PERMS = {
+    verb: f"django_schedulinator.{verb}_calendar" for verb in ("view", "add", "change", "delete")
+}
+ALL_PERMS = (VIEW, ADD, CHANGE, DELETE, VIEW_RUN, VIEW_CHANGES, VIEW_OPERATIONS, REPORT_RUN,
+             *CALENDAR_PERMS.values())  # fmt: skip
 PAST = datetime(2025, 1, 1, tzinfo=UTC)
 POSTGRES = django_settings.DB_VENDOR == "postgres"
 
@@ -136,7 +140,10 @@ def world(admin: User) -> dict[str, int]:
     schedule = make_schedule(**{**NEW, "name": "existing"})
     run = add_run(schedule, PAST)
     change = changelog.record(schedule, Origin(admin, "admin"), ScheduleChange.Action.CREATED)
-    return {"s": schedule.pk, "r": run.pk, "c": change.pk, "k": run.idempotency_key}
+    calendar = Calendar.objects.create(name="existing")
+    return {
+        "s": schedule.pk, "r": run.pk, "c": change.pk, "k": run.idempotency_key, "cal": calendar.pk
+    }  # fmt: skip
 
 
 # (method, path, body): every endpoint; {s}, {r}, {c}: the ids of the world fixture.
@@ -167,6 +174,11 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "status": ("get", "status/?drift=false", None),
     "schema": ("get", "schema/?format=json", None),
     "report": ("post", "runs/report/", {"key": "{k}", "status": "succeeded"}),
+    "calendars": ("get", "calendars/", None),
+    "calendar": ("get", "calendars/{cal}/", None),
+    "calendar_create": ("post", "calendars/", {"name": "another", "days": [{"day": "2099-01-01"}]}),
+    "calendar_update": ("patch", "calendars/{cal}/", {"description": "closures"}),
+    "calendar_delete": ("delete", "calendars/{cal}/", None),
 }
 # What each endpoint needs with the default permission class (besides being active staff).
 NEEDS: dict[str, tuple[str, ...]] = {
@@ -192,9 +204,14 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "status": (VIEW_OPERATIONS,),
     "schema": (),
     "report": (REPORT_RUN,),
+    "calendars": (CALENDAR_PERMS["view"],),
+    "calendar": (CALENDAR_PERMS["view"],),
+    "calendar_create": (CALENDAR_PERMS["add"],),
+    "calendar_update": (CALENDAR_PERMS["change"],),
+    "calendar_delete": (CALENDAR_PERMS["delete"],),
 }
 WRITES = ["create", "update", "partial_update", "delete", "pause", "resume", "run_now"]
-WRITES += ["backfill", "resync", "report"]
+WRITES += ["backfill", "resync", "report", "calendar_create", "calendar_update", "calendar_delete"]
 
 
 def call(client: APIClient, endpoint: str, ids: dict[str, int]) -> Any:
@@ -210,6 +227,7 @@ def snapshot_of_everything() -> tuple[Any, ...]:
         list(Schedule.objects.order_by("pk").values_list("pk", "name", "enabled", "version")),
         Run.objects.count(),
         ScheduleChange.objects.count(),
+        list(Calendar.objects.order_by("pk").values_list("pk", "name", "description", "stamp")),
     )
 
 
@@ -1701,3 +1719,71 @@ def test_a_report_with_a_huge_error_keeps_its_end(world: dict[str, int]) -> None
     assert response.status_code == 200, response.content[:500]
     assert response.json()["run_status"] == "failed"
     assert Run.objects.get(pk=world["r"]).error == error[-4000:]
+
+
+# -- calendars of excluded days -------------------------------------------------------------
+
+
+def test_calendars_are_written_through_the_services_and_schedules_name_them(
+    api: APIClient, index: DueIndex
+) -> None:
+    response = api.post(
+        f"{API}calendars/",
+        {"name": "office", "timezone": "UTC", "days": [{"day": "2099-01-01", "name": "Closed"}]},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    office = response.json()
+    assert office["days"] == [{"day": "2099-01-01", "name": "Closed"}]
+    assert office["weekend"] == [6, 7]
+    schedule = create(
+        api, name="daily", cron="0 9 * * *", timezone="UTC", calendars=["office"],
+        start_at="2098-12-31T10:00:00Z",
+    )  # fmt: skip
+    assert schedule["calendars"] == ["office"]
+    assert schedule["calendar_rule"] == "skip"
+    assert schedule["description"] == "At 09:00 (UTC); not on days excluded by office"
+    assert schedule["next_run_at"] == "2099-01-01T09:00:00Z"  # the day's skip marker
+    preview = api.get(f"{API}schedules/{schedule['id']}/preview/").json()
+    assert (preview[0]["skipped"], preview[0]["calendar"]) == (True, "skipped")
+    assert (
+        preview[0]["note"]
+        == "Excluded: Closed, 2099-01-01 (calendar office). Nothing fires that day."
+    )
+
+    # A change of the days re-plans it; the index follows.
+    response = api.patch(
+        f"{API}calendars/{office['id']}/",
+        {"days": [{"day": "2099-01-02"}], "description": "Office closures"},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["days"] == [{"day": "2099-01-02", "name": ""}]
+    entry = ScheduleChange.objects.filter(schedule_id=schedule["id"], action="replanned")
+    assert not entry.exists()  # the same instant, now a run: nothing moved
+
+    # In use: not deleted, and the answer says why.
+    response = api.delete(f"{API}calendars/{office['id']}/")
+    assert response.status_code == 409
+    assert "used by 1 schedule(s): daily" in response.json()["detail"]
+    # Unknown names and bad sources are errors of their fields.
+    response = api.post(f"{API}schedules/", {**NEW, "calendars": ["nope"]}, format="json")
+    assert response.json() == {"calendars": ["No calendar is named nope."]}
+    response = api.post(
+        f"{API}calendars/", {"name": "x", "source": "holidays", "country": "XX"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "does not know it" in response.json()["country"][0]
+    response = api.post(
+        f"{API}calendars/", {"name": "y", "source": "ical", "icalendar": "hello"}, format="json"
+    )
+    assert response.status_code == 400
+    assert "Not an iCalendar file" in str(response.json())
+    response = api.post(
+        f"{API}calendars/",
+        {"name": "england", "source": "holidays", "country": "GB", "subdivision": "ENG",
+         "years": "2026"},
+        format="json",
+    )  # fmt: skip
+    assert response.status_code == 201, response.content
+    assert {"day": "2026-12-25", "name": "Christmas Day"} in response.json()["days"]

@@ -79,6 +79,12 @@ ACTION_CHAINS = 30  # schedules created, each put through every action
 
 # Every operation of the schema; test_every_served_operation_is_fuzzed keeps the list whole.
 OPERATIONS = [
+    "GET /api/schedulinator/calendars/",
+    "POST /api/schedulinator/calendars/",
+    "GET /api/schedulinator/calendars/{id}/",
+    "PUT /api/schedulinator/calendars/{id}/",
+    "PATCH /api/schedulinator/calendars/{id}/",
+    "DELETE /api/schedulinator/calendars/{id}/",
     "GET /api/schedulinator/changes/",
     "GET /api/schedulinator/changes/{id}/",
     "GET /api/schedulinator/index/",
@@ -184,7 +190,8 @@ class FuzzTarget:
 
 def seed_rows(client: APIClient) -> dict[str, list[int]]:
     """Schedules of each kind (one across DST changes, one with jitter, one paused, one whose
-    task is no longer registered), runs and change-log entries, made through the API."""
+    task is no longer registered, one that names a calendar), runs, change-log entries and
+    calendars (one in use), made through the API."""
     now = timezone.now()
     bodies: list[dict[str, Any]] = [
         {
@@ -222,6 +229,19 @@ def seed_rows(client: APIClient) -> dict[str, list[int]]:
         },
         {"name": "task-retired", "task": "tests.noop", "kind": "interval", "interval": 600},
     ]
+    calendars = []
+    for name, days in (("seeded-holidays", ["2030-01-01", "2030-12-25"]), ("seeded-unused", [])):
+        response = client.post(
+            f"{API}calendars/",
+            {"name": name, "timezone": "Pacific/Auckland", "days": [{"day": d} for d in days]},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        calendars.append(response.json()["id"])
+    bodies.append(
+        {"name": "weekdays-moved", "task": "tests.noop", "cron": "0 9 * * 1-5",
+         "calendars": ["seeded-holidays"], "calendar_rule": "next_business_day"}
+    )  # fmt: skip
     ids = []
     for body in bodies:
         response = client.post(f"{API}schedules/", body, format="json")
@@ -248,6 +268,7 @@ def seed_rows(client: APIClient) -> dict[str, list[int]]:
         "schedules": ids,
         "runs": list(Run.objects.values_list("pk", flat=True)),
         "changes": list(ScheduleChange.objects.values_list("pk", flat=True)),
+        "calendars": calendars,
     }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from .models import MAX_DAYS
+from .models import MAX_DAYS, Calendar
 
 # Filling a calendar from a source: the years it covers by default, around the current one.
 YEARS_BEFORE = 1
@@ -30,7 +30,38 @@ def default_years(today: date) -> range:
     return range(today.year - YEARS_BEFORE, today.year + YEARS_AFTER + 1)
 
 
+def parse_years(text: str, today: date) -> range:
+    """ "2026-2036" or "2026" as the years to fill; blank: ``default_years``."""
+    text = text.strip()
+    if not text:
+        return default_years(today)
+    first, _dash, last = text.partition("-")
+    try:
+        years = range(int(first), int(last or first) + 1)
+    except ValueError:
+        raise ValidationError("Enter the years as 2026-2036, or one year.") from None
+    if not 1 <= len(years) <= 50 or years.start < 1900 or years.stop > 3000:
+        raise ValidationError("Enter at most 50 years, between 1900 and 2999.")
+    return years
+
+
 # -- where the days come from ---------------------------------------------------------------
+
+
+def days_from_source(
+    calendar: Calendar, *, years: range, icalendar: bytes | str | None = None
+) -> list[tuple[date, str]]:
+    """The days of ``calendar``'s source over ``years``: the public holidays of its country
+    and subdivision (``calendar.weekend`` becomes the country's), or the iCalendar file
+    given. A ``ValidationError`` names the field at fault."""
+    if calendar.source == Calendar.Source.HOLIDAYS:
+        days, calendar.weekend = public_holidays(calendar.country, calendar.subdivision, years)
+        return days
+    if calendar.source == Calendar.Source.ICALENDAR:
+        if icalendar is None:
+            raise ValidationError({"source": "Give the iCalendar file to read the days from."})
+        return icalendar_days(icalendar, years)
+    raise ValidationError({"source": "A calendar kept by hand has no source to fill from."})
 
 
 def public_holidays(

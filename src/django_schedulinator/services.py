@@ -693,21 +693,13 @@ def fill_calendar(
     given (source "ical"), over ``years`` (default: the last one to ten ahead). Saved
     with ``save_calendar``; returns how many schedules were re-planned."""
     span = years or calendars.default_years(clock.now().date())
-    if calendar.source == Calendar.Source.HOLIDAYS:
-        days, calendar.weekend = calendars.public_holidays(
-            calendar.country, calendar.subdivision, span
-        )
-    elif calendar.source == Calendar.Source.ICALENDAR:
-        if icalendar is None:
-            raise ValidationError({"source": "Give the iCalendar file to read the days from."})
-        days = calendars.icalendar_days(icalendar, span)
-    else:
-        raise ValidationError({"source": "A calendar kept by hand has no source to fill from."})
+    days = calendars.days_from_source(calendar, years=span, icalendar=icalendar)
     return save_calendar(calendar, days=days, origin=origin)
 
 
-def delete_calendar(calendar: Calendar) -> None:
-    """Delete a calendar no schedule names (a ``ValidationError`` lists those that do)."""
+def delete_calendar(calendar: Calendar, *, origin: Origin = PYTHON) -> None:
+    """Delete a calendar no schedule names (a ``ValidationError`` lists those that do). No
+    schedule changes, so no change-log entry: the log line says who deleted it."""
     db = router.db_for_write(Calendar, instance=calendar)
     with transaction.atomic(using=db):
         users = [s.name for s in _schedules_naming(calendar.name, db, lock=False)]
@@ -718,6 +710,8 @@ def delete_calendar(calendar: Calendar) -> None:
                 f"{shown}. Take it out of them first."
             )
         calendar.delete(using=db)
+    who = getattr(origin.user, "username", None) or "nobody signed in"
+    logger.info("Calendar %r deleted through %s by %s.", calendar.name, origin.source, who)
 
 
 def _schedules_naming(name: str, db: str, *, lock: bool) -> list[Schedule]:

@@ -18,6 +18,7 @@ def form_data(**overrides: str) -> dict[str, str]:
         "kind": "cron",
         "cron": "0 3 * * *",
         "day_rule": "either",
+        "calendar_rule": "skip",
         "interval": "",
         "run_at_0": "",
         "run_at_1": "",

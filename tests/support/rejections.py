@@ -167,6 +167,13 @@ MODEL_CASES = [
     # cron's day rule
     bad("day-rule-and", "day_rule", "not a valid choice", day_rule="and"),
     bad("day-rule-both-never", "cron", "never matches", cron="0 0 30 2 1", day_rule="both"),
+    # calendars of excluded days
+    bad("calendars-unknown", "calendars", "No calendar is named nope", calendars=["nope"]),
+    bad("calendars-not-a-list", "calendars", "list of calendar names", calendars="uk"),
+    bad("calendars-twice", "calendars", "named twice", calendars=["a", "a"]),
+    bad("calendars-bad-name", "calendars", "Not a calendar name", calendars=["a b"]),
+    bad("calendars-eleven", "calendars", "At most 10", calendars=[f"c{n}" for n in range(11)]),
+    bad("calendar-rule-sometimes", "calendar_rule", "not a valid choice", calendar_rule="maybe"),
     # interval anchor
     bad("anchor-on-cron", "anchor_at", "interval schedules only", anchor_at=START),
     bad(
@@ -286,6 +293,8 @@ ADMIN_CASES = [
     bad("dst-fold-empty", "dst_fold", "required", dst_fold=""),
     bad("day-rule-empty", "day_rule", "required", day_rule=""),
     bad("day-rule-both-never", "cron", "never matches", cron="0 0 30 2 mon", day_rule="both"),
+    bad("calendars-unknown", "calendars", "Select a valid choice", calendars="nope"),
+    bad("calendar-rule-empty", "calendar_rule", "required", calendar_rule=""),
     bad("anchor-on-cron", "anchor_at", "interval schedules only", **at("anchor_at", "2026-01-01")),
     bad("max-runs-0", "max_runs", "greater than or equal to 1", max_runs="0"),
     bad("max-runs-text", "max_runs", "whole number", max_runs="many"),

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import services
 from ..dispatch import DEFAULT_ALIAS, dispatchers
 from ..errors import ScheduleDeleted, VersionConflict
-from ..models import Schedule
+from ..models import Calendar, Schedule
 from ..registry import registry
 from ..validators import json_text_too_deep, json_too_deep_error
 
@@ -125,6 +125,17 @@ class ScheduleForm(_ModelForm):
                 ),
                 initial=DEFAULT_ALIAS,
                 help_text=Schedule._meta.get_field("dispatcher").help_text,
+            )
+        # The calendars by name, from those there are (and any the schedule still names).
+        if "calendars" in self.fields:
+            named = list(self.instance.calendars or []) if self.instance.pk is not None else []
+            names = list(Calendar.objects.values_list("name", flat=True))
+            self.fields["calendars"] = forms.MultipleChoiceField(
+                choices=[(n, n) for n in dict.fromkeys([*names, *named])],
+                required=False,
+                widget=forms.CheckboxSelectMultiple,
+                label=Schedule._meta.get_field("calendars").verbose_name,
+                help_text=Schedule._meta.get_field("calendars").help_text,
             )
         if "version" in self.fields and self.instance.pk is not None:
             self.fields["version"].initial = self.instance.version

@@ -135,6 +135,7 @@ class ScheduleAdmin(ExactTimes):
             {"fields": ("kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at")},
         ),
         (_("Daylight saving time (cron)"), {"fields": ("dst_gap", "dst_fold")}),
+        (_("Excluded days"), {"fields": ("calendars", "calendar_rule")}),
         (_("Window and limits"), {"fields": ("start_at", "end_at", "max_runs", "jitter")}),
         (
             _("Missed runs, overlap and failures"),

@@ -4,7 +4,7 @@ for the admin, the API and code, and each error names its field."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +19,7 @@ from rest_framework import serializers
 
 from .. import outcomes
 from ..conf import MAX_PREVIEW_COUNT, app_settings
-from ..models import Run, Schedule, ScheduleChange
+from ..models import Calendar, Run, Schedule, ScheduleChange
 from ..registry import registry
 from ..statuses import ReportedStatus
 from ..validators import json_text_too_deep, json_too_deep
@@ -182,6 +182,32 @@ class TaskFieldSchema(OpenApiSerializerFieldExtension):
         return {"type": "string", "description": self.target.help_text}
 
 
+class FlatListField(serializers.ListField):
+    """A list whose items' errors are one list of messages, each naming its item ("Item
+    2: ..."): the documented error shape, where a field's errors are strings."""
+
+    def to_representation(self, data: Any) -> list[Any]:
+        return super().to_representation(data.all() if hasattr(data, "all") else data)
+
+    def run_child_validation(self, data: list[Any]) -> list[Any]:
+        try:
+            return super().run_child_validation(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(list(_flat(exc.detail))) from None
+
+
+def _flat(detail: Any, prefix: str = "") -> Iterator[str]:
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            label = f"Item {int(key) + 1}" if isinstance(key, int) or str(key).isdigit() else key
+            yield from _flat(value, f"{prefix}{label}: ")
+    elif isinstance(detail, list):
+        for value in detail:
+            yield from _flat(value, prefix)
+    else:
+        yield f"{prefix}{detail}"
+
+
 class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule]):
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
@@ -206,6 +232,12 @@ class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule])
         "(or send it as If-Match, which is refused with 412).",
     )
     description = serializers.CharField(read_only=True, help_text="The timing in words.")
+    calendars = FlatListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        help_text="Names of calendars of excluded days (see /calendars/): no occurrence fires "
+        "on their days (calendar_rule: skip), or it moves to the next business day.",
+    )
     runs_url = serializers.SerializerMethodField(help_text="This schedule's runs.")
 
     class Meta:
@@ -332,8 +364,16 @@ class PreviewItemSerializer(serializers.Serializer[Any]):
     local = serializers.DateTimeField(help_text="The same instant in the schedule's zone.")
     due_at = serializers.DateTimeField(help_text="When it fires: the nominal time plus jitter.")
     dst = serializers.CharField(help_text="How a DST change touched it, or empty.")
-    skipped = serializers.BooleanField(help_text="A local time the DST policy skips.")
-    note = serializers.CharField(help_text="A sentence about the DST change, or empty.")
+    skipped = serializers.BooleanField(
+        help_text="Nothing fires: a local time the DST policy skips, or an excluded day."
+    )
+    calendar = serializers.CharField(
+        help_text="How an excluded day touched it: skipped, moved (to the next business "
+        "day), or empty."
+    )
+    note = serializers.CharField(
+        help_text="A sentence about the DST change or the excluded day, or empty."
+    )
 
     def to_representation(self, item: Any) -> dict[str, Any]:
         data = super().to_representation(item)
@@ -588,6 +628,53 @@ class OutcomeReceiptSerializer(serializers.Serializer[Any]):
     run_status = serializers.CharField(
         allow_null=True, help_text="The run's status now; null when the key is not in the ledger."
     )
+
+
+class ExcludedDaySerializer(serializers.Serializer[Any]):
+    day = serializers.DateField()
+    name = serializers.CharField(max_length=200, allow_blank=True, required=False, default="")
+
+
+class CalendarSerializer(serializers.ModelSerializer[Calendar]):
+    """A calendar of excluded days. Its days are written with it when it is kept by hand
+    (``days``), read from its source otherwise (``years``; ``icalendar``, the file's text)."""
+
+    days = FlatListField(
+        child=ExcludedDaySerializer(),
+        required=False,
+        help_text="Read: every excluded day. Write (source manual): the days, replacing "
+        "the ones it had.",
+    )
+    years = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        max_length=9,
+        help_text="Source holidays or ical: the years to fill, such as 2026-2036 (default: "
+        "last year to ten years ahead).",
+    )
+    icalendar = serializers.CharField(
+        write_only=True,
+        required=False,
+        max_length=1_000_000,
+        trim_whitespace=False,
+        help_text="Source ical: the iCalendar file's text to read the days from.",
+    )
+    weekend = FlatListField(
+        child=serializers.IntegerField(min_value=1, max_value=7),
+        required=False,
+        max_length=6,
+        help_text="ISO weekdays (1 Monday ... 7 Sunday) no occurrence is moved onto; "
+        "source holidays takes the country's.",
+    )
+
+    class Meta:
+        model = Calendar
+        fields = (
+            "id", "name", "description", "timezone", "weekend", "source", "country",
+            "subdivision", "days", "years", "icalendar", "updated_at",
+        )  # fmt: skip
+        read_only_fields = ("updated_at",)
 
 
 class ErrorSerializer(serializers.Serializer[Any]):

@@ -6,6 +6,7 @@ schedules/{id}/pause/ resume/ run-now/ backfill/ resync/ preview/
 runs/, runs/{id}/               the ledger, read-only
 runs/report/                    POST: a worker reports a handed-off run's start or end
 changes/, changes/{id}/         the change log, read-only
+calendars/, calendars/{id}/     calendars of excluded days: list, create, update, delete
 index/                          index health, read-only
 schedulers/                     the schedulers alive (heartbeats), read-only
 status/                         the whole status (manage.py scheduler_status), read-only
@@ -19,6 +20,7 @@ from rest_framework.routers import DefaultRouter
 
 from .schema import SchemaView
 from .views import (
+    CalendarViewSet,
     IndexHealthView,
     OutcomeReportView,
     RunViewSet,
@@ -34,6 +36,7 @@ router = DefaultRouter()
 router.register("schedules", ScheduleViewSet, basename="schedule")
 router.register("runs", RunViewSet, basename="run")
 router.register("changes", ScheduleChangeViewSet, basename="change")
+router.register("calendars", CalendarViewSet, basename="calendar")
 
 urlpatterns = [
     path("index/", IndexHealthView.as_view(), name="index-health"),

@@ -1,5 +1,5 @@
-"""The API's views: schedules (CRUD and actions), runs, the change log, index health, the
-schedulers alive and the scheduling's status.
+"""The API's views: schedules (CRUD and actions), runs, the change log, calendars of
+excluded days, index health, the schedulers alive and the scheduling's status.
 
 Edits carry a precondition: the schedule's ``version`` as an ``If-Match`` header (a stale
 one gets 412) or as the ``version`` field of the body (409). The version changes with every
@@ -28,14 +28,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import keys, outcomes, services, timing
+from .. import calendars, clock, keys, outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import InvalidKey, ScheduleDeleted, ServiceError, VersionConflict
 from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
 from ..heartbeat import alive
 from ..index import get_index
-from ..models import Run, Schedule, ScheduleChange
+from ..models import Calendar, Run, Schedule, ScheduleChange
 from ..statuses import ReportedStatus
 from . import serializers as s
 from .filters import (
@@ -565,6 +565,82 @@ class ScheduleChangeViewSet(
     pagination_class = NewestFirstCursorPagination
     filter_backends = [FilterBackend]
     filterset_class = ScheduleChangeFilter
+
+
+NO_CALENDAR = {404: OpenApiResponse(s.ErrorSerializer, description="No such calendar.")}
+
+
+@extend_schema(tags=["calendars"])
+@extend_schema_view(
+    list=extend_schema(responses={200: s.CalendarSerializer, **NO_PAGE, **REFUSED}),
+    retrieve=extend_schema(responses={200: s.CalendarSerializer, **NO_CALENDAR, **REFUSED}),
+    create=extend_schema(responses={201: s.CalendarSerializer, **INVALID, **REFUSED}),
+    update=extend_schema(
+        responses={200: s.CalendarSerializer, **INVALID, **NO_CALENDAR, **REFUSED}
+    ),
+    partial_update=extend_schema(
+        responses={200: s.CalendarSerializer, **INVALID, **NO_CALENDAR, **REFUSED}
+    ),
+    destroy=extend_schema(
+        responses={
+            204: None,
+            409: OpenApiResponse(
+                s.ErrorSerializer, description="Schedules name it: take it out of them first."
+            ),
+            **NO_CALENDAR,
+            **REFUSED,
+        }
+    ),
+)
+class CalendarViewSet(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ModelViewSet[Calendar],
+):
+    """Calendars of excluded days (holidays) that schedules name. Each change goes through
+    the service layer, which re-plans the schedules that name the calendar."""
+
+    queryset = Calendar.objects.all().prefetch_related("days").order_by("name")
+    serializer_class = s.CalendarSerializer
+    pagination_class = PageNumberPagination
+
+    def perform_create(self, serializer: Any) -> None:
+        serializer.instance = self._save(Calendar(), serializer.validated_data, adding=True)
+
+    def perform_update(self, serializer: Any) -> None:
+        serializer.instance = self._save(serializer.instance, serializer.validated_data)
+
+    def _save(self, calendar: Calendar, data: dict[str, Any], *, adding: bool = False) -> Calendar:
+        data = dict(data)
+        typed = data.pop("days", None)
+        years_text = data.pop("years", "")
+        ical = data.pop("icalendar", None)
+        for name, value in data.items():
+            setattr(calendar, name, value)
+        origin = Origin(self.request.user, ScheduleChange.Source.API)
+        try:
+            days: list[tuple[Any, str]] | None = None
+            if calendar.source == Calendar.Source.MANUAL:
+                if typed is not None or adding:
+                    days = [(d["day"], d.get("name", "")) for d in typed or ()]
+            elif ical is not None or adding or calendar.source == Calendar.Source.HOLIDAYS:
+                years = calendars.parse_years(years_text or "", clock.now().date())
+                days = calendars.days_from_source(calendar, years=years, icalendar=ical)
+            services.save_calendar(calendar, days=days, origin=origin)
+        except DjangoValidationError as exc:
+            raise ValidationError(s._as_drf_errors(exc)) from None
+        except IntegrityError:  # a concurrent create took the name
+            raise ValidationError({"name": ["A calendar with this name already exists."]}) from None
+        return Calendar.objects.prefetch_related("days").get(pk=calendar.pk)
+
+    def perform_destroy(self, instance: Calendar) -> None:
+        try:
+            services.delete_calendar(
+                instance, origin=Origin(self.request.user, ScheduleChange.Source.API)
+            )
+        except DjangoValidationError as exc:
+            raise Conflict(" ".join(exc.messages)) from None
 
 
 class OutcomeReportView(

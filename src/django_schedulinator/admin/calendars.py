@@ -1,0 +1,214 @@
+"""Calendars of excluded days in the admin. The form reads the days from the calendar's
+source (the lines typed, the public holidays of a country, an iCalendar file) and reports a
+source it cannot read on its fields; each save and delete goes through the services, which
+re-plan the schedules that name the calendar and refuse to delete one in use."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from .. import calendars, clock, services
+from ..changelog import Origin
+from ..models import Calendar, Schedule, ScheduleChange
+from .display import ExactTimes
+
+WEEKDAYS = [
+    (1, _("Monday")), (2, _("Tuesday")), (3, _("Wednesday")), (4, _("Thursday")),
+    (5, _("Friday")), (6, _("Saturday")), (7, _("Sunday")),
+]  # fmt: skip
+DAYS_SHOWN = 2000  # in the days box
+
+if TYPE_CHECKING:
+    _ModelForm = forms.ModelForm[Calendar]
+else:  # not generic at run time
+    _ModelForm = forms.ModelForm
+
+
+class CalendarForm(_ModelForm):
+    weekend = forms.TypedMultipleChoiceField(
+        label=_("weekend"),
+        choices=WEEKDAYS,
+        coerce=int,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_(
+            "Not business days: an occurrence is never moved onto one. Public holidays take "
+            "the country's."
+        ),
+    )
+    days_text = forms.CharField(
+        label=_("days"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 12, "cols": 60, "class": "schedulinator-json"}),
+        help_text=_(
+            "By hand: a day a line, YYYY-MM-DD and an optional name, such as "
+            "“2026-12-25 Christmas Day”. Filled from a source, the days it gave."
+        ),
+    )
+    icalendar_file = forms.FileField(
+        label=_("iCalendar file"),
+        required=False,
+        help_text=_("Source iCalendar: the .ics file to read the days from (at most 1 MB)."),
+    )
+    years = forms.CharField(
+        label=_("years"),
+        required=False,
+        max_length=9,
+        help_text=_(
+            "Public holidays and iCalendar: the years to fill, such as 2026-2036 (blank: "
+            "last year to ten years ahead)."
+        ),
+    )
+
+    class Meta:
+        model = Calendar
+        fields = ("name", "description", "timezone", "weekend", "source", "country", "subdivision")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.days: list[tuple[date, str]] | None = None  # None: the days stay as they are
+        if self.instance.pk is not None:
+            shown = self.instance.days.all()[:DAYS_SHOWN]
+            self.fields["days_text"].initial = "\n".join(str(day) for day in shown)
+
+    def clean_years(self) -> range:
+        return calendars.parse_years(self.cleaned_data.get("years") or "", clock.now().date())
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        source = cleaned.get("source")
+        if source == Calendar.Source.MANUAL:
+            self.days = self._typed_days(cleaned.get("days_text") or "")
+            return cleaned
+        years = cleaned.get("years")
+        if not isinstance(years, range):
+            return cleaned  # its error is shown
+        probe = Calendar(
+            source=source or "",
+            country=cleaned.get("country") or "",
+            subdivision=cleaned.get("subdivision") or "",
+        )
+        upload = cleaned.get("icalendar_file")
+        if source == Calendar.Source.ICALENDAR and upload is None:
+            if self.instance.pk is None or self.instance.source != source:
+                self.add_error("icalendar_file", _("Choose the iCalendar file to read."))
+            return cleaned  # kept: the days read from the last file
+        if source == Calendar.Source.HOLIDAYS and not probe.country:
+            return cleaned  # the model says the country is missing
+        data = upload.read(calendars.MAX_ICALENDAR_BYTES + 1) if upload is not None else None
+        try:
+            self.days = calendars.days_from_source(probe, years=years, icalendar=data)
+        except ValidationError as exc:
+            self.add_error(None if hasattr(exc, "error_dict") else "icalendar_file", exc)
+            return cleaned
+        if source == Calendar.Source.HOLIDAYS:
+            cleaned["weekend"] = probe.weekend
+        return cleaned
+
+    def _typed_days(self, text: str) -> list[tuple[date, str]] | None:
+        days: list[tuple[date, str]] = []
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            day, _space, name = line.strip().partition(" ")
+            try:
+                days.append((date.fromisoformat(day), name.strip()))
+            except ValueError:
+                self.add_error(
+                    "days_text",
+                    gettext("Line %(number)d: %(day)r is not a date (YYYY-MM-DD).")
+                    % {"number": number, "day": day},
+                )
+                return None
+        return days
+
+
+@admin.register(Calendar)
+class CalendarAdmin(ExactTimes):
+    form = CalendarForm
+    list_display = ("name", "description", "timezone", "source", "country", "subdivision",
+                    "day_count", "updated_at")  # fmt: skip
+    list_filter = ("source",)
+    search_fields = ("name", "description")
+    readonly_fields = ("used_by", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "description", "timezone", "weekend")}),
+        (
+            _("Days"),
+            {
+                "fields": (
+                    "source",
+                    "country",
+                    "subdivision",
+                    "icalendar_file",
+                    "years",
+                    "days_text",
+                )
+            },
+        ),
+        (_("Schedules"), {"fields": ("used_by", "updated_at")}),
+    )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if request.user.has_perm(f"{Schedule._meta.app_label}.view_schedule"):
+            return fieldsets
+        # Which schedules name it is theirs to see: only with the schedules' permission.
+        return [fs for fs in fieldsets if "used_by" not in fs[1]["fields"]]
+
+    @admin.display(description=_("days"))
+    def day_count(self, obj: Calendar) -> int:
+        return obj.days.count()
+
+    @admin.display(description=_("used by"))
+    def used_by(self, obj: Calendar) -> str:
+        names = _names_using(obj)
+        return ", ".join(names) if names else gettext("no schedule")
+
+    @staticmethod
+    def _origin(request: HttpRequest) -> Origin:
+        return Origin(getattr(request, "user", None), ScheduleChange.Source.ADMIN)
+
+    def save_model(self, request: HttpRequest, obj: Calendar, form: Any, change: bool) -> None:
+        moved = services.save_calendar(obj, days=form.days, origin=self._origin(request))
+        if moved:
+            self.message_user(
+                request,
+                gettext("Re-planned %(count)d schedule(s) that name this calendar.")
+                % {"count": moved},
+            )
+
+    def delete_model(self, request: HttpRequest, obj: Calendar) -> None:
+        services.delete_calendar(obj, origin=self._origin(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        for calendar in queryset:
+            services.delete_calendar(calendar, origin=self._origin(request))
+
+    def get_deleted_objects(
+        self, objs: Any, request: HttpRequest
+    ) -> tuple[list[Any], dict[str, int], set[str], list[Any]]:
+        """Django's list, with the schedules that name a calendar as protected: a calendar
+        in use is not deleted (take it out of them first)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        for calendar in objs:
+            protected.extend(
+                gettext("Schedule %(name)s names the calendar %(calendar)s.")
+                % {"name": name, "calendar": calendar.name}
+                for name in _names_using(calendar)
+            )
+        return deleted, counts, perms_needed, protected
+
+
+def _names_using(calendar: Calendar) -> list[str]:
+    rows = Schedule.objects.exclude(calendars=[]).values_list("name", "calendars")
+    return [name for name, names in rows if calendar.name in (names or ())]

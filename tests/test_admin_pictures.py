@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -19,11 +19,12 @@ from django.utils import timezone
 from django_schedulinator import services, timing
 from django_schedulinator.admin import forecast as forecasting
 from django_schedulinator.admin import lateness, pictures
+from django_schedulinator.admin.display import changelist_url
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Calendar, Run, Schedule
 
 from .support.admin_pages import change_url
-from .support.commits import Client
+from .support.commits import Client, committed
 from .support.heartbeats import beat
 from .support.schedules import make_schedule
 
@@ -117,6 +118,25 @@ def test_counts_per_minute_across_the_spring_forward_change() -> None:
     expected[90] = 2
     assert minutes_with(result.nominal) == expected
     assert result.schedules == 12
+
+
+def test_the_days_a_calendar_excludes_are_not_counted(admin_client: Client) -> None:
+    # 29 March in Auckland (NZDT, UTC+13) ends at 11:00 UTC: hourly runs in UTC that name
+    # the calendar fire from then on; one that does not, every hour.
+    closed = Calendar(name="auckland", timezone="Pacific/Auckland")
+    with committed():
+        services.save_calendar(closed, days=[(date(2026, 3, 29), "closed")])
+    cron_schedule("0 * * * *", SPRING, count=2, calendars=["auckland"])
+    cron_schedule("0 * * * *", SPRING)
+
+    result = forecasting.forecast(SPRING)
+
+    assert minutes_with(result.nominal) == {hour * 60: 1 + 2 * (hour >= 11) for hour in range(24)}
+    share = next(s for b in result.busiest for s in b.shares if s.family.timeline.calendars)
+    assert share.members == 2
+    assert "not on days excluded by auckland" in share.family.label()
+    page = admin_client.get(changelist_url(Schedule, timing_group=share.family.token()))
+    assert page.context["cl"].result_count == 2
 
 
 def test_counts_per_minute_across_the_fall_back_change() -> None:

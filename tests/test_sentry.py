@@ -209,6 +209,12 @@ def test_a_one_off_has_no_monitor() -> None:
         monitor_config(facts(kind="once"), SentryCrons())
 
 
+def test_a_schedule_with_calendars_has_no_monitor() -> None:
+    # Sentry would expect a check-in on each holiday, which the schedule skips or moves.
+    with pytest.raises(Inexpressible, match="calendars exclude"):
+        monitor_config(facts(calendars=["uk-holidays"]), SentryCrons())
+
+
 def test_the_setting_chooses_schedules_by_name_and_pattern(settings: Any) -> None:
     from django_schedulinator.conf import app_settings
 

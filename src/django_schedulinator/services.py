@@ -992,9 +992,10 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, now: datetime, 
 def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
     """The occurrences of the schedule's timing in [start, end], at most MAX_BACKFILL_RUNS.
 
-    The walk steps over local times the DST policy skips one by one, so that the range
-    bounds it (and the same limit caps them): it never looks past ``end`` for an
-    occurrence, which for a cron whose matches are all skipped meant the year 9999."""
+    The walk steps over local times the DST policy skips (and days a calendar excludes)
+    one by one, so that the range bounds it (and the same limit caps them): it never looks
+    past ``end`` for an occurrence, which for a cron whose matches are all skipped meant
+    the year 9999."""
     limit = app_settings.MAX_BACKFILL_RUNS
     anchor = schedule.next_run_at or start
     moments: list[datetime] = []
@@ -1008,8 +1009,8 @@ def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> 
             skipped += 1
             if skipped > limit:
                 raise ServiceError(
-                    f"The range holds more than {limit:,} local times skipped by the DST "
-                    "policy (they do not exist in the schedule's zone; "
+                    f"The range holds more than {limit:,} skipped local times (that do not "
+                    "exist in the schedule's zone, or on days its calendars exclude; "
                     "SCHEDULINATOR['MAX_BACKFILL_RUNS']); backfill a shorter range at a time."
                 )
             continue

@@ -4,7 +4,8 @@
 Cheap on 100,000 schedules and more, because schedules share their timing: one GROUP BY
 query collects the enabled schedules with a next run in the window by what decides their
 times (a cron expression with its zone, day rule and DST policies; an interval with the
-minute of its next run, its phase; a one-off with its minute), with their jitter and what
+minute of its next run, its phase; a one-off with its minute; the calendars of excluded
+days they name, which take holidays out or move them), with their jitter and what
 bounds them (an end in the window, runs left under ``max_runs``), and counts the members.
 Each timing is then expanded once with ``timing.occurrences`` (what the admin's preview
 uses), and each group adds its members to the occurrences within its bounds (a difference
@@ -34,7 +35,7 @@ import bisect
 import itertools
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,7 +46,7 @@ from django.utils.translation import gettext
 
 from .. import clock, timing
 from ..errors import TimingError
-from ..models import Schedule
+from ..models import Schedule, day_calendar
 from .display import exact_time
 
 WINDOW_MINUTES = 24 * 60
@@ -80,8 +81,15 @@ class TimelineKey:
     interval: timedelta | None = None
     # Intervals and one-offs: the minute of their next run (the phase of an interval).
     anchor: datetime | None = None
+    # The calendars of excluded days it names, and what it does on their days.
+    calendars: tuple[str, ...] = ()
+    calendar_rule: str = timing.CALENDAR_SKIP
 
     def spec(self) -> timing.Timing:
+        calendar = None
+        if self.calendars:
+            db = router.db_for_read(Schedule)
+            calendar = day_calendar(self.calendars, self.calendar_rule, using=db)
         return timing.Timing(
             kind=self.kind,
             cron=self.cron,
@@ -91,6 +99,7 @@ class TimelineKey:
             dst_gap=self.dst_gap,
             dst_fold=self.dst_fold,
             day_rule=self.day_rule,
+            calendar=calendar,
         )
 
 
@@ -129,7 +138,7 @@ class Family:
             [
                 key.kind, key.cron, key.timezone, key.day_rule, key.dst_gap, key.dst_fold,
                 _ms(key.interval), timing.to_ms(key.anchor) if key.anchor else None,
-                _ms(self.jitter),
+                _ms(self.jitter), list(key.calendars), key.calendar_rule,
             ],
             separators=(",", ":"),
         )  # fmt: skip
@@ -141,9 +150,13 @@ class Family:
             value = json.loads(text)
         except (TypeError, ValueError):
             raise ValueError(f"not a timing group: {text!r}") from None
-        if not isinstance(value, list) or len(value) != 9:
+        if not isinstance(value, list) or len(value) != 11:
             raise ValueError(f"not a timing group: {text!r}")
-        *words, interval, anchor, jitter = value
+        *words, interval, anchor, jitter, calendars, calendar_rule = value
+        if not isinstance(calendars, list) or not all(isinstance(c, str) for c in calendars):
+            raise ValueError(f"not a timing group: {text!r}")
+        if not isinstance(calendar_rule, str):
+            raise ValueError(f"not a timing group: {text!r}")
         if not all(isinstance(word, str) for word in words):
             raise ValueError(f"not a timing group: {text!r}")
         if not all(
@@ -158,6 +171,7 @@ class Family:
         key = TimelineKey(
             kind, cron, zone, day_rule, gap, fold,
             timedelta(milliseconds=interval) if interval is not None else None, moment,
+            tuple(calendars), calendar_rule,
         )  # fmt: skip
         return cls(key, timedelta(milliseconds=jitter) if jitter else None)
 
@@ -178,6 +192,9 @@ class Family:
         if key.anchor is not None:
             minute = key.anchor + timedelta(minutes=1)
             found &= Q(next_run_at__gte=key.anchor, next_run_at__lt=minute)
+        found &= Q(calendars=list(key.calendars))
+        if key.calendars:
+            found &= Q(calendar_rule=key.calendar_rule)
         if self.jitter:
             found &= Q(jitter=self.jitter)
         else:
@@ -374,6 +391,8 @@ def _group_rows(start: datetime, end: datetime, using: str | None) -> list[dict[
             "dst_fold",
             "interval",
             "jitter",
+            "calendars",
+            "calendar_rule",
             "start_minute",
             "end_bound",
             "left",
@@ -387,8 +406,11 @@ def _group_rows(start: datetime, end: datetime, using: str | None) -> list[dict[
 
 def _timeline_key(row: dict[str, Any]) -> TimelineKey:
     kind = row["kind"]
+    names = row["calendars"]
+    calendars = tuple(names) if isinstance(names, list) else ()
+    rule = row["calendar_rule"] if calendars else timing.CALENDAR_SKIP
     if kind == timing.CRON:
-        return TimelineKey(
+        key = TimelineKey(
             kind,
             cron=row["cron"],
             timezone=row["timezone"],
@@ -396,10 +418,11 @@ def _timeline_key(row: dict[str, Any]) -> TimelineKey:
             dst_gap=row["dst_gap"],
             dst_fold=row["dst_fold"],
         )
-    anchor = row["start_minute"]
-    if kind == timing.INTERVAL:
-        return TimelineKey(kind, interval=row["interval"], anchor=anchor)
-    return TimelineKey(kind, anchor=anchor)
+    elif kind == timing.INTERVAL:
+        key = TimelineKey(kind, interval=row["interval"], anchor=row["start_minute"])
+    else:
+        key = TimelineKey(kind, anchor=row["start_minute"])
+    return replace(key, calendars=calendars, calendar_rule=rule)
 
 
 def _expand(key: TimelineKey, start: datetime, end: datetime) -> Timeline:

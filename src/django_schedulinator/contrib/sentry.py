@@ -147,6 +147,8 @@ class Facts:
     dispatcher: str
     # Schedule.grace, where the model has it (missed-run alerts): the checkin margin.
     grace: timedelta | None = None
+    # Schedule.calendars, where the model has them: days it keeps away from.
+    calendars: tuple[str, ...] | list[str] = ()
 
 
 FACT_FIELDS = (
@@ -164,8 +166,11 @@ FACT_FIELDS = (
 
 def _read(schedule_ids: Collection[int]) -> dict[int, Facts]:
     fields = ["pk", *FACT_FIELDS]
-    if any(f.name == "grace" for f in Schedule._meta.concrete_fields):
-        fields.append("grace")
+    fields += [
+        name
+        for name in ("grace", "calendars")
+        if any(f.name == name for f in Schedule._meta.concrete_fields)
+    ]
     # The database the scheduler writes to: a replica may not have the row yet.
     db = router.db_for_write(Schedule)
     found = Schedule.objects.using(db).filter(pk__in=json_ids(list(schedule_ids), db))
@@ -281,6 +286,11 @@ def _runtime_seconds(facts: Facts) -> float:
 def monitor_config(facts: Facts, options: SentryCrons) -> dict[str, Any]:
     """The monitor config of a recurring schedule, or Inexpressible."""
     config: dict[str, Any] = {}
+    if facts.calendars:
+        raise Inexpressible(
+            "it skips or moves the days its calendars exclude, which a monitor's schedule "
+            "cannot say"
+        )
     try:
         if facts.kind == timing.CRON:
             timing.get_zone(facts.timezone)

@@ -115,6 +115,10 @@ def test_a_change_re_plans_and_a_calendar_in_use_is_not_deleted(admin_client: Cl
     entry = ScheduleChange.objects.get(schedule=daily, action="replanned")
     assert (entry.source, entry.actor_name) == ("admin", "admin")
 
+    response = admin_client.post(edit_url(office), calendar_data(name="renamed"))
+    assert response.context["adminform"].form.errors["name"] == [
+        "Schedules name this calendar (daily): it keeps its name."
+    ]
     delete = reverse("admin:django_schedulinator_calendar_delete", args=[office.pk])
     page = admin_client.get(delete).content.decode()
     assert "Schedule daily names the calendar office." in page

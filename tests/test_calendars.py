@@ -147,7 +147,18 @@ def test_a_calendar_in_use_is_not_deleted_and_unknown_names_are_refused() -> Non
     with pytest.raises(ValidationError) as caught:
         create("twice", kind="cron", cron="0 9 * * *", calendars=["hols", "hols"])
     assert caught.value.message_dict["calendars"] == ["A calendar is named twice."]
+    # Nor renamed under it: the schedule would lose it.
+    hols.name = "renamed"
+    with pytest.raises(ValidationError) as caught:
+        services.save_calendar(hols)
+    assert caught.value.message_dict["name"] == [
+        "The calendar 'hols' is used by 1 schedule(s): daily. Take it out of them before it "
+        "is renamed."
+    ]
+    assert Calendar.objects.filter(name="hols").exists()
     unused = calendar("unused", "2099-01-01")
+    unused.name = "still-unused"
+    services.save_calendar(unused)
     services.delete_calendar(unused)
     assert not Calendar.objects.filter(name="unused").exists()
 

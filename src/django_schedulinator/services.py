@@ -31,7 +31,7 @@ from functools import reduce
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
 from . import calendars, changelog, clock, declared, ledger, signals, sync, timing, zonedata
@@ -58,6 +58,7 @@ __all__ = [
     "ZoneRulesReport",
     "advance",
     "backfill",
+    "calendar_users",
     "create",
     "delete",
     "delete_calendar",
@@ -666,7 +667,10 @@ def save_calendar(
     with transaction.atomic(using=db):
         adding = calendar._state.adding
         if not adding:  # its row, locked: two edits of one calendar take turns
-            list(Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk).values("pk"))
+            locked = Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk)
+            old_name = locked.values_list("name", flat=True).first()
+            if old_name is not None and old_name != calendar.name:
+                _check_unused(old_name, db, "renamed")
         calendar.stamp = new_stamp()
         calendar.save(using=db)
         if chosen is not None:
@@ -702,25 +706,41 @@ def delete_calendar(calendar: Calendar, *, origin: Origin = PYTHON) -> None:
     schedule changes, so no change-log entry: the log line says who deleted it."""
     db = router.db_for_write(Calendar, instance=calendar)
     with transaction.atomic(using=db):
-        users = [s.name for s in _schedules_naming(calendar.name, db, lock=False)]
-        if users:
-            shown = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
-            raise ValidationError(
-                f"The calendar {calendar.name!r} is used by {len(users)} schedule(s): "
-                f"{shown}. Take it out of them first."
-            )
+        _check_unused(calendar.name, db, "deleted")
         calendar.delete(using=db)
     who = getattr(origin.user, "username", None) or "nobody signed in"
     logger.info("Calendar %r deleted through %s by %s.", calendar.name, origin.source, who)
 
 
-def _schedules_naming(name: str, db: str, *, lock: bool) -> list[Schedule]:
-    """The schedules whose calendars include ``name`` (read in Python: a JSON list's
-    contents cannot be queried on every database)."""
-    rows = Schedule.objects.using(db).exclude(calendars=[]).order_by("pk")
-    if lock:
-        rows = rows.select_for_update()
-    return [row for row in rows.iterator(chunk_size=500) if name in (row.calendars or ())]
+def _check_unused(name: str, db: str, done: str) -> None:
+    """A ``ValidationError`` naming the schedules that name calendar ``name``, if any: it
+    cannot be deleted or renamed under them."""
+    users = calendar_users(name, using=db)
+    if users:
+        shown = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
+        raise ValidationError(
+            {
+                "name": f"The calendar {name!r} is used by {len(users)} schedule(s): {shown}. "
+                f"Take it out of them before it is {done}."
+            }
+        )
+
+
+def calendar_users(name: str, *, using: str | None = None) -> list[str]:
+    """The names of the schedules that name calendar ``name``, in order."""
+    db = using or router.db_for_write(Schedule)
+    rows = Schedule.objects.using(db).filter(pk__in=_ids_naming(name, db))
+    return list(rows.order_by("name").values_list("name", flat=True))
+
+
+def _ids_naming(name: str, db: str) -> list[int]:
+    """The ids of the schedules whose calendars include ``name``: a JSON containment query
+    where the database has one (PostgreSQL), else read in Python."""
+    rows = Schedule.objects.using(db)
+    if connections[db].features.supports_json_field_contains:
+        return list(rows.filter(calendars__contains=[name]).values_list("pk", flat=True))
+    named = rows.exclude(calendars=[]).values_list("pk", "calendars")
+    return [pk for pk, names in named.iterator(chunk_size=2000) if name in (names or ())]
 
 
 def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
@@ -729,7 +749,8 @@ def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
     that is later; never at or before its last run)."""
     now = clock.now()
     moved = 0
-    for current in _schedules_naming(name, db, lock=True):
+    rows = Schedule.objects.using(db).filter(pk__in=_ids_naming(name, db))
+    for current in rows.select_for_update().order_by("pk").iterator(chunk_size=500):
         old = current.next_run_at
         if not current.enabled or old is None:
             continue

@@ -660,9 +660,15 @@ class DayCalendar:
     weekends: tuple[tuple[str, frozenset[int]], ...] = ()
     names: tuple[str, ...] = ()  # the calendars', for descriptions
     _starts: tuple[datetime, ...] = field(default=(), init=False, repr=False, compare=False)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_starts", tuple(span.start for span in self.spans))
+        # Hashed once: a timing that has one is a cache key (``_moved_from``).
+        object.__setattr__(self, "_hash", hash((self.spans, self.move, self.weekends)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(

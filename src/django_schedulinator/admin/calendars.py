@@ -85,6 +85,16 @@ class CalendarForm(_ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        renamed = self.instance.pk is not None and cleaned.get("name") not in (
+            None,
+            self.instance.name,
+        )
+        if renamed and (users := services.calendar_users(self.instance.name)):
+            self.add_error(
+                "name",
+                gettext("Schedules name this calendar (%(names)s): it keeps its name.")
+                % {"names": ", ".join(users[:10])},
+            )
         source = cleaned.get("source")
         if source == Calendar.Source.MANUAL:
             self.days = self._typed_days(cleaned.get("days_text") or "")
@@ -171,7 +181,7 @@ class CalendarAdmin(ExactTimes):
 
     @admin.display(description=_("used by"))
     def used_by(self, obj: Calendar) -> str:
-        names = _names_using(obj)
+        names = services.calendar_users(obj.name)
         return ", ".join(names) if names else gettext("no schedule")
 
     @staticmethod
@@ -204,11 +214,6 @@ class CalendarAdmin(ExactTimes):
             protected.extend(
                 gettext("Schedule %(name)s names the calendar %(calendar)s.")
                 % {"name": name, "calendar": calendar.name}
-                for name in _names_using(calendar)
+                for name in services.calendar_users(calendar.name)
             )
         return deleted, counts, perms_needed, protected
-
-
-def _names_using(calendar: Calendar) -> list[str]:
-    rows = Schedule.objects.exclude(calendars=[]).values_list("name", "calendars")
-    return [name for name, names in rows if calendar.name in (names or ())]

@@ -1614,7 +1614,7 @@ def test_the_api_answers_a_backfill_of_skipped_times_at_once(
     url = f"/api/schedulinator/schedules/{dense.pk}/backfill/"
     response = admin_client.post(url, span, content_type="application/json")
     assert response.status_code == 400
-    assert "skipped by the DST policy" in response.json()["detail"]
+    assert "skipped local times" in response.json()["detail"]
 
 
 def test_a_schedule_names_its_dispatcher_and_its_runs_show_the_hand_off(

@@ -7,11 +7,14 @@ their own in ``test_timing_calendars.py``."""
 
 from __future__ import annotations
 
+import io
 from datetime import date
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from django_schedulinator import services
 from django_schedulinator.calendars import icalendar_days, public_holidays
@@ -225,3 +228,29 @@ def test_an_icalendar_calendar_is_filled_through_the_service() -> None:
     ]  # fmt: skip
     with pytest.raises(ValidationError, match="Give the iCalendar file"):
         services.fill_calendar(cal)
+
+
+@pytest.mark.django_db
+def test_fill_calendars_reads_the_sources_again(tmp_path: Any) -> None:
+    england = Calendar(name="england", timezone="Europe/London", source="holidays",
+                       country="GB", subdivision="ENG")  # fmt: skip
+    with committed():
+        services.fill_calendar(england, years=range(2026, 2027))
+    school = Calendar(name="school", timezone="UTC", source="ical")
+    with committed():
+        services.fill_calendar(school, years=range(2026, 2027), icalendar=ICAL)
+    out = io.StringIO()
+    with committed():
+        call_command("fill_calendars", "--years", "2026-2027", stdout=out)
+    assert out.getvalue().startswith("england: ")  # the holidays ones, not the file's
+    assert england.days.filter(day__year=2027).exists()
+    path = tmp_path / "school.ics"
+    path.write_bytes(ICAL)
+    out = io.StringIO()
+    with committed():
+        call_command("fill_calendars", "school", "--icalendar", str(path), "--years", "2027",
+                     stdout=out)  # fmt: skip
+    # In 2027: the break was in 2026, and 4 July 2027 is an EXDATE.
+    assert out.getvalue() == "school: 0 day(s); re-planned 0 schedule(s).\n"
+    with pytest.raises(CommandError, match="1 calendar\\(s\\) could not be filled"):
+        call_command("fill_calendars", "school", stderr=io.StringIO())

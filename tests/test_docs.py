@@ -633,6 +633,7 @@ COMMAND_LINES = [
     ("commands.md", "synopsis-schedule"),
     ("commands.md", "synopsis-sync_schedules"),
     ("commands.md", "synopsis-import_schedules"),
+    ("commands.md", "synopsis-fill_calendars"),
     ("schedules-in-code.md", "sync-synopsis"),
     ("upgrading.md", "upgrade-migrate"),
     ("upgrading.md", "upgrade-rebuild"),

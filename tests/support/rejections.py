@@ -337,6 +337,27 @@ STATUS = "scheduler_status"
 
 
 COMMAND_CASES = [
+    option("fill-years-garbage", "fill_calendars", "--years", "Enter the years", "--years", "20x6"),
+    option("fill-unknown", "fill_calendars", "nope", "No calendar is named", "nope"),
+    option(
+        "fill-ical-two",
+        "fill_calendars",
+        "--icalendar",
+        "fills one calendar",
+        "a",
+        "b",
+        "--icalendar",
+        "x.ics",
+    ),
+    option(
+        "fill-ical-missing",
+        "fill_calendars",
+        "x.ics",
+        "Cannot read",
+        "a",
+        "--icalendar",
+        "/nonexistent/x.ics",
+    ),
     option("batch-size-0", RUN, "--batch-size", "at least 1", "--batch-size", "0"),
     option("batch-size-negative", RUN, "--batch-size", "at least 1", "--batch-size", "-5"),
     option("batch-size-too-big", RUN, "--batch-size", "at most 5000", "--batch-size", "5001"),

@@ -110,6 +110,9 @@ CALENDAR_SKIP = "skip"
 CALENDAR_MOVE = "next_business_day"
 # How far an occurrence is moved at most: past a month of days off, it is skipped instead.
 MAX_MOVE_DAYS = 31
+ONE_DAY = timedelta(days=1)
+# A moved occurrence is later than its own by at most this (days, and a DST change).
+MOVE_REACH = timedelta(days=MAX_MOVE_DAYS + 1)
 
 CRON_ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -728,11 +731,6 @@ class DayCalendar:
         return reversed(self.spans[: bisect.bisect_left(self._starts, at)])
 
 
-ONE_DAY = timedelta(days=1)
-# A moved occurrence is later than its own by at most this (days, and a DST change).
-MOVE_REACH = timedelta(days=MAX_MOVE_DAYS + 1)
-
-
 def _local_midnight(day: date, zone_name: str) -> datetime:
     return datetime.combine(day, time(0), tzinfo=get_zone(zone_name)).astimezone(UTC)
 
@@ -740,6 +738,10 @@ def _local_midnight(day: date, zone_name: str) -> datetime:
 def _calendar_following(
     timing: Timing, after: datetime, anchor: datetime, include_skipped: bool
 ) -> Moment | None:
+    """``following`` with a calendar. Skipping: the plain timeline's moments in an excluded
+    span are passed over, and with ``include_skipped`` the span's first one is a marker
+    (only when the walk comes to it from before: one marker a span, at one instant, so the
+    ledger records the day once). Moving: ``_moved_following``."""
     calendar = timing.calendar
     assert calendar is not None
     if calendar.move:
@@ -761,6 +763,8 @@ def _calendar_following(
 def _calendar_preceding(
     timing: Timing, before: datetime, anchor: datetime, include_skipped: bool
 ) -> Moment | None:
+    """The mirror image of ``_calendar_following``: going back into an excluded span, its
+    marker is its first moment."""
     calendar = timing.calendar
     assert calendar is not None
     if calendar.move:

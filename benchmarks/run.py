@@ -3,6 +3,7 @@
     python -m benchmarks.run --total 100000 --due 10000 --batch-size 500
     python -m benchmarks.run --smoke   # a few seconds: the whole path on tiny sizes (CI)
     python -m benchmarks.run --metrics # the same with run_scheduler --metrics-port's metrics on
+    python -m benchmarks.run --calendar-share 1  # every schedule names a holidays calendar
     BENCH_INDEX_SHARDS=3 python -m benchmarks.run  # a sharded index (INDEX_SHARDS)
 
 Creates `--total` schedules (`--due` of them due now), builds the index, then measures:
@@ -196,12 +197,20 @@ def main() -> None:
         action="store_true",
         help="observe the hot path into Prometheus metrics, as --metrics-port does",
     )
+    parser.add_argument(
+        "--calendar-share",
+        type=float,
+        default=0,
+        help="the share of schedules (0 to 1) that name a calendar of public holidays (twelve "
+        "years of England's, none of them today: every due schedule still fires)",
+    )
     add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         # The figures mean nothing at this size; what counts is that every step still runs,
         # on the same services, without touching a real benchmark's data.
         options.total, options.due, options.batch_size, options.ticks = 2000, 500, 100, 20
+        options.calendar_share = 0.5  # both paths, with and without a calendar
     index = start(smoke=options.smoke)
     try:
         measure(options, index)
@@ -218,6 +227,8 @@ def measure(options: argparse.Namespace, index: Any) -> None:
 
     now = timezone.now().replace(microsecond=0)
     grace = timedelta(seconds=options.grace) if options.grace else None
+    named = holidays_calendar(now) if options.calendar_share else None
+    every = round(1 / options.calendar_share) if options.calendar_share else 0
     started = time.perf_counter()
     chunk = 20_000
     for offset in range(0, options.total, chunk):
@@ -226,7 +237,10 @@ def measure(options: argparse.Namespace, index: Any) -> None:
             due = i < options.due
             # Spread the not-due rows over the next days, as real schedules are.
             at = now - timedelta(seconds=5) if due else now + timedelta(seconds=600 + i % 200_000)
-            rows.append(bench_schedule(i, at, **({"grace": grace} if grace else {})))
+            fields: dict[str, Any] = {"grace": grace} if grace else {}
+            if named and i % every == 0:
+                fields["calendars"] = [named]
+            rows.append(bench_schedule(i, at, **fields))
         Schedule.objects.bulk_create(rows, batch_size=5000)
     created = time.perf_counter() - started
     started = time.perf_counter()
@@ -250,13 +264,29 @@ def measure(options: argparse.Namespace, index: Any) -> None:
     print(
         f"fire: {fired} occurrences in {result['seconds']:.2f}s = {result['rate']:,.0f}/s "
         f"(batch {options.batch_size}, {options.total} schedules"
-        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''})"
+        f"{f', grace {grace}' if grace else ''}{', metrics on' if options.metrics else ''}"
+        f"{f', 1 in {every} naming a calendar' if named else ''})"
     )
 
     idle = measure_idle(options.ticks, batch_size=options.batch_size, metrics=options.metrics)
     print(
         f"tick: idle pass {idle} over {options.ticks} passes with {options.total} schedules indexed"
     )
+
+
+def holidays_calendar(now: datetime) -> str:
+    """A calendar of twelve years of England's public holidays, through the services, minus
+    today and tomorrow (so that every due schedule fires); its name."""
+    from django_schedulinator import services
+    from django_schedulinator.calendars import default_years, public_holidays
+    from django_schedulinator.models import Calendar
+
+    Calendar.objects.filter(name="bench-holidays").delete()
+    days, _weekend = public_holidays("GB", "ENG", default_years(now.date()))
+    near = {now.date(), now.date() + timedelta(days=1)}
+    calendar = Calendar(name="bench-holidays", timezone="UTC")
+    services.save_calendar(calendar, days=[(d, n) for d, n in days if d not in near])
+    return calendar.name
 
 
 def fire(*, batch_size: int, workers: int, metrics: bool = False) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
     CAL_MOVED,
     CAL_SKIPPED,
@@ -294,3 +295,45 @@ def test_no_excluded_day_ever_fires(
             islice(occurrences_before(timing, fired[-1].at + timedelta(milliseconds=1)), len(fired))
         )
         assert [m.at for m in back] == [m.at for m in fired][::-1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    calendars(),
+    st.sampled_from(CRONS),
+    st.sampled_from(ZONES),
+    st.booleans(),
+    st.sampled_from(["shift", "skip"]),
+    st.integers(0, 100 * 24 * 60),
+    st.integers(0, 3 * 24 * 60),
+)
+def test_the_quick_plan_is_the_plan(
+    cal: tuple[str, set[date], tuple[int, ...]],
+    expr: str,
+    zone: str,
+    move: bool,
+    gap: str,
+    start_minutes: int,
+    late_minutes: int,
+) -> None:
+    """``plan_due`` takes a short path for one due occurrence (``_plan_one``): with excluded
+    days and skipped local times, it plans what the whole walk plans."""
+    cal_zone, excluded, weekend = cal
+    calendar = DayCalendar.of(
+        ((cal_zone, d, "") for d in excluded), move=move, weekends=[(cal_zone, weekend)]
+    )
+    spec = Timing(kind="cron", cron=expr, timezone=zone, dst_gap=gap, calendar=calendar)
+    moment = next(occurrences(spec, START + timedelta(minutes=start_minutes), include_skipped=True))
+    now = moment.at + timedelta(minutes=late_minutes)
+    quick = timing_module._plan_one(spec, CatchUp(), moment.at, None, now, None)
+    if quick is None:
+        return
+    walked = plan_due(
+        spec, CatchUp(mode="all", window=timedelta(days=9)), schedule_id=1,
+        nominal=moment.at, due_at=None, now=now,
+    )  # fmt: skip
+    assert (quick.fire, quick.skips, quick.next_run_at) == (
+        walked.fire,
+        walked.skips,
+        walked.next_run_at,
+    )

@@ -55,8 +55,8 @@ ROW_FIELDS = (
     "max_runs", "run_count", "task", "args", "kwargs", "dispatcher", "dispatch_options", "name",
     "grace",
 )  # fmt: skip
-# The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window), and the
-# calendars of the rows that name any (their plans are not shared).
+# The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window), with the
+# calendars and their rule.
 PLAN_FIELDS = slice(ROW_FIELDS.index("next_run_at"), ROW_FIELDS.index("overlap"))
 RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
@@ -311,8 +311,12 @@ class Claimer:
                 logger.debug("Repaired the stale entry of schedule %s (due %s).", sid, due_at)
                 continue
             runs_left = None if row.max_runs is None else row.max_runs - row.run_count
-            # Not shared: jitter is per schedule; calendars are a list (and rare).
-            key = None if row.jitter or row.calendars else (*row[PLAN_FIELDS], runs_left)
+            # Not shared: jitter is per schedule. The calendars' days are the batch's own
+            # (``loaded``): their names and the rule name them.
+            key = None
+            if not row.jitter:
+                rule = row.calendar_rule if row.calendars else ""
+                key = (*row[PLAN_FIELDS], runs_left, tuple(row.calendars or ()), rule)
             shared = plans.get(key) if key else None
             if shared is not None:
                 plan.due.append(Due(row, shared))

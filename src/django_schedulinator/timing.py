@@ -1302,16 +1302,19 @@ def _plan_one(
     runs_left: int | None,
 ) -> DuePlan | None:
     """The plan of the common case, cheaply: one occurrence due, and it fires. None when the
-    case is not that simple (jitter, skipped local times, a backlog, a skip to record)."""
-    if timing.jitter or (timing.kind == CRON and timing.dst_gap == GAP_SKIP):
+    case is not that simple (jitter, a backlog, a skip to record). A timing that has
+    markers (local times the DST policy skips, excluded days) takes this path when the due
+    moment is an occurrence and no marker is due after it: the next run may be a marker."""
+    if timing.jitter:
         return None
-    if _has_calendar(timing):
-        return None  # excluded days to record
     if runs_left is not None and runs_left <= 0:
         return None
-    after = following(timing, nominal, nominal)
+    marks = (timing.kind == CRON and timing.dst_gap == GAP_SKIP) or _has_calendar(timing)
+    if marks and moment_at(timing, nominal).skipped:
+        return None  # a skip to record
+    after = following(timing, nominal, nominal, include_skipped=marks)
     if after is not None and after.at <= now:
-        return None  # more than one is due: catch-up decides
+        return None  # more than one moment is due: catch-up decides, skips are recorded
     late = now - (due_at or nominal)
     if catch_up.mode == CATCH_UP_SKIP and late > catch_up.grace:
         return None

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_schedulinator import services
+from django_schedulinator.admin.display import summarise_changes
 from django_schedulinator.calendars import icalendar_days, public_holidays
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
@@ -127,9 +128,12 @@ def test_a_calendar_change_re_plans_the_schedules_that_name_it(index: DueIndex) 
     daily_moves.refresh_from_db()
     assert daily_moves.next_run_at == utc("2099-01-01T09:00")
     [entry] = ScheduleChange.objects.filter(schedule=daily_moves, action="replanned")
+    assert summarise_changes(entry.action, entry.changes) == (
+        "next_run_at: 2099-01-03T09:00:00+00:00 → 2099-01-01T09:00:00+00:00; calendar: hols"
+    )
     assert entry.changes == {
         "next_run_at": ["2099-01-03T09:00:00+00:00", "2099-01-01T09:00:00+00:00"],
-        "calendar": [None, "hols"],
+        "calendar": "hols",
     }
     assert index.scores([daily_moves.pk]) == {daily_moves.pk: to_ms(utc("2099-01-01T09:00"))}
     elsewhere.refresh_from_db()

@@ -745,8 +745,9 @@ def _ids_naming(name: str, db: str) -> list[int]:
 
 def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
     """Move the next run of each enabled schedule that names calendar ``name`` to where
-    the calendar now puts it: its first moment from its old next run on (or from now, if
-    that is later; never at or before its last run)."""
+    the calendar now puts it: its first moment after now, or from its old next run on when
+    that is overdue (a backlog stays a backlog), never at or before its last run. The
+    change-log entry holds the next run before and after, and the calendar."""
     now = clock.now()
     moved = 0
     rows = Schedule.objects.using(db).filter(pk__in=_ids_naming(name, db))
@@ -770,7 +771,7 @@ def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
         current.save(using=db, update_fields=["next_run_at", "due_at"])
         changes = {
             "next_run_at": [changelog.as_json(old), changelog.as_json(new)],
-            "calendar": [None, name],
+            "calendar": name,
         }
         _record(current, origin, ScheduleChange.Action.REPLANNED, changes, db)
         moved += 1

@@ -25,7 +25,6 @@ WEEKDAYS = [
     (1, _("Monday")), (2, _("Tuesday")), (3, _("Wednesday")), (4, _("Thursday")),
     (5, _("Friday")), (6, _("Saturday")), (7, _("Sunday")),
 ]  # fmt: skip
-DAYS_SHOWN = 2000  # in the days box
 
 if TYPE_CHECKING:
     _ModelForm = forms.ModelForm[Calendar]
@@ -77,8 +76,9 @@ class CalendarForm(_ModelForm):
         super().__init__(*args, **kwargs)
         self.days: list[tuple[date, str]] | None = None  # None: the days stay as they are
         if self.instance.pk is not None:
-            shown = self.instance.days.all()[:DAYS_SHOWN]
-            self.fields["days_text"].initial = "\n".join(str(day) for day in shown)
+            # Every day (at most MAX_DAYS): the box is what a save by hand keeps.
+            days = self.instance.days.all()
+            self.fields["days_text"].initial = "\n".join(str(day) for day in days)
 
     def clean_years(self) -> range:
         return calendars.parse_years(self.cleaned_data.get("years") or "", clock.now().date())

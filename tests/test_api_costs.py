@@ -7,17 +7,19 @@ The figures per request (CPU under gunicorn) are benchmarks/api.py's, in docs/be
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from rest_framework import serializers as drf
 
+from django_schedulinator import services
 from django_schedulinator.api import filters as api_filters
 from django_schedulinator.api import serializers as s
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Calendar, Schedule
 
-from .support.commits import APIClient
+from .support.commits import APIClient, committed
 from .support.schedules import make_schedule
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +52,19 @@ def test_a_page_of_schedules_is_a_count_and_a_page(
         make_schedule()
     with django_assert_num_queries(2):
         assert api.get(f"{API}schedules/").status_code == 200
+
+
+def test_schedules_that_name_calendars_cost_no_more(
+    api: APIClient, django_assert_num_queries: Any
+) -> None:
+    # The description names the calendars: it reads neither them nor their days.
+    with committed():
+        services.save_calendar(Calendar(name="hols"), days=[(date(2099, 1, 1), "")])
+    for _ in range(3):
+        make_schedule(kind="cron", cron="0 6 * * *", calendars=["hols"])
+    with django_assert_num_queries(2):
+        page = api.get(f"{API}schedules/")
+    assert page.json()["results"][0]["description"].endswith("; not on days excluded by hols")
 
 
 def test_a_page_of_runs_is_one_statement(api: APIClient, django_assert_num_queries: Any) -> None:

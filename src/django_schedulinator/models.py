@@ -529,6 +529,10 @@ class Schedule(models.Model):
 
     @property
     def timing_spec(self) -> timing.Timing:
+        """The fields that decide when it fires, with its calendars' excluded days."""
+        return self._timing(with_days=True)
+
+    def _timing(self, *, with_days: bool) -> timing.Timing:
         return timing.Timing(
             kind=self.kind,
             cron=self.cron,
@@ -542,16 +546,21 @@ class Schedule(models.Model):
             dst_fold=self.dst_fold,
             jitter=self.jitter,
             day_rule=self.day_rule,
-            calendar=self._day_calendar(),
+            calendar=self._day_calendar(with_days),
         )
 
-    def _day_calendar(self) -> timing.DayCalendar | None:
+    def _day_calendar(self, with_days: bool) -> timing.DayCalendar | None:
+        """Its calendars' excluded days (read through ``day_calendar``'s cache), or without
+        them only their names and the rule, which a description needs: no query."""
         try:
             validate_calendar_names(self.calendars)
         except ValidationError:
             return None  # clean_fields() says why
         if not self.calendars:
             return None
+        if not with_days:
+            move = self.calendar_rule == timing.CALENDAR_MOVE
+            return timing.DayCalendar(move=move, names=tuple(self.calendars))
         db = self._state.db or router.db_for_read(Calendar)
         return day_calendar(self.calendars, self.calendar_rule, using=db)
 
@@ -563,7 +572,7 @@ class Schedule(models.Model):
     @property
     def description(self) -> str:
         """The timing in words, e.g. "At 06:00, Monday through Friday (Europe/Berlin)"."""
-        return timing.describe(self.timing_spec)
+        return timing.describe(self._timing(with_days=False))
 
     def preview(self, count: int = 10) -> list[timing.PreviewItem]:
         """The next ``count`` occurrences, in local time and UTC, DST changes flagged; for a

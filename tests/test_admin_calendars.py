@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_schedulinator import services
@@ -144,3 +146,14 @@ def test_the_schedule_form_names_calendars_and_its_preview_shows_them(
     assert daily.calendars == ["office"]
     page = admin_client.get(change_url(daily)).content.decode()
     assert 'name="calendars" value="office"' in page
+
+
+def test_the_list_counts_the_days_in_its_one_query(admin_client: Client) -> None:
+    for name in ("a", "b", "c"):
+        admin_client.post(ADD, calendar_data(name=name, days_text="2099-01-01\n2099-01-02"))
+    changelist = reverse("admin:django_schedulinator_calendar_changelist")
+    with CaptureQueriesContext(connection) as captured:
+        page = admin_client.get(changelist)
+    one_each = '"django_schedulinator_excludedday"."calendar_id" = '
+    assert not [q for q in captured.captured_queries if one_each in q["sql"]]
+    assert page.context["cl"].result_list[0].day_total == 2

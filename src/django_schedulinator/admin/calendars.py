@@ -177,8 +177,8 @@ class CalendarAdmin(ExactTimes):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Calendar]:
         # The days counted in the list's one query, not one query a row.
-        calendars: QuerySet[Calendar] = super().get_queryset(request)
-        return calendars.annotate(day_total=Count("days"))
+        rows: QuerySet[Calendar] = super().get_queryset(request)
+        return rows.annotate(day_total=Count("days"))
 
     @admin.display(description=_("days"), ordering="day_total")
     def day_count(self, obj: Calendar) -> int:

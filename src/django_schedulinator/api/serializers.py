@@ -19,7 +19,7 @@ from rest_framework import serializers
 
 from .. import outcomes
 from ..conf import MAX_PREVIEW_COUNT, app_settings
-from ..models import Calendar, Run, Schedule, ScheduleChange
+from ..models import MAX_DAYS, Calendar, Run, Schedule, ScheduleChange
 from ..registry import registry
 from ..statuses import ReportedStatus
 from ..validators import json_text_too_deep, json_too_deep
@@ -642,6 +642,7 @@ class CalendarSerializer(serializers.ModelSerializer[Calendar]):
     days = FlatListField(
         child=ExcludedDaySerializer(),
         required=False,
+        max_length=MAX_DAYS,
         help_text="Read: every excluded day. Write (source manual): the days, replacing "
         "the ones it had.",
     )

@@ -128,9 +128,11 @@ def test_a_calendar_change_re_plans_the_schedules_that_name_it(index: DueIndex) 
     daily_moves.refresh_from_db()
     assert daily_moves.next_run_at == utc("2099-01-01T09:00")
     [entry] = ScheduleChange.objects.filter(schedule=daily_moves, action="replanned")
-    assert summarise_changes(entry.action, entry.changes) == (
-        "next_run_at: 2099-01-03T09:00:00+00:00 → 2099-01-01T09:00:00+00:00; calendar: hols"
-    )
+    # In the order the database keeps the keys (PostgreSQL's jsonb sorts them).
+    assert set(summarise_changes(entry.action, entry.changes).split("; ")) == {
+        "next_run_at: 2099-01-03T09:00:00+00:00 → 2099-01-01T09:00:00+00:00",
+        "calendar: hols",
+    }
     assert entry.changes == {
         "next_run_at": ["2099-01-03T09:00:00+00:00", "2099-01-01T09:00:00+00:00"],
         "calendar": "hols",

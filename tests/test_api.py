@@ -1778,7 +1778,13 @@ def test_calendars_are_written_through_the_services_and_schedules_name_them(
         f"{API}calendars/", {"name": "y", "source": "ical", "icalendar": "hello"}, format="json"
     )
     assert response.status_code == 400
-    assert "Not an iCalendar file" in str(response.json())
+    assert "Not an iCalendar file" in response.json()["icalendar"][0]
+    response = api.post(
+        f"{API}calendars/",
+        {"name": "z", "source": "holidays", "country": "GB", "years": "20x6"},
+        format="json",
+    )
+    assert response.json() == {"years": ["Enter the years as 2026-2036, or one year."]}
     response = api.post(
         f"{API}calendars/",
         {"name": "england", "source": "holidays", "country": "GB", "subdivision": "ENG",

@@ -567,6 +567,17 @@ class ScheduleChangeViewSet(
     filterset_class = ScheduleChangeFilter
 
 
+def _on_field(field: str, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``read(...)``, its error without a field of its own put on ``field`` (the years not
+    understood, an iCalendar text that cannot be read): each error names its field."""
+    try:
+        return read(*args, **kwargs)
+    except DjangoValidationError as exc:
+        if hasattr(exc, "error_dict"):
+            raise
+        raise DjangoValidationError({field: exc.messages}) from None
+
+
 NO_CALENDAR = {404: OpenApiResponse(s.ErrorSerializer, description="No such calendar.")}
 
 
@@ -625,8 +636,11 @@ class CalendarViewSet(
                 if typed is not None or adding:
                     days = [(d["day"], d.get("name", "")) for d in typed or ()]
             elif ical is not None or adding or calendar.source == Calendar.Source.HOLIDAYS:
-                years = calendars.parse_years(years_text or "", clock.now().date())
-                days = calendars.days_from_source(calendar, years=years, icalendar=ical)
+                years = _on_field("years", calendars.parse_years, years_text or "",
+                                  clock.now().date())  # fmt: skip
+                days = _on_field(
+                    "icalendar", calendars.days_from_source, calendar, years=years, icalendar=ical
+                )
             services.save_calendar(calendar, days=days, origin=origin)
         except DjangoValidationError as exc:
             raise ValidationError(s._as_drf_errors(exc)) from None

@@ -240,7 +240,7 @@ def test_a_resume_that_hands_the_paused_period_to_catch_up_is_not_a_miss() -> No
     schedule = due()
     services.pause(schedule)
     Schedule.objects.filter(pk=schedule.pk).update(
-        next_run_at=truncate_ms(timezone.now() - 2 * GRACE)
+        fired_through=None, next_run_at=truncate_ms(timezone.now() - 2 * GRACE)
     )
     services.resume(schedule, catch_up=True)
     assert check_alerts(timezone.now() + GRACE / 2) == []
@@ -280,6 +280,7 @@ def test_a_run_cancelled_by_a_pause_is_not_a_miss() -> None:
 def test_skipped_occurrences_wait_for_nothing() -> None:
     schedule = due(catch_up="skip")
     Schedule.objects.filter(pk=schedule.pk).update(  # none of them within the misfire grace
+        fired_through=None,
         next_run_at=truncate_ms(timezone.now() - timedelta(hours=3, minutes=30))
     )
     resync_schedules([schedule.pk])
@@ -300,7 +301,7 @@ def test_two_checkers_at_once_raise_each_occurrence_exactly_once(missed: Heard) 
     fire()
     # Their next run passes without a scheduler.
     Schedule.objects.filter(pk__in=[s.pk for s in never]).update(
-        next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5))
+        fired_through=None, next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5))
     )
     now = after_grace()
     found: list[list[alerts.Missed]] = []

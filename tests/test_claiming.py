@@ -287,7 +287,9 @@ def test_a_bulk_moved_next_run_never_fires_at_the_due_at_it_left_behind(
     [sid] = make_due(1, seconds_ago=30, jitter=jitter)
     Schedule.objects.filter(pk=sid).update(due_at=F("next_run_at"))  # due 30 s ago
     later = timing.truncate_ms(timezone.now() + timedelta(hours=2))
-    Schedule.objects.filter(pk=sid).update(next_run_at=later, revision=F("revision") + 1)
+    Schedule.objects.filter(pk=sid).update(
+        fired_through=None, next_run_at=later, revision=F("revision") + 1
+    )
     resync_schedules([sid])
 
     worker = run_once()
@@ -306,7 +308,10 @@ def test_a_bulk_moved_next_run_is_not_held_back_by_a_later_due_at(built_index: D
     schedule = make_schedule(kind="interval", interval=timedelta(days=1))
     earlier = timing.truncate_ms(timezone.now() - timedelta(seconds=5))
     Schedule.objects.filter(pk=schedule.pk).update(
-        next_run_at=earlier, due_at=earlier + timedelta(hours=2), revision=F("revision") + 1
+        fired_through=None,
+        next_run_at=earlier,
+        due_at=earlier + timedelta(hours=2),
+        revision=F("revision") + 1,
     )
     resync_schedules([schedule.pk])
     assert built_index.scores([schedule.pk])[schedule.pk] == to_ms(earlier)
@@ -465,7 +470,7 @@ def test_a_next_run_written_around_save_with_microseconds_fires_at_once_with_its
     it pending until its lease ran out, half a minute late."""
     [sid] = make_due(1)
     at = timezone.now().replace(microsecond=276_854) - timedelta(seconds=2)
-    Schedule.objects.filter(pk=sid).update(next_run_at=at, due_at=None)
+    Schedule.objects.filter(pk=sid).update(fired_through=None, next_run_at=at, due_at=None)
     resync_schedules([sid])
 
     worker = run_once()

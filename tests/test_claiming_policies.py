@@ -216,7 +216,7 @@ def test_like_schedules_due_together_keep_their_own_overlap_outcome(sim: Simulat
     busy = make_schedule(kind="interval", interval=timedelta(minutes=1), overlap="skip")
     free = make_schedule(kind="interval", interval=timedelta(minutes=1), overlap="skip")
     Schedule.objects.filter(pk__in=[busy.pk, free.pk]).update(
-        next_run_at=START + timedelta(minutes=1), due_at=None
+        fired_through=None, next_run_at=START + timedelta(minutes=1), due_at=None
     )
     resync_schedules([busy.pk, free.pk])
     still_running(busy, START)

@@ -212,7 +212,9 @@ def test_the_configuration_in_the_docs_works_as_written(
         settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
         schedule = example("webhook-schedule")["schedule"]
         Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)), due_at=None
+            fired_through=None,
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)),
+            due_at=None,
         )
         resync_schedules([schedule.pk])
         worker = Worker(worker_id="t")

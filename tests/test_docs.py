@@ -1286,7 +1286,9 @@ def test_a_receiver_verifies_the_webhook_as_the_page_shows(
         settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **config}
         schedule = example("webhook-schedule")["schedule"]
         Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)), due_at=None
+            fired_through=None,
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5)),
+            due_at=None,
         )
         resync_schedules([schedule.pk])
         worker = Worker(worker_id="docs")
@@ -1576,7 +1578,9 @@ def test_the_testing_recipes_run_two_days_of_an_hourly_schedule(built_index: Due
 
     schedule = make_schedule(kind="cron", cron="0 * * * *", timezone="UTC")
     start = datetime(2026, 3, 28, 1, tzinfo=UTC)  # the first hour the recipe shifts to
-    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=start, due_at=None)
+    Schedule.objects.filter(pk=schedule.pk).update(
+        fired_through=None, next_run_at=start, due_at=None
+    )
     resync_schedules([schedule.pk])
 
     paste(SCHEDULING, "testing-time-travel")

@@ -358,6 +358,7 @@ def test_the_docs_table_names_every_metric_a_scheduler_serves(built_index: DueIn
     # Found ten minutes late with catch-up "skip": the missed minutes are skipped.
     late = make_schedule(kind=Schedule.Kind.CRON, cron="* * * * *", catch_up="skip")
     Schedule.objects.filter(pk=late.pk).update(
+        fired_through=None,
         next_run_at=timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=10),
         due_at=None,
     )

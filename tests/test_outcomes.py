@@ -50,7 +50,9 @@ def handed_off(**fields: Any) -> tuple[Schedule, Run]:
 def fire_again(schedule: Schedule) -> list[Run]:
     """Make the schedule due again and run a pass; its runs, oldest first."""
     Schedule.objects.filter(pk=schedule.pk).update(
-        next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        fired_through=None,
+        next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)),
+        due_at=None,
     )
     resync_schedules([schedule.pk])
     Worker(worker_id="t").run_pass()

@@ -107,7 +107,9 @@ def test_update_of_a_stale_instance_keeps_what_the_scheduler_wrote() -> None:
     schedule = services.create(fields())
     stale = Schedule.objects.get(pk=schedule.pk)
     fired_to = schedule.next_run_at + timedelta(days=1)
-    Schedule.objects.filter(pk=schedule.pk).update(next_run_at=fired_to, run_count=1)
+    Schedule.objects.filter(pk=schedule.pk).update(
+        fired_through=None, next_run_at=fired_to, run_count=1
+    )
 
     stale.args = [1]
     services.update(stale)
@@ -126,7 +128,7 @@ def test_enabled_through_update_pauses_and_resumes_like_the_actions(
     assert index.scores([schedule.pk])[schedule.pk] is None
     # Paused for a while: its next run lies in the past now.
     Schedule.objects.filter(pk=schedule.pk).update(
-        next_run_at=schedule.next_run_at - timedelta(minutes=5)
+        fired_through=None, next_run_at=schedule.next_run_at - timedelta(minutes=5)
     )
     with django_capture_on_commit_callbacks(execute=True):
         services.update(Schedule.objects.get(pk=schedule.pk), {"enabled": True})

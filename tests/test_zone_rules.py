@@ -38,7 +38,9 @@ def utc(text: str) -> datetime:
 
 @pytest.fixture
 def release() -> Iterator[Any]:
-    """``release("2024b")`` makes that release the database in use, until the test ends."""
+    """``release("2024b")`` makes that release the database in use, until the test ends,
+    with no release recorded yet (``migrate`` recorded the system's)."""
+    ZoneRules.objects.all().delete()
     with tz_databases.use(tz_databases.database("2024b")):  # restores what was, after
 
         def switch(name: str) -> None:
@@ -127,9 +129,12 @@ def test_what_fired_last_is_never_fired_again(release: Any) -> None:
     replan()
     hourly = create("hourly", cron="0 * * * *", timezone=ASUNCION, start_at=utc("2027-05-01"))
     assert hourly.next_run_at == utc("2027-05-01T00:00")
-    # It fired at 00:00 UTC (20:00 -04 under 2024b) and waits for 01:00 UTC (21:00 -04).
+    # It fired at 00:00 UTC (20:00 -04 under 2024b) and waits for 01:00 UTC (21:00 -04),
+    # as the claim's advance leaves it.
     Schedule.objects.filter(pk=hourly.pk).update(
-        next_run_at=utc("2027-05-01T01:00"), last_run_at=utc("2027-05-01T00:00:00.020")
+        fired_through=utc("2027-05-01T00:00"),
+        next_run_at=utc("2027-05-01T01:00"),
+        last_run_at=utc("2027-05-01T00:00:00.020"),
     )
     release("2025a")
     replan()

@@ -30,15 +30,23 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import OperationalError, router
+from django.db import OperationalError, connections, router
 
-from . import clock, ledger, outcomes, services, signals, timing
+from . import clock, ledger, outcomes, services, signals, timing, zonedata
 from .conf import app_settings
 from .dispatch.base import BaseDispatcher, Occurrence
-from .errors import TimingError
+from .errors import OutdatedZoneRules, TimingError
 from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
 from .keys import occurrence_key
-from .models import Run, Schedule, alert_time, catch_up_policy, day_calendar, load_calendars
+from .models import (
+    Run,
+    Schedule,
+    ZoneRules,
+    alert_time,
+    catch_up_policy,
+    day_calendar,
+    load_calendars,
+)
 from .outcomes import Reported
 from .querysets import Advance, ClaimedRuns, NewRun, PreparedQuery, is_lock_timeout, json_ids
 from .sync import belongs_in_index, change_for_row
@@ -175,7 +183,7 @@ class Due:
     def advance(self) -> Advance:
         row, plan = self.row, self.plan
         fired = len(plan.fire) + len(self.buffer)
-        return Advance(row.pk, row.revision, plan.next_run_at, plan.due_at, fired)
+        return Advance(row.pk, row.revision, plan.next_run_at, plan.due_at, fired, plan.through)
 
 
 @dataclass(slots=True)
@@ -253,6 +261,8 @@ class Claimer:
         self.clock = clock
         self.retries = PlannedRetries()
         self.metrics: Metrics | None = None  # the worker's, while metrics are on
+        # The tz database release this process plans with (None: it cannot tell).
+        self.zone_rules = zonedata.release_in_use()
 
     # -- 1. claim -------------------------------------------------------------------------
 
@@ -280,6 +290,7 @@ class Claimer:
         ids = [sid for sid, _score in batch.entries]
         entry_ms = dict(batch.entries)
         rows = {row.pk: row for row in RECHECK.rows(self.db, ids)}
+        self._check_zone_rules()
         counters = plan.counters
         defaults = catch_up_policy("", None)
         skips_recorded = app_settings.MAX_SKIPS_RECORDED
@@ -364,6 +375,22 @@ class Claimer:
                 "y" if counters.repaired == 1 else "ies",
             )
         return plan
+
+    def _check_zone_rules(self) -> None:
+        """Refuse to plan (``OutdatedZoneRules``) when the next runs were planned with a
+        newer tz database than this process reads: during a rolling restart, a process not
+        restarted yet would plan the next runs with the old rules. Read after the rows: a
+        re-plan that commits after this read changed their revision, so this batch's
+        advance loses instead (``services.replan_for_zone_rules``)."""
+        if self.zone_rules is None:
+            return
+        connection = connections[self.db]
+        table = connection.ops.quote_name(ZoneRules._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT version FROM {table} WHERE id = 1")
+            row = cursor.fetchone()
+        if row is not None and zonedata.newer(row[0], self.zone_rules):
+            raise OutdatedZoneRules(zonedata.outdated_message(row[0], self.zone_rules))
 
     def _apply_overlap(self, plan: Plan) -> None:
         """Hold back what the overlap policies forbid: runs of schedules whose previous run

@@ -70,6 +70,22 @@ class VersionConflict(ServiceError):
         self.current = current
 
 
+class PrunedRange(ServiceError):
+    """A backfill covers occurrences whose runs retention may have deleted: whether they ran
+    can no longer be told, so they are not run again unless the caller says so
+    (``rerun_pruned``). ``through`` is how far the schedule's runs were pruned; ``first``
+    and ``last`` the range's occurrences at stake, ``count`` how many."""
+
+    def __init__(self, message: str, *, through: Any, first: Any, last: Any, count: int) -> None:
+        super().__init__(message)
+        self.through, self.first, self.last, self.count = through, first, last, count
+
+
+class OutdatedZoneRules(SchedulinatorError, RuntimeError):
+    """This process reads an older time-zone database than the one the next runs were
+    planned with (``ZoneRules``): it must not plan (a scheduler refuses to claim)."""
+
+
 class InvalidKey(SchedulinatorError, ValueError):
     """A report names something that is not an occurrence key (``"<schedule>:<epoch ms>"``)."""
 

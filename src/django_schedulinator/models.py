@@ -302,6 +302,21 @@ class Schedule(models.Model):
         help_text=_("When the next occurrence fires: next_run_at plus its jitter."),
     )
     last_run_at = models.DateTimeField(_("last run at"), null=True, blank=True, editable=False)
+    # How far the timeline has been decided: the guarantee that nothing fires twice, kept in
+    # the row (retention deletes ledger rows, this stays). Written by the claim's conditional
+    # advance and by every path that moves the next run past occurrences it does not record
+    # (create, re-time, resume, run now); never moved back. No next run is ever at or before
+    # it (a constraint of the table), so no plan, re-plan or bulk write can re-arm what fired.
+    fired_through = models.DateTimeField(
+        _("fired through"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Every occurrence at or before this time has fired or was passed over; none of "
+            "them fires again."
+        ),
+    )
     # Written by the missed-run check (alerts.py) only: the mark in the admin and the API,
     # and for an occurrence that never fired, what keeps it from being raised twice.
     missed_at = models.DateTimeField(
@@ -344,6 +359,7 @@ class Schedule(models.Model):
     )  # fmt: skip
     MACHINE_FIELDS = (
         "next_run_at", "due_at", "last_run_at", "run_count", "failure_streak", "missed_at",
+        "fired_through",
     )  # fmt: skip
     # Remembered as loaded (``_loaded``): save() compares against them.
     LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task", "dispatcher")
@@ -367,6 +383,16 @@ class Schedule(models.Model):
         indexes = [
             # The reconcile pass pages through rows changed since its watermark.
             models.Index(fields=["updated_at", "id"], name="schedulinator_changed"),
+        ]
+        constraints = [
+            # The exactly-once guarantee, enforced for every writer (an older release, a
+            # bulk update, a bug): a next run at or before what fired would fire it again.
+            models.CheckConstraint(
+                condition=Q(next_run_at__isnull=True)
+                | Q(fired_through__isnull=True)
+                | Q(next_run_at__gt=models.F("fired_through")),
+                name="schedulinator_next_after_fired",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -463,6 +489,7 @@ class Schedule(models.Model):
         else:
             self.next_run_at = timing.truncate_ms(self.next_run_at)
         self.due_at = self.next_run_at
+        self.passed_over(now)
         if not self.enabled:
             self.paused_at = self.paused_at or now
 
@@ -708,10 +735,37 @@ class Schedule(models.Model):
     # -- timing helpers -------------------------------------------------------------------
 
     def first_run_at(self, now: datetime) -> datetime | None:
-        """The first occurrence after ``now`` (None: the schedule has finished)."""
+        """The first occurrence after ``now`` (None: the schedule has finished), never at
+        or before what it fired through (``fired_through``): a one-off that ran stays
+        finished, whatever its ``run_at``."""
         if self.max_runs is not None and self.run_count >= self.max_runs:
             return None  # finished
-        return timing.first_run_at(self.timing_spec, now)
+        spec = self.timing_spec
+        first = timing.first_run_at(spec, now)
+        if first is not None and self.fired_through is not None and first <= self.fired_through:
+            return self.next_after(self.fired_through)
+        return first
+
+    def next_after(self, after: datetime) -> datetime | None:
+        """The first moment of its timeline after ``after`` and after what it fired through
+        (markers included: a skip to record is where the schedule goes next)."""
+        if self.fired_through is not None:
+            after = max(after, self.fired_through)
+        found = timing.following(self.timing_spec, after, after, include_skipped=True)
+        return found.at if found is not None else None
+
+    def passed_over(self, now: datetime) -> None:
+        """Record that the next run was just decided at ``now`` (created, re-timed, resumed),
+        passing over the occurrences before it that nothing records: what it fired through
+        moves up to ``now``, or to just before the next run when that is earlier (a one-off
+        due a moment ago, a backlog kept by a resume with catch-up). Never back."""
+        through = now if self.next_run_at is None else min(now, self.next_run_at - timing.ONE_MS)
+        self.advance_mark(timing.truncate_ms(through))
+
+    def advance_mark(self, through: datetime) -> None:
+        """Move ``fired_through`` up to ``through`` (never back)."""
+        if self.fired_through is None or through > self.fired_through:
+            self.fired_through = through
 
     def due_at_for(self, nominal: datetime | None) -> datetime | None:
         """When the occurrence at ``nominal`` fires: plus this schedule's jitter."""
@@ -737,8 +791,8 @@ class Schedule(models.Model):
             if moment.at < stopped_at or len(passed) >= limit:
                 break
             passed.append(moment)
-        following = next(
-            timing.occurrences(spec, now, anchor=stopped_at, include_skipped=True), None
+        following = timing.following(
+            spec, max(now, self.fired_through or now), stopped_at, include_skipped=True
         )
         return passed[::-1], following.at if following else None
 
@@ -780,6 +834,7 @@ class Run(models.Model):
         PAUSED = timing.PAUSED, _("Schedule paused")
         REPLACED = timing.REPLACED, _("Replaced by a run now")
         CALENDAR = timing.CALENDAR, _("Excluded day (calendar)")
+        RAN_BEFORE = timing.RAN_BEFORE, _("Ran before a calendar change moved it here")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
     UNFINISHED = statuses.UNFINISHED
@@ -907,6 +962,34 @@ class Run(models.Model):
     @property
     def idempotency_key(self) -> str:
         return occurrence_key(self.schedule_id, self.scheduled_for)
+
+
+class PrunedRuns(models.Model):
+    """What retention deleted of one schedule's runs: how far (the latest nominal time of a
+    run it deleted) and how many. Written in the transaction of each delete (``retention``),
+    a row of its own so that a prune never locks the schedule's row. A backfill reads it:
+    an occurrence at or before ``through`` that the ledger lacks may have run, and whether
+    it did can no longer be told."""
+
+    schedule = models.OneToOneField(
+        Schedule,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="pruned_runs",
+        verbose_name=_("schedule"),
+    )
+    through = models.DateTimeField(
+        _("pruned through"), help_text=_("The latest nominal time of a run retention deleted.")
+    )
+    runs = models.PositiveBigIntegerField(_("runs pruned"), default=0)
+    pruned_at = models.DateTimeField(_("last pruned at"))
+
+    class Meta:
+        verbose_name = _("pruned runs")
+        verbose_name_plural = _("pruned runs")
+
+    def __str__(self) -> str:
+        return f"{self.schedule_id}: {self.runs} run(s) through {self.through.isoformat()}"
 
 
 class ScheduleChange(models.Model):

@@ -32,6 +32,8 @@ class Advance(NamedTuple):
     next_run_at: datetime | None
     due_at: datetime | None
     fired: int  # occurrences that fire (or wait, buffered): added to run_count
+    # The latest occurrence the claim decided: ``Schedule.fired_through`` moves up to it.
+    through: datetime | None = None
 
 
 class NewRun(NamedTuple):
@@ -212,7 +214,7 @@ class PreparedQuery:
         )
 
 
-def _json_rows(connection: Any, *types: str) -> str:
+def json_rows(connection: Any, *types: str) -> str:
     """SQL that turns a JSON array of arrays (one parameter) into typed rows."""
     if connection.vendor == "postgresql":
         pg = {"bigint": "bigint", "timestamp": "timestamptz", "text": "text"}
@@ -234,7 +236,7 @@ def _json_rows(connection: Any, *types: str) -> str:
     return f"SELECT {', '.join(columns)} FROM json_each(%s)"
 
 
-def _json_time(connection: Any, value: datetime | None) -> str | None:
+def json_time(connection: Any, value: datetime | None) -> str | None:
     if value is None:
         return None
     if connection.vendor == "postgresql":
@@ -404,7 +406,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
         table, col = _names(self.model, connection)
-        t = functools.partial(_json_time, connection)
+        t = functools.partial(json_time, connection)
         # due_at travels only when jitter makes it differ from next_run_at.
         rows = json.dumps(
             [
@@ -414,14 +416,22 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
                     t(a.next_run_at),
                     None if a.due_at == a.next_run_at else t(a.due_at),
                     a.fired,
+                    t(a.through),
                 ]
                 for a in advances
             ]
         )
-        values = _json_rows(connection, "bigint", "bigint", "timestamp", "timestamp", "bigint")
+        values = json_rows(
+            connection, "bigint", "bigint", "timestamp", "timestamp", "bigint", "timestamp"
+        )
+        rows_of_v = f"v(sid, rev, nxt, due, fired, thr) AS ({values})"
+        mark = col["fired_through"]
         update = (
             f"UPDATE {table} SET {col['next_run_at']} = v.nxt, "
             f"{col['due_at']} = COALESCE(v.due, v.nxt), "
+            # Only ever up: never back past what fired.
+            f"{mark} = CASE WHEN {table}.{mark} IS NULL OR v.thr > {table}.{mark} "
+            f"THEN COALESCE(v.thr, {table}.{mark}) ELSE {table}.{mark} END, "
             f"{col['revision']} = {table}.{col['revision']} + 1, "
             f"{col['run_count']} = {table}.{col['run_count']} + v.fired, "
             f"{col['last_run_at']} = CASE WHEN v.fired > 0 THEN %s "
@@ -441,7 +451,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             # The rows this statement locks, each with its new revision if it moved (NULL:
             # it changed since it was read); a row it does not name was held by someone else.
             head = (
-                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
+                f"WITH {rows_of_v}, "
                 f"free AS (SELECT s.{col['id']} AS id FROM {table} s JOIN v "
                 f"ON s.{col['id']} = v.sid FOR UPDATE OF s SKIP LOCKED), "
                 f"moved AS ({update} FROM v JOIN free ON free.id = v.sid WHERE {match} "
@@ -452,14 +462,13 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             )
         else:
             head = (
-                f"WITH v(sid, rev, nxt, due, fired) AS ({values}), "
-                f"moved AS ({update} FROM v WHERE {match} RETURNING {moved_cols})"
+                f"WITH {rows_of_v}, moved AS ({update} FROM v WHERE {match} RETURNING {moved_cols})"
             )
             answer = "SELECT moved.id, moved.revision FROM moved"
         inserted: dict[tuple[int, int], int] | None = None
         if runs is None and not (postgresql and skip_locked):
             # The advance alone (SQLite has no data-modifying CTE: its UPDATE comes first).
-            head = f"WITH v(sid, rev, nxt, due, fired) AS ({values}) {update} FROM v WHERE {match}"
+            head = f"WITH {rows_of_v} {update} FROM v WHERE {match}"
             answer = f"RETURNING {moved_cols}"
         elif runs is not None:
             # The runs of the rows that moved, inserted by the same statement (one round
@@ -530,6 +539,15 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
             }
             if a.fired:
                 changes["last_run_at"] = fired_at
+            if a.through is not None:
+                changes["fired_through"] = Case(
+                    When(
+                        models.Q(fired_through__isnull=True)
+                        | models.Q(fired_through__lt=a.through),
+                        then=Value(a.through),
+                    ),
+                    default=F("fired_through"),
+                )
             if self.filter(pk=a.schedule_id, revision=a.revision).update(**changes):
                 moved[a.schedule_id] = a.revision + 1
         return Advanced(moved, locked)
@@ -598,6 +616,17 @@ class RunQuerySet(models.QuerySet["Run"]):
             | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__isnull=True)
             | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__lte=now)
         )
+
+    def prunable(self) -> RunQuerySet:
+        """Runs whose deletion leaves the exactly-once guarantee whole: at or before what
+        their schedule has fired through (``Schedule.fired_through``, which stops those
+        occurrences once the rows are gone), or a run now's (its key is no occurrence of
+        the timeline). A run ahead of the mark still guards an occurrence the schedule has
+        not reached (a backfilled one, a skip a re-plan recorded) and stays; so does a
+        one-off's own run, the record of its one occurrence."""
+        return self.filter(
+            models.Q(trigger="run_now") | models.Q(scheduled_for__lte=F("schedule__fired_through"))
+        ).exclude(schedule__kind="once", trigger="schedule")
 
     def recorded_before(self, cutoff: datetime) -> RunQuerySet:
         """Runs last recorded before ``cutoff``: when they ended, else when they were handed
@@ -719,7 +748,7 @@ def _insert_runs_sql(
         "lease_expires_at", "alert_at", "claimed_at", "worker_id", "claim_token", "error",
         "external_id", "output",
     )  # fmt: skip
-    t = functools.partial(_json_time, connection)
+    t = functools.partial(json_time, connection)
     # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
     # bulk of a claim) sends the schedule's snapshot only; the SQL fills in the defaults.
     rows = json.dumps(
@@ -736,7 +765,7 @@ def _insert_runs_sql(
             for r in runs
         ]
     )
-    values = _json_rows(connection, *INSERT_TYPES)
+    values = json_rows(connection, *INSERT_TYPES)
     cte = (
         "r(sid, sf, task, args, kwargs, disp, dopts, status, trig, reason, note, attempts, "
         f"lease, alert) AS ({values})"

@@ -32,6 +32,7 @@ schedules go by age alone.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -41,12 +42,12 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import OperationalError, connections, router
+from django.db import OperationalError, connections, router, transaction
 from django.db.models import OuterRef, Q, Subquery
 
 from .conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, MAX_RETENTION_SECONDS, app_settings
-from .models import Run, Schedule, ScheduleChange
-from .querysets import is_lock_timeout, json_ids
+from .models import PrunedRuns, Run, Schedule, ScheduleChange
+from .querysets import is_lock_timeout, json_ids, json_rows, json_time
 
 logger = logging.getLogger("django_schedulinator.retention")
 
@@ -214,12 +215,38 @@ class Pruner:
                     .filter(pk__in=json_ids(candidates, self.db))
                     .done(self.now)
                     .recorded_before(cutoff)
+                    .prunable()
                 )
-                report.runs += doomed.count() if self.dry_run else doomed.delete()[0]
+                report.runs += doomed.count() if self.dry_run else self._delete(doomed)
         if rows:
             self._run_cursor = rows[-1][0]
         if len(rows) < self.batch_size or not old:
             self.run_cutoff = None  # the end of the table, or of the rows old enough
+
+    def _delete(self, doomed: Any) -> int:
+        """Delete the runs ``doomed`` selects, and record in the same transaction how far
+        each schedule's runs were pruned (``PrunedRuns``): what a backfill must not guess
+        about. The rows are locked first (only they: not their schedules'), so that what is
+        recorded is what was deleted."""
+        with transaction.atomic(using=self.db):
+            locking = doomed.select_for_update(of=("self",)) if self._row_locks else doomed
+            rows = list(locking.values_list("pk", "schedule_id", "scheduled_for"))
+            if not rows:
+                return 0
+            Run.objects.using(self.db).filter(
+                pk__in=json_ids([pk for pk, *_ in rows], self.db)
+            ).delete()
+            pruned: dict[int, tuple[datetime, int]] = {}
+            for _pk, sid, at in rows:
+                through, count = pruned.get(sid, (at, 0))
+                pruned[sid] = (max(through, at), count + 1)
+            record_pruned(pruned, now=self.now, using=self.db)
+        return len(rows)
+
+    @property
+    def _row_locks(self) -> bool:
+        # SQLite has none (a writer holds the whole database); FOR UPDATE OF elsewhere.
+        return connections[self.db].features.has_select_for_update_of
 
     def _kept_from_of(self, schedule_ids: Collection[int]) -> dict[int, datetime | None]:
         """For each schedule, the nominal time from which its runs are kept (None: all of
@@ -285,6 +312,47 @@ class Pruner:
             .values("pk")[:1]
         )
         return self._per_schedule(self._newest_change, schedule_ids, newest)
+
+
+def record_pruned(pruned: dict[int, tuple[datetime, int]], *, now: datetime, using: str) -> None:
+    """Record, by schedule, the latest nominal time of the runs just deleted and how many
+    (``{schedule id: (through, count)}``): each schedule's ``PrunedRuns`` moves up to it,
+    never back. One statement on PostgreSQL and SQLite."""
+    connection = connections[using]
+    if connection.vendor not in ("postgresql", "sqlite"):
+        for sid, (through, count) in pruned.items():
+            mark, created = (
+                PrunedRuns.objects.using(using)
+                .select_for_update()
+                .get_or_create(
+                    schedule_id=sid, defaults={"through": through, "runs": count, "pruned_at": now}
+                )
+            )
+            if not created:
+                mark.through, mark.runs = max(mark.through, through), mark.runs + count
+                mark.pruned_at = now
+                mark.save(using=using)
+        return
+    qn = connection.ops.quote_name
+    meta = PrunedRuns._meta
+    table = qn(meta.db_table)
+    column = {f.name: qn(f.column or "") for f in meta.concrete_fields}
+    later = "GREATEST" if connection.vendor == "postgresql" else "MAX"
+    highest, runs = column["through"], column["runs"]
+    rows = json.dumps(
+        [[sid, json_time(connection, at), count] for sid, (at, count) in pruned.items()]
+    )
+    sql = (
+        f"WITH v(sid, thr, n) AS ({json_rows(connection, 'bigint', 'timestamp', 'bigint')}) "
+        f"INSERT INTO {table} ({column['schedule']}, {highest}, {runs}, {column['pruned_at']}) "
+        f"SELECT v.sid, v.thr, v.n, %s FROM v WHERE true "  # WHERE true: SQLite's parser
+        f"ON CONFLICT ({column['schedule']}) DO UPDATE SET "
+        f"{highest} = {later}({table}.{highest}, excluded.{highest}), "
+        f"{runs} = {table}.{runs} + excluded.{runs}, "
+        f"{column['pruned_at']} = excluded.{column['pruned_at']}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [rows, connection.ops.adapt_datetimefield_value(now)])
 
 
 def prune(

@@ -22,6 +22,7 @@ clock, sets the fields, and saves them with ``update_fields``, which moves the c
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,19 +38,31 @@ from django.db.models import Case, F, Q, Value, When
 from . import calendars, changelog, clock, declared, ledger, signals, sync, timing, zonedata
 from .changelog import Origin
 from .conf import app_settings
-from .errors import DeclaredInCode, ScheduleDeleted, ServiceError, TimingError, VersionConflict
+from .errors import (
+    DeclaredInCode,
+    OutdatedZoneRules,
+    PrunedRange,
+    ScheduleDeleted,
+    ServiceError,
+    TimingError,
+    VersionConflict,
+)
 from .index import ApplyResult, get_index
 from .models import (
     MAX_DAYS,
     Calendar,
     ExcludedDay,
+    LoadedCalendar,
+    PrunedRuns,
     Run,
     Schedule,
     ScheduleChange,
     ZoneRules,
+    day_calendar,
+    load_calendars,
     new_stamp,
 )
-from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
+from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement, json_ids
 from .registry import registry
 
 __all__ = [
@@ -92,8 +105,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 # What pause, resume and run now write to the row: the caller's instance takes these
 # afterwards, and keeps its other values as they were (unsaved edits included).
 WRITTEN_BY_ACTIONS = (
-    "enabled", "pause_note", "paused_at", "next_run_at", "due_at", "revision", "version",
-    "updated_at",
+    "enabled", "pause_note", "paused_at", "next_run_at", "due_at", "fired_through",
+    "revision", "version", "updated_at",
 )  # fmt: skip
 # What an update writes: every setting, and what follows from them.
 WRITTEN_BY_UPDATE = (*Schedule.SETTINGS_FIELDS, *WRITTEN_BY_ACTIONS)
@@ -114,6 +127,7 @@ def create(
     instance.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
     instance.set_first_run(clock.now())  # Redis TIME: what is due is the schedulers' clock's
     with transaction.atomic(using=db):
+        _lock_calendars(instance.calendars, db)
         instance.save(using=db)
         instance.jitter_first_run(db)
         instance.refresh_from_db(using=db)  # the values as stored, for the change log
@@ -175,6 +189,8 @@ def update(
             _adopt(schedule, current, WRITTEN_BY_UPDATE)
             return False
         current.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
+        if "calendars" in asked:
+            _lock_calendars(current.calendars, db)
         written = _decide_edit(current, set(asked), clock.now())
         current.save(using=db, update_fields=written.fields)
         _record_paused_over(current, written.passed, paused_note, db)
@@ -275,8 +291,10 @@ def resume(schedule: Schedule, *, catch_up: bool = False, origin: Origin = PYTHO
             current.due_at = current.due_at_for(current.next_run_at)
             current.save(
                 using=db,
-                update_fields=["enabled", "paused_at", "pause_note", "next_run_at", "due_at"],
-            )
+                update_fields=[
+                    "enabled", "paused_at", "pause_note", "next_run_at", "due_at", "fired_through",
+                ],
+            )  # fmt: skip
             _record_paused_over(current, passed, note, db)
             _record(current, origin, ScheduleChange.Action.RESUMED, {"catch_up": catch_up}, db)
     _adopt(schedule, current, WRITTEN_BY_ACTIONS)
@@ -378,9 +396,11 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHO
     with transaction.atomic(using=db):
         current = _locked(schedule, db)
         _check_runnable(current)
+        pruned = PrunedRuns.objects.using(db).filter(schedule=current).first()
+        pruned_through = pruned.through if pruned is not None else None
         at = now
         for _attempt in range(1000):
-            if _occurrence_at(current, at):
+            if _occurrence_at(current, at, pruned_through):
                 at += timing.ONE_MS
                 continue
             inserted = ledger.queue(
@@ -420,6 +440,9 @@ class BackfillReport:
     queued: int  # new runs queued
     requeued: int  # skipped runs turned into runs
     already: int  # in the ledger and not skipped: fired, running or queued before
+    # Of ``queued``: occurrences whose runs retention may have deleted, run again because
+    # the caller said so (``rerun_pruned``).
+    rerun_pruned: int = 0
 
 
 def backfill(
@@ -428,13 +451,19 @@ def backfill(
     end: datetime,
     *,
     dry_run: bool = False,
+    rerun_pruned: bool = False,
     origin: Origin = PYTHON,
 ) -> BackfillReport:
     """Fire each occurrence of the schedule's timing in [start, end] that has not fired.
 
     The range must be in the past. An occurrence the ledger holds as skipped fires now; one
     that fired (or is queued) does not fire again, so running the same backfill twice
-    fires nothing new. Each run has the occurrence's own key."""
+    fires nothing new. Each run has the occurrence's own key.
+
+    The ledger is what tells, and retention deletes old runs: an occurrence the ledger
+    lacks at or before how far the schedule's runs were pruned (``PrunedRuns``) may have
+    run. Such a range is refused (``PrunedRange``, naming it) unless ``rerun_pruned`` says
+    to run those occurrences again, knowing some may have run."""
     _check_runnable(schedule)  # before the checks of the range: the first thing to fix
     for name, value in (("start", start), ("end", end)):
         if not isinstance(value, datetime) or value.utcoffset() is None:
@@ -451,20 +480,34 @@ def backfill(
         current = _locked(schedule, db)
         _check_runnable(current)
         moments = _occurrences_between(current, start, end)
-        recorded = dict(
+        recorded = (
             Run.objects.using(db)
             .filter(schedule_id=schedule.pk, scheduled_for__gte=start, scheduled_for__lte=end)
-            .values_list("scheduled_for", "status")
+            .values_list("scheduled_for", "status", "skip_reason")
         )
-        status_of = {timing.to_ms(at): status for at, status in recorded.items()}
+        # A skip that stands for a run elsewhere (it ran before a calendar moved it here)
+        # counts as run: requeued, it would run twice.
+        status_of = {
+            timing.to_ms(at): Run.Status.SUCCEEDED if reason == timing.RAN_BEFORE else status
+            for at, status, reason in recorded
+        }
         new = [at for at in moments if timing.to_ms(at) not in status_of]
         skipped = [at for at in moments if status_of.get(timing.to_ms(at)) == Run.Status.SKIPPED]
+        # Read after the ledger: a prune that commits between the two reads is then seen
+        # here (its rows gone from the first read are covered by the second).
+        pruned = PrunedRuns.objects.using(db).filter(schedule_id=schedule.pk).first()
+        unknown = [at for at in new if pruned is not None and at <= pruned.through]
+        if unknown and not rerun_pruned:
+            assert pruned is not None
+            raise PrunedRange(_pruned_message(unknown, pruned.through), through=pruned.through,
+                              first=unknown[0], last=unknown[-1], count=len(unknown))  # fmt: skip
         report = BackfillReport(
             dry_run=dry_run,
             occurrences=len(moments),
             queued=len(new),
             requeued=len(skipped),
             already=len(moments) - len(new) - len(skipped),
+            rerun_pruned=len(unknown),
         )
         if dry_run or not (new or skipped):
             return report
@@ -490,6 +533,7 @@ def backfill(
                 "end": end.isoformat(),
                 "queued": report.queued,
                 "requeued": report.requeued,
+                **({"rerun_pruned": report.rerun_pruned} if report.rerun_pruned else {}),
             },
             db,
         )
@@ -501,6 +545,17 @@ def backfill(
         report.requeued,
     )
     return report
+
+
+def _pruned_message(unknown: list[datetime], through: datetime) -> str:
+    when = "%Y-%m-%d %H:%M:%S UTC"
+    span = f"{unknown[0]:{when}}" + (f" to {unknown[-1]:{when}}" if len(unknown) > 1 else "")
+    return (
+        f"Retention deleted this schedule's runs up to {through:{when}}: {len(unknown)} "
+        f"occurrence(s) of the range ({span}) are no longer in the ledger, and whether they "
+        "ran cannot be told. Backfill from after that time, or say that running them again "
+        'is wanted (rerun_pruned=True; --rerun-pruned; "rerun_pruned": true in the API).'
+    )
 
 
 # -- the index -----------------------------------------------------------------------------
@@ -552,6 +607,7 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
         database.source,
     ):
         return None
+    _refuse_older(recorded, database)
     now = clock.now()
     start, end = now - timedelta(days=1), now + zonedata.HORIZON
     offsets = zonedata.offsets(zonedata.zones(), start, end)
@@ -562,6 +618,7 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
             database.source,
         ):
             return None  # another process recorded it meanwhile
+        _refuse_older(recorded, database)
         changed = (
             set() if recorded is None else zonedata.changed_zones(recorded.offsets, offsets, now)
         )
@@ -603,12 +660,25 @@ def replan_for_zone_rules(*, using: str | None = None) -> ZoneRulesReport | None
     return report
 
 
+def _refuse_older(recorded: ZoneRules | None, database: zonedata.Database) -> None:
+    """An older database never replaces a newer one (a process of the old release during
+    a rolling restart would plan the runs back to the old rules)."""
+    if recorded is not None and zonedata.newer(recorded.version, database.version):
+        raise OutdatedZoneRules(zonedata.outdated_message(recorded.version, database.version))
+
+
 def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: str) -> int:
     """Move the next run of each enabled cron schedule in ``zones`` to where its local
-    occurrence is under the rules in use; how many moved. A next run past the span the
-    old offsets were recorded for cannot be read back to its local time: it is left, and
-    logged."""
+    occurrence is under the rules in use, never at or before what it fired through; how
+    many moved. A next run past the span the old offsets were recorded for cannot be read
+    back to its local time: it is left, and logged.
+
+    Every schedule whose plan reads those zones' rules (a cron in one of them, or one that
+    names a calendar whose days are drawn in one) changes revision, moved or not: a claim
+    of a process still on the old rules that read the row before this commits loses its
+    conditional advance (and each pass of such a process then refuses: ``Claimer``)."""
     moved = 0
+    saved: list[int] = []
     candidates = Schedule.objects.using(db).filter(
         enabled=True, kind=Schedule.Kind.CRON, timezone__in=zones, next_run_at__isnull=False
     )
@@ -627,7 +697,10 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
             continue
         try:
             new = zonedata.replanned(
-                current.timing_spec, current.next_run_at, entries, not_before=current.last_run_at
+                current.timing_spec,
+                current.next_run_at,
+                entries,
+                not_before=current.fired_through or current.last_run_at,
             )
         except TimingError as exc:
             logger.warning("Schedule %s could not be re-planned: %s", current.pk, exc)
@@ -641,8 +714,22 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
         current.next_run_at = new
         current.due_at = current.due_at_for(new)
         current.save(using=db, update_fields=["next_run_at", "due_at"])
+        saved.append(current.pk)
         _record(current, TZDATA, ScheduleChange.Action.REPLANNED, changes, db)
         moved += 1
+    calendars = Calendar.objects.using(db).filter(timezone__in=zones)
+    reading = set(
+        Schedule.objects.using(db)
+        .filter(kind=Schedule.Kind.CRON, timezone__in=zones)
+        .values_list("pk", flat=True)
+    )
+    for calendar_name in calendars.values_list("name", flat=True):
+        reading.update(_ids_naming(calendar_name, db))
+    unsaved = sorted(reading - set(saved))
+    if unsaved:
+        Schedule.objects.using(db).filter(pk__in=json_ids(unsaved, db)).update(
+            revision=F("revision") + 1
+        )
     return moved
 
 
@@ -666,11 +753,15 @@ def save_calendar(
     db = router.db_for_write(Calendar, instance=calendar)
     with transaction.atomic(using=db):
         adding = calendar._state.adding
+        before: LoadedCalendar | None = None
         if not adding:  # its row, locked: two edits of one calendar take turns
             locked = Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk)
             old_name = locked.values_list("name", flat=True).first()
             if old_name is not None and old_name != calendar.name:
                 _check_unused(old_name, db, "renamed")
+            # Its days as the schedules were planned with them: a re-plan keeps what they
+            # decided under them.
+            before = load_calendars([calendar.name], using=db).get(calendar.name)
         calendar.stamp = new_stamp()
         calendar.save(using=db)
         if chosen is not None:
@@ -679,7 +770,7 @@ def save_calendar(
                 ExcludedDay(calendar=calendar, day=day, name=(name or "")[:200])
                 for day, name in chosen.items()
             )
-        moved = 0 if adding else _replan_for_calendar(calendar.name, origin, db)
+        moved = 0 if adding else _replan_for_calendar(calendar.name, before, origin, db)
     if moved:
         logger.info("Calendar %r changed: re-planned %d schedule(s).", calendar.name, moved)
     return moved
@@ -706,10 +797,40 @@ def delete_calendar(calendar: Calendar, *, origin: Origin = PYTHON) -> None:
     schedule changes, so no change-log entry: the log line says who deleted it."""
     db = router.db_for_write(Calendar, instance=calendar)
     with transaction.atomic(using=db):
+        # Locked before the check: a schedule being saved with this name holds a share of
+        # the lock (``_lock_calendars``), so one of the two waits, then sees the other.
+        Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk).exists()
         _check_unused(calendar.name, db, "deleted")
         calendar.delete(using=db)
     who = getattr(origin.user, "username", None) or "nobody signed in"
     logger.info("Calendar %r deleted through %s by %s.", calendar.name, origin.source, who)
+
+
+def _lock_calendars(names: Sequence[str], db: str) -> None:
+    """Hold the calendars that a schedule being saved names until its transaction ends,
+    and refuse names that are gone (a ``ValidationError`` of ``calendars``): a calendar
+    deleted meanwhile, after the schedule was validated. ``delete_calendar`` locks the
+    calendar before it looks for the schedules that name it, so of the two, one waits and
+    then sees the other. On PostgreSQL a key share: schedules saved at once do not wait
+    for each other, only for a change of the calendar."""
+    if not names:
+        return
+    connection = connections[db]
+    calendars = Calendar.objects.using(db)
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(Calendar._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT name FROM {table} WHERE name = ANY(%s) FOR KEY SHARE", [list(names)]
+            )
+            found = {row[0] for row in cursor.fetchall()}
+    else:  # SQLite's write lock is held from the transaction's start
+        found = set(
+            calendars.select_for_update().filter(name__in=names).values_list("name", flat=True)
+        )
+    missing = [name for name in names if name not in found]
+    if missing:
+        raise ValidationError({"calendars": f"No calendar is named {', '.join(missing)}."})
 
 
 def _check_unused(name: str, db: str, done: str) -> None:
@@ -743,39 +864,89 @@ def _ids_naming(name: str, db: str) -> list[int]:
     return [pk for pk, names in named.iterator(chunk_size=2000) if name in (names or ())]
 
 
-def _replan_for_calendar(name: str, origin: Origin, db: str) -> int:
-    """Move the next run of each enabled schedule that names calendar ``name`` to where
-    the calendar now puts it: its first moment after now, or from its old next run on when
-    that is overdue (a backlog stays a backlog), never at or before its last run. The
-    change-log entry holds the next run before and after, and the calendar."""
+def _replan_for_calendar(name: str, before: LoadedCalendar | None, origin: Origin, db: str) -> int:
+    """Re-plan each schedule that names calendar ``name``, whose days were ``before``
+    (``timing.replan_calendar``): what a schedule decided under the old days stays decided
+    (an occurrence that ran is not run again where the new days would move it: a
+    "ran_before" record there), what it did not follows the new days (its next run moves;
+    a moved occurrence the change puts in the past is late, for the catch-up policy). The
+    change-log entry holds the next run before and after, and the calendar.
+
+    Every schedule that names it changes revision, moved or not: a claim that read the
+    row before this commits, and planned with the old days, then loses its conditional
+    advance instead of committing that plan. How many moved."""
     now = clock.now()
     moved = 0
-    rows = Schedule.objects.using(db).filter(pk__in=_ids_naming(name, db))
+    ids = _ids_naming(name, db)
+    saved: list[int] = []
+    rows = Schedule.objects.using(db).filter(pk__in=ids)
     for current in rows.select_for_update().order_by("pk").iterator(chunk_size=500):
         old = current.next_run_at
-        if not current.enabled or old is None:
+        if not current.enabled or old is None or before is None:
             continue
-        after = min(old - timing.ONE_MS, now)
-        if current.last_run_at is not None:
-            after = max(after, current.last_run_at)
         try:
-            found = timing.following(current.timing_spec, after, old, include_skipped=True)
+            found = _replan_one(current, name, before, now, db)
         except TimingError as exc:
             logger.warning("Schedule %s could not be re-planned: %s", current.pk, exc)
             continue
-        new = found.at if found is not None else None
-        if new == old:
+        if found == old:
             continue
-        current.next_run_at = new
-        current.due_at = current.due_at_for(new)
+        current.next_run_at = found
+        current.due_at = current.due_at_for(found)
         current.save(using=db, update_fields=["next_run_at", "due_at"])
+        saved.append(current.pk)
         changes = {
-            "next_run_at": [changelog.as_json(old), changelog.as_json(new)],
+            "next_run_at": [changelog.as_json(old), changelog.as_json(found)],
             "calendar": name,
         }
         _record(current, origin, ScheduleChange.Action.REPLANNED, changes, db)
         moved += 1
+    # The others (a save moved the counters of those that moved): the revision alone, as
+    # the scheduler's own advance moves it (no setting changed, so no version).
+    unsaved = sorted(set(ids) - set(saved))
+    if unsaved:
+        Schedule.objects.using(db).filter(pk__in=json_ids(unsaved, db)).update(
+            revision=F("revision") + 1
+        )
     return moved
+
+
+def _replan_one(
+    current: Schedule, name: str, before: LoadedCalendar, now: datetime, db: str
+) -> datetime | None:
+    """``_replan_for_calendar`` for one locked schedule: its next run under the new days,
+    and in the ledger what the change decides (records of occurrences that ran, late and
+    excluded ones)."""
+    new = current.timing_spec
+    loaded = {**load_calendars(current.calendars, using=db), name: before}
+    old = dataclasses.replace(
+        new, calendar=day_calendar(current.calendars, current.calendar_rule, using=db,
+                                   loaded=loaded)
+    )  # fmt: skip
+    assert current.next_run_at is not None
+    mark = current.fired_through or current.next_run_at - timing.ONE_MS
+    plan = timing.replan_calendar(old, new, fired_through=mark, now=now, anchor=current.next_run_at)
+    runs = Run.objects.using(db).filter(schedule=current)
+    # What earlier re-plans recorded ahead of the mark is derived: recorded again here.
+    runs.filter(skip_reason=timing.RAN_BEFORE, scheduled_for__gt=mark).exclude(
+        scheduled_for__in=[at for at, _note in plan.ran_before]
+    ).delete()
+    skipped = [(at, timing.RAN_BEFORE, note) for at, note in plan.ran_before]
+    skipped += [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
+    if plan.late:
+        policy = current.catch_up_policy
+        fire = timing.late_to_fire(policy, plan.late, now)
+        note = f"Moved by a change of calendar {name!r} to before now: late."
+        ledger.queue(current, fire, trigger=Run.Trigger.SCHEDULE, note=note, now=now,
+                     worker_id="calendar", using=db)  # fmt: skip
+        missed = [at for at in plan.late if at not in set(fire)]
+        skipped += [(at, timing.MISSED, f"{note} The catch-up policy ({policy.mode}) passed "
+                                        "it over.") for at in missed]  # fmt: skip
+        if fire:
+            _wake_after_commit(db, current.pk)
+    if skipped:
+        ledger.record_skipped(current, skipped, now=now, worker_id="calendar", using=db)
+    return plan.next_run_at
 
 
 # -- schedules declared in code -------------------------------------------------------------
@@ -917,9 +1088,11 @@ def _record_deleted(schedules: Iterable[Schedule], origin: Origin, db: str) -> N
 
 
 def _resume_moments(current: Schedule, now: datetime) -> list[timing.Moment]:
-    """Move a schedule being resumed past ``now`` on its grid; the occurrences passed over."""
+    """Move a schedule being resumed past ``now`` on its grid; the occurrences passed over
+    (what it fired through follows)."""
     passed, current.next_run_at = current.resume_plan(now)
     current.due_at = current.due_at_for(current.next_run_at)
+    current.passed_over(now)
     return passed
 
 
@@ -944,11 +1117,12 @@ def _decide_edit(current: Schedule, asked: set[str], now: datetime) -> _Edit:
         current.paused_at, current.pause_note = None, ""
         if not retimed:
             passed = _resume_moments(current, now)
-            fields += ["next_run_at", "due_at"]
+            fields += ["next_run_at", "due_at", "fired_through"]
     if retimed:
         current.next_run_at = current.first_run_at(now)
         current.due_at = current.due_at_for(current.next_run_at)
-        fields += ["next_run_at", "due_at"]
+        current.passed_over(now)
+        fields += ["next_run_at", "due_at", "fired_through"]
     return _Edit(fields, passed)
 
 
@@ -975,18 +1149,20 @@ def _record_paused_over(
     )
 
 
-def _occurrence_at(schedule: Schedule, at: datetime) -> bool:
-    """Whether ``at`` is the nominal time of an occurrence the schedule has yet to reach:
-    its next run (due or not, not claimed yet) or one after it. The claim that reaches it
-    records it under its key, so a run now must not take that key. (Occurrences it has
-    passed are in the ledger, fired or skipped.)"""
-    if schedule.next_run_at is None:
+def _occurrence_at(schedule: Schedule, at: datetime, pruned_through: datetime | None) -> bool:
+    """Whether ``at`` is the nominal time of an occurrence whose key a run now must not
+    take: one the schedule has yet to reach (its next run or later: the claim that reaches
+    it records it under its key), or one it passed whose run retention may have deleted
+    (at or before ``pruned_through``). The others it passed are in the ledger, fired or
+    skipped, where the insert of the run finds them."""
+    nominal = schedule.next_run_at
+    ahead = nominal is not None and at >= timing.truncate_ms(nominal)
+    pruned = pruned_through is not None and at <= pruned_through
+    if not (ahead or pruned):
         return False
-    nominal = timing.truncate_ms(schedule.next_run_at)
-    if at < nominal:
-        return False
+    anchor = timing.truncate_ms(nominal or schedule.fired_through or at)
     try:
-        return timing.is_moment(schedule.timing_spec, at, anchor=nominal)
+        return timing.is_moment(schedule.timing_spec, at, anchor=anchor)
     except TimingError:  # a row a bulk path wrote: the claim cannot evaluate it either
         return at == nominal
 
@@ -1008,7 +1184,8 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, now: datetime, 
     )
     schedule.next_run_at = following.at if following else None
     schedule.due_at = schedule.due_at_for(schedule.next_run_at)
-    schedule.save(using=db, update_fields=["next_run_at", "due_at"])
+    schedule.advance_mark(nominal)  # decided: replaced
+    schedule.save(using=db, update_fields=["next_run_at", "due_at", "fired_through"])
 
 
 def _occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:

@@ -49,6 +49,7 @@ The rules, in the order a reader meets them:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import hashlib
 import re
@@ -95,6 +96,8 @@ OVERLAP = "overlap"  # the previous run was still running
 PAUSED = "paused"  # the schedule was paused at the time
 REPLACED = "replaced"  # a "run now" took its place
 CALENDAR = "calendar"  # its day is excluded by one of the schedule's calendars
+# A calendar change moved here an occurrence that had run already: it does not run again.
+RAN_BEFORE = "ran_before"
 
 # How a daylight-saving change touched an occurrence (Moment.dst).
 DST_SHIFT = "shifted"  # the local time did not exist; moved forward by the gap
@@ -595,7 +598,14 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
 
 def moment_at(timing: Timing, at: datetime) -> Moment:
     """What the schedule has at ``at``: a skipped-local-time or excluded-day marker, or a
-    plain moment."""
+    plain moment. A next run on an excluded day is a marker wherever in the day it lies
+    (a re-plan puts one there when a day is excluded after it began): on an excluded day,
+    nothing fires."""
+    if _has_calendar(timing):
+        assert timing.calendar is not None
+        span = timing.calendar.span_at(at)
+        if span is not None:
+            return _excluded(Moment(at), span)
     if (timing.kind == CRON and timing.dst_gap == GAP_SKIP) or _has_calendar(timing):
         found = following(timing, at - ONE_MS, at, include_skipped=True)
         if found is not None and found.at == at:
@@ -662,11 +672,24 @@ class DayCalendar:
     # (zone, ISO weekdays): the days no occurrence is moved to, read in each calendar's zone.
     weekends: tuple[tuple[str, frozenset[int]], ...] = ()
     names: tuple[str, ...] = ()  # the calendars', for descriptions
+    # The zones its days and weekends are read in: when a schedule's is the only one, every
+    # moment of an excluded day moves by the same number of days (``_moves_by_whole_days``).
+    zones: frozenset[str] = frozenset()
     _starts: tuple[datetime, ...] = field(default=(), init=False, repr=False, compare=False)
+    # For each span, the end of the run of spans it starts that follow one another without
+    # a gap (a closure of many days): ``next_business`` jumps it in one step.
+    _run_ends: tuple[datetime, ...] = field(default=(), init=False, repr=False, compare=False)
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_starts", tuple(span.start for span in self.spans))
+        ends: list[datetime] = []
+        for span, following_span in zip(
+            reversed(self.spans), chain([None], reversed(self.spans)), strict=False
+        ):
+            touching = following_span is not None and following_span.start <= span.end
+            ends.append(ends[-1] if touching else span.end)
+        object.__setattr__(self, "_run_ends", tuple(reversed(ends)))
         # Hashed once: a timing that has one is a cache key (``_moved_from``).
         object.__setattr__(self, "_hash", hash((self.spans, self.move, self.weekends)))
 
@@ -685,9 +708,12 @@ class DayCalendar:
         """From (zone, day, label) triples: each day is its span in its zone, from its
         local midnight to the next (a midnight that does not exist is read as PEP 495's
         ``fold=0`` reads it: the instant the clocks jump)."""
+        listed = list(days)
+        week = tuple((zone, frozenset(wd)) for zone, wd in weekends)
+        zones = {zone for zone, _day, _label in listed} | {zone for zone, _wd in week}
         raw = sorted(
             ExcludedSpan(_local_midnight(day, zone), _local_midnight(day + ONE_DAY, zone), label)
-            for zone, day, label in days
+            for zone, day, label in listed
         )
         spans: list[ExcludedSpan] = []
         for span in raw:
@@ -698,12 +724,7 @@ class DayCalendar:
                 )
             else:
                 spans.append(span)
-        return cls(
-            tuple(spans),
-            move,
-            tuple((zone, frozenset(wd)) for zone, wd in weekends),
-            tuple(names),
-        )
+        return cls(tuple(spans), move, week, tuple(names), frozenset(zones))
 
     def span_at(self, at: datetime) -> ExcludedSpan | None:
         """The excluded span ``at`` falls in, or None."""
@@ -720,6 +741,36 @@ class DayCalendar:
         return not any(
             at.astimezone(get_zone(zone)).isoweekday() in days for zone, days in self.weekends
         )
+
+    def run_end_at(self, at: datetime) -> datetime | None:
+        """The end of the run of excluded days ``at`` falls in, or None (not excluded)."""
+        i = bisect.bisect_right(self._starts, at) - 1
+        if i >= 0 and at < self.spans[i].end:
+            return self._run_ends[i]
+        return None
+
+    def next_business(self, at: datetime, limit: datetime) -> datetime | None:
+        """The first instant from ``at`` on that an occurrence can be moved to (no span
+        holds it, no calendar's weekend), or None before ``limit``. A run of excluded days
+        is one step, a weekend day one more: about one step per stretch, not per day."""
+        while at < limit:
+            i = bisect.bisect_right(self._starts, at) - 1
+            if i >= 0 and at < self._run_ends[i]:
+                at = self._run_ends[i]
+                continue
+            weekend_end = self._weekend_end(at)
+            if weekend_end is None:
+                return at
+            at = weekend_end
+        return None
+
+    def _weekend_end(self, at: datetime) -> datetime | None:
+        """The next local midnight of a calendar whose weekend ``at`` falls on, or None."""
+        for zone_name, days in self.weekends:
+            local = at.astimezone(get_zone(zone_name))
+            if local.isoweekday() in days:
+                return _local_midnight(local.date() + ONE_DAY, zone_name)
+        return None
 
     def spans_after(self, at: datetime) -> Iterator[ExcludedSpan]:
         """The spans that end after ``at``, ascending."""
@@ -790,20 +841,130 @@ def _moved_following(
     best = None
     cursor = after
     while (moment := _plain_following(timing, cursor, anchor, include_skipped)) is not None:
-        span = calendar.span_at(moment.at)
-        if span is None:
+        run_end = calendar.run_end_at(moment.at)
+        if run_end is None:
             best = moment
             break
-        cursor = span.end - ONE_MS
+        cursor = run_end - ONE_MS  # past the whole run of excluded days at once
+    grid = _grid_key(timing, anchor)
     for span in calendar.spans_after(after - MOVE_REACH):
         if best is not None and span.start >= best.at:
             break  # what moves from here lands after it
-        for moved in _moved_from(timing, span, _grid_key(timing, anchor)):
-            if moved.at > after and (include_skipped or not moved.skipped):
-                if best is None or _earlier(moved, best):
-                    best = moved
-                break
+        moved = _first_moved(timing, span, grid, after, include_skipped, forward=True)
+        if moved is not None and (best is None or _earlier(moved, best)):
+            best = moved
     return best
+
+
+def _first_moved(
+    timing: Timing,
+    span: ExcludedSpan,
+    grid: datetime,
+    bound: datetime,
+    include_skipped: bool,
+    *,
+    forward: bool,
+) -> Moment | None:
+    """Of what ``span``'s moments become (moved, or the span's marker), the first after
+    ``bound`` going forward, or the first before it going backward. When every moment of
+    the span moves by the same number of days (``_moves_by_whole_days``), only the moments
+    around ``bound`` are looked at; otherwise the span's whole list (``_moved_from``)."""
+    if _moves_by_whole_days(timing):
+        days = _business_day_after(timing.calendar, span.start, timing.timezone)
+        if days is not None and _every_day(timing) and timing.end_at is None:
+            # A cron that matches the same wall times every day lands each moved moment on
+            # one of the business day's own: that moment is the occurrence (fired once).
+            return None
+        if days is None:  # nothing moves: the span is its marker alone
+            if not include_skipped:
+                return None
+            marker = _plain_following(timing, span.start - ONE_MS, grid, True)
+            if marker is None or marker.at >= span.end:
+                return None
+            beyond = marker.at > bound if forward else marker.at < bound
+            return _excluded(marker, span) if beyond else None
+        placed, found = _shifted(timing, span, grid, days, bound, include_skipped, forward=forward)
+        if placed:
+            return found
+    moved = _moved_from(timing, span, grid)
+    for candidate in moved if forward else reversed(moved):
+        beyond = candidate.at > bound if forward else candidate.at < bound
+        if beyond and (include_skipped or not candidate.skipped):
+            return candidate
+    return None
+
+
+def _moves_by_whole_days(timing: Timing) -> bool:
+    """Whether every moment of an excluded day moves by the same number of days: the
+    schedule's zone is the only one its calendars read days in (a span is then a whole
+    local day of its own, and a day is a business day or not as a whole), and its DST
+    policy skips no local time (a skipped time stays a marker on the excluded day)."""
+    calendar = timing.calendar
+    assert calendar is not None
+    return calendar.zones == {timing.timezone} and not (
+        timing.kind == CRON and timing.dst_gap == GAP_SKIP
+    )
+
+
+def _every_day(timing: Timing) -> bool:
+    """Whether the timing is a cron whose day, month and weekday fields are all ``*``: it
+    matches the same wall times on every day."""
+    if timing.kind != CRON:
+        return False
+    return all(expr.split(" ")[-3:] == ["*", "*", "*"] for expr in cron_expressions(timing.cron))
+
+
+@functools.lru_cache(maxsize=4096)
+def _business_day_after(calendar: DayCalendar, start: datetime, zone_name: str) -> int | None:
+    """How many days after the local day that starts at ``start`` the next business day
+    comes (within MAX_MOVE_DAYS), or None."""
+    day = start.astimezone(get_zone(zone_name)).date()
+    found = calendar.next_business(
+        _local_midnight(day + ONE_DAY, zone_name),
+        _local_midnight(day + timedelta(days=MAX_MOVE_DAYS + 1), zone_name),
+    )
+    if found is None:
+        return None
+    return (found.astimezone(get_zone(zone_name)).date() - day).days
+
+
+def _shifted(
+    timing: Timing,
+    span: ExcludedSpan,
+    grid: datetime,
+    days: int,
+    bound: datetime,
+    include_skipped: bool,
+    *,
+    forward: bool,
+) -> tuple[bool, Moment | None]:
+    """``_first_moved`` for a span whose moments all move ``days`` days
+    (``_moves_by_whole_days``): walk its moments from the one whose landing is near
+    ``bound``. Whether it could tell, and the moment: it cannot when one cannot move (it
+    would land past the schedule's end), as the span's marker is at the first of those,
+    which takes the whole list (``_moved_from``) to place."""
+    zone = get_zone(timing.timezone)
+    shift = timedelta(days=days)
+    if forward:
+        start = max(span.start - ONE_MS, bound - shift - OFFSET_SPAN)
+        moment = _plain_following(timing, start, grid, True)
+    else:
+        start = min(span.end, bound - shift + OFFSET_SPAN + ONE_MS)
+        moment = _plain_preceding(timing, start, grid, True)
+    while moment is not None and span.start <= moment.at < span.end:
+        wall = moment.wall or moment.at.astimezone(zone).replace(tzinfo=None)
+        landed = _moments_of_wall(wall + shift, zone, timing.dst_gap, timing.dst_fold)
+        if timing.end_at is not None and landed[0].at > timing.end_at:
+            return False, None
+        for m in landed if forward else reversed(landed):
+            beyond = m.at > bound if forward else m.at < bound
+            if beyond and (include_skipped or not m.skipped):
+                return True, Moment(truncate_ms(m.at), m.dst, m.wall, CAL_MOVED, span.label)
+        if forward:
+            moment = _plain_following(timing, moment.at, grid, True)
+        else:
+            moment = _plain_preceding(timing, moment.at, grid, True)
+    return True, None
 
 
 def _moved_preceding(
@@ -820,14 +981,13 @@ def _moved_preceding(
             best = moment
             break
         cursor = span.start
+    grid = _grid_key(timing, anchor)
     for span in calendar.spans_before(before):
         if best is not None and span.end + MOVE_REACH < best.at:
             break  # what moves from here lands before it
-        for moved in reversed(_moved_from(timing, span, _grid_key(timing, anchor))):
-            if moved.at < before and (include_skipped or not moved.skipped):
-                if best is None or _later(moved, best):
-                    best = moved
-                break
+        moved = _first_moved(timing, span, grid, before, include_skipped, forward=False)
+        if moved is not None and (best is None or _later(moved, best)):
+            best = moved
     return best
 
 
@@ -842,14 +1002,33 @@ def _grid_key(timing: Timing, anchor: datetime) -> datetime:
 
 @functools.lru_cache(maxsize=256)
 def _moved_from(timing: Timing, span: ExcludedSpan, anchor: datetime) -> tuple[Moment, ...]:
-    """Every plain moment in ``span``, where it goes, by instant."""
+    """Where the plain moments in ``span`` go, by instant: each moved one where it lands,
+    and one marker for those that cannot move, at the first of them (a day is recorded
+    once). A span with no business day within reach is that marker alone, found without
+    walking its moments (a closure of months costs a step a day, not a step a moment)."""
+    first = _plain_following(timing, span.start - ONE_MS, anchor, True)
+    if first is None or first.at >= span.end:
+        return ()
+    calendar = timing.calendar
+    assert calendar is not None
+    # A moved moment lands at its local time a whole number of days later: none can land
+    # before a day after the span's start (less a DST change), nor after MOVE_REACH.
+    reach = span.end + MOVE_REACH
+    if calendar.next_business(span.start + ONE_DAY - OFFSET_SPAN, reach) is None:
+        return (_excluded(first, span),)
     found: list[Moment] = []
-    after = span.start - ONE_MS
-    while (moment := _plain_following(timing, after, anchor, True)) is not None:
-        if moment.at >= span.end or len(found) > MAX_WALL_STEPS:
-            break
-        found.extend(_moved(timing, moment, span))
-        after = moment.at
+    marker: Moment | None = None
+    moment: Moment | None = first
+    steps = 0
+    while moment is not None and moment.at < span.end and steps <= MAX_WALL_STEPS:
+        for landed in _moved(timing, moment, span):
+            if landed.calendar == CAL_SKIPPED:  # cannot move
+                if marker is not None:
+                    continue
+                marker = landed
+            found.append(landed)
+        steps += 1
+        moment = _plain_following(timing, moment.at, anchor, True)
     return tuple(sorted(found, key=lambda m: (m.at, _touched(m))))
 
 
@@ -863,7 +1042,12 @@ def _moved(timing: Timing, moment: Moment, span: ExcludedSpan) -> tuple[Moment, 
     assert calendar is not None
     zone = get_zone(timing.timezone)
     wall = moment.wall or moment.at.astimezone(zone).replace(tzinfo=None)
-    for days in range(1, MAX_MOVE_DAYS + 1):
+    # The days before the first business instant are passed over without a look.
+    business = calendar.next_business(moment.at + ONE_DAY - OFFSET_SPAN, moment.at + MOVE_REACH)
+    if business is None:
+        return (_excluded(moment, span),)
+    first_day = max(1, (business - moment.at - OFFSET_SPAN) // ONE_DAY)
+    for days in range(first_day, MAX_MOVE_DAYS + 1):
         try:
             landed = _moments_of_wall(wall + timedelta(days=days), zone, timing.dst_gap,
                                       timing.dst_fold)  # fmt: skip
@@ -889,6 +1073,162 @@ def calendar_note(moment: Moment) -> str:
     if moment.calendar == CAL_MOVED:
         return f"Moved to the next business day from {moment.excluded}."
     return ""
+
+
+# -- re-planning when a calendar's days change ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Replan:
+    """What a change of a schedule's excluded days does to it (``replan_calendar``)."""
+
+    next_run_at: datetime | None
+    # Where an occurrence that ran already lands under the new days, with no occurrence
+    # left to run there: recorded as skipped ("ran_before") so that nothing runs it again.
+    ran_before: list[tuple[datetime, str]] = field(default_factory=list)
+    # Moved occurrences that had not run and that the new days put at or before what the
+    # schedule fired through: late now, for the catch-up policy.
+    late: list[datetime] = field(default_factory=list)
+    # Moved occurrences that had not run and that can no longer move: recorded as skipped.
+    excluded: list[Moment] = field(default_factory=list)
+
+
+def replan_calendar(
+    old: Timing, new: Timing, *, fired_through: datetime, now: datetime, anchor: datetime
+) -> Replan:
+    """Where a schedule goes when its excluded days change from ``old``'s to ``new``'s,
+    having fired through ``fired_through`` (every occurrence of the old timeline up to it
+    fired or was passed over). What it decided stays decided; what it did not follows the
+    new days:
+
+    - skipping: the next run is the new timeline's first moment after the mark. A day
+      the old days excluded, whose marker the schedule passed, stays passed up to ``now``
+      (its later moments run if the day is no longer excluded). A day excluded after it
+      began is marked from its next moment on (the claim records it once).
+    - moving: an occurrence is identified by where it comes from (its own local time on
+      its own day): one that ran is not run again where the new days would move it (a
+      ``ran_before`` record there, unless another occurrence lands there too); one that
+      was moved and had not run lands where the new days put it, and if that is at or
+      before the mark it is ``late``; one that can no longer move is ``excluded``.
+
+    The work is bounded by the occurrences of the excluded days within MOVE_REACH before
+    the mark (the only ones a change can move across it)."""
+    if new.calendar is None or not new.calendar.move or old.calendar is None:
+        return Replan(_skipping_next(old, new, fired_through, now, anchor))
+    mark = fired_through
+    base = dataclasses.replace(new, calendar=None)
+    origins = _origins_near(base, (old.calendar, new.calendar), mark - MOVE_REACH, mark, anchor)
+    pending: list[Moment] = []
+    decided: list[Moment] = []
+    for origin in origins:
+        if any(m.at > mark for m in _landings(old, origin)):
+            pending.append(origin)
+        else:
+            decided.append(origin)
+    ran_before: list[tuple[datetime, str]] = []
+    late: list[datetime] = []
+    excluded: list[Moment] = []
+    still_pending: set[datetime] = set()
+    for origin in pending:
+        landed = _landings(new, origin)
+        span = new.calendar.span_at(origin.at)
+        if not landed and span is not None:
+            excluded.append(_excluded(origin, span))
+        for moment in landed:
+            if moment.at > mark:
+                still_pending.add(moment.at)
+            else:
+                late.append(moment.at)
+    candidates = sorted({m.at for o in decided for m in _landings(new, o) if m.at > mark})
+    grid = _grid_key(new, anchor)
+    names = ", ".join(new.calendar.names)
+    note = f"Ran already, before a change of the excluded days moved it here (calendar {names})."
+    for at in candidates:
+        if at not in still_pending and not _lands_from_after(new, base, at, mark, anchor, grid):
+            ran_before.append((at, note))
+    guarded = {at for at, _note in ran_before}
+    after = mark
+    while (found := following(new, after, anchor, include_skipped=True)) is not None:
+        if found.at not in guarded:
+            break
+        after = found.at
+    return Replan(found.at if found is not None else None, ran_before, sorted(late), excluded)
+
+
+def _skipping_next(
+    old: Timing, new: Timing, mark: datetime, now: datetime, anchor: datetime
+) -> datetime | None:
+    """``replan_calendar`` for a schedule that skips excluded days."""
+    after = mark
+    passed = old.calendar.span_at(mark) if old.calendar is not None else None
+    if passed is not None:  # its marker was recorded: the day is passed over up to now
+        after = max(mark, min(now, passed.end - ONE_MS))
+    elif new.calendar is not None and (entered := new.calendar.span_at(mark)) is not None:
+        # Excluded after it began: the day's next moment is its marker.
+        inside = _plain_following(new, mark, anchor, True)
+        if inside is not None and inside.at < entered.end:
+            return inside.at
+    found = following(new, after, anchor, include_skipped=True)
+    return found.at if found is not None else None
+
+
+def _origins_near(
+    base: Timing,
+    calendars: tuple[DayCalendar, DayCalendar],
+    start: datetime,
+    end: datetime,
+    anchor: datetime,
+) -> list[Moment]:
+    """The plain moments in (start, end] that lie on a day either calendar excludes."""
+    found: dict[datetime, Moment] = {}
+    for calendar in calendars:
+        for span in calendar.spans_after(start):
+            if span.start > end:
+                break
+            after = max(span.start - ONE_MS, start)
+            steps = 0
+            while (moment := _plain_following(base, after, anchor, True)) is not None:
+                if moment.at >= span.end or moment.at > end or steps > MAX_WALL_STEPS:
+                    break
+                found.setdefault(moment.at, moment)
+                after, steps = moment.at, steps + 1
+    return [found[at] for at in sorted(found)]
+
+
+def _landings(spec: Timing, origin: Moment) -> tuple[Moment, ...]:
+    """Where the plain moment ``origin`` fires under ``spec``'s days: itself on a day they
+    do not exclude, the moved moment(s) on one they do; none when it is skipped, cannot
+    move, or is a local time the DST policy skips."""
+    if origin.skipped:
+        return ()
+    calendar = spec.calendar
+    span = calendar.span_at(origin.at) if calendar is not None else None
+    if span is None:
+        return (origin,)
+    if not calendar or not calendar.move:
+        return ()
+    return tuple(m for m in _moved(spec, origin, span) if m.calendar == CAL_MOVED and not m.skipped)
+
+
+def _lands_from_after(
+    spec: Timing, base: Timing, at: datetime, mark: datetime, anchor: datetime, grid: datetime
+) -> bool:
+    """Whether an occurrence that has not run lands at ``at`` under ``spec``: its own
+    plain moment on a day not excluded, or one moved there from a day after ``mark``."""
+    own = _plain_following(base, at - ONE_MS, anchor, True)
+    calendar = spec.calendar
+    assert calendar is not None
+    if own is not None and own.at == at and not own.skipped and calendar.span_at(at) is None:
+        return True
+    for span in calendar.spans_after(mark):
+        if span.start >= at:
+            break
+        if span.start <= mark:
+            continue  # its moments up to the mark are decided; later ones land later
+        moved = _first_moved(spec, span, grid, at - ONE_MS, False, forward=True)
+        if moved is not None and moved.at == at:
+            return True
+    return False
 
 
 # -- cron on the local wall clock ----------------------------------------------------------
@@ -1226,6 +1566,9 @@ class DuePlan:
     skips: list[Skip] = field(default_factory=list)  # ascending, at most the record limit
     next_run_at: datetime | None = None  # None: the schedule is finished
     due_at: datetime | None = None
+    # The latest moment it decided (fired, buffered or skipped): what the schedule has fired
+    # through once the claim commits.
+    through: datetime | None = None
 
 
 def plan_due(
@@ -1286,7 +1629,8 @@ def plan_due(
                 f"UTC were passed over too; only the most recent {skips_recorded} are recorded "
                 f"(SCHEDULINATOR['MAX_SKIPS_RECORDED'])."
             )
-    plan = DuePlan(fire=[m.at for m, _d in fire], skips=skips)
+    through = due[-1][0].at if due else None
+    plan = DuePlan(fire=[m.at for m, _d in fire], skips=skips, through=through)
     finished = runs_left is not None and runs_left - len(fire) <= 0
     if upcoming is not None and not finished:
         plan.next_run_at, plan.due_at = upcoming[0].at, upcoming[1]
@@ -1321,8 +1665,8 @@ def _plan_one(
     if catch_up.mode == CATCH_UP_ALL and late > catch_up.window:
         return None
     if after is None or runs_left == 1:
-        return DuePlan(fire=[nominal])  # finished
-    return DuePlan(fire=[nominal], next_run_at=after.at, due_at=after.at)
+        return DuePlan(fire=[nominal], through=nominal)  # finished
+    return DuePlan(fire=[nominal], next_run_at=after.at, due_at=after.at, through=nominal)
 
 
 def _due_moments(
@@ -1359,6 +1703,13 @@ def _pick(
     else:  # latest
         return occurred[-1:]
     return fire[-catch_up.max_runs :]
+
+
+def late_to_fire(catch_up: CatchUp, late: Iterable[datetime], now: datetime) -> list[datetime]:
+    """Of occurrences that are late at ``now`` (each due at its nominal time), those the
+    catch-up policy fires, ascending."""
+    occurred = [(Moment(at), at) for at in sorted(late)]
+    return [moment.at for moment, _due in _pick(catch_up, occurred, now)]
 
 
 def _skip(timing: Timing, catch_up: CatchUp, moment: Moment, late: timedelta) -> Skip:

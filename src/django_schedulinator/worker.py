@@ -33,6 +33,7 @@ from .chores import Chores
 from .claiming import Claimer, Counters, Plan
 from .conf import MAX_BATCH_SIZE, app_settings
 from .dispatch import BaseDispatcher, dispatchers
+from .errors import OutdatedZoneRules
 from .heartbeat import HeartbeatKeeper
 from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from .lanes import STOP_RECORD_SECONDS, Lanes
@@ -120,6 +121,8 @@ class Worker:
             moved_on=self._moved_on,
         )
         self.stopping = False
+        # Why the loop ended on its own, if it refused to go on (run_scheduler exits 1).
+        self.exit_error = ""
         self.stop_signal = ""  # the signal that stopped the loop (set by _on_signal)
         self._stop_signal_logged = False
         # The shard count the index was built for, when it is not this process's (logged
@@ -174,6 +177,11 @@ class Worker:
             while not self.stopping:
                 try:
                     result = self.run_pass()
+                except OutdatedZoneRules as exc:
+                    # Never plans with rules older than those recorded: stops, and says why.
+                    logger.error("%s", exc)
+                    self.last_error = self.exit_error = str(exc)
+                    break
                 except TRANSIENT_ERRORS as exc:
                     failures += 1
                     self.last_error = f"{type(exc).__name__}: {exc}"

@@ -17,6 +17,8 @@ module is the pure part: which database, the offsets, the comparison, the new in
 from __future__ import annotations
 
 import bisect
+import functools
+import re
 import zoneinfo
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -94,6 +96,38 @@ def _version_in(path: Path) -> str:
         return (path / "+VERSION").read_text(encoding="utf-8").strip() or "unknown"
     except OSError:
         return "unknown"
+
+
+_RELEASE = re.compile(r"^(\d{4})([a-z]+)$")
+
+
+def newer(release: str | None, than: str | None) -> bool:
+    """Whether tz database release ``release`` ("2025a") came out after ``than`` ("2024b").
+    A release that does not read as one ("unknown", None) is newer than nothing, and
+    nothing is newer than it."""
+    first = _RELEASE.match(release or "")
+    second = _RELEASE.match(than or "")
+    if first is None or second is None:
+        return False
+    return (first[1], len(first[2]), first[2]) > (second[1], len(second[2]), second[2])
+
+
+@functools.cache
+def release_in_use() -> str | None:
+    """The release of the database this process reads zones from, read once: ``zoneinfo``
+    keeps the rules of a zone it has loaded, whatever is installed later."""
+    database = in_use()
+    return database.version if database is not None else None
+
+
+def outdated_message(recorded: str, mine: str | None) -> str:
+    return (
+        f"The next runs were planned with time-zone database {recorded}, newer than the "
+        f"{mine or 'unknown'} this process reads: its plans would follow the old rules "
+        "(early or late runs in the zones whose rules changed). This scheduler does not "
+        f"claim: install {recorded} or newer here (the tzdata package, or the system's "
+        "zoneinfo) and start it again."
+    )
 
 
 def zones() -> set[str]:

@@ -30,8 +30,10 @@ def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
     """One scheduler pass here, committed as the scheduler's (``passes.scheduler_pass``;
     ``schedule``: made due again first)."""
     if schedule is not None:
-        Schedule.objects.filter(pk=schedule.pk).update(
-            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)), due_at=None
+        Schedule.objects.filter(pk=schedule.pk).update(  # as if nothing had fired yet
+            next_run_at=truncate_ms(timezone.now() - timedelta(seconds=1)),
+            due_at=None,
+            fired_through=None,
         )
         resync_schedules([schedule.pk])
     scheduler_pass(worker_id)

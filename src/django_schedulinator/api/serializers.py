@@ -339,6 +339,11 @@ class BackfillSerializer(serializers.Serializer[Any]):
     start = DateTimeField(help_text="The first time of the range (ISO 8601).")
     end = DateTimeField(help_text="The last time of the range, not after now.")
     dry_run = serializers.BooleanField(default=False, help_text="Count, queue nothing.")
+    rerun_pruned = serializers.BooleanField(
+        default=False,
+        help_text="Run again the occurrences whose runs retention deleted, although some may "
+        "have run (without it, such a range is refused with 409).",
+    )
 
 
 class BackfillReportSerializer(serializers.Serializer[Any]):
@@ -347,6 +352,9 @@ class BackfillReportSerializer(serializers.Serializer[Any]):
     queued = serializers.IntegerField(help_text="New runs queued.")
     requeued = serializers.IntegerField(help_text="Skipped runs turned into runs.")
     already = serializers.IntegerField(help_text="Occurrences that fired or are queued.")
+    rerun_pruned = serializers.IntegerField(
+        help_text="Of those queued: occurrences whose runs retention deleted (rerun_pruned)."
+    )
 
 
 class PreviewQuerySerializer(serializers.Serializer[Any]):

@@ -31,7 +31,7 @@ from rest_framework.views import APIView
 from .. import calendars, clock, keys, outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
-from ..errors import InvalidKey, ScheduleDeleted, ServiceError, VersionConflict
+from ..errors import InvalidKey, PrunedRange, ScheduleDeleted, ServiceError, VersionConflict
 from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
 from ..heartbeat import alive
 from ..index import get_index
@@ -418,7 +418,17 @@ class ScheduleViewSet(
 
     @extend_schema(
         request=s.BackfillSerializer,
-        responses={200: s.BackfillReportSerializer, **INVALID, **NO_SCHEDULE, **REFUSED},
+        responses={
+            200: s.BackfillReportSerializer,
+            **INVALID,
+            **NO_SCHEDULE,
+            409: OpenApiResponse(
+                s.ErrorSerializer,
+                description="Retention deleted runs of the range: whether they ran cannot be "
+                "told. The detail names the range; send rerun_pruned to run them again.",
+            ),
+            **REFUSED,
+        },
     )
     @action(detail=True, **ON_ONE_SCHEDULE, methods=["post"])
     def backfill(self, request: Request, pk: str | None = None) -> Response:
@@ -429,7 +439,12 @@ class ScheduleViewSet(
         data = body.validated_data
         report = self._act(
             lambda: services.backfill(
-                schedule, data["start"], data["end"], dry_run=data["dry_run"], origin=self.origin
+                schedule,
+                data["start"],
+                data["end"],
+                dry_run=data["dry_run"],
+                rerun_pruned=data["rerun_pruned"],
+                origin=self.origin,
             )
         )
         return Response(s.BackfillReportSerializer(report).data)
@@ -493,7 +508,8 @@ class ScheduleViewSet(
         self, run: Callable[[], Any], refusal: Callable[[int], APIException] | None = None
     ) -> Any:
         """Run a service; its refusals become answers that say why: 400, 404 for a schedule
-        deleted meanwhile, and ``refusal`` (409 or 412) for one edited meanwhile."""
+        deleted meanwhile, ``refusal`` (409 or 412) for one edited meanwhile, and 409 for a
+        backfill over runs that retention deleted."""
         try:
             return run()
         except VersionConflict as exc:
@@ -502,6 +518,8 @@ class ScheduleViewSet(
             raise refusal(exc.current) from None
         except ScheduleDeleted:  # deleted since it was looked up
             raise Http404 from None
+        except PrunedRange as exc:  # a backfill over runs retention deleted: 409, says which
+            raise Conflict(str(exc)) from None
         except ServiceError as exc:
             raise ValidationError({"detail": str(exc)}) from None
         except DjangoValidationError as exc:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import MAX_BATCH_SIZE
+from ...errors import OutdatedZoneRules
 from ...services import replan_for_zone_rules, sync_declared
 from ...worker import Worker
 
@@ -184,6 +185,8 @@ class Command(BaseCommand):
         finally:
             if server is not None:
                 server.close()
+        if worker.exit_error:
+            raise CommandError(worker.exit_error)
 
 
 def serve_metrics(worker: Worker, port: int, addr: str) -> ProbeServer:
@@ -220,6 +223,8 @@ def check_zone_rules() -> None:
     "When a zone's rules change"). A failure is logged, and the scheduler goes on."""
     try:
         replan_for_zone_rules()
+    except OutdatedZoneRules as exc:  # this process must not plan at all
+        raise CommandError(str(exc)) from exc
     except Exception:
         logger.exception(
             "Could not compare the time-zone database with the one the next runs were "

@@ -99,6 +99,12 @@ class Command(BaseCommand):
         fill.add_argument("--from", dest="start", required=True, metavar="TIME")
         fill.add_argument("--to", dest="end", required=True, metavar="TIME")
         fill.add_argument("--dry-run", action="store_true", help="Count, queue nothing.")
+        fill.add_argument(
+            "--rerun-pruned",
+            action="store_true",
+            help="Run again the occurrences whose runs retention deleted, although some may "
+            "have run (without it, such a range is refused).",
+        )
         action(
             "grace",
             "Set, clear or show how long after its nominal time each run must have "
@@ -173,11 +179,23 @@ class Command(BaseCommand):
     def _backfill(self, schedule: Schedule, options: dict[str, Any]) -> None:
         start = self._time(options["start"], "--from", schedule)
         end = self._time(options["end"], "--to", schedule)
-        report = backfill(schedule, start, end, dry_run=options["dry_run"], origin=COMMAND)
+        report = backfill(
+            schedule,
+            start,
+            end,
+            dry_run=options["dry_run"],
+            rerun_pruned=options["rerun_pruned"],
+            origin=COMMAND,
+        )
         verb = "Would queue" if report.dry_run else "Queued"
+        again = (
+            f" ({report.rerun_pruned} of them pruned from the ledger: they may have run)"
+            if report.rerun_pruned
+            else ""
+        )
         self.stdout.write(
             f"{report.occurrences} occurrence(s) from {start.isoformat()} to {end.isoformat()}: "
-            f"{verb} {report.queued} new and {report.requeued} skipped before; "
+            f"{verb} {report.queued} new{again} and {report.requeued} skipped before; "
             f"{report.already} already in the ledger."
         )
 

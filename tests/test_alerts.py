@@ -280,8 +280,7 @@ def test_a_run_cancelled_by_a_pause_is_not_a_miss() -> None:
 def test_skipped_occurrences_wait_for_nothing() -> None:
     schedule = due(catch_up="skip")
     Schedule.objects.filter(pk=schedule.pk).update(  # none of them within the misfire grace
-        fired_through=None,
-        next_run_at=truncate_ms(timezone.now() - timedelta(hours=3, minutes=30))
+        fired_through=None, next_run_at=truncate_ms(timezone.now() - timedelta(hours=3, minutes=30))
     )
     resync_schedules([schedule.pk])
     fire()

@@ -184,6 +184,11 @@ class Lanes:
             depths[alias] = (len(waiting), None if oldest is None else now - oldest)
         return depths
 
+    def recorder_backlog(self) -> tuple[int, int, float | None]:
+        """The recorder's backlog (``OutcomeRecorder.backlog``); nothing while not running."""
+        recorder = self.recorder
+        return (0, 0, None) if recorder is None else recorder.backlog()
+
     def lane(self, alias: str) -> Lane:
         lane = self._lanes.get(alias)
         if lane is None:

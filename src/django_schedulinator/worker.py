@@ -318,6 +318,11 @@ class Worker:
         """Each lane's batches waiting, and how long the oldest has waited (lanes.py)."""
         return self.lanes.depths()
 
+    def recorder_backlog(self) -> tuple[int, int, float | None]:
+        """Batches and outcomes handed to the recorder and not written yet, and how long
+        ago the oldest was handed over (recording.py)."""
+        return self.lanes.recorder_backlog()
+
     def close(self) -> None:
         """Close every dispatcher this scheduler built or was given (lanes.py), and this
         thread's instances of the aliases (``dispatchers``: validation and the status)."""

@@ -463,7 +463,7 @@ def _startup_nodes(
                 "REDIS", f"{where} must be a redis:// or rediss:// URL of a node, got {url!r}"
             )
         try:
-            parsed = parse_url(url)
+            parsed = parse_url(url)  # type: ignore[no-untyped-call]
         except ValueError as exc:
             raise _error("REDIS", f"{where} cannot be read: {exc}") from None
         host, port = parsed.pop("host", None), parsed.pop("port", 6379)

@@ -106,7 +106,8 @@ def _build(config: RedisConfig) -> Any:
         if config.startup_nodes:
             # The nodes the client may ask for the slot map, the URL's among them: one of
             # them down (the first, even) is no outage while another answers.
-            options["startup_nodes"] = [ClusterNode(h, p) for h, p in config.startup_nodes]
+            nodes = config.startup_nodes
+            options["startup_nodes"] = [ClusterNode(h, p) for h, p in nodes]  # type: ignore[no-untyped-call]
         return RedisCluster.from_url(config.url, **options)
     return redis.Redis.from_url(config.url, **options)
 

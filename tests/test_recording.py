@@ -5,6 +5,7 @@ writes what waits."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from datetime import timedelta
@@ -15,11 +16,14 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_schedulinator.claiming import Claimer
+from django_schedulinator.heartbeat import HeartbeatKeeper, RecorderBacklog, alive
+from django_schedulinator.index import get_index
 from django_schedulinator.leases import Leased
+from django_schedulinator.metrics import serve
 from django_schedulinator.models import Run
 from django_schedulinator.worker import Worker
 
-from .support.processes import wait_for
+from .support.processes import get, wait_for
 from .support.schedules import make_schedule
 
 pytestmark = [
@@ -109,3 +113,50 @@ def test_batches_that_wait_for_a_held_up_recorder_are_written_together_and_stay_
     assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
     # The three that waited went in one transaction after the first batch's own.
     assert writes[-1] == len(rest), writes
+
+
+def test_the_recorders_backlog_is_in_the_heartbeat_and_the_metrics() -> None:
+    """Outcomes waiting to be written are a backlog like a lane's (issue 32, item 20): the
+    heartbeat (scheduler_status, the API) and /metrics say how many, and for how long."""
+    worker = Worker(worker_id="t")
+    first, *rest = commit_batches(worker, 3)
+    writing, release = threading.Event(), threading.Event()
+    record = worker.claimer.record
+
+    def held(batches: Any, dispatcher: Any) -> set[int]:
+        writing.set()
+        release.wait(30)  # the database is slow: the recorder waits in its write
+        return record(batches, dispatcher)
+
+    worker.claimer.record = held  # type: ignore[method-assign]
+    server = serve(worker, port=0, addr="127.0.0.1")
+    index = get_index()
+    keeper = HeartbeatKeeper(worker, index, every=60)
+    worker.lanes.start()
+    try:
+        assert keeper.beat().recorder == RecorderBacklog(0, 0, None)
+        worker.lanes.put(first)
+        writing.wait(30)
+        for leased in rest:
+            worker.lanes.put(leased)
+        wait_for(lambda: worker.recorder_backlog()[0] == 3)
+
+        keeper.beat()
+        [beat] = alive(index)
+        assert (beat.recorder.batches, beat.recorder.outcomes) == (3, 3)
+        assert beat.recorder.oldest_seconds is not None
+        assert beat.recorder.oldest_seconds > 0
+        assert beat.as_dict()["recorder"]["outcomes"] == 3
+        scraped = get(server.port, "/metrics").text
+        assert "schedulinator_recorder_batches 3.0" in scraped
+        assert "schedulinator_recorder_outcomes 3.0" in scraped
+        oldest = re.search(r"^schedulinator_recorder_oldest_seconds (\S+)$", scraped, re.M)
+        assert oldest is not None
+        assert float(oldest.group(1)) > 0
+    finally:
+        release.set()
+        wait_for(lambda: worker.recorder_backlog() == (0, 0, None))
+        worker.lanes.stop()
+        server.close()
+        keeper.remove()
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}

@@ -135,6 +135,40 @@ def test_schedules_fire_once_through_a_redis_cluster(
 
 
 @pytest.mark.subprocess
+def test_a_scheduler_started_after_its_first_startup_node_died_finds_the_cluster(
+    cluster: RedisClusterServers, key_prefix: str, schedulers: Schedulers, settings: Any
+) -> None:
+    """REDIS["URL"] named one node: a process started once that node had died could not
+    find the cluster, though the cluster had failed over and served every slot (issue 32,
+    item 20). A list of startup nodes is tried node by node."""
+    # The master of the index's slot dies, and its replica has taken over: the cluster
+    # serves every slot again. The dead node is the one the setting names first.
+    key = DueIndex().due_key
+    dead = cluster.master_of(key)
+    cluster.fail_over(key)
+    alive = [node for node in cluster.nodes if node.proc is not None]
+    one = {"URL": dead.url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": one}
+    with pytest.raises(redis.ConnectionError, match="No node of the Redis Cluster"):
+        get_redis()
+
+    several = {**one, "URL": [dead.url, alive[0].url, alive[1].url]}
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": several}
+    assert isinstance(get_redis(), redis.cluster.RedisCluster)
+    proc = start_scheduler(schedulers, key_prefix, several)
+    schedules = every_second(3)
+    wait_for(
+        lambda: (
+            len(receipts_per_schedule()) == len(schedules)
+            and min(receipts_per_schedule().values()) >= 2
+        )
+    )
+    log = stop(proc)
+    assert "Scheduler pass failed" not in log, log
+    assert_each_occurrence_fired_once()
+
+
+@pytest.mark.subprocess
 def test_a_failed_over_master_loses_no_schedule_and_doubles_no_run(
     cluster: RedisClusterServers, key_prefix: str, schedulers: Schedulers
 ) -> None:
@@ -453,6 +487,14 @@ def indexed_ids(index: DueIndex) -> set[int]:
         ({"SENTINELS": [["h", 26379]]}, "['SERVICE_NAME'] must name the Sentinel service"),
         ({"SENTINELS": [["h", 26379]], "SERVICE_NAME": "m", "URL": "redis://x"}, "not both"),
         ({"URL": "redis://x", "SERVICE_NAME": "m"}, "goes with SENTINELS"),
+        ({"URL": ["redis://a:7000", "redis://b:7000"]}, "only a Redis Cluster takes"),
+        ({"URL": [], "CLUSTER": True}, "at least one node"),
+        ({"URL": ["redis://a:7000", 7001], "CLUSTER": True}, "['URL'][1] must be a redis://"),
+        ({"URL": ["unix:///tmp/r.sock"], "CLUSTER": True}, "['URL'][0] must be a redis://"),
+        (
+            {"URL": ["redis://:pw@a:7000", "redis://b:7000"], "CLUSTER": True},
+            "['URL'][1] differs from ['URL'][0]",
+        ),
     ],
 )
 def test_a_bad_redis_setting_is_refused_by_name(settings: Any, value: Any, message: str) -> None:
@@ -461,6 +503,14 @@ def test_a_bad_redis_setting_is_refused_by_name(settings: Any, value: Any, messa
         app_settings.REDIS  # noqa: B018 - the access validates
     assert "SCHEDULINATOR['REDIS']" in str(caught.value)
     assert message in str(caught.value)
+
+
+def test_a_list_of_startup_nodes_is_one_cluster_config(settings: Any) -> None:
+    urls = ["rediss://:pw@a:7000/0", "rediss://:pw@b:7001/0"]
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": {"URL": urls, "CLUSTER": True}}
+    config = app_settings.REDIS
+    assert config is not None
+    assert (config.url, config.startup_nodes) == (urls[0], (("b", 7001),))
 
 
 def test_a_plain_redis_url_gets_a_client_of_its_own(settings: Any) -> None:

@@ -84,7 +84,8 @@ def test_a_scheduler_is_listed_in_aligned_columns_with_times_to_the_second(
     lines = printed.splitlines()
     header = next(line for line in lines if line.lstrip().startswith("ID "))
     row = next(line for line in lines if line.lstrip().startswith("web-1 "))
-    for column in ("HOST", "PID", "VERSION", "UP SINCE", "LAST PASS", "LANES WAITING", "STATE"):
+    columns = ("HOST", "PID", "VERSION", "UP SINCE", "LAST PASS", "LANES WAITING", "TO RECORD")
+    for column in (*columns, "STATE"):
         assert column in header
     # Each value starts under its heading.
     start = header.index("PID")
@@ -92,6 +93,7 @@ def test_a_scheduler_is_listed_in_aligned_columns_with_times_to_the_second(
     start = header.index("UP SINCE")
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T ", row[start:]), row
     assert row[header.index("LANES WAITING") :].startswith("default 0")
+    assert row[header.index("TO RECORD") :].startswith("0 ")
     assert row.rstrip().endswith("healthy")
     assert re.search(r"\d+\.\d s ago", row)
     assert "web-1: fired 1,234, repaired 2" in printed
@@ -213,6 +215,7 @@ def test_the_json_keys_are_the_documented_ones(built_index: DueIndex) -> None:
         "": report,
         "schedulers[]": report["schedulers"][0],
         "schedulers[].lanes.*": report["schedulers"][0]["lanes"]["default"],
+        "schedulers[].recorder": report["schedulers"][0]["recorder"],
         "index": report["index"],
         "index.drift": report["index"]["drift"],
         "index.shards[]": report["index"]["shards"][0],

@@ -16,7 +16,8 @@ import redis
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
-from django_schedulinator import services
+from django_schedulinator import services, signals, timing
+from django_schedulinator.errors import RebuildInProgress
 from django_schedulinator.health import check_drift, cluster_status, index_status, record_drift
 from django_schedulinator.index import (
     REMOVE,
@@ -28,7 +29,7 @@ from django_schedulinator.index import (
     shard_tag,
 )
 from django_schedulinator.metrics import ClusterCollector
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.rebuild import ensure_built, rebuild_index
 from django_schedulinator.worker import Worker
 
@@ -306,13 +307,30 @@ def test_the_operations_page_shows_each_shard(
     assert b"0: 1 entries, 1 due, 0 in flight; 1: 1 entries" in html
 
 
+def test_a_process_with_another_shard_count_writes_to_the_shards_of_the_index(
+    sharded: ShardedIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    # A web host still on one shard writes schedule 4's entry to shard 0 (4 % 3 is 1):
+    # shard 0 is laid out for three, and refuses it; it goes to shard 1.
+    with caplog.at_level(logging.WARNING, logger="django_schedulinator.index"):
+        result = DueIndex(shards=1).apply([Change(4, 1, SET, now - 1_000)])
+    assert (result.applied, result.rerouted, result.refused) == (1, 1, 0)
+    assert members(sharded, 0) == set()
+    assert members(sharded, 1) == {4}
+    assert "routes the due index's writes by 1 shard(s)" in caplog.text
+    assert [sid for sid, _ in sharded.claim(10, LEASE_MS, "u", None).entries] == [4]
+
+
 def test_entries_a_process_with_another_shard_count_wrote_are_moved_to_their_shard(
     sharded: ShardedIndex,
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
-    # A web host still on one shard writes schedule 4's entry to shard 0 (4 % 3 is 1).
-    DueIndex(shards=1).apply([Change(4, 1, SET, now - 1_000)])
+    # Schedule 4's entry in shard 0 (4 % 3 is 1), as a version that did not check the
+    # layout wrote it.
+    sharded.client.zadd(sharded.parts[0].due_key, {"4": now - 1_000})
     assert members(sharded, 0) == {4}
     batch = sharded.claim(10, LEASE_MS, "t", None)
     assert batch.entries == []  # not fired from the wrong shard
@@ -330,3 +348,86 @@ def test_the_system_check_names_another_shard_count(settings: Any, key_prefix: s
     [warning] = checks.check_index(databases=["default"])
     assert warning.id == "schedulinator.W011"
     assert "built for 1 shard(s), and INDEX_SHARDS is 3" in warning.msg
+
+
+def keys_of(index: DueIndex, shard: int) -> set[str]:
+    tag = shard_tag(index.prefix, shard)
+    return {key.decode() for key in index.client.keys(f"{tag}*")}
+
+
+@pytest.mark.django_db(transaction=True)  # the scheduler's threads commit
+def test_a_write_back_after_a_rebuild_for_another_shard_count_lands_in_the_new_layout(
+    sharded: ShardedIndex, key_prefix: str
+) -> None:
+    """A scheduler still on three shards claims a batch; INDEX_SHARDS becomes two and
+    rebuild_due_index runs between its claim and its write-back (issue 32, item 21). Its
+    write-back must neither bring the dropped shard 2 back (orphan keys no claim ever reads)
+    nor put an entry in a shard of the new layout it does not belong in. The rows are the
+    truth: every schedule ends with one entry, in its new shard, at its row's next run."""
+    ids = make_due(12)
+    rebuild_index(sharded, built_by="three shards")
+    new = ShardedIndex(shards=2)
+    rebuilt: list[Any] = []
+
+    def rebuild_in_the_window(sender: Any, **kwargs: Any) -> None:
+        # Sent after the batch's SQL commit, before its index write-back (claiming.py).
+        if not rebuilt:
+            rebuilt.append(rebuild_index(new, built_by="two shards"))
+
+    signals.occurrence_fired.connect(rebuild_in_the_window, weak=False)
+    try:
+        worker = Worker(worker_id="three", once=True)  # built on INDEX_SHARDS 3
+        worker.run()
+    finally:
+        signals.occurrence_fired.disconnect(rebuild_in_the_window)
+
+    assert rebuilt
+    assert rebuilt[0].layout_changed_from == 3
+    assert worker.counters.fired == len(ids)
+    # The dropped shard keeps only the record of the layout that dropped it.
+    assert keys_of(new, 2) == {f"{shard_tag(key_prefix, 2)}:layout"}
+    rows = dict(Schedule.objects.values_list("pk", "next_run_at"))
+    for shard in (0, 1):
+        belong = {sid for sid in ids if sid % 2 == shard}
+        assert members(new, shard) == belong
+        assert members(new, shard, "inflight") == set()
+        revisions = new.client.hkeys(f"{shard_tag(key_prefix, shard)}:rev")
+        assert {int(sid) for sid in revisions} == belong
+    assert new.scores(ids) == {sid: timing.to_ms(rows[sid]) for sid in ids}
+    assert new.is_built()
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
+    assert Run.objects.count() == len(ids)
+
+
+def test_once_a_rebuild_records_a_new_layout_the_old_one_claims_nothing(
+    sharded: ShardedIndex,
+) -> None:
+    """Between the moment a rebuild for another shard count records its layout and the
+    moment it drops the old entries, the old markers still say three: the layout keys say
+    two, and a claim routed by three takes nothing (what it took would be dropped under it)."""
+    ids = make_due(6)
+    rebuild_index(sharded)
+    ShardedIndex(shards=2).record_layout(dropped=3)
+    batch = sharded.claim(100, LEASE_MS, "t", None)
+    assert (batch.built, batch.other_layout, batch.entries) == (False, 2, [])
+    assert sharded.counts() == (len(ids), 0)
+    assert sharded.other_layout() == 2
+    assert not sharded.is_built()
+    # A rebuild routed by three that a rebuild for two overtook stops, refused.
+    with pytest.raises(RebuildInProgress, match="laid out for 2 shard"):
+        sharded.rebuild_entries([Change(ids[0], 1, SET, 0)])
+
+
+def test_changes_that_layouts_keep_refusing_are_left_to_the_rows(
+    sharded: ShardedIndex, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Layout keys that send a change round (shard 0 says two, shard 1 says one): it is
+    # given up after a few hops, logged, and nothing is written anywhere.
+    client, prefix = sharded.client, sharded.prefix
+    client.set(f"{shard_tag(prefix, 0)}:layout", 2)
+    client.set(f"{shard_tag(prefix, 1)}:layout", 1)
+    with caplog.at_level(logging.WARNING, logger="django_schedulinator.index"):
+        result = DueIndex(shards=1).apply([Change(1, 1, SET, 1_000)])
+    assert (result.applied, result.refused) == (0, 1)
+    assert "Could not write 1 change(s) to the due index" in caplog.text
+    assert members(sharded, 0) == members(sharded, 1) == set()

@@ -23,7 +23,7 @@ from django_schedulinator.models import Run, Schedule
 from django_schedulinator.worker import Worker
 
 from .models import Receipt, Redelivery
-from .support.processes import Schedulers, looping, output, subprocess_env, wait_for
+from .support.processes import Lines, Schedulers, looping, output, subprocess_env, wait_for
 from .support.redis_server import RedisServer
 from .support.schedules import make_due, make_schedule
 from .support.webhook_receiver import SECRET, webhook_receiver
@@ -65,6 +65,28 @@ def test_a_redis_outage_is_logged_once_survived_and_healed(
     assert "Reconcile healed" not in log, log
     assert {r.schedule_id for r in Receipt.objects.all()} == {s.pk for s in before + during}
     assert Redelivery.objects.count() == 0
+
+
+@pytest.mark.subprocess
+def test_limits_and_signals_end_the_back_off_from_an_outage(
+    private_redis: RedisServer, key_prefix: str, schedulers: Schedulers
+) -> None:
+    """Redis is down for good: a scheduler backing off from it still stops when its
+    --max-seconds is up (it backed off for ever: issue 32, item 20), or when told to."""
+    env = subprocess_env(key_prefix, SCHEDULINATOR_TEST_REDIS_URL=private_redis.url)
+    private_redis.kill()
+    limited = schedulers.start("--max-seconds", "2", env=env)
+    signalled = schedulers.start(env=env)
+    lines = Lines(signalled)
+    lines.wait_for("Scheduler pass failed")
+    signalled.send_signal(signal.SIGTERM)
+
+    assert limited.wait(timeout=60) == 0
+    assert signalled.wait(timeout=60) == 0
+    log = output(limited)
+    assert "Scheduler pass failed" in log, log
+    assert "Reached --max-seconds 2.0" in log, log
+    assert "SIGTERM received" in lines.text()
 
 
 @pytest.mark.subprocess

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from . import alerts, clock, retention, timing
+from .claiming import Counters
 from .conf import app_settings
 from .errors import RebuildInProgress
 from .health import check_drift, eviction_risk, record_drift
@@ -27,7 +28,7 @@ from .retention import Pruner, PruneReport
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer, Counters
+    from .claiming import Claimer
     from .index import DueIndex
 
 logger = logging.getLogger("django_schedulinator.worker")
@@ -132,7 +133,7 @@ class Chores:
         was_behind, self.reconcile_behind = self.reconcile_behind, False
         report = reconcile(self.index)
         self.reconcile_behind = not report.caught_up
-        self.counters.reconciled += report.healed
+        self.counters.add(Counters(reconciled=report.healed))
         if report.not_built:
             # Redis lost the index: the claim rebuilds it (and says so); nothing was missed.
             logger.info("Reconcile skipped: the due index is not built; the claim rebuilds it.")
@@ -212,7 +213,8 @@ class Chores:
         the claim's clock; and, this scheduler being alive, end an outage noticed while
         none was."""
         alerts.no_scheduler_alive(True, index=self.index)
-        self.counters.missed += len(alerts.check(self._claim_clock(), using=self.claimer.db))
+        missed = alerts.check(self._claim_clock(), using=self.claimer.db)
+        self.counters.add(Counters(missed=len(missed)))
 
     def _prune(self) -> None:
         """Start this period's prune (retention.py) on a thread of its own: the loop goes on
@@ -224,7 +226,8 @@ class Chores:
             return  # the settings keep everything
 
         def count(batch: PruneReport) -> None:
-            self.counters.pruned += batch.runs  # this thread is its only writer
+            # On the prune's thread, while the loop's threads count too: under the lock.
+            self.counters.add(Counters(pruned=batch.runs))
 
         self.prune_thread = retention.PruneThread(pruner, on_batch=count, prepare=bound_lock_waits)
         self.prune_thread.start()

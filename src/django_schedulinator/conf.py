@@ -29,7 +29,8 @@ DEFAULTS: dict[str, Any] = {
     # The django-redis cache alias whose connection holds the due index.
     "CACHE_ALIAS": "default",
     # Or a Redis of the app's own, in place of CACHE_ALIAS's: {"URL": "redis://host:6379/0"},
-    # {"URL": any node's URL, "CLUSTER": True} for a Redis Cluster, or {"SENTINELS":
+    # {"URL": a node's URL, or a list of several (the startup nodes), "CLUSTER": True} for a
+    # Redis Cluster, or {"SENTINELS":
     # [["host", 26379], ...], "SERVICE_NAME": "mymaster"} for Sentinel; "OPTIONS": the
     # redis-py client's keyword arguments (timeouts, password, ssl, db), "SENTINEL_OPTIONS":
     # those of the connections to the sentinels. None: CACHE_ALIAS's connection.
@@ -359,8 +360,11 @@ REDIS_KEYS = ("URL", "CLUSTER", "SENTINELS", "SERVICE_NAME", "OPTIONS", "SENTINE
 class RedisConfig:
     """SCHEDULINATOR["REDIS"], checked: one server, a cluster, or a Sentinel service."""
 
-    url: str | None = None
+    url: str | None = None  # with CLUSTER, the first startup node's (and the options')
     cluster: bool = False
+    # The cluster's other startup nodes (host, port): a client started while the first is
+    # down asks them for the slot map.
+    startup_nodes: tuple[tuple[str, int], ...] = ()
     sentinels: tuple[tuple[str, int], ...] = ()
     service_name: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -418,17 +422,63 @@ def _redis_config(value: Any) -> RedisConfig | None:
                 "REDIS", "takes SENTINELS and SERVICE_NAME, or URL (and CLUSTER), not both"
             )
         pairs = tuple((host, port) for host, port in sentinels)
-        return RedisConfig(None, False, pairs, service, options, sentinel_options)
+        return RedisConfig(None, False, (), pairs, service, options, sentinel_options)
+    if "SERVICE_NAME" in value:
+        raise _error("REDIS", "['SERVICE_NAME'] goes with SENTINELS, not with URL")
     url = value.get("URL")
+    if isinstance(url, list | tuple):
+        first, others = _startup_nodes(url, cluster)
+        return RedisConfig(first, cluster, others, (), None, options, sentinel_options)
     if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
         raise _error(
             "REDIS",
-            f"['URL'] must be a redis://, rediss:// or unix:// URL (or give SENTINELS and "
-            f"SERVICE_NAME), got {url!r}",
+            f"['URL'] must be a redis://, rediss:// or unix:// URL, or a list of a Redis "
+            f"Cluster's node URLs (or give SENTINELS and SERVICE_NAME), got {url!r}",
         )
-    if "SERVICE_NAME" in value:
-        raise _error("REDIS", "['SERVICE_NAME'] goes with SENTINELS, not with URL")
-    return RedisConfig(url, cluster, (), None, options, sentinel_options)
+    return RedisConfig(url, cluster, (), (), None, options, sentinel_options)
+
+
+def _startup_nodes(
+    urls: list[Any] | tuple[Any, ...], cluster: bool
+) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """A Redis Cluster's startup nodes, given as a list of URLs: the first URL (whose
+    credentials and options the client takes), and the others' hosts and ports. Every URL
+    must say the same but for its host and port."""
+    from redis.connection import parse_url
+
+    if not cluster:
+        raise _error(
+            "REDIS",
+            "['URL'] is a list of startup nodes, which only a Redis Cluster takes (with "
+            "CLUSTER: True); give one URL for a single server",
+        )
+    if not urls:
+        raise _error("REDIS", "['URL'] must list at least one node's URL")
+    nodes: list[tuple[str, int]] = []
+    shared: dict[str, Any] | None = None
+    for position, url in enumerate(urls):
+        where = f"['URL'][{position}]"
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://")):
+            raise _error(
+                "REDIS", f"{where} must be a redis:// or rediss:// URL of a node, got {url!r}"
+            )
+        try:
+            parsed = parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            raise _error("REDIS", f"{where} cannot be read: {exc}") from None
+        host, port = parsed.pop("host", None), parsed.pop("port", 6379)
+        if not host:
+            raise _error("REDIS", f"{where} names no host, got {url!r}")
+        if shared is None:
+            shared = parsed
+        elif parsed != shared:
+            raise _error(
+                "REDIS",
+                f"{where} differs from ['URL'][0] in more than its host and port (the scheme, "
+                f"the credentials or the options): the client connects to every node alike",
+            )
+        nodes.append((str(host), int(port)))
+    return urls[0], tuple(nodes[1:])
 
 
 class Settings:

@@ -1,6 +1,6 @@
 """The Redis client behind the due index: a django-redis cache alias's connection
-(``CACHE_ALIAS``), or a client of the app's own (``REDIS``): one server, a Redis Cluster, or
-a master found through Redis Sentinel."""
+(``CACHE_ALIAS``), or a client of the app's own (``REDIS``): one server, a Redis Cluster (from
+one startup node, or several), or a master found through Redis Sentinel."""
 
 from __future__ import annotations
 
@@ -101,8 +101,13 @@ def _build(config: RedisConfig) -> Any:
         return sentinel.master_for(config.service_name)  # type: ignore[no-untyped-call]
     assert config.url is not None
     if config.cluster:
-        from redis.cluster import RedisCluster
+        from redis.cluster import ClusterNode, RedisCluster
 
+        if config.startup_nodes:
+            # The nodes the client may ask for the slot map, the URL's among them: one of
+            # them down (the first, even) is no outage while another answers.
+            nodes = config.startup_nodes
+            options["startup_nodes"] = [ClusterNode(h, p) for h, p in nodes]  # type: ignore[no-untyped-call]
         return RedisCluster.from_url(config.url, **options)
     return redis.Redis.from_url(config.url, **options)
 

@@ -60,6 +60,17 @@ class LaneDepth:
 
 
 @dataclass(frozen=True, slots=True)
+class RecorderBacklog:
+    """A scheduler's recorder (recording.py): the batches its lanes handed over whose
+    outcomes are not written yet, those outcomes, and how long ago the oldest was handed
+    over (seconds; None when nothing waits)."""
+
+    batches: int = 0
+    outcomes: int = 0
+    oldest_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """One scheduler as its last beat recorded it."""
 
@@ -73,6 +84,7 @@ class Heartbeat:
     last_error: str  # why the passes fail now ("" when they work)
     counters: dict[str, int]  # claiming.Counters.as_dict()
     lanes: dict[str, LaneDepth]  # dispatcher alias -> its lane
+    recorder: RecorderBacklog  # outcomes waiting to be written
     metrics_port: int | None
     stopping: bool  # told to stop: finishing what its lanes hold
 
@@ -116,6 +128,11 @@ class Heartbeat:
                 alias: {"waiting": lane.waiting, "oldest_seconds": lane.oldest_seconds}
                 for alias, lane in self.lanes.items()
             },
+            "recorder": {
+                "batches": self.recorder.batches,
+                "outcomes": self.recorder.outcomes,
+                "oldest_seconds": self.recorder.oldest_seconds,
+            },
             "metrics_port": self.metrics_port,
             "stopping": self.stopping,
         }
@@ -124,6 +141,8 @@ class Heartbeat:
     def from_dict(cls, data: dict[str, Any]) -> Heartbeat:
         """A record read back; KeyError, TypeError or ValueError if it is not one."""
         last_pass = data.get("last_pass_at")
+        recorder = dict(data.get("recorder") or {})  # none in records of older versions
+        oldest = recorder.get("oldest_seconds")
         return cls(
             id=str(data["id"]),
             host=str(data["host"]),
@@ -141,6 +160,11 @@ class Heartbeat:
                 )
                 for alias, lane in dict(data.get("lanes") or {}).items()
             },
+            recorder=RecorderBacklog(
+                int(recorder.get("batches", 0)),
+                int(recorder.get("outcomes", 0)),
+                None if oldest is None else float(oldest),
+            ),
             metrics_port=None if data.get("metrics_port") is None else int(data["metrics_port"]),
             stopping=bool(data.get("stopping", False)),
         )
@@ -199,6 +223,8 @@ class Beating(Protocol):
     metrics_port: int | None
 
     def lane_depths(self) -> dict[str, tuple[int, float | None]]: ...
+
+    def recorder_backlog(self) -> tuple[int, int, float | None]: ...
 
     def is_stopping(self) -> bool: ...
 
@@ -299,6 +325,7 @@ class HeartbeatKeeper:
                 alias: LaneDepth(waiting, oldest)
                 for alias, (waiting, oldest) in source.lane_depths().items()
             },
+            recorder=RecorderBacklog(*source.recorder_backlog()),
             metrics_port=source.metrics_port,
             stopping=source.is_stopping(),
         )

@@ -10,6 +10,14 @@ scripts work on Redis Cluster and a cluster spreads the shards over its masters.
 ``id`` lives in shard ``id % INDEX_SHARDS``. The control keys (the rebuild's lock and
 request, reconcile's watermark, turns, the outage, the drift record, heartbeats) and the
 fleet's clock are shard 0's.
+
+Each shard records the layout its hash tag belongs to (``{tag}:layout``, the shard count),
+written by a rebuild before it touches an entry; a rebuild for a new shard count also writes
+it into each old shard the new layout drops. Every script that writes entries is given the
+shard count its caller routes by and refuses a shard that records another: a process still
+on the old count (a write-back its claim began before the rebuild, a web host not yet
+redeployed) can neither bring a dropped shard back nor leave an entry in the wrong shard.
+``apply`` then routes the refused changes by the layout the shard records.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -24,6 +33,9 @@ from typing import Any, Literal, NamedTuple
 
 from .conf import app_settings
 from .connection import get_redis
+from .errors import RebuildInProgress
+
+logger = logging.getLogger("django_schedulinator.index")
 
 Op = Literal["S", "R", "F", "Q", "s", "r"]
 SET: Op = "S"  # put the entry at the row's next run (revision-guarded)
@@ -40,6 +52,11 @@ TURNS = ("reconcile", "drift", "missed", "prune")
 
 # Changes per script call: bounded work while Redis is blocked by the script.
 APPLY_CHUNK = 1000
+# How many times changes a shard refused follow the layout it records, when that layout's
+# shards refuse them in turn (the shard count changed again meanwhile; a shard dropped two
+# changes ago records the layout that dropped it). Past that, they are left to the rows:
+# reconcile and the claim's re-check heal the entries.
+LAYOUT_HOPS = 3
 
 
 class Change(NamedTuple):
@@ -70,6 +87,10 @@ class ApplyResult:
     # Of those, writes for rows the index held no revision of: new rows, or an index that
     # lost its data (flushed, restarted empty).
     unrecorded: int = 0
+    # Changes refused by a shard laid out for another shard count than the caller's, then
+    # written to the shards of the layout it records; and those no layout took.
+    rerouted: int = 0
+    refused: int = 0
 
     def __add__(self, other: ApplyResult) -> ApplyResult:
         return ApplyResult(
@@ -77,7 +98,24 @@ class ApplyResult:
             self.stale + other.stale,
             self.changed + other.changed,
             self.unrecorded + other.unrecorded,
+            self.rerouted + other.rerouted,
+            self.refused + other.refused,
         )
+
+
+class ShardLayout(NamedTuple):
+    """What one shard records of its layout."""
+
+    built: bool  # its build marker is there
+    layout: int | None  # the shard count its layout key records (None: no key)
+    built_for: int | None  # the shard count its marker records (None: no marker)
+
+
+class Refused(NamedTuple):
+    """Changes a shard refused, and the shard count of the layout it records."""
+
+    changes: list[Change]
+    layout: int
 
 
 class Rebuilt(NamedTuple):
@@ -132,6 +170,7 @@ class DueIndex:
         self.inflight_key = f"{tag}:inflight"
         self.revisions_key = f"{tag}:rev"
         self.marker_key = f"{tag}:built"
+        self.layout_key = f"{tag}:layout"
         self.lock_key = f"{tag}:rebuild-lock"
         self.rebuild_request_key = f"{tag}:rebuild-request"
         self.reconcile_key = f"{tag}:reconcile"
@@ -167,8 +206,9 @@ class DueIndex:
     @property
     def keys(self) -> tuple[str, ...]:
         if self.shard:
-            return self.data_keys
+            return (*self.data_keys, self.layout_key)
         return (
+            self.layout_key,
             self.due_key,
             self.inflight_key,
             self.revisions_key,
@@ -194,7 +234,7 @@ class DueIndex:
         bounded by ``limit`` too, and by one at least (a share of a batch may be 0).
         """
         reply = self._claim(
-            keys=[self.due_key, self.inflight_key, self.marker_key, self.wake_key],
+            keys=[self.due_key, self.inflight_key, self.marker_key, self.wake_key, self.layout_key],
             args=[
                 limit,
                 lease_ms,
@@ -227,21 +267,58 @@ class DueIndex:
         return schedule_id % self.shard_count == self.shard
 
     def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
-        """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries."""
+        """Write changes (revision-guarded), releasing ``release_token``'s in-flight entries.
+        Changes a shard refuses because it records another layout (the index was rebuilt for
+        another shard count) are written to the shards of that layout instead."""
+        result, refused = self._write(changes, release_token)
+        for _hop in range(LAYOUT_HOPS):
+            if refused is None:
+                return result
+            if refused.layout < 1:
+                break  # a layout key that cannot be read: rebuild_due_index rewrites it
+            _say_layout_differs(self.shard_count, refused.layout)
+            routed = layout_index(refused.layout, self._client, self.prefix)
+            written, refused = routed._write(refused.changes, release_token)
+            result += written + ApplyResult(rerouted=written.applied)
+        if refused is not None:
+            logger.warning(
+                "Could not write %d change(s) to the due index: its shards refused them for "
+                "another shard count %d times (INDEX_SHARDS keeps changing?). Reconcile and "
+                "the claim's re-check heal their entries from the rows.",
+                len(refused.changes),
+                LAYOUT_HOPS + 1,
+            )
+            result += ApplyResult(refused=len(refused.changes))
+        return result
+
+    def _write(
+        self, changes: Sequence[Change], release_token: str
+    ) -> tuple[ApplyResult, Refused | None]:
+        """``apply``'s script calls, a chunk each: what was written, and what the shard
+        refused for the layout it records (apply.lua)."""
         result = ApplyResult()
+        refused: Refused | None = None
         for start in range(0, len(changes), APPLY_CHUNK):
+            chunk = list(changes[start : start + APPLY_CHUNK])
             payload = json.dumps(
-                [
-                    (str(c.schedule_id), c.revision, c.op, c.score_ms)
-                    for c in changes[start : start + APPLY_CHUNK]
-                ]
+                [(str(c.schedule_id), c.revision, c.op, c.score_ms) for c in chunk]
             )
             reply = self._apply(
-                keys=[self.due_key, self.revisions_key, self.inflight_key],
-                args=[release_token, payload],
+                keys=[
+                    self.due_key,
+                    self.revisions_key,
+                    self.inflight_key,
+                    self.layout_key,
+                    self.marker_key,
+                ],
+                args=[release_token, payload, self.shard_count],
             )
+            if len(reply) > 4:
+                layout = int(reply[4])
+                refused = Refused([*(refused.changes if refused else []), *chunk], layout)
+                continue
             result += ApplyResult(*(int(x) for x in reply))
-        return result
+        return result, refused
 
     def rebuild_entries(self, changes: Sequence[Change], *, dry_run: bool = False) -> Rebuilt:
         """Write the entries rows call for (SET and REMOVE only), revision-guarded as
@@ -256,9 +333,17 @@ class DueIndex:
                     for c in changes[start : start + APPLY_CHUNK]
                 ]
             )
-            refused, letters = self._rebuild(
-                keys=[self.due_key, self.revisions_key], args=["1" if dry_run else "", payload]
+            reply = self._rebuild(
+                keys=[self.due_key, self.revisions_key, self.layout_key],
+                args=["1" if dry_run else "", payload, self.shard_count],
             )
+            if len(reply) > 2:
+                raise RebuildInProgress(
+                    f"Shard {self.shard} of the due index is laid out for {int(reply[2])} "
+                    f"shard(s) now, not the {self.shard_count} this rebuild builds: another "
+                    f"rebuild took over (this one's lock had expired)."
+                )
+            refused, letters = reply
             stale += int(refused)
             found.append(letters.decode() if isinstance(letters, bytes) else letters)
         return Rebuilt("".join(found), stale)
@@ -345,22 +430,38 @@ class DueIndex:
 
     def is_built(self) -> bool:
         """Built (every shard), for this process's shard count."""
-        return all(layout == self.shard_count for layout in self.layouts())
+        count = self.shard_count
+        return all(
+            s.built and s.built_for == count and s.layout in (None, count)
+            for s in self.shard_layouts().values()
+        )
 
-    def layouts(self) -> list[int | None]:
-        """The shard count each shard's marker records, None for a shard not built (a
-        marker written before shards existed records one)."""
-        info = self.built_info()
-        return [None if info is None else _recorded_shards(info)]
+    def shard_layouts(self) -> dict[int, ShardLayout]:
+        """What each shard records of its layout (one read per shard)."""
+        marker, layout = self.client.mget([self.marker_key, self.layout_key])
+        info = _json_record(marker)
+        return {
+            self.shard: ShardLayout(
+                info is not None,
+                _layout_number(layout),
+                None if info is None else _recorded_shards(info),
+            )
+        }
 
     def missing_shards(self) -> list[int]:
         """The shards not built (no marker): each is rebuilt alone."""
-        return [self.shard] if self.built_info() is None else []
+        return [k for k, s in self.shard_layouts().items() if not s.built]
 
     def other_layout(self) -> int | None:
-        """The shard count a marker records, if one records another than this process's:
-        the index was built for another layout."""
-        return next((n for n in self.layouts() if n is not None and n != self.shard_count), None)
+        """The shard count a shard records, if one records another than this process's:
+        the index was built (or is being rebuilt) for another layout. Its layout key says
+        first; a marker left by a rebuild that did not finish says too."""
+        count = self.shard_count
+        for s in self.shard_layouts().values():
+            for recorded in (s.layout, s.built_for):
+                if recorded is not None and recorded != count:
+                    return recorded
+        return None
 
     def built_info(self) -> dict[str, Any] | None:
         """What the last rebuild recorded (built_at, rows, by, shards), or None if never
@@ -392,12 +493,34 @@ class DueIndex:
         return bool(self.client.exists(self.lock_key))
 
     def mark_built(self, info: dict[str, Any], rows: Mapping[int, int] | None = None) -> None:
-        """Record that this shard is built, and for how many shards (claim.lua reads it);
-        ``rows``: each shard's rows, recorded in its marker."""
+        """Record that this shard is built, and for how many shards (claim.lua reads it,
+        and the layout key: a rebuild wrote it already); ``rows``: each shard's rows,
+        recorded in its marker."""
         record = {**info, "shards": self.shard_count}
         if rows is not None:
             record["rows"] = rows.get(self.shard, 0)
-        self.client.set(self.marker_key, json.dumps(record, sort_keys=True))
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.set(self.layout_key, self.shard_count)
+            pipe.set(self.marker_key, json.dumps(record, sort_keys=True))
+            pipe.execute()
+
+    def record_layout(self, dropped: int | None = None) -> None:
+        """Before a rebuild writes any entry: record in each shard it builds the shard count
+        they are laid out for, and, when the shard count changes from ``dropped``, in each
+        shard of the old layout the new one lacks. From then on, writes of processes still
+        routing by another count are refused by those shards (apply.lua, claim.lua)."""
+        count = self.shard_count
+        gone = range(count, dropped) if dropped is not None else range(0)
+        keys = [part.layout_key for part in self._built_parts()]
+        keys += [DueIndex(self._client, self.prefix, shard=k).layout_key for k in gone]
+        with self.client.pipeline(transaction=False) as pipe:  # a slot each, on a cluster
+            for key in keys:
+                pipe.set(key, count)
+            pipe.execute()
+
+    def _built_parts(self) -> list[DueIndex]:
+        """The shards this instance builds."""
+        return [self]
 
     def request_rebuild(self, info: dict[str, Any]) -> bool:
         """Ask the schedulers for a rebuild (the admin's button): the first to look performs
@@ -466,13 +589,15 @@ class DueIndex:
         return self.client.lock(self.lock_key, timeout=timeout, blocking=False, thread_local=False)
 
     def drop(self, keep_lock: bool = False) -> None:
-        """Delete every key of this index (``rebuild_due_index --reset``, tests)."""
-        keys = [k for k in self.keys if not (keep_lock and k == self.lock_key)]
-        self.client.delete(*keys)
+        """Delete every key of this index (``rebuild_due_index --reset``, tests);
+        ``keep_lock``: but the lock and the layout of the rebuild that drops it."""
+        kept = (self.lock_key, self.layout_key) if keep_lock else ()
+        self.client.delete(*(k for k in self.keys if k not in kept))
 
     def drop_layout(self, shards: int) -> None:
         """Delete the entries of every shard of a layout of ``shards`` shards (the one the
-        index was built for before INDEX_SHARDS changed). The control keys stay."""
+        index was built for before INDEX_SHARDS changed). The control keys stay, and so do
+        the layout keys (``record_layout`` wrote the new layout in them first)."""
         for shard in range(shards):
             old = DueIndex(self._client, self.prefix, shard=shard, shards=shards)
             old.client.delete(*old.data_keys)
@@ -497,6 +622,37 @@ def _json_record(raw: Any) -> dict[str, Any] | None:
 def _recorded_shards(info: dict[str, Any]) -> int:
     value = info.get("shards", 1)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _layout_number(raw: Any) -> int | None:
+    """A layout key's shard count (None: no key; 0: one that cannot be read)."""
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        return 0
+
+
+# (the shard count a process routes by, the one the index is laid out for) already logged
+_layouts_said: set[tuple[int, int]] = set()
+
+
+def _say_layout_differs(routed_by: int, laid_out_for: int) -> None:
+    """Warn, once per process and pair of counts, that writes were routed by a shard count
+    the index is no longer laid out for."""
+    if (routed_by, laid_out_for) in _layouts_said:
+        return
+    _layouts_said.add((routed_by, laid_out_for))
+    logger.warning(
+        "This process routes the due index's writes by %d shard(s) (INDEX_SHARDS), and the "
+        "index is laid out for %d (rebuilt since, by rebuild_due_index): its writes go to "
+        "the shards of %d. Give every process the same INDEX_SHARDS (docs/scaling.md, "
+        "changing the shard count).",
+        routed_by,
+        laid_out_for,
+        laid_out_for,
+    )
 
 
 class ShardedIndex(DueIndex):
@@ -633,11 +789,18 @@ class ShardedIndex(DueIndex):
                 pipe.set(self._part(k).wake_key, 1)
             pipe.execute()
 
-    def apply(self, changes: Sequence[Change], release_token: str = "") -> ApplyResult:
+    def _write(
+        self, changes: Sequence[Change], release_token: str
+    ) -> tuple[ApplyResult, Refused | None]:
         result = ApplyResult()
+        refused: Refused | None = None
         for k, part_changes in self._split(changes).items():
-            result += self._part(k).apply(part_changes, release_token)
-        return result
+            written, part_refused = self._part(k)._write(part_changes, release_token)
+            result += written
+            if part_refused is not None:
+                before = refused.changes if refused else []
+                refused = Refused([*before, *part_refused.changes], part_refused.layout)
+        return result, refused
 
     def rebuild_entries(self, changes: Sequence[Change], *, dry_run: bool = False) -> Rebuilt:
         letters = [""] * len(changes)
@@ -702,11 +865,11 @@ class ShardedIndex(DueIndex):
 
     # -- the build markers ----------------------------------------------------------------
 
-    def layouts(self) -> list[int | None]:
-        return [layout for part in self.parts.values() for layout in part.layouts()]
+    def shard_layouts(self) -> dict[int, ShardLayout]:
+        return {k: s for part in self.parts.values() for k, s in part.shard_layouts().items()}
 
-    def missing_shards(self) -> list[int]:
-        return [k for k, part in self.parts.items() if part.built_info() is None]
+    def _built_parts(self) -> list[DueIndex]:
+        return list(self.parts.values())
 
     def built_info(self) -> dict[str, Any] | None:
         """The shards' markers together: None if any shard is not built; else when the
@@ -729,7 +892,8 @@ class ShardedIndex(DueIndex):
         return tuple(key for part in self.parts.values() for key in part.keys)
 
     def drop(self, keep_lock: bool = False) -> None:
-        """Delete every key of the shards this covers (with shard 0, the control keys)."""
+        """Delete every key of the shards this covers (with shard 0, the control keys);
+        ``keep_lock``: but the rebuild's lock and layout."""
         for part in self.parts.values():
             part.drop(keep_lock=keep_lock)
 
@@ -753,6 +917,12 @@ def get_index() -> DueIndex:
 
     Built per call (cheap: the Redis client is shared) so that it follows the settings;
     every module takes its index from here, or as an argument that defaults to this."""
-    if app_settings.INDEX_SHARDS > 1:
-        return ShardedIndex()
-    return DueIndex()
+    return layout_index(app_settings.INDEX_SHARDS)
+
+
+def layout_index(shards: int, client: Any | None = None, prefix: str | None = None) -> DueIndex:
+    """The index laid out for ``shards`` shards: a ``DueIndex`` for one, else a
+    ``ShardedIndex``."""
+    if shards > 1:
+        return ShardedIndex(client, prefix, shards=shards)
+    return DueIndex(client, prefix, shards=1)

@@ -23,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from . import notify
+from .claiming import Counters
 from .dispatch import (
     DEFAULT_ALIAS,
     BaseDispatcher,
@@ -38,7 +39,7 @@ from .statuses import OutcomeStatus
 from .transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer, Counters
+    from .claiming import Claimer
     from .metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.worker")
@@ -162,7 +163,7 @@ class Lanes:
             try:
                 lane.outbox.put_nowait(part)
             except queue.Full:
-                self.counters.lane_full += len(occurrences)
+                self.counters.add(Counters(lane_full=len(occurrences)))
                 self._give_back_hand_offs(part)
                 logger.warning(
                     "The dispatcher %r is stuck: %d run(s) wait for their lease to expire "
@@ -182,6 +183,11 @@ class Lanes:
             oldest = min((b.leased_at for b in waiting), default=None)
             depths[alias] = (len(waiting), None if oldest is None else now - oldest)
         return depths
+
+    def recorder_backlog(self) -> tuple[int, int, float | None]:
+        """The recorder's backlog (``OutcomeRecorder.backlog``); nothing while not running."""
+        recorder = self.recorder
+        return (0, 0, None) if recorder is None else recorder.backlog()
 
     def lane(self, alias: str) -> Lane:
         lane = self._lanes.get(alias)
@@ -316,7 +322,8 @@ class Lanes:
         # runs another scheduler took over (it dispatches them: doing it here too would
         # deliver them twice).
         occurrences, cancelled = self._dispatchable(occurrences, token, leased.counted)
-        self.counters.cancelled += cancelled
+        if cancelled:  # several lanes, the loop and the commit stage count at once
+            self.counters.add(Counters(cancelled=cancelled))
         if not occurrences:
             return
         progress = BatchProgress(

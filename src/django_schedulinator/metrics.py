@@ -6,12 +6,13 @@ serves its own port (``serve``). No series carries a process id: one info metric
 scheduler (worker id, host, pid, version), and Prometheus's ``instance`` label tells the
 scrape targets apart.
 
-What a process keeps anyway (``claiming.Counters``, its lanes, its last pass) is read when
-scraped, by a collector: it costs the loop nothing. The loop observes only the claim and
-commit times, the lateness of hand-offs and their results, and only while metrics are on
-(``Worker.attach_metrics``). Cluster-wide gauges (the index, the backlog, drift, reconcile
-lag, runs awaiting an outcome) take a few queries: a scrape computes them at most every
-``METRICS_CLUSTER_SECONDS``, and every scheduler reports the same values (``max()`` them).
+What a process keeps anyway (``claiming.Counters``, its lanes and its recorder, its last
+pass) is read when scraped, by a collector: it costs the loop nothing. The loop observes only
+the claim and commit times, the lateness of hand-offs and their results, and only while
+metrics are on (``Worker.attach_metrics``). Cluster-wide gauges (the index, the backlog,
+drift, reconcile lag, runs awaiting an outcome) take a few queries: a scrape computes them at
+most every ``METRICS_CLUSTER_SECONDS``, and every scheduler reports the same values
+(``max()`` them).
 """
 
 from __future__ import annotations
@@ -262,6 +263,23 @@ class WorkerCollector(Collector):
             oldest.add_metric([alias], age or 0.0)
         yield waiting
         yield oldest
+        batches, outcomes, age = worker.recorder_backlog()
+        yield GaugeMetricFamily(
+            "schedulinator_recorder_batches",
+            "Batches whose outcomes this scheduler's lanes handed to its recorder and it has "
+            "not written yet.",
+            value=batches,
+        )
+        yield GaugeMetricFamily(
+            "schedulinator_recorder_outcomes",
+            "Outcomes of those batches: runs whose end is not written yet.",
+            value=outcomes,
+        )
+        yield GaugeMetricFamily(
+            "schedulinator_recorder_oldest_seconds",
+            "How long ago the oldest of them was handed to the recorder (0: none waits).",
+            value=age or 0.0,
+        )
         if worker.started_at is not None:
             yield GaugeMetricFamily(
                 "schedulinator_started_timestamp_seconds",

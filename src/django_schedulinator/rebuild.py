@@ -11,8 +11,10 @@ empty, flushed) is noticed on the next pass and rebuilt by exactly one process.
 A sharded index has a marker per shard, each recording the shard count: a shard that lost
 its data (a fail-over to a replica that had not received it) is rebuilt alone, from the rows
 that belong in it. An index built for another shard count (``INDEX_SHARDS`` changed) is
-rebuilt only by ``rebuild_due_index`` (or a rebuild asked for in the admin), which drops the
-old layout's entries first; a scheduler that finds one says so and claims nothing.
+rebuilt only by ``rebuild_due_index`` (or a rebuild asked for in the admin), which records
+the new layout in every shard it builds and every old shard it drops (so that the scripts
+refuse the writes of processes still on the old count: index.py), then drops the old
+layout's entries; a scheduler that finds one says so and claims nothing.
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ def rebuild_index(
     try:
         if whole:
             other = index.other_layout()  # again, under the lock
+        # Before anything is dropped or written: from now on the shards refuse the writes
+        # of processes still routing by the old count (a write-back whose claim came before
+        # this rebuild), instead of bringing a dropped shard back or writing an entry into
+        # the wrong shard; those writes follow the new layout.
+        index.record_layout(dropped=other)
         if other is not None:
             logger.warning(
                 "The due index was built for %d shard(s); INDEX_SHARDS is %d: dropping the "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,11 @@ class OutcomeRecorder:
         self.leases = leases
         self.lease_seconds = lease_seconds
         self._waiting: deque[tuple[BatchProgress, list[Outcome]]] = deque()
+        # When each waiting batch was handed over (time.monotonic()), in the same order.
+        self._handed: deque[float] = deque()
+        # The batches being written now: how many, their outcomes, when the oldest was
+        # handed over (the backlog counts them until they are written).
+        self._writing: tuple[int, int, float | None] = (0, 0, None)
         self._changed = threading.Condition()
         self._accepting = False
         self._thread: threading.Thread | None = None
@@ -67,6 +73,7 @@ class OutcomeRecorder:
                 self._changed.wait()
             if self._accepting:
                 self._waiting.append((progress, outcomes))
+                self._handed.append(time.monotonic())
                 self._changed.notify_all()
                 return
         # A lane that a stop left dispatching ends here, after the recorder.
@@ -75,6 +82,18 @@ class OutcomeRecorder:
     def depth(self) -> int:
         """Batches waiting to be recorded."""
         return len(self._waiting)
+
+    def backlog(self) -> tuple[int, int, float | None]:
+        """What the lanes handed over and is not written yet (waiting, or being written):
+        batches, their outcomes, and how long ago the oldest was handed over (seconds, None
+        when nothing is left). A snapshot, read from any thread (heartbeats, metrics)."""
+        with self._changed:
+            batches, outcomes, oldest = self._writing
+            batches += len(self._waiting)
+            outcomes += sum(len(item[1]) for item in self._waiting)
+            if self._handed:
+                oldest = self._handed[0] if oldest is None else min(oldest, self._handed[0])
+        return batches, outcomes, None if oldest is None else time.monotonic() - oldest
 
     def stop(self, timeout: float) -> bool:
         """Record what waits (for ``timeout`` seconds at most), then end. Returns whether
@@ -106,6 +125,8 @@ class OutcomeRecorder:
                     by_dispatcher.setdefault(id(item[0].dispatcher), []).append(item)
                 for items in by_dispatcher.values():
                     self._record(items, items[0][0].dispatcher)
+                with self._changed:
+                    self._writing = (0, 0, None)
         finally:
             connections.close_all()  # this thread's
             dispatchers.close_all()  # its instances of the aliases (outcomes' timeouts)
@@ -116,9 +137,10 @@ class OutcomeRecorder:
         with self._changed:
             while not self._waiting and self._accepting:
                 self._changed.wait()
-            group = [
-                self._waiting.popleft() for _ in range(min(BATCHES_PER_WRITE, len(self._waiting)))
-            ]
+            taken = min(BATCHES_PER_WRITE, len(self._waiting))
+            group = [self._waiting.popleft() for _ in range(taken)]
+            handed = [self._handed.popleft() for _ in range(taken)]
+            self._writing = (taken, sum(len(o) for _p, o in group), min(handed, default=None))
             self._changed.notify_all()  # room for a lane that waits
             return group
 

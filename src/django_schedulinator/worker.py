@@ -128,6 +128,9 @@ class Worker:
         # The shard count the index was built for, when it is not this process's (logged
         # once per value).
         self._other_layout: int | None = None
+        # When --max-seconds is up (time.monotonic(), set by run()): the loop, its sleeps,
+        # its back-off from an outage and its wait for another process's rebuild end then.
+        self._ends_at: float | None = None
         # Pending runs whose lease expired are looked for a few times per lease.
         self._takeover_every = max(self.lease_seconds / 4, 0.5)
         self._next_takeover = 0.0
@@ -156,6 +159,7 @@ class Worker:
     def run(self) -> None:
         previous = self._install_signal_handlers()
         started = time.monotonic()
+        self._ends_at = None if self.max_seconds is None else started + self.max_seconds
         failures = 0
         logger.info(
             "Scheduler %s started (batch %d, lease %.0fs).",
@@ -188,13 +192,15 @@ class Worker:
                     # Not stuck: backing off from an outage that a restart would not end.
                     self.last_progress_at = time.monotonic()
                     self._recover(exc, failures)
+                    if self._limit_reached():
+                        break  # an outage does not outlast --max-seconds or --max-runs
                     continue
                 self.last_pass_at = self.last_progress_at = time.monotonic()
                 self.last_error = ""
                 if failures:
                     logger.warning("Connections are back after %d failed pass(es).", failures)
                     failures = 0
-                if self._limit_reached(started):
+                if self._limit_reached():
                     break
                 if result.full:
                     continue
@@ -310,11 +316,20 @@ class Worker:
     def _stop_waiting(self) -> bool:
         """Whether a wait for another process's rebuild should end; each look is progress."""
         self._moved_on()
-        return self.stopping
+        return self._should_end()
+
+    def _should_end(self) -> bool:
+        """Told to stop, or --max-seconds is up."""
+        return self.stopping or (self._ends_at is not None and time.monotonic() >= self._ends_at)
 
     def lane_depths(self) -> dict[str, tuple[int, float | None]]:
         """Each lane's batches waiting, and how long the oldest has waited (lanes.py)."""
         return self.lanes.depths()
+
+    def recorder_backlog(self) -> tuple[int, int, float | None]:
+        """Batches and outcomes handed to the recorder and not written yet, and how long
+        ago the oldest was handed over (recording.py)."""
+        return self.lanes.recorder_backlog()
 
     def close(self) -> None:
         """Close every dispatcher this scheduler built or was given (lanes.py), and this
@@ -336,11 +351,11 @@ class Worker:
             return self.batch_size
         return max(1, min(self.batch_size, self.max_runs - self.counters.fired))
 
-    def _limit_reached(self, started: float) -> bool:
+    def _limit_reached(self) -> bool:
         if self._runs_exhausted():
             logger.info("Reached --max-runs %d.", self.max_runs)
             return True
-        if self.max_seconds is not None and time.monotonic() - started >= self.max_seconds:
+        if self._ends_at is not None and time.monotonic() >= self._ends_at:
             logger.info("Reached --max-seconds %s.", self.max_seconds)
             return True
         return False
@@ -367,8 +382,9 @@ class Worker:
         self._sleep(self._sleep_seconds(result, planned), wake=earlier_retry)
 
     def _sleep(self, seconds: float, *, wake: Callable[[], bool] | None = None) -> None:
+        """Sleep ``seconds``, less if woken, told to stop or out of --max-seconds."""
         deadline = time.monotonic() + seconds
-        while not self.stopping:
+        while not self._should_end():
             left = deadline - time.monotonic()
             if left <= 0 or (wake is not None and wake()):
                 return

@@ -532,6 +532,17 @@ class LaneDepthSerializer(serializers.Serializer[Any]):
     )
 
 
+class RecorderBacklogSerializer(serializers.Serializer[Any]):
+    batches = serializers.IntegerField(
+        help_text="Batches handed to the recorder whose outcomes are not written yet."
+    )
+    outcomes = serializers.IntegerField(help_text="Their outcomes: runs whose end is not written.")
+    oldest_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="How long ago the oldest was handed over (null when nothing waits).",
+    )
+
+
 class SchedulerSerializer(serializers.Serializer[Any]):
     """A scheduler as its last heartbeat recorded it (docs/operations.md#heartbeats)."""
 
@@ -549,6 +560,7 @@ class SchedulerSerializer(serializers.Serializer[Any]):
     )
     counters = serializers.DictField(child=serializers.IntegerField())
     lanes = serializers.DictField(child=LaneDepthSerializer(), help_text="By dispatcher alias.")
+    recorder = RecorderBacklogSerializer(help_text="The outcomes waiting to be written.")
     metrics_port = serializers.IntegerField(allow_null=True)
     stopping = serializers.BooleanField()
     pass_age_seconds = serializers.FloatField(

@@ -1,9 +1,17 @@
 -- Apply changes to the index, never letting an older row revision overwrite a newer one.
 --
 -- KEYS[1] due set, KEYS[2] revisions hash (schedule id -> last revision written),
--- KEYS[3] in-flight set
+-- KEYS[3] in-flight set, KEYS[4] layout (the shard count of the layout this hash tag
+-- belongs to: see claim.lua), KEYS[5] build marker (JSON with "shards": read only when
+-- KEYS[4] is absent, on an index built before it existed)
 -- ARGV[1] claim token whose in-flight entries to release ('' for none), ARGV[2] a JSON
--- array of [schedule id, row revision, op, score (epoch ms)] (one argument: cheap to send).
+-- array of [schedule id, row revision, op, score (epoch ms)] (one argument: cheap to send),
+-- ARGV[3] the shard count the caller routed the changes by.
+-- A shard that records another layout refuses every change (nothing written, nothing
+-- released): the caller routed by a shard count the index is no longer laid out for (a
+-- write-back that a rebuild for a new INDEX_SHARDS overtook, a process still on the old
+-- count), and its change would land in a dropped shard or in the wrong one. The caller
+-- routes it again by the layout the reply gives.
 -- Ops:
 --   S  set the entry to score        (skipped if the index holds a newer revision)
 --   R  remove the entry              (same guard; the revision is kept to block late writes)
@@ -13,7 +21,16 @@
 --         writes that never landed without re-adding entries that are in flight
 -- Reply: {applied, stale, changed, unrecorded}: changed counts writes that altered the due
 -- set, unrecorded those of them for rows the index held no revision of (new rows, or an
--- index that lost its data).
+-- index that lost its data); refused: {0, 0, 0, 0, the shard count the shard records}.
+local layout = tonumber(redis.call('GET', KEYS[4]))
+if not layout then
+  local marker = redis.call('GET', KEYS[5])
+  -- A marker written before shards existed records none: one.
+  layout = marker and (tonumber(string.match(marker, '"shards": *(%d+)')) or 1)
+end
+if layout and layout ~= tonumber(ARGV[3]) then
+  return {0, 0, 0, 0, layout}
+end
 local token = ARGV[1]
 local changes = cjson.decode(ARGV[2])
 local applied, stale, changed, unrecorded = 0, 0, 0, 0

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 
 from ... import alerts
 from ...health import DEFAULT_MAX_LAG_SECONDS, ClusterStatus, cluster_status
-from ...heartbeat import LaneDepth
+from ...heartbeat import LaneDepth, RecorderBacklog
 
 # Exit codes (docs/commands.md): 0 healthy, 1 unhealthy (or a usage mistake), 2 unreachable.
 UNHEALTHY = 1
@@ -177,10 +177,12 @@ def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:
                     moment(beat.started_at),
                     "none yet" if age is None else f"{age:.1f} s ago",
                     lanes or "-",
+                    recorder_text(beat.recorder),
                     beat.state(report.checked_at),
                 ]
             )
         headers = ["ID", "HOST", "PID", "VERSION", "UP SINCE", "LAST PASS", "LANES WAITING"]
+        headers.append("TO RECORD")
         lines += indent(table([*headers, "STATE"], rows))
         for beat in report.schedulers:
             counted = [f"{name.replace('_', ' ')} {n:,}" for name, n in beat.counters.items() if n]
@@ -275,6 +277,14 @@ def lane_text(alias: str, lane: LaneDepth) -> str:
     if not lane.waiting or lane.oldest_seconds is None:
         return f"{alias} {lane.waiting}"
     return f"{alias} {lane.waiting} (oldest {lane.oldest_seconds:.1f} s)"
+
+
+def recorder_text(backlog: RecorderBacklog) -> str:
+    """The outcomes waiting to be written, and the wait of the oldest batch: "0", or
+    "480 (oldest 2.5 s)"."""
+    if not backlog.outcomes or backlog.oldest_seconds is None:
+        return f"{backlog.outcomes:,}"
+    return f"{backlog.outcomes:,} (oldest {backlog.oldest_seconds:.1f} s)"
 
 
 def moment(value: datetime) -> str:

@@ -387,9 +387,14 @@ def test_run_scheduler_on_an_older_tz_release_exits_saying_what_to_install(
 def test_tz_version_order() -> None:
     from django_schedulinator.zonedata import newer
 
-    assert newer("2025a", "2024b") and newer("2024b", "2024a") and newer("2024aa", "2024z")
-    assert not newer("2024b", "2024b") and not newer("unknown", "2024b")
-    assert not newer("2025a", None) and not newer(None, "2025a")
+    assert all(
+        newer(a, b) for a, b in [("2025a", "2024b"), ("2024b", "2024a"), ("2024aa", "2024z")]
+    )
+    assert not [
+        (a, b)
+        for a, b in [("2024b", "2024b"), ("unknown", "2024b"), ("2025a", None), (None, "2025a")]
+        if newer(a, b)
+    ]
 
 
 # -- bounded work --------------------------------------------------------------------------------

@@ -337,3 +337,49 @@ def test_the_quick_plan_is_the_plan(
         walked.skips,
         walked.next_run_at,
     )
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    calendars(),
+    st.sampled_from([*CRONS, "*/20 * * * *", "0 9,17 * * 1,3", "0 12 * * *; 30 9 * * 2"]),
+    st.sampled_from(ZONES),
+    st.booleans(),
+)
+def test_moved_runs_land_where_the_rule_says(
+    cal: tuple[str, set[date], tuple[int, ...]], expr: str, zone: str, same_zone: bool
+) -> None:
+    """Every occurrence on an excluded day lands at its own local time on the first later
+    day (within 31) whose instant no calendar excludes and no weekend holds, computed here
+    from zoneinfo, moment by moment; the walk (which jumps runs of excluded days and moves a
+    whole day at once where it can) lands exactly those, each instant once."""
+    cal_zone, excluded, weekend = cal
+    if same_zone:
+        zone = cal_zone  # the walk's whole-day shortcuts apply
+    calendar = DayCalendar.of(
+        ((cal_zone, d, "") for d in excluded), move=True, weekends=[(cal_zone, weekend)]
+    )
+    plain = Timing(kind="cron", cron=expr, timezone=zone)
+    timing = replace(plain, calendar=calendar)
+    start, end = utc("2026-02-15T00:00"), utc("2026-04-15T00:00")
+    local, days_zone = ZoneInfo(zone), ZoneInfo(cal_zone)
+
+    def business(at: datetime) -> bool:
+        day = at.astimezone(days_zone)
+        return day.date() not in excluded and day.isoweekday() not in weekend
+
+    expected: set[datetime] = set()
+    for moment in takewhile(lambda m: m.at < end, occurrences(plain, START)):
+        if local_day(moment.at, cal_zone) not in excluded:
+            expected.add(moment.at)
+            continue
+        wall = moment.at.astimezone(local).replace(tzinfo=None)
+        for days in range(1, 32):
+            # PEP 495's fold=0: a wall time in a gap is shifted forward, one in a fold is
+            # the first (the default DST policy).
+            landed = (wall + timedelta(days=days)).replace(tzinfo=local).astimezone(UTC)
+            if business(landed):
+                expected.add(landed)
+                break
+    walked = [m.at for m in takewhile(lambda m: m.at < end, occurrences(timing, start))]
+    assert walked == sorted({at for at in expected if start < at < end})

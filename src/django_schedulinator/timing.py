@@ -883,15 +883,74 @@ def _first_moved(
                 return None
             beyond = marker.at > bound if forward else marker.at < bound
             return _excluded(marker, span) if beyond else None
+        if timing.kind == CRON and timing.end_at is None:
+            return _moved_by_cron(timing, span, days, bound, forward=forward)
         placed, found = _shifted(timing, span, grid, days, bound, include_skipped, forward=forward)
         if placed:
             return found
-    moved = _moved_from(timing, span, grid)
-    for candidate in moved if forward else reversed(moved):
-        beyond = candidate.at > bound if forward else candidate.at < bound
-        if beyond and (include_skipped or not candidate.skipped):
+    moved, instants = _moved_from(timing, span, grid)
+    # The moved moments are sorted by instant: the first past ``bound`` is found by bisection.
+    if forward:
+        i = bisect.bisect_right(instants, bound)
+        candidates: Iterable[Moment] = moved[i:]
+    else:
+        i = bisect.bisect_left(instants, bound)
+        candidates = reversed(moved[:i])
+    for candidate in candidates:
+        if include_skipped or not candidate.skipped:
             return candidate
     return None
+
+
+def _moved_by_cron(
+    timing: Timing, span: ExcludedSpan, days: int, bound: datetime, *, forward: bool
+) -> Moment | None:
+    """``_first_moved`` for a cron whose excluded days move by ``days`` whole days: a cron
+    matches the same times of day on every day its day fields match, so what a day's
+    moments become is those times on the day they move to, if the day matched. A cron walk
+    on that day finds the first of them past ``bound``: a step or two a day, however many
+    moments a day has."""
+    zone_name = timing.timezone
+    day = span.start.astimezone(get_zone(zone_name)).date()
+    target = day + timedelta(days=days)
+    start, end = _local_midnight(target, zone_name), _local_midnight(target + ONE_DAY, zone_name)
+    best: Moment | None = None
+    for expr in cron_expressions(timing.cron):
+        if not _matches_day(expr, timing.day_rule, day):
+            continue
+        every_day = _every_day_expr(expr)
+        if forward:
+            found = _cron_next(every_day, zone_name, timing.dst_gap, timing.dst_fold,
+                               DAYS_EITHER, max(bound, start - ONE_MS))  # fmt: skip
+            if found.at >= end:
+                continue
+        else:
+            found = _cron_prev(every_day, zone_name, timing.dst_gap, timing.dst_fold,
+                               DAYS_EITHER, min(bound, end))  # fmt: skip
+            if found.at < start:
+                continue
+        moved = Moment(found.at, found.dst, found.wall, CAL_MOVED, span.label)
+        if best is None or (_earlier(moved, best) if forward else _later(moved, best)):
+            best = moved
+    return best
+
+
+@functools.lru_cache(maxsize=8192)
+def _matches_day(expr: str, day_rule: str, day: date) -> bool:
+    """Whether a cron expression matches a wall time on ``day`` (under the day rule)."""
+    try:
+        first = next(_walls(expr, datetime.combine(day, time(0)) - ONE_SECOND, day_rule))
+    except StopIteration:
+        return False
+    return first.date() == day
+
+
+@functools.lru_cache(maxsize=1024)
+def _every_day_expr(expr: str) -> str:
+    """The expression with its day, month and weekday fields made ``*``: its times of day
+    on every day."""
+    fields = expr.split(" ")
+    return " ".join([*fields[:-3], "*", "*", "*"])
 
 
 def _moves_by_whole_days(timing: Timing) -> bool:
@@ -1001,21 +1060,23 @@ def _grid_key(timing: Timing, anchor: datetime) -> datetime:
 
 
 @functools.lru_cache(maxsize=256)
-def _moved_from(timing: Timing, span: ExcludedSpan, anchor: datetime) -> tuple[Moment, ...]:
+def _moved_from(
+    timing: Timing, span: ExcludedSpan, anchor: datetime
+) -> tuple[tuple[Moment, ...], tuple[datetime, ...]]:
     """Where the plain moments in ``span`` go, by instant: each moved one where it lands,
     and one marker for those that cannot move, at the first of them (a day is recorded
     once). A span with no business day within reach is that marker alone, found without
     walking its moments (a closure of months costs a step a day, not a step a moment)."""
     first = _plain_following(timing, span.start - ONE_MS, anchor, True)
     if first is None or first.at >= span.end:
-        return ()
+        return (), ()
     calendar = timing.calendar
     assert calendar is not None
     # A moved moment lands at its local time a whole number of days later: none can land
     # before a day after the span's start (less a DST change), nor after MOVE_REACH.
     reach = span.end + MOVE_REACH
     if calendar.next_business(span.start + ONE_DAY - OFFSET_SPAN, reach) is None:
-        return (_excluded(first, span),)
+        return (_excluded(first, span),), (first.at,)
     found: list[Moment] = []
     marker: Moment | None = None
     moment: Moment | None = first
@@ -1029,7 +1090,8 @@ def _moved_from(timing: Timing, span: ExcludedSpan, anchor: datetime) -> tuple[M
             found.append(landed)
         steps += 1
         moment = _plain_following(timing, moment.at, anchor, True)
-    return tuple(sorted(found, key=lambda m: (m.at, _touched(m))))
+    ordered = tuple(sorted(found, key=lambda m: (m.at, _touched(m))))
+    return ordered, tuple(m.at for m in ordered)
 
 
 def _moved(timing: Timing, moment: Moment, span: ExcludedSpan) -> tuple[Moment, ...]:

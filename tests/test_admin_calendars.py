@@ -85,6 +85,21 @@ def test_public_holidays_with_the_countrys_weekend(admin_client: Client) -> None
     assert errors["years"] == ["Enter the years as 2026-2036, or one year."]
 
 
+@pytest.mark.parametrize("country", ["JAN", "MON", "PUBLIC"])
+def test_a_country_the_holidays_package_does_not_list_is_an_error_of_its_field(
+    admin_client: Client, country: str
+) -> None:
+    data = calendar_data(name="x", source="holidays", country=country, years="2026")
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["country"]
+    assert "does not know it" in errors["country"][0]
+    response = admin_client.post(ADD, {**data, "country": "GB", "subdivision": "PUBLIC"})
+    assert list(response.context["adminform"].form.errors) == ["subdivision"]
+    assert not Calendar.objects.exists()
+
+
 def test_an_icalendar_file(admin_client: Client) -> None:
     upload = SimpleUploadedFile("school.ics", ICAL, content_type="text/calendar")
     data = calendar_data(name="school", source="ical", years="2026", icalendar_file=upload)

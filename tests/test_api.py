@@ -1724,6 +1724,23 @@ def test_a_report_with_a_huge_error_keeps_its_end(world: dict[str, int]) -> None
 # -- calendars of excluded days -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("country", ["JAN", "MON", "PUBLIC"])
+def test_a_country_the_holidays_package_does_not_list_is_an_error_of_its_field(
+    api: APIClient, country: str
+) -> None:
+    body = {"name": "x", "source": "holidays", "country": country, "years": "2026"}
+    response = api.post(f"{API}calendars/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["country"]
+    assert "does not know it" in response.json()["country"][0]
+    response = api.post(
+        f"{API}calendars/", {**body, "country": "GB", "subdivision": "MON"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["subdivision"]
+    assert not Calendar.objects.exists()
+
+
 def test_calendars_are_written_through_the_services_and_schedules_name_them(
     api: APIClient, index: DueIndex
 ) -> None:

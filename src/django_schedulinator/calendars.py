@@ -68,7 +68,9 @@ def public_holidays(
     country: str, subdivision: str, years: range
 ) -> tuple[list[tuple[date, str]], list[int]]:
     """The public holidays of ``country`` (and ``subdivision``) in ``years``, and the
-    country's weekend (ISO weekdays), from the holidays package."""
+    country's weekend (ISO weekdays), from the holidays package. The country is one the
+    package lists (its codes are also the names of other things in its module, such as
+    JAN), the subdivision one of that country's (a code, or a name the package knows)."""
     try:
         import holidays
     except ImportError as exc:  # the "calendars" extra
@@ -76,13 +78,24 @@ def public_holidays(
             {"source": "Public holidays need the holidays package: "
                        "pip install 'django-schedulinator[calendars]'."}
         ) from exc  # fmt: skip
+    code = country.strip().upper()
+    supported: dict[str, list[str]] = holidays.list_supported_countries()
+    if code not in supported:
+        raise ValidationError(
+            {"country": f"The holidays package does not know it: no country {country!r} "
+                        "(an ISO 3166 code, such as GB or US)."}
+        )  # fmt: skip
+    codes = supported[code]
+    wanted = subdivision.strip()
+    subdiv = next((c for c in codes if c.upper() == wanted.upper()), wanted) or None
     try:
-        found = holidays.country_holidays(
-            country.upper(), subdiv=subdivision or None, years=list(years), language="en_US"
-        )
-    except NotImplementedError as exc:
-        field = "subdivision" if subdivision and "subdiv" in str(exc).lower() else "country"
-        raise ValidationError({field: f"The holidays package does not know it: {exc}"}) from exc
+        found = holidays.country_holidays(code, subdiv=subdiv, years=list(years), language="en_US")
+    except NotImplementedError as exc:  # a subdivision neither listed nor a known name
+        known = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") or "none"
+        raise ValidationError(
+            {"subdivision": f"The holidays package does not know it: {code} has no "
+                            f"subdivision {wanted!r} (it has {known})."}
+        ) from exc  # fmt: skip
     days = sorted((day, str(name)) for day, name in found.items())
     weekend = sorted(day + 1 for day in getattr(found, "weekend", (5, 6)))
     return days, weekend

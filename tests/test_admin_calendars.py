@@ -20,8 +20,10 @@ from django_schedulinator.models import Calendar, Schedule, ScheduleChange
 
 from .support.admin_pages import change_url, form_data
 from .support.commits import committed
+from .support.rule_work import RuleWork
 from .support.schedules import model_fields
 from .test_calendars import ICAL
+from .test_ical import SECONDLY
 
 pytestmark = pytest.mark.django_db
 
@@ -113,6 +115,24 @@ def test_an_icalendar_file(admin_client: Client) -> None:
     assert response.context["adminform"].form.errors["icalendar_file"] == [
         "Choose the iCalendar file to read."
     ]
+
+
+def test_an_icalendar_rule_that_would_run_unbounded_is_an_error_of_the_upload(
+    admin_client: Client, rule_work: RuleWork
+) -> None:
+    upload = SimpleUploadedFile("seconds.ics", SECONDLY, content_type="text/calendar")
+    response = admin_client.post(
+        ADD, calendar_data(name="seconds", source="ical", icalendar_file=upload)
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "icalendar_file": [
+            "The iCalendar event 'Every second' repeats more often than daily "
+            "(FREQ=SECONDLY): a calendar of excluded days takes whole days."
+        ]
+    }
+    assert rule_work.instants == 0
+    assert not Calendar.objects.exists()
 
 
 def test_a_change_re_plans_and_a_calendar_in_use_is_not_deleted(admin_client: Client) -> None:

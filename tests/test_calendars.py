@@ -24,8 +24,10 @@ from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
 from .support.commits import committed
+from .support.rule_work import RuleWork
 from .support.schedules import model_fields
 from .support.simulation import Simulation, fired, skipped, utc
+from .test_ical import SECONDLY
 
 ICAL = b"""BEGIN:VCALENDAR
 VERSION:2.0
@@ -247,6 +249,24 @@ def test_fill_calendars_names_a_country_the_holidays_package_does_not_list() -> 
     with pytest.raises(CommandError, match="1 calendar\\(s\\) could not be filled"):
         call_command("fill_calendars", "--years", "2026", stderr=err)
     assert err.getvalue().startswith("monthly: The holidays package does not know it: ")
+
+
+@pytest.mark.django_db
+def test_fill_calendars_names_an_icalendar_rule_that_would_run_unbounded(
+    tmp_path: Any, rule_work: RuleWork
+) -> None:
+    with committed():
+        services.save_calendar(Calendar(name="seconds", source="ical"), days=[])
+    path = tmp_path / "seconds.ics"
+    path.write_bytes(SECONDLY)
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 calendar\\(s\\) could not be filled"):
+        call_command("fill_calendars", "seconds", "--icalendar", str(path), stderr=err)
+    assert err.getvalue() == (
+        "seconds: The iCalendar event 'Every second' repeats more often than daily "
+        "(FREQ=SECONDLY): a calendar of excluded days takes whole days.\n"
+    )
+    assert rule_work.instants == 0
 
 
 def test_an_icalendar_files_days() -> None:

@@ -8,10 +8,13 @@ examine are counted (the ``rule_work`` fixture), never timed. The API, the admin
 
 from __future__ import annotations
 
-from datetime import date, timedelta
+from datetime import date, datetime, time, timedelta
 
 import pytest
+from dateutil.rrule import rrulestr
 from django.core.exceptions import ValidationError
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 
 from django_schedulinator import ical
 from django_schedulinator.calendars import icalendar_days
@@ -282,6 +285,86 @@ def test_rdate_and_exdate() -> None:
 
 def test_a_cancelled_event_has_no_days() -> None:
     assert days(ics("DTSTART;VALUE=DATE:20260302\r\nSTATUS:CANCELLED")) == {}
+
+
+# -- the bounded walk finds what dateutil alone finds -----------------------------------------
+
+WEEKDAYS = ["MO", "TU", "WE", "TH", "FR", "SA", "SU"]
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> str:
+    """An RRULE of all-day occurrences that matches often (so that dateutil alone, walking
+    it up to the years read and one occurrence past them, ends soon)."""
+    freq = draw(st.sampled_from(["YEARLY", "MONTHLY", "WEEKLY", "DAILY"]))
+    parts = [f"FREQ={freq}", f"INTERVAL={draw(st.integers(1, 3))}"]
+    days = st.lists(st.sampled_from(WEEKDAYS), min_size=1, max_size=4, unique=True)
+    monthdays = st.lists(
+        st.integers(1, 28) | st.integers(-28, -1), min_size=1, max_size=3, unique=True
+    )
+    months = st.lists(st.integers(1, 12), min_size=1, max_size=4, unique=True)
+    shape = draw(st.integers(0, 3))
+    if freq == "YEARLY" and shape == 1:
+        parts += [f"BYMONTH={','.join(map(str, draw(months)))}"]
+        parts += [f"BYMONTHDAY={','.join(map(str, draw(monthdays)))}"]
+    elif freq == "YEARLY" and shape == 2:
+        parts += [f"BYWEEKNO={draw(st.integers(1, 52) | st.integers(-52, -1))}"]
+        parts += [f"BYDAY={','.join(draw(days))}"]
+    elif freq == "YEARLY" and shape == 3:
+        parts += [f"BYYEARDAY={draw(st.integers(1, 365) | st.integers(-365, -1))}"]
+    elif freq == "MONTHLY" and shape == 1:
+        parts += [f"BYMONTHDAY={','.join(map(str, draw(monthdays)))}"]
+    elif freq == "MONTHLY" and shape >= 2:
+        nth = draw(st.sampled_from(["", "1", "2", "-1", "-2"]))
+        parts += [f"BYDAY={','.join(nth + day for day in draw(days))}"]
+        if shape == 3 and not nth:
+            parts += [f"BYSETPOS={draw(st.sampled_from(['1', '-1', '2,-2']))}"]
+    elif freq == "WEEKLY" and shape >= 1:
+        parts += [f"BYDAY={','.join(draw(days))}", f"WKST={draw(st.sampled_from(WEEKDAYS))}"]
+    elif freq == "DAILY" and shape == 1:
+        parts += [f"BYDAY={','.join(draw(days))}"]
+    elif freq == "DAILY" and shape >= 2:
+        parts += [f"BYMONTH={','.join(map(str, draw(months)))}"]
+    ending = draw(st.integers(0, 2))
+    if ending == 1:
+        parts += [f"COUNT={draw(st.integers(1, 300))}"]
+    elif ending == 2:
+        parts += [f"UNTIL={draw(st.dates(date(1890, 1, 1), date(2120, 12, 31))):%Y%m%d}"]
+    return ";".join(parts)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    rule=rules(),
+    seed=st.dates(date(1890, 1, 1), date(2105, 12, 31)),
+    first=st.integers(1898, 2105),
+    span=st.integers(0, 4),
+)
+@example(rule="FREQ=YEARLY", seed=date(1896, 2, 29), first=2098, span=4)  # no 29 Feb in 2100
+@example(rule="FREQ=YEARLY;BYWEEKNO=1;BYDAY=MO", seed=date(1899, 1, 1), first=2099, span=2)
+@example(rule="FREQ=MONTHLY;INTERVAL=3;BYMONTHDAY=-1", seed=date(1900, 1, 31), first=2099, span=2)
+@example(rule="FREQ=WEEKLY;INTERVAL=3;BYDAY=SU;WKST=SU", seed=date(1890, 1, 1), first=2026, span=0)
+@example(rule="FREQ=DAILY;INTERVAL=3;COUNT=300", seed=date(2025, 11, 1), first=2026, span=0)
+def test_the_days_are_those_dateutil_alone_finds(
+    rule: str, seed: date, first: int, span: int
+) -> None:
+    """Walking from the years read, in a frame of other years, with UNTIL and COUNT applied
+    here: the same days as dateutil's own expansion of the rule from its DTSTART (the
+    rule's first occurrence from ``seed``, so that the two count COUNT alike)."""
+    bare = ";".join(part for part in rule.split(";") if not part.startswith(("COUNT", "UNTIL")))
+    start = rrulestr(bare, dtstart=datetime.combine(seed, time())).after(
+        datetime.combine(seed, time()), inc=True
+    )
+    assume(start is not None and start.year <= 2105)
+    years = range(first, first + span + 1)
+    expected = {
+        moment.date()
+        for moment in rrulestr(rule, dtstart=start).between(
+            datetime(years.start, 1, 1), datetime(years.stop - 1, 12, 31), inc=True
+        )
+    }
+    event = f"DTSTART;VALUE=DATE:{start:%Y%m%d}\r\nRRULE:{rule}"
+    assert set(days(ics(event), years.start, years.stop - 1)) == expected
 
 
 # -- within bounds of work -------------------------------------------------------------------

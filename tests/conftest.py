@@ -27,6 +27,7 @@ from .support import commits
 from .support.processes import Schedulers
 from .support.redis_server import RedisServer, lose_redis
 from .support.rejections import PAYLOAD_LIMIT
+from .support.rule_work import RuleWork, counting
 from .support.walks import TooMuchWork
 
 if TYPE_CHECKING:
@@ -178,6 +179,16 @@ def walls() -> Iterator[list[int]]:
 
     with mock.patch.object(timing_module, "_moments_of_wall", counting):
         yield examined
+
+
+@pytest.fixture
+def rule_work(monkeypatch: pytest.MonkeyPatch) -> RuleWork:
+    """Counts the instants dateutil's rules produce and the periods they examine while an
+    iCalendar file is read; an expansion far past its bounds fails at once."""
+    work = RuleWork()
+    for (owner, name), wrapper in counting(work).items():
+        monkeypatch.setattr(owner, name, wrapper)
+    return work
 
 
 @pytest.fixture

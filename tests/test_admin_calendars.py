@@ -20,8 +20,10 @@ from django_schedulinator.models import Calendar, Schedule, ScheduleChange
 
 from .support.admin_pages import change_url, form_data
 from .support.commits import committed
+from .support.rule_work import RuleWork
 from .support.schedules import model_fields
 from .test_calendars import ICAL
+from .test_ical import SECONDLY
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +87,21 @@ def test_public_holidays_with_the_countrys_weekend(admin_client: Client) -> None
     assert errors["years"] == ["Enter the years as 2026-2036, or one year."]
 
 
+@pytest.mark.parametrize("country", ["JAN", "MON", "PUBLIC"])
+def test_a_country_the_holidays_package_does_not_list_is_an_error_of_its_field(
+    admin_client: Client, country: str
+) -> None:
+    data = calendar_data(name="x", source="holidays", country=country, years="2026")
+    response = admin_client.post(ADD, data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["country"]
+    assert "does not know it" in errors["country"][0]
+    response = admin_client.post(ADD, {**data, "country": "GB", "subdivision": "PUBLIC"})
+    assert list(response.context["adminform"].form.errors) == ["subdivision"]
+    assert not Calendar.objects.exists()
+
+
 def test_an_icalendar_file(admin_client: Client) -> None:
     upload = SimpleUploadedFile("school.ics", ICAL, content_type="text/calendar")
     data = calendar_data(name="school", source="ical", years="2026", icalendar_file=upload)
@@ -98,6 +115,24 @@ def test_an_icalendar_file(admin_client: Client) -> None:
     assert response.context["adminform"].form.errors["icalendar_file"] == [
         "Choose the iCalendar file to read."
     ]
+
+
+def test_an_icalendar_rule_that_would_run_unbounded_is_an_error_of_the_upload(
+    admin_client: Client, rule_work: RuleWork
+) -> None:
+    upload = SimpleUploadedFile("seconds.ics", SECONDLY, content_type="text/calendar")
+    response = admin_client.post(
+        ADD, calendar_data(name="seconds", source="ical", icalendar_file=upload)
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {
+        "icalendar_file": [
+            "The iCalendar event 'Every second' repeats more often than daily "
+            "(FREQ=SECONDLY): a calendar of excluded days takes whole days."
+        ]
+    }
+    assert rule_work.instants == 0
+    assert not Calendar.objects.exists()
 
 
 def test_a_change_re_plans_and_a_calendar_in_use_is_not_deleted(admin_client: Client) -> None:

@@ -49,8 +49,10 @@ from .support.commits import APIClient
 from .support.heartbeats import beat
 from .support.processes import ROOT, subprocess_env
 from .support.redis_server import lose_redis
+from .support.rule_work import RuleWork
 from .support.schedules import make_schedule
 from .support.walks import NEVER, NEVER_DENSE
+from .test_ical import GOOGLE, SECONDLY
 
 pytestmark = pytest.mark.django_db
 
@@ -1727,6 +1729,49 @@ def test_a_report_with_a_huge_error_keeps_its_end(world: dict[str, int]) -> None
 
 
 # -- calendars of excluded days -------------------------------------------------------------
+
+
+def test_an_icalendar_rule_that_would_run_unbounded_is_an_error_of_its_field(
+    api: APIClient, rule_work: RuleWork
+) -> None:
+    body = {"name": "x", "source": "ical", "icalendar": SECONDLY.decode()}
+    response = api.post(f"{API}calendars/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json() == {
+        "icalendar": [
+            "The iCalendar event 'Every second' repeats more often than daily "
+            "(FREQ=SECONDLY): a calendar of excluded days takes whole days."
+        ]
+    }
+    assert rule_work.instants == 0
+    assert not Calendar.objects.exists()
+    # A Google export, its UNTIL in UTC: read as RFC 5545 says.
+    body = {"name": "closures", "timezone": "Europe/Berlin", "source": "ical",
+            "icalendar": GOOGLE.decode(), "years": "2026"}  # fmt: skip
+    response = api.post(f"{API}calendars/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["days"][:3] == [
+        {"day": "2026-01-05", "name": "Stocktaking"},
+        {"day": "2026-01-13", "name": "Stocktaking (moved)"},
+        {"day": "2026-01-26", "name": "Stocktaking"},
+    ]
+
+
+@pytest.mark.parametrize("country", ["JAN", "MON", "PUBLIC"])
+def test_a_country_the_holidays_package_does_not_list_is_an_error_of_its_field(
+    api: APIClient, country: str
+) -> None:
+    body = {"name": "x", "source": "holidays", "country": country, "years": "2026"}
+    response = api.post(f"{API}calendars/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["country"]
+    assert "does not know it" in response.json()["country"][0]
+    response = api.post(
+        f"{API}calendars/", {**body, "country": "GB", "subdivision": "MON"}, format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert list(response.json()) == ["subdivision"]
+    assert not Calendar.objects.exists()
 
 
 def test_calendars_are_written_through_the_services_and_schedules_name_them(

@@ -24,8 +24,10 @@ from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 
 from .support.commits import committed
+from .support.rule_work import RuleWork
 from .support.schedules import model_fields
 from .support.simulation import Simulation, fired, skipped, utc
+from .test_ical import SECONDLY
 
 ICAL = b"""BEGIN:VCALENDAR
 VERSION:2.0
@@ -209,6 +211,62 @@ def test_public_holidays_of_a_country_and_a_subdivision() -> None:
     with pytest.raises(ValidationError) as caught:
         public_holidays("GB", "ZZZ", range(2026, 2027))
     assert "subdivision" in caught.value.message_dict
+
+
+# Names of constants in the holidays package (its module's attributes), not countries.
+NOT_COUNTRIES = ["JAN", "MON", "PUBLIC", "XX", "gb-eng", ""]
+
+
+@pytest.mark.parametrize("country", NOT_COUNTRIES)
+def test_a_country_the_holidays_package_does_not_list_is_an_error_of_its_field(
+    country: str,
+) -> None:
+    with pytest.raises(ValidationError) as caught:
+        public_holidays(country, "", range(2026, 2027))
+    assert list(caught.value.message_dict) == ["country"]
+    assert "does not know it" in caught.value.message_dict["country"][0]
+
+
+def test_a_subdivision_is_one_of_its_countrys() -> None:
+    with pytest.raises(ValidationError) as caught:
+        public_holidays("GB", "JAN", range(2026, 2027))
+    [message] = caught.value.message_dict["subdivision"]
+    assert message == (
+        "The holidays package does not know it: GB has no subdivision 'JAN' (it has ENG, "
+        "NIR, SCT, WLS)."
+    )
+    # Its codes in any case, and the names the package knows them by.
+    assert dict(public_holidays("gb", "eng", range(2026, 2027))[0]) == dict(
+        public_holidays("GB", "England", range(2026, 2027))[0]
+    )
+
+
+@pytest.mark.django_db
+def test_fill_calendars_names_a_country_the_holidays_package_does_not_list() -> None:
+    # A row written before countries were checked (the model takes any text).
+    Calendar.objects.create(name="monthly", source="holidays", country="JAN")
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 calendar\\(s\\) could not be filled"):
+        call_command("fill_calendars", "--years", "2026", stderr=err)
+    assert err.getvalue().startswith("monthly: The holidays package does not know it: ")
+
+
+@pytest.mark.django_db
+def test_fill_calendars_names_an_icalendar_rule_that_would_run_unbounded(
+    tmp_path: Any, rule_work: RuleWork
+) -> None:
+    with committed():
+        services.save_calendar(Calendar(name="seconds", source="ical"), days=[])
+    path = tmp_path / "seconds.ics"
+    path.write_bytes(SECONDLY)
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="1 calendar\\(s\\) could not be filled"):
+        call_command("fill_calendars", "seconds", "--icalendar", str(path), stderr=err)
+    assert err.getvalue() == (
+        "seconds: The iCalendar event 'Every second' repeats more often than daily "
+        "(FREQ=SECONDLY): a calendar of excluded days takes whole days.\n"
+    )
+    assert rule_work.instants == 0
 
 
 def test_an_icalendar_files_days() -> None:

@@ -4,20 +4,20 @@ The rules (skip an occurrence on an excluded day, or move it to the next busines
 ``timing``'s, on the ``timing.DayCalendar`` that ``models.day_calendar`` builds from the
 rows. The days come from the hand (the admin, the API, code), from the ``holidays`` package (its
 public holidays of a country and a subdivision, for a span of years), or from an iCalendar
-file (its events' days; recurring events expanded over the same span with
-python-dateutil, which icalendar already depends on). Every change goes through
+file (its events' days, recurring events within the same span: ``ical``). Every change
+goes through
 ``services`` (``save_calendar`` and the functions around it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from datetime import date, datetime, timedelta
-from typing import Any
+from datetime import UTC, date, tzinfo
 
 from django.core.exceptions import ValidationError
 
-from .models import MAX_DAYS, Calendar
+from . import ical, timing
+from .errors import TimingError
+from .models import Calendar
 
 # Filling a calendar from a source: the years it covers by default, around the current one.
 YEARS_BEFORE = 1
@@ -60,7 +60,11 @@ def days_from_source(
     if calendar.source == Calendar.Source.ICALENDAR:
         if icalendar is None:
             raise ValidationError({"source": "Give the iCalendar file to read the days from."})
-        return icalendar_days(icalendar, years)
+        try:
+            zone: tzinfo = timing.get_zone(calendar.timezone)
+        except TimingError:
+            zone = UTC  # the model says what is wrong with it
+        return icalendar_days(icalendar, years, zone=zone)
     raise ValidationError({"source": "A calendar kept by hand has no source to fill from."})
 
 
@@ -68,7 +72,9 @@ def public_holidays(
     country: str, subdivision: str, years: range
 ) -> tuple[list[tuple[date, str]], list[int]]:
     """The public holidays of ``country`` (and ``subdivision``) in ``years``, and the
-    country's weekend (ISO weekdays), from the holidays package."""
+    country's weekend (ISO weekdays), from the holidays package. The country is one the
+    package lists (its codes are also the names of other things in its module, such as
+    JAN), the subdivision one of that country's (a code, or a name the package knows)."""
     try:
         import holidays
     except ImportError as exc:  # the "calendars" extra
@@ -76,82 +82,35 @@ def public_holidays(
             {"source": "Public holidays need the holidays package: "
                        "pip install 'django-schedulinator[calendars]'."}
         ) from exc  # fmt: skip
+    code = country.strip().upper()
+    supported: dict[str, list[str]] = holidays.list_supported_countries()
+    if code not in supported:
+        raise ValidationError(
+            {"country": f"The holidays package does not know it: no country {country!r} "
+                        "(an ISO 3166 code, such as GB or US)."}
+        )  # fmt: skip
+    codes = supported[code]
+    wanted = subdivision.strip()
+    subdiv = next((c for c in codes if c.upper() == wanted.upper()), wanted) or None
     try:
-        found = holidays.country_holidays(
-            country.upper(), subdiv=subdivision or None, years=list(years), language="en_US"
-        )
-    except NotImplementedError as exc:
-        field = "subdivision" if subdivision and "subdiv" in str(exc).lower() else "country"
-        raise ValidationError({field: f"The holidays package does not know it: {exc}"}) from exc
+        found = holidays.country_holidays(code, subdiv=subdiv, years=list(years), language="en_US")
+    except NotImplementedError as exc:  # a subdivision neither listed nor a known name
+        known = ", ".join(codes[:30]) + (", ..." if len(codes) > 30 else "") or "none"
+        raise ValidationError(
+            {"subdivision": f"The holidays package does not know it: {code} has no "
+                            f"subdivision {wanted!r} (it has {known})."}
+        ) from exc  # fmt: skip
     days = sorted((day, str(name)) for day, name in found.items())
     weekend = sorted(day + 1 for day in getattr(found, "weekend", (5, 6)))
     return days, weekend
 
 
-def icalendar_days(data: bytes | str, years: range) -> list[tuple[date, str]]:
+def icalendar_days(
+    data: bytes | str, years: range, *, zone: tzinfo = UTC
+) -> list[tuple[date, str]]:
     """The days of the events of an iCalendar file (each day an event covers; recurring
-    events within ``years``), with their summaries."""
+    events within ``years``), with their summaries: ``ical``, at most 1 MB. ``zone`` is the
+    calendar's, where an all-day event's UNTIL or EXDATE given in UTC falls."""
     if len(data) > MAX_ICALENDAR_BYTES:
         raise ValidationError(f"The iCalendar file is larger than {MAX_ICALENDAR_BYTES} bytes.")
-    try:
-        import icalendar
-        from dateutil.rrule import rrulestr
-    except ImportError as exc:
-        raise ValidationError(
-            "iCalendar files need the icalendar package: "
-            "pip install 'django-schedulinator[calendars]'."
-        ) from exc
-    try:
-        parsed = icalendar.Calendar.from_ical(data)
-    except ValueError as exc:
-        raise ValidationError(f"Not an iCalendar file: {exc}") from exc
-    first, last = date(years.start, 1, 1), date(years.stop - 1, 12, 31)
-    days: dict[date, str] = {}
-    for event in parsed.walk("VEVENT"):
-        try:
-            start = _day(event.decoded("DTSTART"))
-            end = _day(event.decoded("DTEND")) if "DTEND" in event else None
-            length = max((end - start).days, 1) if end is not None else 1
-            starts: Iterable[date] = [start]
-            if "RRULE" in event:
-                text = event["RRULE"].to_ical()
-                begin = datetime.combine(start, datetime.min.time())
-                rules = rrulestr(
-                    text.decode() if isinstance(text, bytes) else text, dtstart=begin, forceset=True
-                )
-                for excluded in _listed(event.get("EXDATE")):
-                    rules.exdate(datetime.combine(excluded, datetime.min.time()))
-                window_start = datetime.combine(first, datetime.min.time())
-                window_end = datetime.combine(last, datetime.min.time())
-                starts = [
-                    moment.date() for moment in rules.between(window_start, window_end, inc=True)
-                ]
-        except (KeyError, ValueError, TypeError) as exc:
-            summary = str(event.get("SUMMARY", "an event"))
-            raise ValidationError(f"The iCalendar event {summary!r} cannot be read: {exc}") from exc
-        name = str(event.get("SUMMARY", ""))[:200]
-        for begin_day in starts:
-            for offset in range(length):
-                day = begin_day + timedelta(days=offset)
-                if first <= day <= last:
-                    days.setdefault(day, name)
-        if len(days) > MAX_DAYS:
-            raise ValidationError(f"The iCalendar file has more than {MAX_DAYS} days.")
-    return sorted(days.items())
-
-
-def _day(value: Any) -> date:
-    """An event's day: a DATE as it is, a DATE-TIME's date in its own zone."""
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    raise ValueError(f"not a date: {value!r}")
-
-
-def _listed(value: Any) -> list[date]:
-    """The days of an EXDATE property (one or several lines)."""
-    if value is None:
-        return []
-    lines = value if isinstance(value, list) else [value]
-    return [_day(entry.dt) for line in lines for entry in line.dts]
+    return ical.read_days(data, years, zone)

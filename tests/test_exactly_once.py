@@ -196,7 +196,7 @@ def test_a_day_excluded_after_its_run_does_not_run_it_again(sim: Simulation) -> 
     sim.run_until(utc("2026-04-01T12:00"))
 
     assert fired(weekly) == [utc("2026-03-30T09:00")]
-    assert skipped(weekly) == [(utc("2026-03-31T09:00"), "ran_before")]
+    assert skipped(weekly) == []
     assert_each_ran_once(weekly)
     weekly.refresh_from_db()
     assert weekly.next_run_at == utc("2026-04-06T09:00")
@@ -243,6 +243,69 @@ def test_a_moved_run_the_change_puts_behind_the_mark_is_late_not_lost(sim: Simul
     assert {runs.get(at) for at in monday[6:23]} == {"skipped"}
     assert runs[monday[23]] == "succeeded"
     assert all(runs[utc("2026-03-31T00:00") + timedelta(hours=h)] == "succeeded" for h in range(9))
+
+
+def test_a_dense_schedule_keeps_the_moves_it_decided_without_a_row_each(
+    sim: Simulation,
+) -> None:
+    """Every 7 minutes (off the day's grid, so moved runs do not land on Tuesday's own), on
+    next business day: Monday excluded at 15:00, after Monday's runs up to then ran. Those
+    do not run again on Tuesday; Monday's later ones do, at their times; nothing is written
+    per decided run (the schedule keeps one range)."""
+    hols = calendar("hols")
+    dense = create("dense", kind="interval", cron="", interval=timedelta(minutes=7),
+                   anchor_at=utc("2026-03-30T00:00"), calendars=["hols"],
+                   calendar_rule="next_business_day")  # fmt: skip
+    sim.run_until(utc("2026-03-30T15:00"))
+    set_days(hols, MONDAY)
+    dense.refresh_from_db()
+    assert len(dense.decided_moves) == 1
+    sim.run_until(utc("2026-04-01T00:00"))
+
+    assert_each_ran_once(dense)
+    times = {at for at in fired(dense) if at >= utc(TUESDAY)}
+    grid = {utc("2026-03-30T00:00") + timedelta(minutes=7 * n) for n in range(2 * 24 * 60 // 7 + 1)}
+    monday = sorted(at for at in grid if utc(MONDAY) <= at < utc(TUESDAY))
+    ran_monday = [at for at in monday if at <= utc("2026-03-30T15:00")]
+    moved_later = [at + timedelta(days=1) for at in monday if at > utc("2026-03-30T15:00")]
+    assert set(moved_later) <= times  # Monday's later runs, on Tuesday
+    assert not {at + timedelta(days=1) for at in ran_monday} & times - grid
+    assert (
+        not Run.objects.filter(schedule=dense, scheduled_for__gte=utc(TUESDAY))
+        .filter(status="skipped")
+        .exists()
+    )
+
+
+def test_a_closure_that_grows_moves_what_had_not_run_and_only_that(sim: Simulation) -> None:
+    """Hourly on Mondays and Tuesdays, next business day. Monday excluded: its runs land on
+    Tuesday with Tuesday's own. At Tuesday 05:30 Tuesday is excluded too: the runs that
+    landed (Monday's and Tuesday's 00:00-05:00) stay run; the others (06:00-23:00 of both
+    days) land on Wednesday, which has none of its own: exactly 06:00-23:00, once each."""
+    hols = calendar("hols", MONDAY)
+    hourly = create("hourly", cron="0 * * * 1,2", timezone="UTC", calendars=["hols"],
+                    calendar_rule="next_business_day")  # fmt: skip
+    sim.run_until(utc("2026-03-31T05:30"))
+    assert fired(hourly) == [utc("2026-03-31T00:00") + timedelta(hours=h) for h in range(6)]
+    set_days(hols, MONDAY, TUESDAY)
+    sim.run_until(utc("2026-04-02T00:30"))
+
+    assert_each_ran_once(hourly)
+    wednesday = [at for at in fired(hourly) if at >= utc("2026-04-01T00:00")]
+    assert wednesday == [utc("2026-04-01T06:00") + timedelta(hours=h) for h in range(18)]
+
+
+def test_a_calendar_in_another_zone_keeps_what_ran(sim: Simulation) -> None:
+    """Item 3 with the calendar's days drawn in Berlin and the schedule in UTC (the walk
+    then looks at the day moment by moment)."""
+    hols = calendar("hols", zone="Europe/Berlin")
+    weekly = create("weekly", cron="0 9 * * 1", timezone="UTC", calendars=["hols"],
+                    calendar_rule="next_business_day")  # fmt: skip
+    sim.run_until(utc("2026-03-30T20:00"))
+    set_days(hols, MONDAY)
+    sim.run_until(utc("2026-04-01T12:00"))
+    assert fired(weekly) == [utc("2026-03-30T09:00")]
+    assert_each_ran_once(weekly)
 
 
 def test_a_day_excluded_after_it_began_records_its_remaining_runs(sim: Simulation) -> None:

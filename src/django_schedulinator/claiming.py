@@ -61,7 +61,7 @@ ROW_FIELDS = (
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
     "day_rule", "catch_up", "catch_up_window", "overlap", "calendars", "calendar_rule",
     "max_runs", "run_count", "task", "args", "kwargs", "dispatcher", "dispatch_options", "name",
-    "grace",
+    "grace", "decided_moves",
 )  # fmt: skip
 # The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window), with the
 # calendars and their rule.
@@ -219,6 +219,7 @@ def timing_of(row: Any, calendar: timing.DayCalendar | None = None) -> timing.Ti
         jitter=row.jitter,
         day_rule=row.day_rule,
         calendar=calendar,
+        decided=timing.decided_moves(row.decided_moves) if calendar is not None else (),
     )
 
 
@@ -327,7 +328,8 @@ class Claimer:
             key = None
             if not row.jitter:
                 rule = row.calendar_rule if row.calendars else ""
-                key = (*row[PLAN_FIELDS], runs_left, tuple(row.calendars or ()), rule)
+                moves = tuple(map(tuple, row.decided_moves or ())) if row.calendars else ()
+                key = (*row[PLAN_FIELDS], runs_left, tuple(row.calendars or ()), rule, moves)
             shared = plans.get(key) if key else None
             if shared is not None:
                 plan.due.append(Due(row, shared))

@@ -180,6 +180,10 @@ class Schedule(models.Model):
             "the same local time on the next business day."
         ),
     )
+    # Written by the re-plans of a calendar change (services): moves of occurrences that
+    # were decided under the days before it (they ran, or landed before the mark), which
+    # the new days must not move again. [[first, last] epoch ms of the plain timeline].
+    decided_moves = models.JSONField(_("decided moves"), default=list, blank=True, editable=False)
     anchor_at = models.DateTimeField(
         _("anchor at"),
         null=True,
@@ -359,7 +363,7 @@ class Schedule(models.Model):
     )  # fmt: skip
     MACHINE_FIELDS = (
         "next_run_at", "due_at", "last_run_at", "run_count", "failure_streak", "missed_at",
-        "fired_through",
+        "fired_through", "decided_moves",
     )  # fmt: skip
     # Remembered as loaded (``_loaded``): save() compares against them.
     LOADED_FIELDS = (*TIMING_FIELDS, *MACHINE_FIELDS, "task", "dispatcher")
@@ -574,6 +578,7 @@ class Schedule(models.Model):
             jitter=self.jitter,
             day_rule=self.day_rule,
             calendar=self._day_calendar(with_days),
+            decided=timing.decided_moves(self.decided_moves),
         )
 
     def _day_calendar(self, with_days: bool) -> timing.DayCalendar | None:
@@ -834,7 +839,6 @@ class Run(models.Model):
         PAUSED = timing.PAUSED, _("Schedule paused")
         REPLACED = timing.REPLACED, _("Replaced by a run now")
         CALENDAR = timing.CALENDAR, _("Excluded day (calendar)")
-        RAN_BEFORE = timing.RAN_BEFORE, _("Ran before a calendar change moved it here")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
     UNFINISHED = statuses.UNFINISHED

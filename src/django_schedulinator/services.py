@@ -483,14 +483,9 @@ def backfill(
         recorded = (
             Run.objects.using(db)
             .filter(schedule_id=schedule.pk, scheduled_for__gte=start, scheduled_for__lte=end)
-            .values_list("scheduled_for", "status", "skip_reason")
+            .values_list("scheduled_for", "status")
         )
-        # A skip that stands for a run elsewhere (it ran before a calendar moved it here)
-        # counts as run: requeued, it would run twice.
-        status_of = {
-            timing.to_ms(at): Run.Status.SUCCEEDED if reason == timing.RAN_BEFORE else status
-            for at, status, reason in recorded
-        }
+        status_of = {timing.to_ms(at): status for at, status in recorded}
         new = [at for at in moments if timing.to_ms(at) not in status_of]
         skipped = [at for at in moments if status_of.get(timing.to_ms(at)) == Run.Status.SKIPPED]
         # Read after the ledger: a prune that commits between the two reads is then seen
@@ -867,9 +862,9 @@ def _ids_naming(name: str, db: str) -> list[int]:
 def _replan_for_calendar(name: str, before: LoadedCalendar | None, origin: Origin, db: str) -> int:
     """Re-plan each schedule that names calendar ``name``, whose days were ``before``
     (``timing.replan_calendar``): what a schedule decided under the old days stays decided
-    (an occurrence that ran is not run again where the new days would move it: a
-    "ran_before" record there), what it did not follows the new days (its next run moves;
-    a moved occurrence the change puts in the past is late, for the catch-up policy). The
+    (an occurrence that ran is not run again where the new days would move it: its move is
+    kept in ``decided_moves``), what it did not follows the new days (its next run moves; a
+    moved occurrence the change puts in the past is late, for the catch-up policy). The
     change-log entry holds the next run before and after, and the calendar.
 
     Every schedule that names it changes revision, moved or not: a claim that read the
@@ -914,9 +909,10 @@ def _replan_for_calendar(name: str, before: LoadedCalendar | None, origin: Origi
 def _replan_one(
     current: Schedule, name: str, before: LoadedCalendar, now: datetime, db: str
 ) -> datetime | None:
-    """``_replan_for_calendar`` for one locked schedule: its next run under the new days,
-    and in the ledger what the change decides (records of occurrences that ran, late and
-    excluded ones)."""
+    """``_replan_for_calendar`` for one locked schedule: its next run under the new days
+    (returned), the moves it decided (saved), and in the ledger what the change decides:
+    late moved occurrences (fired or passed over by the catch-up policy), and moved ones
+    that can no longer move (skipped)."""
     new = current.timing_spec
     loaded = {**load_calendars(current.calendars, using=db), name: before}
     old = dataclasses.replace(
@@ -926,22 +922,25 @@ def _replan_one(
     assert current.next_run_at is not None
     mark = current.fired_through or current.next_run_at - timing.ONE_MS
     plan = timing.replan_calendar(old, new, fired_through=mark, now=now, anchor=current.next_run_at)
-    runs = Run.objects.using(db).filter(schedule=current)
-    # What earlier re-plans recorded ahead of the mark is derived: recorded again here.
-    runs.filter(skip_reason=timing.RAN_BEFORE, scheduled_for__gt=mark).exclude(
-        scheduled_for__in=[at for at, _note in plan.ran_before]
-    ).delete()
-    skipped = [(at, timing.RAN_BEFORE, note) for at, note in plan.ran_before]
-    skipped += [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
+    moves = timing.stored_moves(plan.decided)
+    if moves != current.decided_moves:
+        current.decided_moves = moves
+        current.save(using=db, update_fields=["decided_moves"])
+    skipped = [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
     if plan.late:
         policy = current.catch_up_policy
         fire = timing.late_to_fire(policy, plan.late, now)
         note = f"Moved by a change of calendar {name!r} to before now: late."
         ledger.queue(current, fire, trigger=Run.Trigger.SCHEDULE, note=note, now=now,
                      worker_id="calendar", using=db)  # fmt: skip
-        missed = [at for at in plan.late if at not in set(fire)]
-        skipped += [(at, timing.MISSED, f"{note} The catch-up policy ({policy.mode}) passed "
-                                        "it over.") for at in missed]  # fmt: skip
+        passed = f"{note} The catch-up policy ({policy.mode}) passed it over."
+        if plan.late_before is not None:
+            passed += (
+                f" Earlier ones, back to {plan.late_before:%Y-%m-%d %H:%M:%S} UTC, were "
+                "passed over too."
+            )
+        fired = set(fire)
+        skipped += [(at, timing.MISSED, passed) for at in plan.late if at not in fired]
         if fire:
             _wake_after_commit(db, current.pk)
     if skipped:

@@ -96,8 +96,6 @@ OVERLAP = "overlap"  # the previous run was still running
 PAUSED = "paused"  # the schedule was paused at the time
 REPLACED = "replaced"  # a "run now" took its place
 CALENDAR = "calendar"  # its day is excluded by one of the schedule's calendars
-# A calendar change moved here an occurrence that had run already: it does not run again.
-RAN_BEFORE = "ran_before"
 
 # How a daylight-saving change touched an occurrence (Moment.dst).
 DST_SHIFT = "shifted"  # the local time did not exist; moved forward by the gap
@@ -336,6 +334,10 @@ class Timing:
     jitter: timedelta | None = None  # the largest delay added to an occurrence
     day_rule: str = DAYS_EITHER  # cron: which days match when both day fields are restricted
     calendar: DayCalendar | None = None  # the excluded days of the schedule's calendars
+    # Moves already decided: (first, last) moments of the plain timeline, on days now
+    # excluded, that ran or landed before a change of the excluded days (``replan_calendar``):
+    # none of them moves anywhere any more.
+    decided: tuple[tuple[datetime, datetime], ...] = ()
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""
@@ -869,6 +871,7 @@ def _first_moved(
     ``bound`` going forward, or the first before it going backward. When every moment of
     the span moves by the same number of days (``_moves_by_whole_days``), only the moments
     around ``bound`` are looked at; otherwise the span's whole list (``_moved_from``)."""
+    floor = _decided_through(timing, span)
     if _moves_by_whole_days(timing):
         days = _business_day_after(timing.calendar, span.start, timing.timezone)
         if days is not None and _every_day(timing) and timing.end_at is None:
@@ -879,41 +882,79 @@ def _first_moved(
             if not include_skipped:
                 return None
             marker = _plain_following(timing, span.start - ONE_MS, grid, True)
-            if marker is None or marker.at >= span.end:
+            if marker is None or marker.at >= span.end or (floor and marker.at <= floor):
                 return None
             beyond = marker.at > bound if forward else marker.at < bound
             return _excluded(marker, span) if beyond else None
         if timing.kind == CRON and timing.end_at is None:
-            return _moved_by_cron(timing, span, days, bound, forward=forward)
-        placed, found = _shifted(timing, span, grid, days, bound, include_skipped, forward=forward)
+            return _moved_by_cron(timing, span, days, bound, floor, forward=forward)
+        placed, found = _shifted(
+            timing, span, grid, days, bound, floor, include_skipped, forward=forward
+        )
         if placed:
             return found
-    moved, instants = _moved_from(timing, span, grid)
+    moved, instants, origins = _moved_from(timing, span, grid)
     # The moved moments are sorted by instant: the first past ``bound`` is found by bisection.
     if forward:
         i = bisect.bisect_right(instants, bound)
-        candidates: Iterable[Moment] = moved[i:]
+        candidates: Iterable[int] = range(i, len(moved))
     else:
         i = bisect.bisect_left(instants, bound)
-        candidates = reversed(moved[:i])
-    for candidate in candidates:
-        if include_skipped or not candidate.skipped:
-            return candidate
+        candidates = range(i - 1, -1, -1)
+    for j in candidates:
+        if (include_skipped or not moved[j].skipped) and (floor is None or origins[j] > floor):
+            return moved[j]
     return None
 
 
+def decided_moves(stored: object) -> tuple[tuple[datetime, datetime], ...]:
+    """``Timing.decided`` from a schedule's ``decided_moves`` ([[first, last] epoch ms]);
+    what cannot be read is left out (a row a bulk path wrote)."""
+    if not isinstance(stored, list):
+        return ()
+    return tuple(
+        (from_ms(pair[0]), from_ms(pair[1]))
+        for pair in stored
+        if isinstance(pair, list) and len(pair) == 2 and all(type(v) is int for v in pair)
+    )
+
+
+def stored_moves(decided: Iterable[tuple[datetime, datetime]]) -> list[list[int]]:
+    """A schedule's ``decided_moves`` from ``Timing.decided``."""
+    return [[to_ms(first), to_ms(last)] for first, last in decided]
+
+
+def _decided_through(timing: Timing, span: ExcludedSpan) -> datetime | None:
+    """The last moment of ``span`` whose move was decided before a change of the days (it
+    ran, or landed before the mark): those up to it move nowhere. None: none was."""
+    through = [last for first, last in timing.decided if span.start <= first < span.end]
+    return max(through) if through else None
+
+
 def _moved_by_cron(
-    timing: Timing, span: ExcludedSpan, days: int, bound: datetime, *, forward: bool
+    timing: Timing,
+    span: ExcludedSpan,
+    days: int,
+    bound: datetime,
+    floor: datetime | None,
+    *,
+    forward: bool,
 ) -> Moment | None:
     """``_first_moved`` for a cron whose excluded days move by ``days`` whole days: a cron
     matches the same times of day on every day its day fields match, so what a day's
     moments become is those times on the day they move to, if the day matched. A cron walk
     on that day finds the first of them past ``bound``: a step or two a day, however many
-    moments a day has."""
+    moments a day has. The moments up to ``floor`` (decided) land nowhere."""
     zone_name = timing.timezone
-    day = span.start.astimezone(get_zone(zone_name)).date()
+    zone = get_zone(zone_name)
+    day = span.start.astimezone(zone).date()
     target = day + timedelta(days=days)
     start, end = _local_midnight(target, zone_name), _local_midnight(target + ONE_DAY, zone_name)
+    lowest = start - ONE_MS  # the landings of decided moments are passed over
+    floor_wall = None
+    if floor is not None:
+        floor_wall = floor.astimezone(zone).replace(tzinfo=None) + timedelta(days=days)
+        lowest = max(m.at for m in _moments_of_wall(floor_wall, zone, GAP_SHIFT, FOLD_BOTH))
     best: Moment | None = None
     for expr in cron_expressions(timing.cron):
         if not _matches_day(expr, timing.day_rule, day):
@@ -921,13 +962,13 @@ def _moved_by_cron(
         every_day = _every_day_expr(expr)
         if forward:
             found = _cron_next(every_day, zone_name, timing.dst_gap, timing.dst_fold,
-                               DAYS_EITHER, max(bound, start - ONE_MS))  # fmt: skip
+                               DAYS_EITHER, max(bound, lowest))  # fmt: skip
             if found.at >= end:
                 continue
         else:
             found = _cron_prev(every_day, zone_name, timing.dst_gap, timing.dst_fold,
                                DAYS_EITHER, min(bound, end))  # fmt: skip
-            if found.at < start:
+            if found.at < start or found.at <= lowest:
                 continue
         moved = Moment(found.at, found.dst, found.wall, CAL_MOVED, span.label)
         if best is None or (_earlier(moved, best) if forward else _later(moved, best)):
@@ -993,6 +1034,7 @@ def _shifted(
     grid: datetime,
     days: int,
     bound: datetime,
+    floor: datetime | None,
     include_skipped: bool,
     *,
     forward: bool,
@@ -1004,13 +1046,14 @@ def _shifted(
     which takes the whole list (``_moved_from``) to place."""
     zone = get_zone(timing.timezone)
     shift = timedelta(days=days)
+    lowest = span.start - ONE_MS if floor is None else max(floor, span.start - ONE_MS)
     if forward:
-        start = max(span.start - ONE_MS, bound - shift - OFFSET_SPAN)
+        start = max(lowest, bound - shift - OFFSET_SPAN)
         moment = _plain_following(timing, start, grid, True)
     else:
         start = min(span.end, bound - shift + OFFSET_SPAN + ONE_MS)
         moment = _plain_preceding(timing, start, grid, True)
-    while moment is not None and span.start <= moment.at < span.end:
+    while moment is not None and lowest < moment.at < span.end:
         wall = moment.wall or moment.at.astimezone(zone).replace(tzinfo=None)
         landed = _moments_of_wall(wall + shift, zone, timing.dst_gap, timing.dst_fold)
         if timing.end_at is not None and landed[0].at > timing.end_at:
@@ -1062,22 +1105,22 @@ def _grid_key(timing: Timing, anchor: datetime) -> datetime:
 @functools.lru_cache(maxsize=256)
 def _moved_from(
     timing: Timing, span: ExcludedSpan, anchor: datetime
-) -> tuple[tuple[Moment, ...], tuple[datetime, ...]]:
+) -> tuple[tuple[Moment, ...], tuple[datetime, ...], tuple[datetime, ...]]:
     """Where the plain moments in ``span`` go, by instant: each moved one where it lands,
     and one marker for those that cannot move, at the first of them (a day is recorded
     once). A span with no business day within reach is that marker alone, found without
     walking its moments (a closure of months costs a step a day, not a step a moment)."""
     first = _plain_following(timing, span.start - ONE_MS, anchor, True)
     if first is None or first.at >= span.end:
-        return (), ()
+        return (), (), ()
     calendar = timing.calendar
     assert calendar is not None
     # A moved moment lands at its local time a whole number of days later: none can land
     # before a day after the span's start (less a DST change), nor after MOVE_REACH.
     reach = span.end + MOVE_REACH
     if calendar.next_business(span.start + ONE_DAY - OFFSET_SPAN, reach) is None:
-        return (_excluded(first, span),), (first.at,)
-    found: list[Moment] = []
+        return (_excluded(first, span),), (first.at,), (first.at,)
+    found: list[tuple[Moment, datetime]] = []  # where each goes, and where from
     marker: Moment | None = None
     moment: Moment | None = first
     steps = 0
@@ -1087,11 +1130,15 @@ def _moved_from(
                 if marker is not None:
                     continue
                 marker = landed
-            found.append(landed)
+            found.append((landed, moment.at))
         steps += 1
         moment = _plain_following(timing, moment.at, anchor, True)
-    ordered = tuple(sorted(found, key=lambda m: (m.at, _touched(m))))
-    return ordered, tuple(m.at for m in ordered)
+    found.sort(key=lambda pair: (pair[0].at, _touched(pair[0])))
+    return (
+        tuple(m for m, _origin in found),
+        tuple(m.at for m, _origin in found),
+        tuple(origin for _m, origin in found),
+    )
 
 
 def _moved(timing: Timing, moment: Moment, span: ExcludedSpan) -> tuple[Moment, ...]:
@@ -1145,21 +1192,27 @@ class Replan:
     """What a change of a schedule's excluded days does to it (``replan_calendar``)."""
 
     next_run_at: datetime | None
-    # Where an occurrence that ran already lands under the new days, with no occurrence
-    # left to run there: recorded as skipped ("ran_before") so that nothing runs it again.
-    ran_before: list[tuple[datetime, str]] = field(default_factory=list)
+    # The schedule's decided moves from now on (``Timing.decided``).
+    decided: tuple[tuple[datetime, datetime], ...] = ()
     # Moved occurrences that had not run and that the new days put at or before what the
-    # schedule fired through: late now, for the catch-up policy.
-    late: list[datetime] = field(default_factory=list)
-    # Moved occurrences that had not run and that can no longer move: recorded as skipped.
-    excluded: list[Moment] = field(default_factory=list)
+    # schedule fired through: late now, for the catch-up policy (at most the most recent
+    # ``LATE_RECORDED``; ``late_before``: earlier ones were passed over too).
+    late: tuple[datetime, ...] = ()
+    late_before: datetime | None = None
+    # Moved occurrences that had not run and can no longer move: a day's first, recorded.
+    excluded: tuple[Moment, ...] = ()
+
+
+# The late occurrences a re-plan hands to the catch-up policy, the most recent ones: as
+# many as a claim looks at (catch-up's largest batch and the skips it records).
+LATE_RECORDED = 201
 
 
 def replan_calendar(
     old: Timing, new: Timing, *, fired_through: datetime, now: datetime, anchor: datetime
 ) -> Replan:
     """Where a schedule goes when its excluded days change from ``old``'s to ``new``'s,
-    having fired through ``fired_through`` (every occurrence of the old timeline up to it
+    having fired through ``fired_through`` (every moment of the old timeline up to it
     fired or was passed over). What it decided stays decided; what it did not follows the
     new days:
 
@@ -1167,54 +1220,48 @@ def replan_calendar(
       the old days excluded, whose marker the schedule passed, stays passed up to ``now``
       (its later moments run if the day is no longer excluded). A day excluded after it
       began is marked from its next moment on (the claim records it once).
-    - moving: an occurrence is identified by where it comes from (its own local time on
-      its own day): one that ran is not run again where the new days would move it (a
-      ``ran_before`` record there, unless another occurrence lands there too); one that
-      was moved and had not run lands where the new days put it, and if that is at or
-      before the mark it is ``late``; one that can no longer move is ``excluded``.
+    - moving: an occurrence is known by where it comes from (its own local time on its own
+      day). One that ran, or that landed at or before the mark, is ``decided``: it moves
+      nowhere any more (the walk passes over it). One that was moved and had not run
+      lands where the new days put it; if that is at or before the mark it is ``late``;
+      if it can no longer move, it is ``excluded``.
 
-    The work is bounded by the occurrences of the excluded days within MOVE_REACH before
-    the mark (the only ones a change can move across it)."""
+    The work is a few steps per excluded day within MOVE_REACH before the mark (the only
+    days a change can move occurrences across it), moment by moment only where the days
+    are read in another zone than the schedule's."""
     if new.calendar is None or not new.calendar.move or old.calendar is None:
         return Replan(_skipping_next(old, new, fired_through, now, anchor))
     mark = fired_through
-    base = dataclasses.replace(new, calendar=None)
-    origins = _origins_near(base, (old.calendar, new.calendar), mark - MOVE_REACH, mark, anchor)
-    pending: list[Moment] = []
-    decided: list[Moment] = []
-    for origin in origins:
-        if any(m.at > mark for m in _landings(old, origin)):
-            pending.append(origin)
-        else:
-            decided.append(origin)
-    ran_before: list[tuple[datetime, str]] = []
-    late: list[datetime] = []
-    excluded: list[Moment] = []
-    still_pending: set[datetime] = set()
-    for origin in pending:
-        landed = _landings(new, origin)
-        span = new.calendar.span_at(origin.at)
-        if not landed and span is not None:
-            excluded.append(_excluded(origin, span))
-        for moment in landed:
-            if moment.at > mark:
-                still_pending.add(moment.at)
-            else:
-                late.append(moment.at)
-    candidates = sorted({m.at for o in decided for m in _landings(new, o) if m.at > mark})
-    grid = _grid_key(new, anchor)
-    names = ", ".join(new.calendar.names)
-    note = f"Ran already, before a change of the excluded days moved it here (calendar {names})."
-    for at in candidates:
-        if at not in still_pending and not _lands_from_after(new, base, at, mark, anchor, grid):
-            ran_before.append((at, note))
-    guarded = {at for at, _note in ran_before}
-    after = mark
-    while (found := following(new, after, anchor, include_skipped=True)) is not None:
-        if found.at not in guarded:
+    start = mark - MOVE_REACH
+    base = dataclasses.replace(new, calendar=None, decided=())
+    decided: list[tuple[datetime, datetime]] = []
+    for span in new.calendar.spans_after(start):
+        if span.start > mark:
             break
-        after = found.at
-    return Replan(found.at if found is not None else None, ran_before, sorted(late), excluded)
+        decided.extend(_decided_in(old, base, span, mark, anchor))
+    planned = dataclasses.replace(new, decided=tuple(decided))
+    late: list[datetime] = []
+    late_before: datetime | None = None
+    excluded: list[Moment] = []
+    for span in old.calendar.spans_after(start):
+        if span.start > mark:
+            break
+        found, before, cannot = _late_in(old, planned, base, span, mark, anchor)
+        late.extend(found)
+        late_before = max(filter(None, (late_before, before)), default=None)
+        excluded.extend(cannot)
+    late.sort()
+    if len(late) > LATE_RECORDED:
+        late_before = max(filter(None, (late_before, late[-LATE_RECORDED - 1])))
+        late = late[-LATE_RECORDED:]
+    found_next = following(planned, mark, anchor, include_skipped=True)
+    return Replan(
+        found_next.at if found_next is not None else None,
+        tuple(decided),
+        tuple(late),
+        late_before,
+        tuple(excluded),
+    )
 
 
 def _skipping_next(
@@ -1234,27 +1281,105 @@ def _skipping_next(
     return found.at if found is not None else None
 
 
-def _origins_near(
-    base: Timing,
-    calendars: tuple[DayCalendar, DayCalendar],
-    start: datetime,
-    end: datetime,
-    anchor: datetime,
-) -> list[Moment]:
-    """The plain moments in (start, end] that lie on a day either calendar excludes."""
-    found: dict[datetime, Moment] = {}
-    for calendar in calendars:
-        for span in calendar.spans_after(start):
-            if span.start > end:
-                break
-            after = max(span.start - ONE_MS, start)
-            steps = 0
-            while (moment := _plain_following(base, after, anchor, True)) is not None:
-                if moment.at >= span.end or moment.at > end or steps > MAX_WALL_STEPS:
-                    break
-                found.setdefault(moment.at, moment)
-                after, steps = moment.at, steps + 1
-    return [found[at] for at in sorted(found)]
+def _decided_in(
+    old: Timing, base: Timing, span: ExcludedSpan, mark: datetime, anchor: datetime
+) -> list[tuple[datetime, datetime]]:
+    """The runs of plain moments of ``span`` (a day the new days exclude), up to the mark,
+    whose fate ``old`` decided: they ran (the old days did not exclude them), or landed at
+    or before the mark, or could not move (the day's marker passed), or an earlier re-plan
+    decided them. As (first, last) runs: one, from the day's start, where every moment of
+    the day moved by the same number of days."""
+    last = min(mark, span.end - ONE_MS)
+    first = _plain_following(base, span.start - ONE_MS, anchor, True)
+    if first is None or first.at > last:
+        return []
+    calendar = old.calendar
+    assert calendar is not None
+    old_span = calendar.span_at(first.at)
+    if (
+        _moves_by_whole_days(old)
+        and old.end_at is None
+        and (old_span is None or old_span.start == span.start)
+    ):
+        cut = last
+        days = _business_day_after(calendar, span.start, old.timezone) if old_span else None
+        if days is not None:  # moved: decided where it landed at or before the mark
+            zone = get_zone(old.timezone)
+            wall = mark.astimezone(zone).replace(tzinfo=None) - timedelta(days=days)
+            cut = min(last, max(m.at for m in _moments_of_wall(wall, zone, GAP_SHIFT, FOLD_BOTH)))
+        floor = _decided_through(old, span)
+        through = _plain_preceding(base, cut + ONE_MS, anchor, True)
+        ends = [at for at in (floor, through.at if through else None) if at is not None]
+        top = max(ends, default=None)
+        return [(span.start, top)] if top is not None and top >= first.at else []
+    runs: list[tuple[datetime, datetime]] = []
+    moment: Moment | None = first
+    steps = 0
+    extending = False  # the moment before was decided too: its run goes on
+    while moment is not None and moment.at <= last and steps <= MAX_WALL_STEPS:
+        known = any(a <= moment.at <= b for a, b in old.decided)
+        if known or all(m.at <= mark for m in _landings(old, moment)):
+            if extending:
+                runs[-1] = (runs[-1][0], moment.at)
+            else:
+                runs.append((moment.at, moment.at))
+            extending = True
+        else:
+            extending = False
+        steps += 1
+        moment = _plain_following(base, moment.at, anchor, True)
+    return runs
+
+
+def _late_in(
+    old: Timing, new: Timing, base: Timing, span: ExcludedSpan, mark: datetime, anchor: datetime
+) -> tuple[list[datetime], datetime | None, list[Moment]]:
+    """The plain moments of ``span`` (a day the old days excluded) up to the mark that had
+    not landed (moved past the mark under ``old``) and that land at or before it under
+    ``new``: the most recent LATE_RECORDED, and where the earlier ones begin if there were
+    more; and the day's first that can no longer move, if one cannot."""
+    last = min(mark, span.end - ONE_MS)
+    decided = _decided_in(old, base, span, mark, anchor)
+    late: list[datetime] = []
+    if _moves_by_whole_days(old) and old.end_at is None and len(decided) <= 1:
+        cut = decided[0][1] if decided else span.start - ONE_MS  # the pending come after it
+        assert new.calendar is not None
+        top = last
+        if new.calendar.span_at(span.start) is not None:  # still excluded: moved again
+            days = _business_day_after(new.calendar, span.start, new.timezone)
+            if days is None:
+                pending = _plain_following(base, cut, anchor, True)
+                if pending is None or pending.at > last:
+                    return [], None, []
+                return [], None, [_excluded(pending, span)]
+            zone = get_zone(new.timezone)
+            wall = mark.astimezone(zone).replace(tzinfo=None) - timedelta(days=days)
+            top = min(last, min(m.at for m in _moments_of_wall(wall, zone, GAP_SHIFT, FOLD_BOTH)))
+        moment = _plain_preceding(base, top + ONE_MS, anchor, True)
+        while moment is not None and moment.at > cut:
+            if len(late) >= LATE_RECORDED:
+                return late, moment.at, []
+            if not moment.skipped:
+                late.extend(m.at for m in _landings(new, moment) if m.at <= mark)
+            moment = _plain_preceding(base, moment.at, anchor, True)
+        return late, None, []
+    # Days read in another zone than the schedule's: moment by moment, going back.
+    excluded: list[Moment] = []
+    moment = _plain_preceding(base, last + ONE_MS, anchor, True)
+    steps = 0
+    while moment is not None and moment.at >= span.start and steps <= MAX_WALL_STEPS:
+        steps += 1
+        if not any(a <= moment.at <= b for a, b in decided):
+            now_landed = _landings(new, moment)
+            new_span = new.calendar.span_at(moment.at) if new.calendar else None
+            if not now_landed and new_span is not None:
+                excluded[:] = [_excluded(moment, new_span)]  # the day's first, going back
+            elif now_landed and all(m.at <= mark for m in now_landed):
+                if len(late) >= LATE_RECORDED:
+                    return late, moment.at, excluded
+                late.extend(m.at for m in now_landed)
+        moment = _plain_preceding(base, moment.at, anchor, True)
+    return late, None, excluded
 
 
 def _landings(spec: Timing, origin: Moment) -> tuple[Moment, ...]:
@@ -1270,27 +1395,6 @@ def _landings(spec: Timing, origin: Moment) -> tuple[Moment, ...]:
     if not calendar or not calendar.move:
         return ()
     return tuple(m for m in _moved(spec, origin, span) if m.calendar == CAL_MOVED and not m.skipped)
-
-
-def _lands_from_after(
-    spec: Timing, base: Timing, at: datetime, mark: datetime, anchor: datetime, grid: datetime
-) -> bool:
-    """Whether an occurrence that has not run lands at ``at`` under ``spec``: its own
-    plain moment on a day not excluded, or one moved there from a day after ``mark``."""
-    own = _plain_following(base, at - ONE_MS, anchor, True)
-    calendar = spec.calendar
-    assert calendar is not None
-    if own is not None and own.at == at and not own.skipped and calendar.span_at(at) is None:
-        return True
-    for span in calendar.spans_after(mark):
-        if span.start >= at:
-            break
-        if span.start <= mark:
-            continue  # its moments up to the mark are decided; later ones land later
-        moved = _first_moved(spec, span, grid, at - ONE_MS, False, forward=True)
-        if moved is not None and moved.at == at:
-            return True
-    return False
 
 
 # -- cron on the local wall clock ----------------------------------------------------------

@@ -1,7 +1,7 @@
 # How far each schedule has fired (Schedule.fired_through), kept in its row so that no plan,
 # re-plan or prune can fire an occurrence again; what retention deleted of each schedule's
 # runs (PrunedRuns), which a backfill reads; and the constraint that no next run is at or
-# before what fired; the skip reason "ran_before".
+# before what fired; and the moves of occurrences a calendar change must not move again.
 
 from typing import Any
 
@@ -89,23 +89,11 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.RunPython(mark_what_fired, migrations.RunPython.noop, elidable=True),
-        migrations.AlterField(
-            model_name="run",
-            name="skip_reason",
-            field=models.CharField(
-                blank=True,
-                choices=[
-                    ("missed", "Missed (catch-up policy)"),
-                    ("expired", "Expired (a one-off too late)"),
-                    ("dst", "Local time does not exist (DST policy)"),
-                    ("overlap", "Previous run still running (overlap policy)"),
-                    ("paused", "Schedule paused"),
-                    ("replaced", "Replaced by a run now"),
-                    ("calendar", "Excluded day (calendar)"),
-                    ("ran_before", "Ran before a calendar change moved it here"),
-                ],
-                max_length=16,
-                verbose_name="skip reason",
+        migrations.AddField(
+            model_name="schedule",
+            name="decided_moves",
+            field=models.JSONField(
+                blank=True, default=list, editable=False, verbose_name="decided moves"
             ),
         ),
         migrations.AddConstraint(

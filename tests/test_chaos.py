@@ -8,6 +8,12 @@ through the ORM. Then it lets the system heal, stops the schedulers and audits t
 receiver (a table unique on the idempotency key) and the ledger against the occurrences that
 were due, computed here independently of the code under test.
 
+Retention runs on a short age the whole time (the schedulers prune ended runs seconds after
+they end, keeping one per schedule), and a tenth of the schedules name calendars whose days
+the test closes and opens again during the faults (today and tomorrow: excluded, skipped or
+moved to the next business day, then no longer). The ledger's deleted rows are kept aside by a
+trigger of the test's own, so the audit reads everything the ledger ever held.
+
 A second variant goes through a real broker: three schedulers hand 600 schedules to RQ
 (the RQ dispatcher, a queue on the shared Redis, so that the faults hit the schedulers'
 Redis and not the broker) and two real ``rqworker`` processes run the receiver and report
@@ -18,12 +24,16 @@ faults (a worker killed mid-job) are RQ's to handle, not the scheduler's: not ma
 What the audit asserts:
 
 - no occurrence reached the receiver twice as an effect (redeliveries are counted: at least
-  once is the contract, the key makes the effect exactly once);
+  once is the contract, the key makes the effect exactly once), and none entered the ledger
+  twice (a second row after retention deleted the first would be a second run);
 - none was dispatched before its nominal time;
 - none is missing: every due occurrence fired, or is in the ledger as skipped by the
   catch-up policy ("latest": skipped only if a later occurrence was already due when it was
   claimed), or was superseded by an edit, a pause or a delete that the test made before it
-  was claimed.
+  was claimed, or fell on a closed day (recorded as such, or, moved, handled late once the
+  day opened again);
+- none ran on a closed day: an occurrence due after a closing committed and before the
+  opening began did not run then (a moved one may run late, once the day is open again).
 
 Randomness is seeded (SCHEDULINATOR_CHAOS_SEED) and the assertions are on the ledger, never
 on timing; lateness is reported, not asserted.
@@ -32,6 +42,7 @@ on timing; lateness is reported, not asserted.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import random
 import re
@@ -40,7 +51,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -52,8 +63,8 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from django_schedulinator import services, timing
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator import clock, services, timing
+from django_schedulinator.models import Calendar, Run, Schedule
 
 from .models import Receipt, Redelivery
 from .support.handoff import empty_queue
@@ -72,6 +83,13 @@ WINDOW = float(os.environ.get("SCHEDULINATOR_CHAOS_SECONDS", "60"))
 CRON_STEPS = (5, 6, 10, 12, 15, 20, 30)  # "*/k * * * * *": every k seconds (k divides 60)
 INTERVALS = (1, 2, 3, 4, 5)
 INF = 2**62
+# Retention on a short age, as the schedulers run it: runs ended 3 s ago go, each schedule
+# keeps its newest one, a prune every 2 s.
+RETENTION = {"RUN_RETENTION_SECONDS": 3, "RUN_KEEP_LAST": 1, "PRUNE_SECONDS": 2}
+# The calendars some schedules name (the rule of each): closed and opened during the faults.
+CALENDARS = {"chaos-skip": "skip", "chaos-move": "next_business_day"}
+# Where the ledger's deleted rows are kept for the audit (a table and a trigger of the test's).
+ARCHIVE = "chaos_deleted_runs"
 
 
 @dataclass(frozen=True)
@@ -102,6 +120,7 @@ class Spec:
     kind: str
     step_s: int = 0  # cron: every step_s seconds; interval: the interval
     at_ms: int = 0  # one-off
+    calendar: str = ""  # the calendar it names (CALENDARS), if any
 
     def fields(self) -> dict[str, Any]:
         if self.kind == "cron":
@@ -109,6 +128,11 @@ class Spec:
         if self.kind == "interval":
             return {"kind": "interval", "cron": "", "interval": timedelta(seconds=self.step_s)}
         return {"kind": "once", "run_at": timing.from_ms(self.at_ms)}
+
+    def calendar_fields(self) -> dict[str, Any]:
+        if not self.calendar:
+            return {}
+        return {"calendars": [self.calendar], "calendar_rule": CALENDARS[self.calendar]}
 
     def grid(self, start_ms: int, end_ms: int) -> list[int]:
         """Nominal times in [start_ms, end_ms): the occurrences this timing calls for."""
@@ -132,15 +156,41 @@ class Segment:
 
 
 @dataclass
+class Closure:
+    """The test's calendars closed (today and tomorrow excluded) from a commit between
+    ``closed[0]`` and ``closed[1]`` (Redis time, ms), opened again between ``opened[0]``
+    and ``opened[1]``."""
+
+    closed: tuple[int, int]
+    opened: tuple[int, int] = (INF, INF)
+
+    def case(self, nominal: int) -> str:
+        """An occurrence's day as a claim could have read it: "closed", "open" or
+        "either" (due while the change was committing)."""
+        if (
+            self.closed[0] <= nominal <= self.closed[1]
+            or self.opened[0] <= nominal <= self.opened[1]
+        ):
+            return "either"
+        if self.closed[1] < nominal < self.opened[0]:
+            return "closed"
+        return "open"
+
+
+@dataclass
 class Audit:
     fired: int = 0
     skipped_missed: int = 0  # skipped by catch-up "latest": a later occurrence was due
     superseded: int = 0
     cancelled: int = 0
+    closed_days: int = 0  # not run: on a day a calendar closed (or run late, moved)
+    pruned: int = 0  # ledger rows retention deleted (kept aside for the audit)
     missing: list[str] = field(default_factory=list)
     early: list[str] = field(default_factory=list)
     off_grid: list[str] = field(default_factory=list)
     not_caught_up: list[int] = field(default_factory=list)
+    doubled: list[str] = field(default_factory=list)  # entered the ledger twice
+    on_closed_days: list[str] = field(default_factory=list)  # ran on a closed day
 
 
 class Fleet:
@@ -255,11 +305,15 @@ def create_schedules(
         # 5,000, which the schedulers outpace on two cores even while they catch up after a
         # fault.
         kind = "interval" if n % 25 < 3 else "cron" if n % 25 < 15 else "once"
+        # A tenth name a calendar: one that skips closed days, or one that moves them.
+        calendar = (
+            "chaos-skip" if n % 50 in (1, 4, 5, 6) else "chaos-move" if n % 50 in (2, 7, 8) else ""
+        )
         if kind == "cron":
-            spec = Spec("cron", step_s=rng.choice(CRON_STEPS))
+            spec = Spec("cron", step_s=rng.choice(CRON_STEPS), calendar=calendar)
             start = spec.grid(first_ms, first_ms + spec.step_s * 1000)[0]
         elif kind == "interval":
-            spec = Spec("interval", step_s=rng.choice(INTERVALS))
+            spec = Spec("interval", step_s=rng.choice(INTERVALS), calendar=calendar)
             start = first_ms + rng.randrange(spec.step_s * 1000)
         else:
             start = first_ms + rng.randrange(int((variant.window - 10) * 1000))
@@ -273,6 +327,7 @@ def create_schedules(
                 dispatcher=variant.dispatcher,
                 next_run_at=timing.from_ms(start),
                 **spec.fields(),
+                **spec.calendar_fields(),
             )
         )
     created = Schedule.objects.bulk_create(rows)
@@ -312,35 +367,98 @@ def change(pk: int, what: str, history: dict[int, list[Segment]], rng: random.Ra
         history[pk].append(Segment(new, timing.to_ms(schedule.next_run_at)))
 
 
-def audit(history: dict[int, list[Segment]], chaos_end_ms: int) -> tuple[Audit, list[float]]:
+def keep_deleted_runs() -> None:
+    """A trigger of the test's own keeps a copy of every ledger row deleted (by retention,
+    or with its schedule), so that the audit reads all the ledger ever held."""
+    table = Run._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE IF EXISTS {ARCHIVE}")
+        cursor.execute(f"CREATE TABLE {ARCHIVE} (LIKE {table})")
+        cursor.execute(
+            f"CREATE OR REPLACE FUNCTION {ARCHIVE}_keep() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN INSERT INTO {ARCHIVE} SELECT (OLD).*; RETURN OLD; END $$"
+        )
+        cursor.execute(
+            f"CREATE TRIGGER {ARCHIVE}_keep BEFORE DELETE ON {table} FOR EACH ROW "
+            f"EXECUTE FUNCTION {ARCHIVE}_keep()"
+        )
+
+
+def stop_keeping_deleted_runs() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TRIGGER IF EXISTS {ARCHIVE}_keep ON {Run._meta.db_table}")
+        cursor.execute(f"DROP FUNCTION IF EXISTS {ARCHIVE}_keep()")
+        cursor.execute(f"DROP TABLE IF EXISTS {ARCHIVE}")
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    schedule_id: int
+    nominal: int  # ms
+    status: str
+    reason: str
+    worker_id: str
+    claimed: int  # ms
+    deleted: bool  # kept aside when it was deleted
+
+
+def everything_the_ledger_held() -> list[LedgerRow]:
+    """The ledger's rows, and those deleted from it (``keep_deleted_runs``)."""
+    columns = "schedule_id, scheduled_for, status, skip_reason, worker_id, claimed_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {columns}, false FROM {Run._meta.db_table} "
+            f"UNION ALL SELECT {columns}, true FROM {ARCHIVE}"
+        )
+        return [
+            LedgerRow(sid, timing.to_ms(at), status, reason, worker, timing.to_ms(claimed), gone)
+            for sid, at, status, reason, worker, claimed, gone in cursor.fetchall()
+        ]
+
+
+def audit(
+    history: dict[int, list[Segment]], chaos_end_ms: int, closures: list[Closure]
+) -> tuple[Audit, list[float]]:
     receipts = defaultdict(list)
     for key, received_at in Receipt.objects.values_list("key", "received_at"):
         sid, nominal = (int(x) for x in key.split(":"))
         receipts[sid].append((nominal, timing.to_ms(received_at)))
+    ledger = everything_the_ledger_held()
+    # Each occurrence enters the ledger once, ever: a second row after retention deleted
+    # the first would be a second run of it.
+    entered = Counter((row.schedule_id, row.nominal) for row in ledger)
+    result, lateness = Audit(), []
+    result.doubled = [f"{sid}:{at} x{n}" for (sid, at), n in entered.items() if n > 1]
+    result.pruned = sum(row.deleted for row in ledger)
     # Skipped occurrences: (schedule, nominal) -> when the claim that skipped them ran.
     skipped = {
-        (sid, timing.to_ms(at)): timing.to_ms(claimed_at)
-        for sid, at, claimed_at in Run.objects.filter(
-            status="skipped", skip_reason="missed"
-        ).values_list("schedule_id", "scheduled_for", "claimed_at")
+        (row.schedule_id, row.nominal): row.claimed
+        for row in ledger
+        if row.status == "skipped" and row.reason == "missed"
     }
+    # Closed days recorded by their first occurrence (a "calendar" skip), and when.
+    day_markers = defaultdict(list)
+    for row in ledger:
+        if row.status == "skipped" and row.reason == "calendar":
+            day_markers[row.schedule_id].append((row.nominal, row.claimed))
     # Runs claimed, then skipped at dispatch because their schedule was paused meanwhile.
-    paused_before_dispatch = set(
-        Run.objects.filter(status="skipped", skip_reason="paused")
-        .exclude(worker_id="resume")
-        .values_list("schedule_id", "scheduled_for")
-    )
-    paused_before_dispatch = {(sid, timing.to_ms(at)) for sid, at in paused_before_dispatch}
+    paused_before_dispatch = {
+        (row.schedule_id, row.nominal)
+        for row in ledger
+        if row.status == "skipped" and row.reason == "paused" and row.worker_id != "resume"
+    }
     final = dict(Schedule.objects.values_list("pk", "next_run_at"))
     enabled = set(Schedule.objects.filter(enabled=True).values_list("pk", flat=True))
-    result, lateness = Audit(), []
     for sid, segments in history.items():
         got = sorted(receipts.get(sid, []))
         nominal_times = {n for n, _ in got}
+        calendar = segments[0].spec.calendar
         for nominal, at in got:
             lateness.append((at - nominal) / 1000)
             if at < nominal:
                 result.early.append(f"{sid}:{nominal}")
+            if calendar and not ran_as_its_day_allowed(calendar, nominal, at, closures):
+                result.on_closed_days.append(f"{sid}:{nominal} (received at {at})")
         result.fired += len(got)
         if sid in enabled and final[sid] is not None and timing.to_ms(final[sid]) <= chaos_end_ms:
             result.not_caught_up.append(sid)
@@ -358,6 +476,9 @@ def audit(history: dict[int, list[Segment]], chaos_end_ms: int) -> tuple[Audit, 
                     continue
                 if g in seg.cancelled or (sid, g) in paused_before_dispatch:
                     result.cancelled += 1
+                    continue
+                if calendar and closed_day_explains(calendar, g, closures, day_markers[sid]):
+                    result.closed_days += 1
                     continue
                 # "latest" may skip g only if the next occurrence was due when g was claimed.
                 following = ordered[i + 1] if i + 1 < len(ordered) else end
@@ -404,8 +525,15 @@ def test_chaos(
         SCHEDULINATOR_TEST_LEASE="5",
         SCHEDULINATOR_TEST_RECONCILE="2",
         SCHEDULINATOR_TEST_LOG_STATS="2",
+        SCHEDULINATOR_TEST_SETTINGS=json.dumps(RETENTION),
     )
     redis = private_redis.client()
+    keep_deleted_runs()
+    calendars = {}
+    for name in CALENDARS:  # no weekend: a closed day's runs move to the day after it
+        calendars[name] = Calendar(name=name, timezone="UTC", weekend=[])
+        services.save_calendar(calendars[name], days=[])
+    closures: list[Closure] = []
     first_ms = timing.to_ms(timezone.now()) + 5000
     history = create_schedules(rng, first_ms, variant)
     ids = sorted(history)
@@ -429,6 +557,10 @@ def test_chaos(
             plan.append((t, "sigkill"))
             t += rng.uniform(3, 6)
         plan += [(float(t), "edits") for t in range(10, int(window), 10)]
+        # The calendars closed and opened during the faults (the flush, the database's
+        # connections killed), and open at the end.
+        plan += [(window * f, w) for f, w in ((0.2, "close"), (0.4, "open"), (0.62, "close"),
+                                              (0.82, "open"))]  # fmt: skip
         plan.sort()
         for at, what in plan:
             left = at - (time.monotonic() - started)
@@ -452,8 +584,19 @@ def test_chaos(
                         [app_name],
                     )
                     events[-1] += f" ({cursor.fetchone()[0]} backends)"
+            elif what in ("close", "open"):
+                closures_event(what, closures, calendars)
+                events[-1] += f" ({len(closures)})"
             else:
-                live = [pk for pk in ids if pk in history and history[pk][-1].end_ms is None]
+                # Schedules that name a calendar keep their timing: the audit reads their
+                # days from the closures alone.
+                live = [
+                    pk
+                    for pk in ids
+                    if pk in history
+                    and history[pk][-1].end_ms is None
+                    and not history[pk][0].spec.calendar
+                ]
                 for pk in rng.sample(live, 30):
                     change(pk, rng.choice(["edit", "edit", "pause", "delete"]), history, rng)
         time.sleep(max(0.0, window - (time.monotonic() - started)))
@@ -500,7 +643,11 @@ def test_chaos(
         fleet.kill_all()
         empty_rq_queue()
 
-    result, lateness = audit(history, timing.to_ms(chaos_end))
+    try:
+        result, lateness = audit(history, timing.to_ms(chaos_end), closures)
+        disagreements = ledger_disagreements()
+    finally:
+        stop_keeping_deleted_runs()
     counters = fleet.counters()
     statuses = dict(Run.objects.values_list("status").annotate(n=Count("id")))
     redispatched_runs = Run.objects.filter(attempts__gt=1).count()
@@ -526,9 +673,12 @@ def test_chaos(
             f"(catch-up 'latest': a later one was due), "
             f"superseded {result.superseded} (edit, pause, delete); "
             f"cancelled {result.cancelled} (claimed, then deleted or paused before dispatch); "
+            f"on closed days {result.closed_days} (not run, or moved and run late); "
             f"missing {len(result.missing)}, early {len(result.early)}, "
-            f"off-grid {len(result.off_grid)}, duplicate effects 0 (unique key), "
-            f"redeliveries deduped {Redelivery.objects.count()}",
+            f"off-grid {len(result.off_grid)}, ran on a closed day "
+            f"{len(result.on_closed_days)}, entered the ledger twice {len(result.doubled)}, "
+            f"duplicate effects 0 (unique key), redeliveries deduped "
+            f"{Redelivery.objects.count()}; ledger rows retention deleted {result.pruned}",
             f"lateness at the receiver: p50 {quantiles[49]:.3f}s, p99 {quantiles[98]:.3f}s, "
             f"max {max(lateness):.3f}s; of the hand-off: p50 {handed_off[49]:.3f}s, "
             f"p99 {handed_off[98]:.3f}s",
@@ -550,6 +700,9 @@ def test_chaos(
 
     assert result.early == []
     assert result.off_grid == []
+    assert result.doubled == []
+    assert result.on_closed_days == []
+    assert result.pruned > 0  # retention ran, and what it deleted was audited too
     if result.missing:
         print(*(explain(m, history) for m in result.missing[:5]), sep="\n", file=sys.stderr)
     assert result.missing == []
@@ -561,19 +714,70 @@ def test_chaos(
     # the worker reported each end. (A deleted schedule's runs went with it.) One exception,
     # the crash window: a run that executed in a scheduler SIGKILLed before it recorded the
     # end, whose schedule was then paused, is cancelled by the take-over as paused.
-    assert ledger_disagreements() == []
+    assert disagreements == []
     assert result.fired > variant.schedules
     assert codes == [0] * variant.schedulers
 
 
+def closures_event(what: str, closures: list[Closure], calendars: dict[str, Calendar]) -> None:
+    """Close (today and tomorrow excluded) or open the test's calendars, through the
+    services, noting when the change committed in Redis time, the claims' clock."""
+    today = timing.from_ms(chaos_clock()).date()
+    days = [(today, "closed"), (today + timedelta(days=1), "closed")] if what == "close" else []
+    before = chaos_clock()
+    with transaction.atomic():
+        for calendar in calendars.values():
+            services.save_calendar(calendar, days=days)
+    after = chaos_clock()
+    if what == "close":
+        closures.append(Closure((before, after)))
+    else:
+        closures[-1].opened = (before, after)
+
+
+def chaos_clock() -> int:
+    """Redis TIME of the schedulers' Redis (the test's private one), in ms; this host's
+    clock while it is down (it is the same host)."""
+    return timing.to_ms(clock.now())
+
+
+def ran_as_its_day_allowed(
+    calendar: str, nominal: int, received: int, closures: list[Closure]
+) -> bool:
+    """Whether an occurrence of a schedule naming ``calendar`` could run when it did: not
+    on a day closed when it was due, unless it was moved and ran once the day opened."""
+    for closure in closures:
+        if closure.case(nominal) == "closed":
+            return calendar == "chaos-move" and received >= closure.opened[0]
+    return True
+
+
+def closed_day_explains(
+    calendar: str, nominal: int, closures: list[Closure], markers: list[tuple[int, int]]
+) -> bool:
+    """Whether an occurrence that did not run was due on a closed day: due while a closing
+    or an opening committed (either is right), or while the day was closed (skipped: only
+    the day's first is recorded; moved: the catch-up policy handles it once the day opens,
+    and its record says so), or due before a closing that its claim came after (the
+    schedule was behind): the day's record, made after the closing, passes over it."""
+    for closure in closures:
+        case = closure.case(nominal)
+        if case == "either" or (case == "closed" and calendar == "chaos-skip"):
+            return True
+        if calendar == "chaos-skip" and nominal < closure.opened[0]:
+            recorded = [at for at, claimed in markers if claimed >= closure.closed[0]]
+            if any(at <= nominal for at in recorded):
+                return True
+    return False
+
+
 def ledger_disagreements() -> list[str]:
     """Occurrences the receiver got whose run is neither succeeded nor (the crash window)
-    cancelled because its schedule was paused."""
+    cancelled because its schedule was paused (in the ledger, or deleted from it by
+    retention)."""
     runs = {
-        (sid, timing.to_ms(at)): (status, reason)
-        for sid, at, status, reason in Run.objects.values_list(
-            "schedule_id", "scheduled_for", "status", "skip_reason"
-        )
+        (row.schedule_id, row.nominal): (row.status, row.reason)
+        for row in everything_the_ledger_held()
     }
     received = Receipt.objects.filter(schedule_id__in=Schedule.objects.values("pk"))
     return [

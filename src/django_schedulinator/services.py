@@ -920,12 +920,21 @@ def _replan_one(
                                    loaded=loaded)
     )  # fmt: skip
     assert current.next_run_at is not None
-    mark = current.fired_through or current.next_run_at - timing.ONE_MS
+    written = []
+    if current.fired_through is None:
+        # Written without a mark (a bulk path, or before migration 0009): decided through
+        # now, or through just before its next run when that is due (a backlog stays).
+        current.passed_over(now)
+        written.append("fired_through")
+    mark = current.fired_through
+    assert mark is not None
     plan = timing.replan_calendar(old, new, fired_through=mark, now=now, anchor=current.next_run_at)
     moves = timing.stored_moves(plan.decided)
     if moves != current.decided_moves:
         current.decided_moves = moves
-        current.save(using=db, update_fields=["decided_moves"])
+        written.append("decided_moves")
+    if written:
+        current.save(using=db, update_fields=written)
     skipped = [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
     if plan.late:
         policy = current.catch_up_policy

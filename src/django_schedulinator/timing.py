@@ -1250,7 +1250,9 @@ def replan_calendar(
         late.extend(found)
         late_before = max(filter(None, (late_before, before)), default=None)
         excluded.extend(cannot)
-    late.sort()
+    # Never early: one the mark decided ahead of now (a run now that took the place of a
+    # later occurrence) is passed over with it.
+    late = sorted(at for at in late if at <= now)
     if len(late) > LATE_RECORDED:
         late_before = max(filter(None, (late_before, late[-LATE_RECORDED - 1])))
         late = late[-LATE_RECORDED:]

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from celery.schedules import crontab, solar
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -194,6 +195,7 @@ def test_imported_crontabs_fire_when_celery_would(settings: Any) -> None:
     [
         (RuntimeError("the database went away"), RuntimeError),
         (ServiceError("refused"), CommandError),  # said as: imported nothing
+        (ValidationError({"cron": "refused"}), CommandError),
     ],
 )
 def test_an_import_is_one_transaction(
@@ -208,9 +210,36 @@ def test_an_import_is_one_transaction(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(services, "create", create_then_fail)
-    with pytest.raises(raised):
+    with pytest.raises(raised) as stopped:
         run("--from", "celery-beat-schedule")
     assert Schedule.objects.count() == 0  # the first one too
+    if raised is CommandError:  # it names the entry it stopped on, and why
+        assert str(stopped.value).startswith(
+            "The import stopped and imported nothing: CELERY_BEAT_SCHEDULE['every-five-minutes']: "
+        )
+        assert "refused" in str(stopped.value)
+
+
+def test_a_crontab_import_that_stops_names_the_line(
+    settings: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "COMMANDS": {"clearsessions": {}}}
+    path = tmp_path / "crontab"
+    path.write_text("# m h dom mon dow command\n0 1 * * * python manage.py clearsessions\n"
+                    "0 2 * * * python manage.py clearsessions\n")  # fmt: skip
+    real, calls = services.create, []
+
+    def create_then_refuse(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValidationError({"cron": "refused"})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "create", create_then_refuse)
+    with pytest.raises(CommandError) as stopped:
+        run("--from", "crontab", str(path))
+    assert str(stopped.value) == "The import stopped and imported nothing: crontab:3: cron: refused"
+    assert Schedule.objects.count() == 0
 
 
 CRONTAB = """\

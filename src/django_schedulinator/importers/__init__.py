@@ -38,6 +38,8 @@ class Found:
     source: str
     fields: Mapping[str, Any] | None
     reason: str = ""
+    # What the schedule does otherwise than the entry did, said in the report.
+    changes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -46,6 +48,8 @@ class ImportResult:
     created: list[Schedule] = field(default_factory=list)
     # (where in the source, why it was left out)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # The name of a schedule created -> (where in the source, what it does otherwise)
+    changes: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 class TaskNames:
@@ -108,6 +112,8 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
                     raise ServiceError(f"{item.source}: {_message(exc)}") from exc
             taken.add(name)
             result.created.append(schedule)
+            if item.changes:
+                result.changes[name] = (item.source, item.changes)
     return result
 
 

@@ -104,6 +104,9 @@ class Command(BaseCommand):
         verb = "would create" if result.dry_run else "created"
         for schedule in result.created:
             self.stdout.write(f"{verb} {schedule.name!r}: {_describe(schedule)}")
+            where, changes = result.changes.get(schedule.name, ("", ()))
+            for change in changes:
+                self.stdout.write(f"  {where}: {change}")
         for where, reason in result.skipped:
             self.stdout.write(f"skipped {where}: {reason}")
         self.stdout.write(

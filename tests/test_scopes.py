@@ -240,3 +240,41 @@ def test_the_operations_page_under_an_admin_kept_to_a_team_shows_only_that_team(
     lateness = re.search(r'id="schedulinator-lateness".*?</section>', html, re.S)
     assert lateness is not None
     assert "No run handed off since" in lateness.group(0), lateness.group(0)
+
+
+def test_the_calendar_pages_under_an_admin_kept_to_a_team_name_only_that_team(
+    teams: dict[str, dict[str, Schedule]], settings: Any
+) -> None:
+    """A calendar bravo's schedule names: alpha's user is told that schedules it cannot see
+    name it (so it keeps its name and is not deleted), and none of them is named."""
+    settings.ROOT_URLCONF = "tests.support.team_admin"
+    user = User.objects.create_user("ann", is_staff=True, last_name="a")
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_schedulinator",
+            codename__in=["view_schedule", "view_calendar", "change_calendar", "delete_calendar"],
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    calendar = Calendar.objects.get(name="closures")
+    change = reverse("admin:django_schedulinator_calendar_change", args=[calendar.pk])
+    delete = reverse("admin:django_schedulinator_calendar_delete", args=[calendar.pk])
+
+    page = client.get(change)
+    assert_hides_the_other_team(page.content, "change page")
+    assert "schedules you cannot see" in page.content.decode()
+    renamed = client.post(
+        change,
+        {"name": "renamed", "description": "", "timezone": "UTC", "weekend": ["6", "7"],
+         "source": "manual", "country": "", "subdivision": "", "years": "", "days_text": ""},
+    )  # fmt: skip
+    assert renamed.context["adminform"].form.errors["name"] == [
+        "Schedules name this calendar (schedules you cannot see): it keeps its name."
+    ]
+    assert_hides_the_other_team(renamed.content, "rename")
+    page = client.get(delete)
+    assert_hides_the_other_team(page.content, "delete page")
+    assert "Schedules you cannot see name the calendar closures." in page.content.decode()
+    client.post(delete, {"post": "yes"})
+    assert Calendar.objects.filter(name="closures").exists()

@@ -59,6 +59,7 @@ __all__ = [
     "ZoneRulesReport",
     "advance",
     "backfill",
+    "calendar_use",
     "calendar_users",
     "create",
     "delete",
@@ -720,12 +721,11 @@ def _check_unused(name: str, db: str, done: str, scope: Scope = None) -> None:
     """A ``ValidationError`` naming the schedules that name calendar ``name``, if any: it
     cannot be deleted or renamed under them. Of those out of ``scope``, it says only that
     there are some."""
-    ids = _ids_naming(name, db)
-    if not ids:
+    users, others = calendar_use(name, using=db, scope=scope)
+    if not users and not others:
         return
-    users = calendar_users(name, using=db, scope=scope, ids=ids)
     listed = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
-    if len(users) == len(ids):
+    if not others:
         whom = f"{len(users)} schedule(s): {listed}"
     elif users:
         whom = f"{len(users)} schedule(s) you can see ({listed}) and by schedules you cannot see"
@@ -735,14 +735,21 @@ def _check_unused(name: str, db: str, done: str, scope: Scope = None) -> None:
     raise ValidationError({"name": message})
 
 
-def calendar_users(
-    name: str, *, using: str | None = None, scope: Scope = None, ids: list[int] | None = None
-) -> list[str]:
-    """The names of the schedules that name calendar ``name`` (of ``scope``: those a reader
-    may see), in order; ``ids``: theirs, read already."""
+def calendar_users(name: str, *, using: str | None = None) -> list[str]:
+    """The names of the schedules that name calendar ``name``, in order."""
+    return calendar_use(name, using=using)[0]
+
+
+def calendar_use(
+    name: str, *, using: str | None = None, scope: Scope = None
+) -> tuple[list[str], bool]:
+    """The names of the schedules of ``scope`` (those a reader may see) that name calendar
+    ``name``, in order, and whether schedules out of the scope name it too."""
     db = using or router.db_for_write(Schedule)
-    rows = schedules_in(scope, db).filter(pk__in=_ids_naming(name, db) if ids is None else ids)
-    return list(rows.order_by("name").values_list("name", flat=True))
+    ids = _ids_naming(name, db)
+    rows = schedules_in(scope, db).filter(pk__in=ids)
+    names = list(rows.order_by("name").values_list("name", flat=True))
+    return names, len(names) < len(ids)
 
 
 def _ids_naming(name: str, db: str) -> list[int]:

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.django_db
 API = "/api/schedulinator/"
 # The docs' class, as a user copies it into a module of their own.
 exec(compile(source("api-team-schedules", "api.md"), "docs/api.md", "exec"))
+TeamSchedules: Any = globals()["TeamSchedules"]
 TEAM_SCHEDULES = f"{__name__}.TeamSchedules"
 FIRST_HIDDEN_ID = 987654301
 HIDDEN = ("bravo", str(FIRST_HIDDEN_ID)[:-1])  # what no answer to team a may hold
@@ -278,3 +279,32 @@ def test_the_calendar_pages_under_an_admin_kept_to_a_team_name_only_that_team(
     assert "Schedules you cannot see name the calendar closures." in page.content.decode()
     client.post(delete, {"post": "yes"})
     assert Calendar.objects.filter(name="closures").exists()
+
+
+class TeamWithoutListFilter(TeamSchedules):
+    """Refuses the other team's schedules one by one, but cannot say which in SQL."""
+
+    filter_schedules = None
+
+
+def test_without_a_filter_the_aggregates_are_refused_and_a_calendar_names_no_schedule(
+    teams: dict[str, dict[str, Schedule]], settings: Any
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "API_PERMISSION_CLASSES": [f"{__name__}.TeamWithoutListFilter"],
+    }
+    client = api_user("ann", "a")
+    for path in AGGREGATES:
+        response = client.get(API + path)
+        assert response.status_code == 403, (path, response.content)
+        assert "filter_schedules" in response.json()["detail"]
+    calendar = Calendar.objects.get(name="closures")
+    url = f"{API}calendars/{calendar.pk}/"
+    assert client.patch(url, {"description": "shut"}, format="json").status_code == 200
+    deleted = client.delete(url)
+    assert deleted.status_code == 409
+    assert deleted.json()["detail"] == (
+        "The calendar 'closures' is used by schedules you cannot see. Take it out of them "
+        "before it is deleted."
+    )

@@ -23,7 +23,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -41,6 +41,7 @@ from ..health import (
 from ..heartbeat import alive
 from ..index import get_index
 from ..models import Calendar, Run, Schedule, ScheduleChange
+from ..scopes import Scope
 from ..statuses import ReportedStatus
 from . import serializers as s
 from .filters import (
@@ -627,6 +628,14 @@ class CalendarViewSet(
     serializer_class = s.CalendarSerializer
     pagination_class = PageNumberPagination
 
+    def _users_scope(self) -> Scope:
+        """The schedules a refusal may name; none when the permission classes refuse
+        schedules without saying which (an edit of a calendar is not refused for that)."""
+        try:
+            return self.scope()
+        except PermissionDenied:
+            return Schedule.objects.none()
+
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = self._save(Calendar(), serializer.validated_data, adding=True)
 
@@ -652,7 +661,7 @@ class CalendarViewSet(
                 days = _on_field(
                     "icalendar", calendars.days_from_source, calendar, years=years, icalendar=ical
                 )
-            services.save_calendar(calendar, days=days, origin=origin, scope=self.scope())
+            services.save_calendar(calendar, days=days, origin=origin, scope=self._users_scope())
         except DjangoValidationError as exc:
             raise ValidationError(s._as_drf_errors(exc)) from None
         except IntegrityError:  # a concurrent create took the name
@@ -664,7 +673,7 @@ class CalendarViewSet(
             services.delete_calendar(
                 instance,
                 origin=Origin(self.request.user, ScheduleChange.Source.API),
-                scope=self.scope(),
+                scope=self._users_scope(),
             )
         except DjangoValidationError as exc:
             raise Conflict(" ".join(exc.messages)) from None

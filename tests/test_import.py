@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from celery.schedules import crontab, solar
+from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -194,6 +195,7 @@ def test_imported_crontabs_fire_when_celery_would(settings: Any) -> None:
     [
         (RuntimeError("the database went away"), RuntimeError),
         (ServiceError("refused"), CommandError),  # said as: imported nothing
+        (ValidationError({"cron": "refused"}), CommandError),
     ],
 )
 def test_an_import_is_one_transaction(
@@ -208,9 +210,36 @@ def test_an_import_is_one_transaction(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(services, "create", create_then_fail)
-    with pytest.raises(raised):
+    with pytest.raises(raised) as stopped:
         run("--from", "celery-beat-schedule")
     assert Schedule.objects.count() == 0  # the first one too
+    if raised is CommandError:  # it names the entry it stopped on, and why
+        assert str(stopped.value).startswith(
+            "The import stopped and imported nothing: CELERY_BEAT_SCHEDULE['every-five-minutes']: "
+        )
+        assert "refused" in str(stopped.value)
+
+
+def test_a_crontab_import_that_stops_names_the_line(
+    settings: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "COMMANDS": {"clearsessions": {}}}
+    path = tmp_path / "crontab"
+    path.write_text("# m h dom mon dow command\n0 1 * * * python manage.py clearsessions\n"
+                    "0 2 * * * python manage.py clearsessions\n")  # fmt: skip
+    real, calls = services.create, []
+
+    def create_then_refuse(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValidationError({"cron": "refused"})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(services, "create", create_then_refuse)
+    with pytest.raises(CommandError) as stopped:
+        run("--from", "crontab", str(path))
+    assert str(stopped.value) == "The import stopped and imported nothing: crontab:3: cron: refused"
+    assert Schedule.objects.count() == 0
 
 
 CRONTAB = """\
@@ -289,7 +318,10 @@ def test_a_crontab_line_with_arguments_the_allowlist_does_not_list_is_left_out(
 
 # Each line's meaning needs the shell (or cron's %): left out, the reason naming each token.
 SHELL_LINES = {
-    "0 1 * * * python manage.py dumpdata > /backup/x.json": ["'> /backup/x.json' (a redirection)"],
+    "0 1 * * * python manage.py dumpdata | gzip > /backup/x.json.gz": [
+        "'|' (a pipe to another command)",
+        "'> /backup/x.json.gz' (a redirection)",
+    ],
     "0 2 * * * python manage.py dumpdata --output /backup/$(date +\\%F).json": [
         "'$(date +\\%F)' (a command substitution)"
     ],
@@ -312,10 +344,8 @@ SHELL_LINES = {
         "'fixtures/*.json' (a pattern the shell expands to file names)"
     ],
     "0 11 * * * python manage.py clearsessions < /dev/null": ["'< /dev/null' (a redirection)"],
-    "0 12 * * * cd /srv/app && python manage.py clearsessions >> /var/log/cs.log 2>&1": [
-        "'&&' (runs another command if this one succeeds)",
-        "'>> /var/log/cs.log' (a redirection)",
-        "'2>&1' (a redirection)",
+    "0 12 * * * cd /srv/app; python manage.py clearsessions >> /var/log/cs.log 2>&1": [
+        "';' (runs another command after this one)"
     ],
     "0 13 * * * python manage.py schedtest_echo 50%": [
         "'%' (cron sends what follows to the command's input"
@@ -364,6 +394,105 @@ def test_a_line_whose_meaning_needs_the_shell_is_left_out_with_the_reason(
     assert (daily.cron, daily.args) == ("0 0 * * *", ["clearsessions"])
     hourly = Schedule.objects.get(cron="0 * * * *")
     assert hourly.args == ["schedtest_echo", "a > b", "x;y", "$HOME", "*", "100%"]
+
+
+# The common Django crontab line: cd into the project, run the one command, send its output
+# to a file or away. Imported; the report says, per line, what changes.
+KEPT_SHAPES = """\
+0 1 * * * cd /srv/app && python manage.py clearsessions >> /var/log/cs.log 2>&1
+0 2 * * * cd /srv/app && /srv/venv/bin/python3 /srv/app/manage.py clearsessions > /dev/null 2>&1
+0 3 * * * www-data cd '/srv/my app' && python3 manage.py schedtest_echo 'two words' > /tmp/echo.log
+0 4 * * * python manage.py schedtest_echo 'two words' >> "/var/log/echo out.log"
+0 5 * * * cd /srv/app && python manage.py clearsessions
+0 6 * * * python manage.py clearsessions 2>&1 # cron mailed it
+"""
+# Near misses: each stays left out, with the reason as before.
+NEAR_MISSES = {
+    "0 7 * * * cd /srv/app && python manage.py clearsessions | mail ops": "'|' (a pipe",
+    "0 8 * * * cd /srv/app; python manage.py clearsessions": "';' (runs another command",
+    "0 9 * * * cd /srv/app && python manage.py clearsessions && python manage.py flush": (
+        "'&&' (runs another command if this one succeeds)"
+    ),
+    "0 10 * * * cd $HOME/app && python manage.py clearsessions": "'$HOME' (a variable)",
+    "0 11 * * * cd ~/app && python manage.py clearsessions": "'~/app' (the shell expands ~",
+    "0 12 * * * cd /srv/app && DJANGO_SETTINGS_MODULE=x python manage.py clearsessions": (
+        "'DJANGO_SETTINGS_MODULE=x' (sets a variable for the command)"
+    ),
+    "0 13 * * * python manage.py clearsessions > /var/log/cs-$(date +\\%F).log": (
+        "'> /var/log/cs-$' (a redirection)"
+    ),
+    "0 14 * * * python manage.py clearsessions 2>&1 > /var/log/cs.log": "'2>&1' (a redirection)",
+    "0 15 * * * python manage.py clearsessions 2> /dev/null": "'2> /dev/null' (a redirection)",
+    "0 16 * * * python manage.py clearsessions &> /dev/null": "'&> /dev/null' (a redirection)",
+    "0 17 * * * python manage.py clearsessions > /tmp/a > /tmp/b": "'> /tmp/a' (a redirection)",
+    "0 18 * * * cd /srv/app && timeout 60 python manage.py clearsessions": "through 'timeout 60'",
+    "0 19 * * * cd -P /srv/app && python manage.py clearsessions": "'&&' (runs another command",
+    "0 20 * * * python manage.py clearsessions > /tmp/cs%d.log": "'%' (cron sends what follows",
+}
+
+
+def test_a_cd_into_the_project_and_output_to_a_file_or_away_are_imported_saying_what_changes(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "COMMANDS": {
+            "clearsessions": {},
+            "schedtest_echo": {"args": ["two words"], "keep_output": True},
+            "flush": {},
+        },
+    }
+    path = tmp_path / "crontab"
+    path.write_text(KEPT_SHAPES + "\n".join(NEAR_MISSES) + "\n")
+
+    out = run("--from", "crontab", str(path))
+
+    assert "Imported 6 schedule(s); left out 14." in out, out
+    by_cron = {s.cron: s for s in Schedule.objects.all()}
+    assert sorted(by_cron) == [f"0 {hour} * * *" for hour in range(1, 7)]
+    for hour in (1, 2, 5, 6):
+        assert by_cron[f"0 {hour} * * *"].args == ["clearsessions"]
+    for hour in (3, 4):
+        assert by_cron[f"0 {hour} * * *"].args == ["schedtest_echo", "two words"]
+    lines = out.splitlines()
+
+    def said(number: int) -> list[str]:
+        """What the report says changes for the schedule of line ``number``."""
+        return [line.strip().removeprefix(f"crontab:{number}: ") for line in lines
+                if line.startswith(f"  crontab:{number}: ")]  # fmt: skip
+
+    nowhere = "they go nowhere: the run records only the exit status (SCHEDULINATOR['COMMANDS']"
+    kept = "the run's record keeps the end of both (SCHEDULINATOR['COMMANDS']"
+    assert said(1) == [
+        "cd /srv/app is dropped: the command runs in the process that runs the task (its "
+        "project, settings and working directory), not in /srv/app",
+        f"its output and errors went to /var/log/cs.log; now {nowhere}['clearsessions'] does "
+        "not set keep_output)",
+    ]
+    assert said(2)[1] == (
+        f"its output and errors were discarded; now {nowhere}['clearsessions'] does not set "
+        "keep_output)"
+    )
+    assert said(3)[0].startswith("cd '/srv/my app' is dropped: ")
+    assert said(3)[0].endswith(", not in /srv/my app")
+    assert said(3)[1] == (
+        "its output went to /tmp/echo.log and its errors to cron's mail; now "
+        f"{kept}['schedtest_echo'] sets keep_output)"
+    )
+    assert said(4) == [
+        "its output went to /var/log/echo out.log and its errors to cron's mail; now "
+        f"{kept}['schedtest_echo'] sets keep_output)"
+    ]
+    assert said(5)[1] == (
+        f"its output and errors went to cron's mail; now {nowhere}['clearsessions'] does not "
+        "set keep_output)"
+    )
+    assert said(6) == [said(5)[1]]
+    for number, (line, reason) in enumerate(
+        NEAR_MISSES.items(), start=len(KEPT_SHAPES.splitlines()) + 1
+    ):
+        (skipped,) = [x for x in lines if x.startswith(f"skipped crontab:{number}: ")]
+        assert reason in skipped, (line, skipped)
 
 
 def test_a_line_that_runs_manage_py_through_another_program_is_left_out(

@@ -147,6 +147,82 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
     assert "Imported 0 schedule(s); left out 11." in run(*mapping)
 
 
+def test_periodic_tasks_with_no_run_left_import_as_finished_schedules() -> None:
+    """A periodic task that has nothing left to run imports beside the others as a finished
+    schedule (no next run): its expiry has passed, or it was a one-off
+    beat already ran (beat disables those after their run)."""
+    now = timezone.now()
+    hourly = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.HOURS)
+    weekdays = CrontabSchedule.objects.create(minute="0", hour="3", day_of_week="mon-fri")
+    yesterday = now - timedelta(days=1)
+    ran = {"one_off": True, "enabled": False, "last_run_at": yesterday, "total_run_count": 1}
+    PeriodicTask.objects.create(
+        name="expired-interval", task="tests.record", interval=hourly, expires=yesterday
+    )
+    PeriodicTask.objects.create(
+        name="expired-crontab", task="tests.record", crontab=weekdays, expires=yesterday
+    )
+    PeriodicTask.objects.create(name="one-off-that-ran", task="tests.record", crontab=weekdays,
+                                **ran)  # fmt: skip
+    PeriodicTask.objects.create(
+        name="clocked-that-ran",
+        task="tests.record",
+        clocked=ClockedSchedule.objects.create(clocked_time=yesterday),
+        **ran,
+    )
+    PeriodicTask.objects.create(
+        name="clocked-expired-before-its-time",
+        task="tests.record",
+        clocked=ClockedSchedule.objects.create(clocked_time=now + timedelta(days=1)),
+        one_off=True,
+        expires=yesterday,
+    )
+    PeriodicTask.objects.create(name="live", task="tests.record", interval=hourly)
+    finished = [
+        "expired-interval",
+        "expired-crontab",
+        "one-off-that-ran",
+        "clocked-that-ran",
+        "clocked-expired-before-its-time",
+    ]
+
+    dry = run("--dry-run")
+    assert "Would import 6 schedule(s); left out 0." in dry, dry
+    for name in finished:
+        assert f"would create {name!r}: " in dry
+    assert dry.count(", finished: no run left") == len(finished), dry
+
+    out = run()
+
+    assert "Imported 6 schedule(s); left out 0." in out, out
+    rows = {s.name: s for s in Schedule.objects.all()}
+    assert {name: rows[name].next_run_at for name in finished} == dict.fromkeys(finished)
+    assert all(rows[name].enabled for name in finished)  # finished, not paused
+    assert rows["live"].next_run_at is not None
+    # Resuming or editing a finished one-off that ran does not fire it again.
+    assert (rows["clocked-that-ran"].run_count, rows["clocked-that-ran"].max_runs) == (1, 1)
+
+
+def test_a_clocked_task_whose_time_passed_and_that_beat_never_ran_is_left_out_saying_so() -> None:
+    """Beat would run it at its next start; an import fires no missed run, so it is listed
+    with the reason (and the rest imported)."""
+    PeriodicTask.objects.create(
+        name="missed",
+        task="tests.record",
+        clocked=ClockedSchedule.objects.create(clocked_time=timezone.now() - timedelta(days=1)),
+        one_off=True,
+    )
+    hourly = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.HOURS)
+    PeriodicTask.objects.create(name="live", task="tests.record", interval=hourly)
+
+    out = run()
+
+    assert "Imported 1 schedule(s); left out 1." in out, out
+    assert "skipped periodic task " in out
+    assert "'missed': its time (" in out
+    assert "has passed and beat has not run it" in out
+
+
 def test_imported_crontabs_fire_when_celery_would() -> None:
     """Each crontab row fires as its own Celery schedule object (``CrontabSchedule.schedule``)
     does: on days that match both day fields, ranges that wrap included."""

@@ -68,6 +68,49 @@ def test_create_validates_writes_records_and_indexes_after_commit(
         services.create(schedule)
 
 
+@pytest.mark.parametrize(
+    "finished",
+    [
+        pytest.param({"end_at": datetime(2020, 1, 1, tzinfo=UTC)}, id="ended"),
+        pytest.param({"max_runs": 2, "run_count": 2}, id="its-runs-used"),
+        pytest.param(
+            {
+                "kind": "once",
+                "run_at": datetime(2020, 1, 1, tzinfo=UTC),
+                "max_runs": 1,
+                "run_count": 1,
+            },
+            id="a-one-off-that-ran",
+        ),
+        pytest.param(
+            {
+                "kind": "once",
+                "run_at": datetime(2099, 1, 1, tzinfo=UTC),
+                "end_at": datetime(2098, 1, 1, tzinfo=UTC),
+            },
+            id="a-one-off-that-ends-before-its-time",
+        ),
+    ],
+)
+def test_create_makes_a_schedule_with_no_run_left_finished(
+    index: DueIndex, django_capture_on_commit_callbacks: CommitCapture, finished: dict[str, Any]
+) -> None:
+    """No occurrence after now is a decision too: the schedule is created finished (no next
+    run, no index entry), not refused as if nobody had decided its first run."""
+    with django_capture_on_commit_callbacks(execute=True):
+        schedule = services.create({**fields(), **finished})
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert (stored.next_run_at, stored.due_at, stored.enabled) == (None, None, True)
+    assert index.scores([schedule.pk]) == {schedule.pk: None}
+    assert entries(schedule) == [("created", "python")]
+
+
+def test_a_new_one_off_in_the_past_that_would_run_is_still_refused() -> None:
+    with pytest.raises(ValidationError) as refused:
+        services.create({**fields(), "kind": "once", "run_at": datetime(2020, 1, 1, tzinfo=UTC)})
+    assert refused.value.message_dict == {"run_at": ["A new one-off must run in the future."]}
+
+
 def test_update_writes_what_changed_and_records_the_diff(index: DueIndex) -> None:
     schedule = services.create(fields())
     before = schedule.next_run_at
@@ -187,11 +230,11 @@ def test_every_service_takes_who_acts() -> None:
         # The scheduler's own writes (its advance, its counters, its auto-pause, its marks
         # of missed runs) act as the scheduler, the sync of declarations as the code, a
         # re-plan after a tz rule change as the tz database; lock_for_edit and lock_streaks
-        # change nothing, and calendar_users reads.
+        # change nothing, and calendar_users and calendar_use read.
         machine = (
             "advance", "lock_streaks", "record_streaks", "auto_pause", "lock_for_edit",
             "sync_declared", "mark_missed", "mark_not_fired", "replan_for_zone_rules",
-            "calendar_users",
+            "calendar_users", "calendar_use",
         )  # fmt: skip
         if inspect.isfunction(function) and name not in machine:
             assert "origin" in inspect.signature(function).parameters, name

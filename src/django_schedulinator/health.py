@@ -6,6 +6,11 @@ The drift check is cheap enough to run every few minutes on a million schedules:
 and a random sample compared in both directions (entries against their rows, rows against
 their entries). What it flags is re-read once before it is reported, so a row that merely
 fired between the two reads is not called drift.
+
+Each report takes a ``scope`` (``scopes.py``): the schedules its reader may see. Under one,
+it counts and names those only, and leaves out (None) the figures only the whole fleet has:
+the index's entries (due, due now, in flight, per shard), the rows of the last rebuild, the
+schedulers' counters.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from .conf import app_settings
 from .heartbeat import Heartbeat, alive
 from .index import DueIndex, get_index
 from .management import run_command
+from .scopes import Scope, runs_in, schedules_in, shown
 from .sync import IN_INDEX, change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
@@ -32,8 +38,8 @@ EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
 @dataclass(slots=True)
 class DriftReport:
     rows_indexable: int = 0  # enabled rows with a next run: each calls for one entry
-    entries_due: int = 0
-    entries_in_flight: int = 0
+    entries_due: int | None = 0  # None under a scope: they count every schedule
+    entries_in_flight: int | None = 0
     sampled: int = 0  # entries and rows compared
     # Dangerous: the row is due no later than its entry says, or has no entry at all; it
     # would fire late or never until reconcile or a rebuild fixes it.
@@ -55,9 +61,13 @@ class DriftReport:
         return {k: (late, early) for k, (late, early) in found.items()}
 
     def summary(self) -> str:
+        entries = (
+            ""
+            if self.entries_due is None
+            else f", {self.entries_due} entries due and {self.entries_in_flight} in flight"
+        )
         return (
-            f"{self.rows_indexable} schedules to index, {self.entries_due} entries due and "
-            f"{self.entries_in_flight} in flight; of {self.sampled} sampled, "
+            f"{self.rows_indexable} schedules to index{entries}; of {self.sampled} sampled, "
             f"{len(self.late_or_missing)} late or missing, "
             f"{len(self.early_or_orphaned)} early or orphaned"
         )
@@ -75,22 +85,30 @@ class DriftReport:
 
 
 def check_drift(
-    index: DueIndex | None = None, *, sample: int | None = None, using: str | None = None
+    index: DueIndex | None = None,
+    *,
+    sample: int | None = None,
+    using: str | None = None,
+    scope: Scope = None,
 ) -> DriftReport:
     """Compare the index with the rows: counts, and a random sample in both directions
-    (entries from every shard, ``sample`` in all, and rows from a random point)."""
+    (entries from every shard, ``sample`` in all, and rows from a random point). Under a
+    ``scope``, of its schedules: its rows, and the entries picked that are theirs."""
     from .models import Schedule
 
     index = index or get_index()
     size = sample or app_settings.DRIFT_SAMPLE_SIZE
     db = using or router.db_for_write(Schedule)
-    indexable = Schedule.objects.using(db).filter(IN_INDEX)
+    indexable = schedules_in(scope, db).filter(IN_INDEX)
     report = DriftReport(rows_indexable=indexable.count())
-    report.entries_due, report.entries_in_flight = index.counts()
+    if scope is None:
+        report.entries_due, report.entries_in_flight = index.counts()
+    else:
+        report.entries_due = report.entries_in_flight = None
 
     # Entries picked at random, and rows from a random point of the primary key range (an
     # index range scan, not ORDER BY random()).
-    ids = set(index.random_entries(size))
+    ids = set(shown(scope, sorted(index.random_entries(size)), db))
     bounds = indexable.aggregate(low=Min("pk"), high=Max("pk"))
     if bounds["low"] is not None:
         start = random.randint(bounds["low"], bounds["high"])
@@ -165,11 +183,12 @@ class IndexStatus:
     schedules: int  # rows
     enabled: int
     indexable: int  # enabled rows with a next run: each calls for one entry
-    entries_due: int  # entries in the due set, due or not
-    due_now: int  # entries whose time has come (Redis TIME), not claimed yet
-    in_flight: int  # entries claimed by a scheduler and not yet written back
+    # The index's own counts: None under a scope (they count every schedule).
+    entries_due: int | None  # entries in the due set, due or not
+    due_now: int | None  # entries whose time has come (Redis TIME), not claimed yet
+    in_flight: int | None  # entries claimed by a scheduler and not yet written back
     oldest_due_lag_seconds: float | None  # how late the earliest unclaimed due entry is
-    oldest_due_schedule: int | None  # the schedule of that entry
+    oldest_due_schedule: int | None  # the schedule of that entry (None: out of the scope)
     runs_in_flight: int  # runs pending or running in the ledger
     last_rebuild: dict[str, Any] | None  # the marker: built_at, rows, by
     rebuild_running: bool
@@ -182,6 +201,8 @@ class IndexStatus:
     shards: list[dict[str, Any]] = field(default_factory=list)
     # The shard count the index was built for, when it is not INDEX_SHARDS (nothing fires).
     other_layout: int | None = None
+    # Counted for the schedules of a scope only (see the module's docstring).
+    scoped: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """As JSON types: the API's index health, and the index in ``scheduler_status``."""
@@ -191,10 +212,15 @@ class IndexStatus:
 
 
 def index_status(
-    index: DueIndex | None = None, *, drift: bool = True, using: str | None = None
+    index: DueIndex | None = None,
+    *,
+    drift: bool = True,
+    using: str | None = None,
+    scope: Scope = None,
 ) -> IndexStatus:
     """Counts from the rows and the index, the lag of the earliest due entry, the last
-    rebuild and (unless ``drift`` is false) a drift check. A few queries, whatever the size."""
+    rebuild and (unless ``drift`` is false) a drift check. A few queries, whatever the size.
+    Under a ``scope``, of its schedules (see the module's docstring)."""
     from django.db.models import Count, Q
     from django.utils import timezone
 
@@ -202,19 +228,20 @@ def index_status(
 
     index = index or get_index()
     db = using or router.db_for_write(Schedule)
-    counts = Schedule.objects.using(db).aggregate(
+    counts = schedules_in(scope, db).aggregate(
         all_rows=Count("pk"),
         enabled_rows=Count("pk", filter=Q(enabled=True)),
         indexable_rows=Count("pk", filter=IN_INDEX),
     )
     now_ms = index.now_ms()  # shard 0's clock, the fleet's
+    whole = scope is None  # the index's entries count every schedule
     shards = [
         {
             "shard": row["shard"],
             "built": row["built"],
-            "entries_due": row["entries_due"],
-            "due_now": row["due_now"],
-            "in_flight": row["in_flight"],
+            "entries_due": row["entries_due"] if whole else None,
+            "due_now": row["due_now"] if whole else None,
+            "in_flight": row["in_flight"] if whole else None,
             "oldest_due_lag_seconds": _lag(row["earliest_ms"], now_ms),
         }
         for row in index.shard_status(now_ms)
@@ -224,26 +251,36 @@ def index_status(
     oldest = None
     if lag is not None:
         head = index.earliest()
-        oldest = head[0] if head is not None else None
+        oldest = next(iter(shown(scope, [head[0]], db)), None) if head is not None else None
+    built = index.built_info()
+    if built and not whole:
+        built = {k: v for k, v in built.items() if k != "rows"}  # every schedule's
     return IndexStatus(
         schedules=counts["all_rows"],
         enabled=counts["enabled_rows"],
         indexable=counts["indexable_rows"],
-        entries_due=sum(row["entries_due"] for row in shards),
-        due_now=sum(row["due_now"] for row in shards),
-        in_flight=sum(row["in_flight"] for row in shards),
+        entries_due=_total(shards, "entries_due"),
+        due_now=_total(shards, "due_now"),
+        in_flight=_total(shards, "in_flight"),
         oldest_due_lag_seconds=lag,
         oldest_due_schedule=oldest,
-        runs_in_flight=Run.objects.using(db).filter(status__in=Run.UNFINISHED).count(),
-        last_rebuild=index.built_info(),
+        runs_in_flight=runs_in(scope, db).filter(status__in=Run.UNFINISHED).count(),
+        last_rebuild=built,
         rebuild_running=index.rebuild_running(),
-        drift=check_drift(index, using=db) if drift else None,
+        drift=check_drift(index, using=db, scope=scope) if drift else None,
         eviction_warning=eviction_risk(index.client),
         checked_at=timezone.now().isoformat(),
         shard_count=index.shard_count,
         shards=shards,
         other_layout=index.other_layout(),
+        scoped=not whole,
     )
+
+
+def _total(shards: list[dict[str, Any]], key: str) -> int | None:
+    """The shards' ``key`` added up; None when they do not count it (under a scope)."""
+    values = [row[key] for row in shards]
+    return None if None in values else sum(values)
 
 
 def _lag(earliest_ms: int | None, now_ms: int) -> float | None:
@@ -282,9 +319,12 @@ class DispatcherStatus:
     retrying: int  # hand-offs that failed, waiting for their backoff to end
 
 
-def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStatus]:
+def dispatcher_status(
+    now: Any, using: str | None = None, *, scope: Scope = None
+) -> list[DispatcherStatus]:
     """Every configured alias, and every alias runs still name: three counts per alias from
-    the runs in flight (the partial indexes of unfinished and awaited runs serve them)."""
+    the runs in flight (the partial indexes of unfinished and awaited runs serve them), of
+    the schedules of ``scope``."""
     from django.core.exceptions import ImproperlyConfigured
     from django.db.models import Count, Q
 
@@ -294,7 +334,7 @@ def dispatcher_status(now: Any, using: str | None = None) -> list[DispatcherStat
     db = using or router.db_for_write(Run)
     counts: dict[str, dict[str, Any]] = {
         row["dispatcher"]: dict(row)
-        for row in Run.objects.using(db)
+        for row in runs_in(scope, db)
         .filter(
             Q(status=Run.Status.DISPATCHED, outcome_due_by__isnull=False)
             | Q(status=Run.Status.PENDING, claim_token="", attempts__gt=0)
@@ -392,7 +432,9 @@ class ClusterStatus:
             "warnings": [w.as_dict() for w in self.warnings],
             "max_lag_seconds": self.max_lag_seconds,
             "pass_stale_seconds": self.pass_stale_seconds,
-            "schedulers": [beat.status_dict(self.checked_at) for beat in self.schedulers],
+            "schedulers": schedulers_as_dicts(
+                self.schedulers, self.checked_at, scoped=self.index.scoped
+            ),
             "index": self.index.as_dict(),
             "dispatchers": [
                 {
@@ -426,12 +468,13 @@ def cluster_status(
     drift: bool = True,
     max_lag: float | None = None,
     using: str | None = None,
+    scope: Scope = None,
 ) -> ClusterStatus:
     """The schedulers alive (heartbeats), the index's health and drift (unless ``drift`` is
     false), the oldest due entry's lag (a problem past ``max_lag`` seconds, default
     DEFAULT_MAX_LAG_SECONDS), the dispatchers' waiting runs and the auto-paused schedules,
-    with the problems and warnings they make. Raises what Redis or the database raise when
-    they cannot be reached."""
+    with the problems and warnings they make; under a ``scope``, of its schedules. Raises
+    what Redis or the database raise when they cannot be reached."""
     from .models import Schedule
     from .outcomes import AUTO_PAUSE_NOTE
 
@@ -439,11 +482,11 @@ def cluster_status(
     db = using or router.db_for_write(Schedule)
     schedulers = alive(index)
     now = timing.from_ms(index.now_ms())
-    status = index_status(index, drift=drift, using=db)
-    dispatchers = dispatcher_status(now, using=db)
+    status = index_status(index, drift=drift, using=db, scope=scope)
+    dispatchers = dispatcher_status(now, using=db, scope=scope)
     # Paused by the scheduler and not touched since: a resume clears the note, a pause by
     # someone else replaces it.
-    paused = Schedule.objects.using(db).filter(enabled=False, pause_note=AUTO_PAUSE_NOTE)
+    paused = schedules_in(scope, db).filter(enabled=False, pause_note=AUTO_PAUSE_NOTE)
     listed = [
         AutoPaused(*row)
         for row in paused.order_by("-paused_at", "-pk").values_list(
@@ -470,11 +513,12 @@ def _problems(report: ClusterStatus) -> list[Finding]:
     status, found = report.index, []
     running = [beat for beat in report.schedulers if not beat.stopping]
     if not running and (status.indexable or status.runs_in_flight):
+        due_now = "" if status.due_now is None else f" ({status.due_now} due now)"
         found.append(
             Finding(
                 "no-scheduler",
                 f"No scheduler is running (none has a heartbeat in Redis) while "
-                f"{status.indexable} schedule(s) wait to fire ({status.due_now} due now) and "
+                f"{status.indexable} schedule(s) wait to fire{due_now} and "
                 f"{status.runs_in_flight} run(s) are in flight: nothing fires until one runs. "
                 f"Start {run_command('run_scheduler')}.",
             )
@@ -527,10 +571,12 @@ def _problems(report: ClusterStatus) -> list[Finding]:
         )
     lag = status.oldest_due_lag_seconds
     if lag is not None and lag > report.max_lag_seconds:
+        oldest = status.oldest_due_schedule
+        of = "" if oldest is None else f" (schedule {oldest})"  # None: out of the scope
         found.append(
             Finding(
                 "due-lag",
-                f"The oldest due entry (schedule {status.oldest_due_schedule}) is {lag:.1f} s "
+                f"The oldest due entry{of} is {lag:.1f} s "
                 f"late, more than the {report.max_lag_seconds:g} s allowed: the schedulers are "
                 f"down, stuck, or cannot keep up.",
             )
@@ -593,4 +639,16 @@ def _warnings(report: ClusterStatus) -> list[Finding]:
                 f"default, host:pid).",
             )
         )
+    return found
+
+
+def schedulers_as_dicts(
+    beats: list[Heartbeat], now: datetime, *, scoped: bool
+) -> list[dict[str, Any]]:
+    """The heartbeats as the API shows them at ``now``; under a scope without their
+    counters, which count the occurrences of every schedule."""
+    found = [beat.status_dict(now) for beat in beats]
+    if scoped:
+        for record in found:
+            record["counters"] = {}
     return found

@@ -487,7 +487,8 @@ class Schedule(models.Model):
 
         ``services.create`` calls it with the schedulers' clock (Redis ``TIME``). Code that
         saves a new schedule itself calls it before ``save()``, which reads no clock and
-        refuses a new schedule whose first run nobody decided."""
+        refuses a new schedule whose first run nobody decided. A schedule with no occurrence
+        left (an end passed, its runs used up) is decided too: it is saved finished."""
         if self.next_run_at is None:
             self.next_run_at = self.first_run_at(now)
         else:
@@ -496,6 +497,8 @@ class Schedule(models.Model):
         self.passed_over(now)
         if not self.enabled:
             self.paused_at = self.paused_at or now
+        # Decided, whatever it was: no next run is a finished schedule, not a forgotten one.
+        self._first_run_set = True
 
     def jitter_first_run(self, using: str) -> None:
         """Give a just-inserted schedule's first due time its jitter, which needs the primary
@@ -703,13 +706,12 @@ class Schedule(models.Model):
         for name, problem in grace_errors(self.grace, self.jitter).items():
             errors.setdefault(name, problem)
         new_one_off = self.kind == self.Kind.ONCE and self._state.adding
-        if (
-            new_one_off
-            and "run_at" not in errors
-            and self.run_at
-            and self.run_at < clock.now() - timedelta(minutes=1)
-        ):
-            errors.setdefault("run_at", _("A new one-off must run in the future."))
+        if new_one_off and not errors.keys() & {"run_at", "end_at", "max_runs"} and self.run_at:
+            # A time passed is a mistake in a one-off that would still run (it would fire at
+            # once); one with no run left (it ran, or its end came first) is saved finished.
+            now = clock.now()
+            if self.run_at < now - timedelta(minutes=1) and self.first_run_at(now) is not None:
+                errors.setdefault("run_at", _("A new one-off must run in the future."))
         # What the dispatcher cannot do for it; a saved schedule may keep an alias since
         # removed from the settings (its runs then fail saying so).
         loaded = getattr(self, "_loaded", {})
@@ -745,6 +747,11 @@ class Schedule(models.Model):
         finished, whatever its ``run_at``."""
         if self.max_runs is not None and self.run_count >= self.max_runs:
             return None  # finished
+        # A cron's or an interval's end bounds its occurrences (timing); a one-off's end,
+        # which came before its time or has passed, leaves it none.
+        run_at, end_at = self.run_at, self.end_at
+        if self.kind == self.Kind.ONCE and run_at and end_at and end_at < max(run_at, now):
+            return None
         spec = self.timing_spec
         first = timing.first_run_at(spec, now)
         if first is not None and self.fired_through is not None and first <= self.fired_through:

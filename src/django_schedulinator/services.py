@@ -64,6 +64,7 @@ from .models import (
 )
 from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement, json_ids
 from .registry import registry
+from .scopes import Scope, schedules_in
 
 __all__ = [
     "PYTHON",
@@ -71,6 +72,7 @@ __all__ = [
     "ZoneRulesReport",
     "advance",
     "backfill",
+    "calendar_use",
     "calendar_users",
     "create",
     "delete",
@@ -736,11 +738,13 @@ def save_calendar(
     *,
     days: Iterable[tuple[date, str]] | None = None,
     origin: Origin = PYTHON,
+    scope: Scope = None,
 ) -> int:
     """Create or change a calendar (validated by the model), and with ``days`` replace its
     excluded days; the schedules that name it are re-planned in the same transaction: each
     next run moves to where the new days put it, recorded in its change log (action
-    "re-planned"). Returns how many moved."""
+    "re-planned"). Returns how many moved. A rename under schedules that name it is refused,
+    naming those of ``scope`` (the schedules the caller may see)."""
     calendar.full_clean(validate_unique=True, validate_constraints=False)
     chosen = None if days is None else dict(sorted(days))
     if chosen is not None and len(chosen) > MAX_DAYS:
@@ -753,7 +757,7 @@ def save_calendar(
             locked = Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk)
             old_name = locked.values_list("name", flat=True).first()
             if old_name is not None and old_name != calendar.name:
-                _check_unused(old_name, db, "renamed")
+                _check_unused(old_name, db, "renamed", scope)
             # Its days as the schedules were planned with them: a re-plan keeps what they
             # decided under them.
             before = load_calendars([calendar.name], using=db).get(calendar.name)
@@ -787,15 +791,16 @@ def fill_calendar(
     return save_calendar(calendar, days=days, origin=origin)
 
 
-def delete_calendar(calendar: Calendar, *, origin: Origin = PYTHON) -> None:
-    """Delete a calendar no schedule names (a ``ValidationError`` lists those that do). No
-    schedule changes, so no change-log entry: the log line says who deleted it."""
+def delete_calendar(calendar: Calendar, *, origin: Origin = PYTHON, scope: Scope = None) -> None:
+    """Delete a calendar no schedule names (a ``ValidationError`` lists those of ``scope``
+    that do: the schedules the caller may see). No schedule changes, so no change-log entry:
+    the log line says who deleted it."""
     db = router.db_for_write(Calendar, instance=calendar)
     with transaction.atomic(using=db):
         # Locked before the check: a schedule being saved with this name holds a share of
         # the lock (``_lock_calendars``), so one of the two waits, then sees the other.
         Calendar.objects.using(db).select_for_update().filter(pk=calendar.pk).exists()
-        _check_unused(calendar.name, db, "deleted")
+        _check_unused(calendar.name, db, "deleted", scope)
         calendar.delete(using=db)
     who = getattr(origin.user, "username", None) or "nobody signed in"
     logger.info("Calendar %r deleted through %s by %s.", calendar.name, origin.source, who)
@@ -828,25 +833,39 @@ def _lock_calendars(names: Sequence[str], db: str) -> None:
         raise ValidationError({"calendars": f"No calendar is named {', '.join(missing)}."})
 
 
-def _check_unused(name: str, db: str, done: str) -> None:
+def _check_unused(name: str, db: str, done: str, scope: Scope = None) -> None:
     """A ``ValidationError`` naming the schedules that name calendar ``name``, if any: it
-    cannot be deleted or renamed under them."""
-    users = calendar_users(name, using=db)
-    if users:
-        shown = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
-        raise ValidationError(
-            {
-                "name": f"The calendar {name!r} is used by {len(users)} schedule(s): {shown}. "
-                f"Take it out of them before it is {done}."
-            }
-        )
+    cannot be deleted or renamed under them. Of those out of ``scope``, it says only that
+    there are some."""
+    users, others = calendar_use(name, using=db, scope=scope)
+    if not users and not others:
+        return
+    listed = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
+    if not others:
+        whom = f"{len(users)} schedule(s): {listed}"
+    elif users:
+        whom = f"{len(users)} schedule(s) you can see ({listed}) and by schedules you cannot see"
+    else:
+        whom = "schedules you cannot see"
+    message = f"The calendar {name!r} is used by {whom}. Take it out of them before it is {done}."
+    raise ValidationError({"name": message})
 
 
 def calendar_users(name: str, *, using: str | None = None) -> list[str]:
     """The names of the schedules that name calendar ``name``, in order."""
+    return calendar_use(name, using=using)[0]
+
+
+def calendar_use(
+    name: str, *, using: str | None = None, scope: Scope = None
+) -> tuple[list[str], bool]:
+    """The names of the schedules of ``scope`` (those a reader may see) that name calendar
+    ``name``, in order, and whether schedules out of the scope name it too."""
     db = using or router.db_for_write(Schedule)
-    rows = Schedule.objects.using(db).filter(pk__in=_ids_naming(name, db))
-    return list(rows.order_by("name").values_list("name", flat=True))
+    ids = _ids_naming(name, db)
+    rows = schedules_in(scope, db).filter(pk__in=ids)
+    names = list(rows.order_by("name").values_list("name", flat=True))
+    return names, len(names) < len(ids)
 
 
 def _ids_naming(name: str, db: str) -> list[int]:

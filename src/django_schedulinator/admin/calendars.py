@@ -1,7 +1,11 @@
 """Calendars of excluded days in the admin. The form reads the days from the calendar's
 source (the lines typed, the public holidays of a country, an iCalendar file) and reports a
 source it cannot read on its fields; each save and delete goes through the services, which
-re-plan the schedules that name the calendar and refuse to delete one in use."""
+re-plan the schedules that name the calendar and refuse to delete one in use.
+
+The schedules that name a calendar are named as the schedule admin shows them: one whose
+``get_queryset`` keeps a user to some schedules (``scopes.of_admin``) names only those, and
+says that others name it too."""
 
 from __future__ import annotations
 
@@ -10,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.exceptions import NotRegistered
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import calendars, clock, services
+from .. import calendars, clock, scopes, services
 from ..changelog import Origin
 from ..models import Calendar, Schedule, ScheduleChange
 from .display import ExactTimes
@@ -83,17 +88,23 @@ class CalendarForm(_ModelForm):
     def clean_years(self) -> range:
         return calendars.parse_years(self.cleaned_data.get("years") or "", clock.now().date())
 
+    # The schedules its user may see (set by CalendarAdmin.get_form; None: all).
+    scope: scopes.Scope = None
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         renamed = self.instance.pk is not None and cleaned.get("name") not in (
             None,
             self.instance.name,
         )
-        if renamed and (users := services.calendar_users(self.instance.name)):
+        users, others = (
+            services.calendar_use(self.instance.name, scope=self.scope) if renamed else ([], False)
+        )
+        if users or others:
             self.add_error(
                 "name",
                 gettext("Schedules name this calendar (%(names)s): it keeps its name.")
-                % {"names": ", ".join(users[:10])},
+                % {"names": users_text(users, others)},
             )
         source = cleaned.get("source")
         if source == Calendar.Source.MANUAL:
@@ -142,6 +153,17 @@ class CalendarForm(_ModelForm):
         return days
 
 
+def users_text(users: list[str], others: bool) -> str:
+    """The names of the schedules that name a calendar, and whether others the user may
+    not see name it too."""
+    shown = ", ".join(users[:10]) + (", ..." if len(users) > 10 else "")
+    if not others:
+        return shown
+    if not users:
+        return gettext("schedules you cannot see")
+    return gettext("%(names)s and schedules you cannot see") % {"names": shown}
+
+
 @admin.register(Calendar)
 class CalendarAdmin(ExactTimes):
     form = CalendarForm
@@ -184,17 +206,39 @@ class CalendarAdmin(ExactTimes):
     def day_count(self, obj: Calendar) -> int:
         return int(getattr(obj, "day_total", 0))
 
+    def _scope(self, request: HttpRequest) -> scopes.Scope:
+        """The schedules the schedule admin of this site shows the user (None: all)."""
+        try:
+            schedule_admin = self.admin_site.get_model_admin(Schedule)
+        except NotRegistered:
+            return None
+        return scopes.of_admin(schedule_admin, request)
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:  # who uses it, as this user may see them (``used_by``)
+            obj.used_as_shown = services.calendar_use(obj.name, scope=self._scope(request))
+        return obj
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        return type(form.__name__, (form,), {"scope": self._scope(request)})
+
     @admin.display(description=_("used by"))
     def used_by(self, obj: Calendar) -> str:
-        names = services.calendar_users(obj.name)
-        return ", ".join(names) if names else gettext("no schedule")
+        users, others = getattr(obj, "used_as_shown", None) or services.calendar_use(obj.name)
+        return users_text(users, others) if users or others else gettext("no schedule")
 
     @staticmethod
     def _origin(request: HttpRequest) -> Origin:
         return Origin(getattr(request, "user", None), ScheduleChange.Source.ADMIN)
 
     def save_model(self, request: HttpRequest, obj: Calendar, form: Any, change: bool) -> None:
-        moved = services.save_calendar(obj, days=form.days, origin=self._origin(request))
+        moved = services.save_calendar(
+            obj, days=form.days, origin=self._origin(request), scope=self._scope(request)
+        )
         if moved:
             self.message_user(
                 request,
@@ -203,11 +247,12 @@ class CalendarAdmin(ExactTimes):
             )
 
     def delete_model(self, request: HttpRequest, obj: Calendar) -> None:
-        services.delete_calendar(obj, origin=self._origin(request))
+        services.delete_calendar(obj, origin=self._origin(request), scope=self._scope(request))
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        scope = self._scope(request)
         for calendar in queryset:
-            services.delete_calendar(calendar, origin=self._origin(request))
+            services.delete_calendar(calendar, origin=self._origin(request), scope=scope)
 
     def get_deleted_objects(
         self, objs: Any, request: HttpRequest
@@ -215,10 +260,17 @@ class CalendarAdmin(ExactTimes):
         """Django's list, with the schedules that name a calendar as protected: a calendar
         in use is not deleted (take it out of them first)."""
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        scope = self._scope(request)
         for calendar in objs:
+            users, others = services.calendar_use(calendar.name, scope=scope)
             protected.extend(
                 gettext("Schedule %(name)s names the calendar %(calendar)s.")
                 % {"name": name, "calendar": calendar.name}
-                for name in services.calendar_users(calendar.name)
+                for name in users
             )
+            if others:
+                protected.append(
+                    gettext("Schedules you cannot see name the calendar %(calendar)s.")
+                    % {"calendar": calendar.name}
+                )
         return deleted, counts, perms_needed, protected

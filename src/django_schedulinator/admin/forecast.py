@@ -47,6 +47,7 @@ from django.utils.translation import gettext
 from .. import clock, timing
 from ..errors import TimingError
 from ..models import Schedule, day_calendar
+from ..scopes import Scope, schedules_in
 from .display import exact_time
 
 WINDOW_MINUTES = 24 * 60
@@ -302,19 +303,23 @@ class Forecast:
         return self.start + timedelta(minutes=minute)
 
 
-def forecast(now: datetime | None = None, *, using: str | None = None) -> Forecast:
-    """The occurrences per minute of the next 24 hours from ``now`` (Redis TIME)."""
+def forecast(
+    now: datetime | None = None, *, using: str | None = None, scope: Scope = None
+) -> Forecast:
+    """The occurrences per minute of the next 24 hours from ``now`` (Redis TIME), of the
+    schedules of ``scope``."""
     now = timing.truncate_ms(now or clock.now())
     start = now.replace(second=0, microsecond=0)
     end = start + timedelta(minutes=WINDOW_MINUTES)
     result = Forecast(
         now, start, [0] * WINDOW_MINUTES, [0.0] * WINDOW_MINUTES, [False] * WINDOW_MINUTES
     )
-    rows = _group_rows(start, end, using)
+    rows = _group_rows(start, end, using, scope)
     if len(rows) > MAX_GROUPS:
         result.groups_capped = True
         rows = rows[:MAX_GROUPS]
-        result.uncounted += _eligible(start, end, using).count() - sum(r["members"] for r in rows)
+        counted = sum(r["members"] for r in rows)
+        result.uncounted += _eligible(start, end, using, scope).count() - counted
     timelines: dict[TimelineKey, Timeline | None] = {}
     budget: float = MAX_OCCURRENCES
     groups: list[Group] = []
@@ -356,19 +361,21 @@ def forecast(now: datetime | None = None, *, using: str | None = None) -> Foreca
     return result
 
 
-def _eligible(start: datetime, end: datetime, using: str | None) -> Any:
+def _eligible(start: datetime, end: datetime, using: str | None, scope: Scope) -> Any:
     db = using or router.db_for_read(Schedule)
     return (
-        Schedule.objects.using(db)
+        schedules_in(scope, db)
         .filter(enabled=True, next_run_at__isnull=False, next_run_at__lt=end)
         .filter(Q(end_at__isnull=True) | Q(end_at__gte=start))
     )
 
 
-def _group_rows(start: datetime, end: datetime, using: str | None) -> list[dict[str, Any]]:
+def _group_rows(
+    start: datetime, end: datetime, using: str | None, scope: Scope
+) -> list[dict[str, Any]]:
     """The schedules by what decides their times, the largest groups first (one query)."""
     return list(
-        _eligible(start, end, using)
+        _eligible(start, end, using, scope)
         .annotate(
             start_minute=TruncMinute("next_run_at", tzinfo=UTC),
             end_bound=Case(

@@ -22,6 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import clock
 from ..models import Run
+from ..scopes import Scope, runs_in
 
 RECENT = timedelta(hours=1)
 RECENT_RUNS = 10_000  # the histogram reads the last runs, at most this many
@@ -87,8 +88,11 @@ class Histogram:
         return any(self.jittered)
 
 
-def histogram(now: datetime | None = None, *, using: str | None = None) -> Histogram:
-    """The lateness of the runs of the last hour, or of the last 10,000 runs if fewer.
+def histogram(
+    now: datetime | None = None, *, using: str | None = None, scope: Scope = None
+) -> Histogram:
+    """The lateness of the runs of the last hour, or of the last 10,000 runs if fewer, of
+    the schedules of ``scope``.
 
     Two small queries whatever the size of the ledger: where the last RECENT_RUNS runs
     begin (the primary key's index, read backwards), then those of them claimed in the last
@@ -97,7 +101,7 @@ def histogram(now: datetime | None = None, *, using: str | None = None) -> Histo
     now = now or clock.now()
     since = now - RECENT
     db = using or router.db_for_read(Run)
-    runs = Run.objects.using(db)
+    runs = runs_in(scope, db)
     result = Histogram(since=since)
     boundary = runs.order_by("-pk").values_list("pk", "claimed_at")[RECENT_RUNS - 1 : RECENT_RUNS]
     oldest = next(iter(boundary), None)

@@ -8,6 +8,11 @@ with the forecast of occurrences per minute (``forecast.py``) and the lateness h
 Redis is down. The rebuild button only records the request in Redis; the first scheduler to
 look performs it with the same function as ``manage.py rebuild_due_index``, under the same
 lock (a request never runs the rebuild itself, nor starts a thread that would outlive it).
+
+A schedule admin whose ``get_queryset`` keeps a user to some schedules (Django's way to
+restrict an admin's rows) keeps the page to them too (``scopes.of_admin``): its figures,
+problems, warnings and pictures count and name those only, and the index's own counts,
+which count every schedule, are not shown.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from .. import health
+from .. import health, scopes
 from ..conf import app_settings
 from ..index import get_index
 from ..management import run_command
@@ -54,8 +59,9 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
     status: health.IndexStatus | None = None
     asked: dict[str, Any] | None = None
     redis_error = ""
+    scope = scopes.of_admin(model_admin, request)
     try:
-        report = health.cluster_status()
+        report = health.cluster_status(scope=scope)
         status = report.index
         asked = get_index().rebuild_request()
     except RedisError as exc:
@@ -75,7 +81,7 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "problems": [] if report is None else shown(report.problems),
         "warnings": [] if report is None else shown(report.warnings),
         # Redis away: the ledger still says what waits on each dispatcher.
-        "dispatchers": health.dispatcher_status(timezone.now())
+        "dispatchers": health.dispatcher_status(timezone.now(), scope=scope)
         if report is None
         else report.dispatchers,
         "redis_error": redis_error,
@@ -84,8 +90,8 @@ def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpRes
         "alive": ""
         if report is None
         else pictures.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
-        "forecast": pictures.forecast_html(forecast.forecast()),
-        "lateness": pictures.lateness_html(lateness.histogram()),
+        "forecast": pictures.forecast_html(forecast.forecast(scope=scope)),
+        "lateness": pictures.lateness_html(lateness.histogram(scope=scope)),
     }
     return TemplateResponse(request, TEMPLATE, context)
 
@@ -172,6 +178,8 @@ def status_rows(
     status: health.IndexStatus, asked: dict[str, Any] | None, app_label: str
 ) -> list[dict[str, Any]]:
     lag = status.oldest_due_lag_seconds
+    # Under a scope the index's own counts (of every schedule) are not shown.
+    hidden = gettext("not counted: the index holds every schedule")
     rows: tuple[tuple[str, Any, Any, Any], ...] = (
         ("schedules", _("Schedules"), status.schedules, _("Rows in the database.")),
         ("enabled", _("Enabled"), status.enabled, _("Not paused.")),
@@ -184,19 +192,19 @@ def status_rows(
         (
             "entries",
             _("Entries in the index"),
-            status.entries_due,
+            hidden if status.entries_due is None else status.entries_due,
             _("Entries of the due index, due or not."),
         ),
         (
             "due-now",
             _("Due now"),
-            status.due_now,
+            hidden if status.due_now is None else status.due_now,
             _("Entries whose time has come and that no scheduler has claimed yet."),
         ),
         (
             "in-flight",
             _("In flight (entries)"),
-            status.in_flight,
+            hidden if status.in_flight is None else status.in_flight,
             _("Entries claimed by a scheduler and not yet written back."),
         ),
         (
@@ -263,6 +271,13 @@ def shards_text(status: health.IndexStatus) -> str:
             "built for %(built)d shard(s), and INDEX_SHARDS is %(shards)d: nothing fires "
             "until it is rebuilt"
         ) % {"built": status.other_layout, "shards": status.shard_count}
+    if status.scoped:  # their entries count every schedule: whether each is built
+        return "; ".join(
+            gettext("%(shard)d: built") % {"shard": row["shard"]}
+            if row["built"]
+            else gettext("%(shard)d: not built") % {"shard": row["shard"]}
+            for row in status.shards
+        )
     return "; ".join(
         gettext("%(shard)d: %(entries)d entries, %(due)d due, %(inflight)d in flight%(state)s")
         % {
@@ -281,6 +296,11 @@ def rebuild_text(info: dict[str, Any] | None) -> str:
         return gettext("never")
     if not info:
         return gettext("unknown (the marker cannot be read)")
+    if "rows" not in info:  # under a scope: they count every schedule
+        return gettext("%(when)s, by %(by)s") % {
+            "when": iso_text(info.get("built_at", gettext("unknown time"))),
+            "by": info.get("by", gettext("unknown")),
+        }
     return gettext("%(when)s: %(rows)s rows, by %(by)s") % {
         "when": iso_text(info.get("built_at", gettext("unknown time"))),
         "rows": info.get("rows", "?"),

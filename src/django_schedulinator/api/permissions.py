@@ -6,8 +6,10 @@ names); SCHEDULINATOR["API_PERMISSION_CLASSES"] replaces the default class.
 
 Object permissions: a class that refuses single schedules (``has_object_permission``) says
 which schedules a user may see in SQL, with ``filter_schedules(request, view, queryset)``;
-every view applies it (schedules, runs, the change log), so no list shows what a detail view
-refuses. A class that refuses objects without that method gets its lists refused.
+every view applies it (schedules, runs, the change log; the status, the index health and the
+schedulers through their ``scope``, which ``health`` counts and names by; a calendar's
+refusals), so no answer shows what a detail view refuses. A class that refuses objects
+without that method gets its lists and aggregates refused.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from rest_framework.request import Request
 
 from ..conf import app_settings
 from ..models import Schedule
+from ..scopes import Scope
 
 # Model permissions for each HTTP method, like the admin's: reading needs "view".
 METHOD_ACTIONS = {
@@ -103,6 +106,16 @@ def visible_schedules(request: Request, view: Any, *, listing: bool) -> QuerySet
                 "lists are refused. Give the permission class that method."
             )
     return visible
+
+
+class ScopedByPermissionsMixin:
+    """A view whose answers count or name schedules (the status, the index health, the
+    schedulers, a calendar's refusals): what it reads is kept to the schedules the
+    permission classes let the user see (``scopes.py``)."""
+
+    def scope(self) -> Scope:
+        view: Any = self  # a DRF view: it has the request
+        return visible_schedules(view.request, view, listing=True)
 
 
 class SchedulesFilteredByPermissionsMixin:

@@ -489,9 +489,13 @@ class DriftSerializer(serializers.Serializer[Any]):
 class ShardStatusSerializer(serializers.Serializer[Any]):
     shard = serializers.IntegerField(help_text="Schedules with id % shard_count == shard.")
     built = serializers.BooleanField(help_text="Its build marker is there.")
-    entries_due = serializers.IntegerField(help_text="Entries in the shard.")
-    due_now = serializers.IntegerField(help_text="Entries whose time has come, not claimed.")
-    in_flight = serializers.IntegerField(help_text="Entries claimed by a scheduler.")
+    entries_due = serializers.IntegerField(allow_null=True, help_text="Entries in the shard.")
+    due_now = serializers.IntegerField(
+        allow_null=True, help_text="Entries whose time has come, not claimed."
+    )
+    in_flight = serializers.IntegerField(
+        allow_null=True, help_text="Entries claimed by a scheduler."
+    )
     oldest_due_lag_seconds = serializers.FloatField(
         allow_null=True, help_text="How late its earliest unclaimed due entry is."
     )
@@ -501,14 +505,22 @@ class IndexStatusSerializer(serializers.Serializer[Any]):
     schedules = serializers.IntegerField()
     enabled = serializers.IntegerField()
     indexable = serializers.IntegerField(help_text="Enabled schedules with a next run.")
-    entries_due = serializers.IntegerField(help_text="Entries in the due index.")
-    due_now = serializers.IntegerField(help_text="Entries whose time has come, not claimed.")
-    in_flight = serializers.IntegerField(help_text="Entries claimed by a scheduler.")
+    entries_due = serializers.IntegerField(
+        allow_null=True, help_text="Entries in the due index (null when scoped)."
+    )
+    due_now = serializers.IntegerField(
+        allow_null=True, help_text="Entries whose time has come, not claimed (null when scoped)."
+    )
+    in_flight = serializers.IntegerField(
+        allow_null=True, help_text="Entries claimed by a scheduler (null when scoped)."
+    )
     oldest_due_lag_seconds = serializers.FloatField(
         allow_null=True, help_text="How late the earliest unclaimed due entry is."
     )
     oldest_due_schedule = serializers.IntegerField(
-        allow_null=True, help_text="The schedule of that entry (null when none is due)."
+        allow_null=True,
+        help_text="The schedule of that entry (null when none is due, or it is one the "
+        "permission classes hide).",
     )
     runs_in_flight = serializers.IntegerField(help_text="Runs pending or running.")
     last_rebuild = serializers.DictField(allow_null=True)
@@ -522,6 +534,10 @@ class IndexStatusSerializer(serializers.Serializer[Any]):
         allow_null=True,
         help_text="The shard count the index was built for, when it is not INDEX_SHARDS "
         "(nothing fires until it is rebuilt).",
+    )
+    scoped = serializers.BooleanField(
+        help_text="Counted for the schedules the permission classes' filter_schedules lets "
+        "the user see; the index's own counts (of every schedule) are then null."
     )
 
 

@@ -23,7 +23,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from redis.exceptions import RedisError
 from rest_framework import filters, pagination, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,10 +32,16 @@ from .. import calendars, clock, keys, outcomes, services, timing
 from ..changelog import Origin
 from ..conf import app_settings
 from ..errors import InvalidKey, PrunedRange, ScheduleDeleted, ServiceError, VersionConflict
-from ..health import DEFAULT_MAX_LAG_SECONDS, cluster_status, index_status
+from ..health import (
+    DEFAULT_MAX_LAG_SECONDS,
+    cluster_status,
+    index_status,
+    schedulers_as_dicts,
+)
 from ..heartbeat import alive
 from ..index import get_index
 from ..models import Calendar, Run, Schedule, ScheduleChange
+from ..scopes import Scope
 from ..statuses import ReportedStatus
 from . import serializers as s
 from .filters import (
@@ -46,7 +52,11 @@ from .filters import (
     SearchFilter,
 )
 from .negotiation import NegotiationMixin
-from .permissions import ConfiguredPermissionsMixin, SchedulesFilteredByPermissionsMixin
+from .permissions import (
+    ConfiguredPermissionsMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ScopedByPermissionsMixin,
+)
 from .schema import DescribedBySpectacular, extend_schema
 
 CHANGE = "django_schedulinator.change_schedule"
@@ -624,15 +634,25 @@ NO_CALENDAR = {404: OpenApiResponse(s.ErrorSerializer, description="No such cale
 class CalendarViewSet(
     DescribedBySpectacular,
     NegotiationMixin,
+    ScopedByPermissionsMixin,
     ConfiguredPermissionsMixin,
     viewsets.ModelViewSet[Calendar],
 ):
     """Calendars of excluded days (holidays) that schedules name. Each change goes through
-    the service layer, which re-plans the schedules that name the calendar."""
+    the service layer, which re-plans the schedules that name the calendar. A rename or a
+    delete under schedules that name it is refused, naming those the user may see."""
 
     queryset = Calendar.objects.all().prefetch_related("days").order_by("name")
     serializer_class = s.CalendarSerializer
     pagination_class = PageNumberPagination
+
+    def _users_scope(self) -> Scope:
+        """The schedules a refusal may name; none when the permission classes refuse
+        schedules without saying which (an edit of a calendar is not refused for that)."""
+        try:
+            return self.scope()
+        except PermissionDenied:
+            return Schedule.objects.none()
 
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = self._save(Calendar(), serializer.validated_data, adding=True)
@@ -659,7 +679,7 @@ class CalendarViewSet(
                 days = _on_field(
                     "icalendar", calendars.days_from_source, calendar, years=years, icalendar=ical
                 )
-            services.save_calendar(calendar, days=days, origin=origin)
+            services.save_calendar(calendar, days=days, origin=origin, scope=self._users_scope())
         except DjangoValidationError as exc:
             raise ValidationError(s._as_drf_errors(exc)) from None
         except IntegrityError:  # a concurrent create took the name
@@ -669,7 +689,9 @@ class CalendarViewSet(
     def perform_destroy(self, instance: Calendar) -> None:
         try:
             services.delete_calendar(
-                instance, origin=Origin(self.request.user, ScheduleChange.Source.API)
+                instance,
+                origin=Origin(self.request.user, ScheduleChange.Source.API),
+                scope=self._users_scope(),
             )
         except DjangoValidationError as exc:
             raise Conflict(" ".join(exc.messages)) from None
@@ -719,10 +741,15 @@ class OutcomeReportView(
 
 
 class IndexHealthView(
-    DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView
+    DescribedBySpectacular,
+    NegotiationMixin,
+    ScopedByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    APIView,
 ):
     """Counts from the rows and the due index, the oldest due lag, the last rebuild and a
-    drift check (``?drift=false`` leaves it out). Needs the view_operations permission."""
+    drift check (``?drift=false`` leaves it out). Needs the view_operations permission.
+    Under a ``filter_schedules``, of the schedules the user may see (``scoped``)."""
 
     required_perms = {"GET": ["django_schedulinator.view_operations"]}
 
@@ -735,7 +762,7 @@ class IndexHealthView(
     )
     def get(self, request: Request) -> Response:
         try:
-            report = index_status(drift=flag(request, "drift"))
+            report = index_status(drift=flag(request, "drift"), scope=self.scope())
         except RedisError as exc:
             raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
         return Response(s.IndexStatusSerializer(report.as_dict()).data)
@@ -746,9 +773,16 @@ def flag(request: Request, name: str) -> bool:
     return request.query_params.get(name, "true").lower() not in ("false", "0", "no")
 
 
-class SchedulersView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView):
+class SchedulersView(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    ScopedByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    APIView,
+):
     """The schedulers alive (their heartbeats in Redis), newest beat first, with how old
-    each one's last pass is and its state. Needs the view_operations permission."""
+    each one's last pass is and its state. Needs the view_operations permission. Under a
+    ``filter_schedules``, without their counters (of every schedule's occurrences)."""
 
     required_perms = {"GET": ["django_schedulinator.view_operations"]}
 
@@ -757,6 +791,7 @@ class SchedulersView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermiss
         responses={200: s.SchedulersSerializer, **INDEX_UNAVAILABLE, **REFUSED},
     )
     def get(self, request: Request) -> Response:
+        scoped = self.scope() is not None
         index = get_index()
         try:
             beats = alive(index)
@@ -766,17 +801,23 @@ class SchedulersView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermiss
         data = {
             "checked_at": now.isoformat(),
             "pass_stale_seconds": app_settings.PASS_STALE_SECONDS,
-            "schedulers": [beat.status_dict(now) for beat in beats],
+            "schedulers": schedulers_as_dicts(beats, now, scoped=scoped),
         }
         return Response(s.SchedulersSerializer(data).data)
 
 
-class StatusView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermissionsMixin, APIView):
+class StatusView(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    ScopedByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    APIView,
+):
     """Whether the scheduling is healthy: the report ``manage.py scheduler_status --json``
     prints (the schedulers alive, the index and its drift, the oldest due lag, the runs
     waiting on each dispatcher, the auto-paused schedules, and the problems and warnings
     they make). 200 whether healthy or not: read ``healthy``. Needs the view_operations
-    permission."""
+    permission. Under a ``filter_schedules``, of the schedules the user may see."""
 
     required_perms = {"GET": ["django_schedulinator.view_operations"]}
 
@@ -804,7 +845,9 @@ class StatusView(DescribedBySpectacular, NegotiationMixin, ConfiguredPermissions
             if not (math.isfinite(max_lag) and max_lag >= 0):
                 raise ValidationError({"max_lag": ["A number of seconds, 0 or more."]})
         try:
-            report = cluster_status(drift=flag(request, "drift"), max_lag=max_lag)
+            report = cluster_status(
+                drift=flag(request, "drift"), max_lag=max_lag, scope=self.scope()
+            )
         except RedisError as exc:
             raise IndexUnavailable(f"Redis is unreachable: {exc}") from None
         return Response(s.ClusterStatusSerializer(report.as_dict()).data)

@@ -7,8 +7,10 @@ transaction, so an import is never half done: an entry that cannot be mapped (a 
 schedule, an unregistered task, an option no dispatcher takes, invalid for the model) is
 listed with the reason and left out; one whose name is taken already (imported before) is
 left out too, so a second import creates nothing new. A name another writer takes while
-the import runs stops it (``ServiceError``, nothing imported). Imported schedules start at
-their next occurrence after now: an import never fires a burst of missed runs.
+the import runs stops it (``ServiceError``, nothing imported), and so does anything else the
+service refuses: the error names the entry it stopped on. Imported schedules start at
+their next occurrence after now: an import never fires a burst of missed runs; one with no
+occurrence left is imported finished (no next run).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class Found:
     source: str
     fields: Mapping[str, Any] | None
     reason: str = ""
+    # What the schedule does otherwise than the entry did, said in the report.
+    changes: tuple[str, ...] = ()
 
 
 @dataclass
@@ -44,6 +48,8 @@ class ImportResult:
     created: list[Schedule] = field(default_factory=list)
     # (where in the source, why it was left out)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    # The name of a schedule created -> (where in the source, what it does otherwise)
+    changes: dict[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 class TaskNames:
@@ -101,6 +107,15 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
                         f"{item.source}: a schedule named {name!r} was created while the "
                         "import ran (run it again: it leaves out the names that exist)"
                     ) from None
+                except (ValidationError, ServiceError) as exc:
+                    # What stops the import names the entry it stopped on.
+                    raise ServiceError(f"{item.source}: {_message(exc)}") from exc
             taken.add(name)
             result.created.append(schedule)
+            if item.changes:
+                result.changes[name] = (item.source, item.changes)
     return result
+
+
+def _message(exc: ValidationError | ServiceError) -> str:
+    return validation_message(exc) if isinstance(exc, ValidationError) else str(exc)

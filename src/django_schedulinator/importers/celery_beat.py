@@ -12,6 +12,11 @@ the workers need no change). What maps, and what does not:
   of hours, a range that wraps around such as ``22-1`` or ``fri-mon``);
 - ``one_off`` on a crontab or interval: ``max_runs=1``; ``start_time``: ``start_at``;
   ``expires``: ``end_at``; ``enabled=False``: imported paused, with a note;
+- a task with no run left is imported finished (no next run): its ``expires`` has passed
+  (or, for a clocked one, came before its time), or it is a one-off that ran (beat disables
+  those after their run: imported with its one run used, ``max_runs=1``, ``run_count=1``,
+  not paused); a clocked task whose time has passed and that beat has not run is left out
+  (beat would run it at its next start; an import fires no missed run);
 - ``args`` and ``kwargs`` (JSON text in the tables, Python values in the setting: a list or
   tuple, a dict);
 - ``celery.backend_cleanup``, beat's own housekeeping, is listed as left out;
@@ -29,11 +34,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from .. import timing
+from .. import clock, timing
 from ..errors import SchedulinatorError
 from . import Found, TaskNames
 
@@ -115,8 +120,13 @@ def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any
         fields.update(kind="once", run_at=row.clocked.clocked_time)
     else:
         raise Unmapped("it has no schedule")
-    if row.one_off and fields["kind"] != "once":
+    # Beat disables a one-off after its run: one that ran is imported finished (its one run
+    # used), not paused, so that resuming or editing it does not run it again.
+    ran = row.one_off and (row.last_run_at is not None or (row.total_run_count or 0) > 0)
+    if row.one_off and (fields["kind"] != "once" or ran):
         fields["max_runs"] = 1
+    if ran:
+        fields["run_count"] = 1
     fields["args"] = _json(row.args, "args", list)
     fields["kwargs"] = _json(row.kwargs, "kwargs", dict)
     if row.exchange:
@@ -134,9 +144,24 @@ def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any
         fields["start_at"] = row.start_time
     if row.expires is not None:
         fields["end_at"] = row.expires
-    if not row.enabled:
+    if not row.enabled and not ran:
         fields.update(enabled=False, pause_note=PAUSED_NOTE.format(source="django-celery-beat"))
+    if fields["kind"] == "once" and not ran:
+        _check_not_missed(fields, clock.now())
     return fields
+
+
+def _check_not_missed(fields: dict[str, Any], now: datetime) -> None:
+    """A clocked task whose time has passed, that beat has not run and whose expiry has not
+    come: beat would run it at its next start, but an import fires no missed run."""
+    run_at, end_at = fields["run_at"], fields.get("end_at")
+    if run_at is None or run_at >= now or (end_at is not None and end_at < now):
+        return  # to come, or ended (imported finished)
+    raise Unmapped(
+        f"its time ({run_at.isoformat()}) has passed and beat has not run it: an import "
+        "fires no missed run (run the task by hand, or create a one-off, if it should "
+        "still run)"
+    )
 
 
 def _fields_of_entry(

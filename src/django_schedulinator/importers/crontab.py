@@ -8,8 +8,15 @@ The command is read with shell quoting; the part that runs ``manage.py`` (or
 column (``/etc/crontab``, ``/etc/cron.d``) is recognised and dropped. ``CRON_TZ=`` and
 ``TZ=`` lines set the zone of the lines after them.
 
-A schedule runs one management command, without a shell, so a line whose meaning needs the
-shell is left out, its reason naming each token that does: an operator (``;``, ``&&``,
+A schedule runs one management command, without a shell. Two shapes of the shell around
+that one command have a meaning a schedule keeps, and are read strictly (``Shape``): a
+``cd DIR &&`` before it (the command runs in the process that runs the task, in its
+project, whatever the directory), and its output sent to a file or away at its end
+(``> FILE``, ``>> FILE`` or ``> /dev/null``, then maybe ``2>&1``; or ``2>&1`` alone): the
+run's record keeps the end of the output when the command's entry in
+``SCHEDULINATOR["COMMANDS"]`` sets ``keep_output``, else it goes nowhere. The report says,
+per line, what changes (``changes``). Any other line whose meaning needs the shell is left
+out, its reason naming each token that does: an operator (``;``, ``&&``,
 ``||``, ``|``, ``&``, a subshell's parentheses), a redirection (``> file``, ``>> file``,
 ``2>&1``, ``< file``), a command substitution (``$(...)``, backticks), a variable
 (``$HOME``), a pattern the shell expands (``*.json``, ``~``), a variable set for the command
@@ -28,11 +35,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
 from ..command_task import NAME as COMMAND_TASK
 from ..command_task import refusal
+from ..conf import app_settings
 from . import Found
 
 MACROS = {
@@ -78,7 +87,7 @@ def from_file(text: str, path: str, timezone: str) -> Iterator[Found]:
                 timezone = value.strip().strip("'\"")
             continue
         try:
-            cron, command, args = _parse(stripped)
+            cron, command, args, shape = _parse(stripped)
         except ValueError as exc:
             yield Found(source, None, str(exc))
             continue
@@ -90,7 +99,50 @@ def from_file(text: str, path: str, timezone: str) -> Iterator[Found]:
         base = base[:190]
         names[base] = names.get(base, 0) + 1
         name = base if names[base] == 1 else f"{base} ({names[base]})"
-        yield Found(source, _fields(name, cron, command, args, timezone))
+        fields = _fields(name, cron, command, args, timezone)
+        yield Found(source, fields, changes=shape.changes(command))
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the shell does around a line's one command that a schedule keeps the meaning of:
+    ``cd DIR &&`` before it, its output sent to a file or away after it."""
+
+    directory: str | None = None  # cd DIR (as written, quotes kept)
+    output: str | None = None  # > FILE or >> FILE (unquoted); "/dev/null": discarded
+    errors_too: bool = False  # 2>&1: its errors go where its output goes
+
+    def changes(self, command: str) -> tuple[str, ...]:
+        """What the schedule does otherwise than the line, for the import's report."""
+        found = []
+        if self.directory is not None:
+            where = shlex.split(self.directory)[0]
+            found.append(
+                f"cd {self.directory} is dropped: the command runs in the process that runs "
+                f"the task (its project, settings and working directory), not in {where}"
+            )
+        entry = f"SCHEDULINATOR['COMMANDS'][{command!r}]"
+        if self.output is None:  # cron mails what a command prints (MAILTO)
+            before = "its output and errors went to cron's mail"
+        elif self.output == "/dev/null":
+            before = (
+                "its output and errors were discarded"
+                if self.errors_too
+                else "its output was discarded and its errors went to cron's mail"
+            )
+        elif self.errors_too:
+            before = f"its output and errors went to {self.output}"
+        else:
+            before = f"its output went to {self.output} and its errors to cron's mail"
+        if app_settings.COMMANDS[command].keep_output:
+            after = f"the run's record keeps the end of both ({entry} sets keep_output)"
+        else:
+            after = (
+                "they go nowhere: the run records only the exit status "
+                f"({entry} does not set keep_output)"
+            )
+        found.append(f"{before}; now {after}")
+        return tuple(found)
 
 
 def _fields(name: str, cron: str, command: str, args: list[str], timezone: str) -> dict[str, Any]:
@@ -104,8 +156,9 @@ def _fields(name: str, cron: str, command: str, args: list[str], timezone: str) 
     }
 
 
-def _parse(line: str) -> tuple[str, str, list[str]]:
-    """The cron expression, the management command and its arguments of a line."""
+def _parse(line: str) -> tuple[str, str, list[str], Shape]:
+    """The cron expression, the management command and its arguments of a line, and the
+    shell around the command that the schedule keeps the meaning of."""
     if line.startswith("@"):
         macro, *command = line.split(None, 1)  # a space or a tab after it
         if macro == "@reboot":
@@ -118,6 +171,8 @@ def _parse(line: str) -> tuple[str, str, list[str]]:
         if len(fields) < 6:
             raise ValueError("not five time fields and a command")
         cron, rest = " ".join(fields[:5]), fields[5]
+    line_command = rest
+    rest, shape = _kept_shape(rest)
     try:
         words = shlex.split(rest, comments=True)
     except ValueError as exc:
@@ -128,6 +183,9 @@ def _parse(line: str) -> tuple[str, str, list[str]]:
         if PurePath(word).name in DJANGO_ENTRY_POINTS and i + 1 < len(words):
             features = _shell_features(rest)
             if features:
+                # Refused: named as the whole line's shell, the shapes kept included.
+                whole = _shell_features(line_command)
+                features = whole + [f for f in features if f not in whole]
                 raise ValueError(f"it needs the shell: {', '.join(features)}")
             runner = words[:i]
             if runner and not (len(runner) == 1 and PYTHON.match(PurePath(runner[0]).name)):
@@ -142,8 +200,63 @@ def _parse(line: str) -> tuple[str, str, list[str]]:
             tail = words[i + 1 :]
             if tail[0].startswith("-"):
                 raise ValueError("manage.py is called without a command")
-            return cron, tail[0], tail[1:]
+            return cron, tail[0], tail[1:], shape
     raise ValueError("it runs no manage.py command")
+
+
+# The words of the shapes kept, as the shell's tokens (quotes kept) give them.
+CD, AND, TO_FILE, APPEND, ERRORS_TOO = "cd", "&&", ">", ">>", ["2", ">&", "1"]
+
+
+def _kept_shape(command: str) -> tuple[str, Shape]:
+    """``command`` without the shell around its one command that a schedule keeps the
+    meaning of, and that shell: exactly ``[USER] cd DIR && COMMAND [> FILE | >> FILE]
+    [2>&1]``, each part optional. Anything else is left as it is (and its shell found and
+    named by ``_shell_features``)."""
+    tokens = _tokens(command)
+    if tokens is None:
+        return command, Shape()
+    start, end = 0, len(tokens)
+    user = tokens[:1] if len(tokens) > 1 and not _is_path_or_program(tokens[0]) else []
+    directory = None
+    at = len(user)
+    if tokens[at : at + 1] == [CD] and tokens[at + 2 : at + 3] == [AND]:
+        target = tokens[at + 1]
+        if _plain_word(target) and not target.startswith("-"):
+            directory, start = target, at + 3
+    # "2>&1" as one word: "2 >&1" gives the same tokens and passes "2" to the command.
+    errors_too = tokens[end - 3 : end] == ERRORS_TOO and bool(
+        re.search(r"(?<!\S)2>&1(?!\S)", command)
+    )
+    if errors_too:
+        end -= 3
+    output = None
+    operator = tokens[end - 2] if end - 2 > start else ""
+    # A number before the operator would be a stream's (1> FILE, 2> FILE): not a shape kept.
+    stream = operator and tokens[end - 3].isdigit()
+    if operator in (TO_FILE, APPEND) and _plain_word(tokens[end - 1]) and not stream:
+        output = shlex.split(tokens[end - 1])[0]
+        end -= 2
+    if (directory, output, errors_too) == (None, None, False):
+        return command, Shape()
+    kept = " ".join([*user, *tokens[start:end]])
+    return kept, Shape(directory, output, errors_too)
+
+
+def _tokens(command: str) -> list[str] | None:
+    """The shell's tokens of ``command`` (quotes kept: a quoted ``;`` is a word, not an
+    operator; comments dropped); None if its quoting cannot be read."""
+    lexer = shlex.shlex(command, posix=False, punctuation_chars=PUNCTUATION)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:
+        return None
+
+
+def _plain_word(token: str) -> bool:
+    """A word that means what it says to the shell: no operator, no expansion, no ``%``."""
+    return not set(token) <= set(PUNCTUATION) and not _shell_features(token)
 
 
 def _shell_features(command: str) -> list[str]:

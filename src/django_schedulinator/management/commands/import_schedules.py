@@ -13,6 +13,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
+from ... import clock
 from ...changelog import Origin
 from ...dispatch import DEFAULT_ALIAS
 from ...errors import ServiceError, validation_message
@@ -103,6 +104,9 @@ class Command(BaseCommand):
         verb = "would create" if result.dry_run else "created"
         for schedule in result.created:
             self.stdout.write(f"{verb} {schedule.name!r}: {_describe(schedule)}")
+            where, changes = result.changes.get(schedule.name, ("", ()))
+            for change in changes:
+                self.stdout.write(f"  {where}: {change}")
         for where, reason in result.skipped:
             self.stdout.write(f"skipped {where}: {reason}")
         self.stdout.write(
@@ -168,7 +172,10 @@ def _describe(schedule: Any) -> str:
     extra = f", dispatch options {schedule.dispatch_options}" if schedule.dispatch_options else ""
     paused = " (paused)" if not schedule.enabled else ""
     grace = f", grace {schedule.grace}" if schedule.grace is not None else ""
+    # Created: its next run as decided; in a dry run, as it would be.
+    left = schedule.next_run_at if schedule.pk else schedule.first_run_at(clock.now())
+    finished = ", finished: no run left" if left is None else ""
     return (
         f"{timing}, task {schedule.task!r}{args}, dispatcher {schedule.dispatcher!r}{extra}"
-        f"{grace}{paused}"
+        f"{grace}{finished}{paused}"
     )

@@ -350,7 +350,7 @@ def test_the_command_prunes_and_says_what_it_did() -> None:
 
     dry = command("--older-than", "30d", "--keep-last", "2", "--dry-run", "--no-progress")
     assert dry.startswith("Would delete 10 run(s) recorded before ")
-    assert "keeping each schedule's newest 2 and every run not finished" in dry
+    assert "keeping each schedule's newest 2, every run not finished, and every run" in dry
     assert Run.objects.count() == 12
 
     out = command(

@@ -78,6 +78,7 @@ STATE_FIELDS = (
     "next_run_at",
     "due_at",
     "last_run_at",
+    "fired_through",
     "run_count",
     "failure_streak",
     "missed_at",

@@ -208,6 +208,11 @@ def _flat(detail: Any, prefix: str = "") -> Iterator[str]:
         yield f"{prefix}{detail}"
 
 
+# The scheduler's own fields an answer shows: not the moves a calendar change decided (the
+# re-plans' bookkeeping, in the walk's terms).
+SHOWN_MACHINE_FIELDS = tuple(f for f in Schedule.MACHINE_FIELDS if f != "decided_moves")
+
+
 class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule]):
     serializer_field_mapping = {
         **serializers.ModelSerializer.serializer_field_mapping,
@@ -246,7 +251,7 @@ class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule])
             "id",
             *Schedule.SETTINGS_FIELDS,
             "description",
-            *Schedule.MACHINE_FIELDS,
+            *SHOWN_MACHINE_FIELDS,
             "paused_at",
             "declared_in",
             "version",
@@ -255,7 +260,7 @@ class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule])
             "runs_url",
         )
         read_only_fields = (
-            *Schedule.MACHINE_FIELDS, "paused_at", "declared_in", "created_at", "updated_at"
+            *SHOWN_MACHINE_FIELDS, "paused_at", "declared_in", "created_at", "updated_at"
         )  # fmt: skip
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

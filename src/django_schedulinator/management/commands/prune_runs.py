@@ -115,7 +115,8 @@ class Command(BaseCommand):
         verb = "Would delete" if report.dry_run else "Deleted"
         line = (
             f"{verb} {report.runs:,} run(s) recorded before {now - run_age:%Y-%m-%d %H:%M:%S} "
-            f"UTC, keeping each schedule's newest {keep} and every run not finished"
+            f"UTC, keeping each schedule's newest {keep}, every run not finished, and every "
+            "run that still guards an occurrence"
         )
         if change_age is not None:
             line += (

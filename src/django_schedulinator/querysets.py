@@ -591,12 +591,14 @@ class RunQuerySet(models.QuerySet["Run"]):
 
     def done(self, now: datetime) -> RunQuerySet:
         """Runs nothing waits for any more (retention may delete them): succeeded, failed,
-        skipped, or handed off with no outcome expected after ``now``. Never pending,
-        running or buffered."""
+        skipped, or handed off with no outcome expected after ``now``, and none whose
+        missed-run alert is still to come (``alert_at``: a grace may outlast retention).
+        Never pending, running or buffered."""
         return self.filter(
             models.Q(status__in=(RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SKIPPED))
             | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__isnull=True)
-            | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__lte=now)
+            | models.Q(status=RunStatus.DISPATCHED, outcome_due_by__lte=now),
+            alert_at__isnull=True,
         )
 
     def recorded_before(self, cutoff: datetime) -> RunQuerySet:

@@ -20,6 +20,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import alerts, notify, signals
+from django_schedulinator.health import cluster_status
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
@@ -235,6 +236,11 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         assert notify.deliver_outbox().messages == 0  # backing off: not due yet
         assert len(receiver.received) == 1
 
+        [warning] = cluster_status(drift=False).warnings  # scheduler_status says so
+        assert warning.code == "alerts-undelivered"
+        assert "1 missed run(s) wait in the alerts' outbox" in warning.message
+        assert "answered HTTP 500" in warning.message
+
         Notification.objects.update(next_attempt_at=timezone.now())  # the back-off ends
         report = notify.deliver_outbox()
         assert (report.messages, report.told, report.waiting) == (1, 1, 0)
@@ -243,6 +249,7 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         entry.refresh_from_db()
         assert entry.delivered_at is not None
         assert notify.deliver_outbox().messages == 0  # delivered once
+        assert not cluster_status(drift=False).warnings
 
 
 def test_a_storm_goes_as_one_digest_and_the_rate_limit_holds_the_rest(

@@ -111,6 +111,17 @@ def waiting(notifier: str, *, using: str) -> int:
     return Notification.objects.using(using).filter(_waiting(notifier)).count()
 
 
+def failing(*, using: str) -> tuple[int, str]:
+    """How many entries wait after their notifier refused them (any notifier), and the
+    latest error."""
+    refused = Notification.objects.using(using).filter(delivered_at__isnull=True, attempts__gt=0)
+    count = refused.exclude(last_error="").count()
+    if not count:
+        return 0, ""
+    last = refused.exclude(last_error="").order_by("-pk").values_list("last_error", flat=True)
+    return count, last.first() or ""
+
+
 def claim(
     notifier: str, *, now: datetime, until: datetime, token: str, using: str
 ) -> list[Notification]:

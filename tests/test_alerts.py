@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connections
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_schedulinator import alerts, outcomes, resync_schedules, services, signals
@@ -23,6 +23,7 @@ from django_schedulinator.claiming import Claimer
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.timing import truncate_ms
+from django_schedulinator.transient import bound_lock_waits
 from django_schedulinator.worker import Worker
 
 from .support.commits import committed
@@ -325,6 +326,60 @@ def test_two_checkers_at_once_raise_each_occurrence_exactly_once(missed: Heard) 
     assert {m.reason for batch in found for m in batch} == {"failed", "not_fired"}
 
 
+@pytest.mark.django_db(transaction=True)  # a second connection holds the lock
+def test_a_miss_whose_schedule_row_is_held_is_raised_by_the_check_after_the_lock_ends(
+    settings: Any, missed: Heard
+) -> None:
+    """Issue 32, item 13: a transaction holds schedule rows (an admin edit, a migration)
+    while a scheduler checks, its lock waits bounded as the loop's are. The check committed
+    the run's mark, then failed on the schedule's lock: no signal, no mark on the schedule,
+    and no later check found anything left to raise; the never-fired path the same. The
+    misses of the held rows wait for a check after the lock; the others are raised now."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks that SQLite has not")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOCK_TIMEOUT_SECONDS": 0.2}
+    failing, free = due(task="tests.boom"), due(task="tests.boom")
+    fire()
+    never = due(next_run_at=timezone.now() + timedelta(hours=1))
+    Schedule.objects.filter(pk=never.pk).update(
+        next_run_at=truncate_ms(timezone.now() - timedelta(seconds=5))
+    )
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                list(Schedule.objects.select_for_update().filter(pk__in=[failing.pk, never.pk]))
+                locked.set()
+                release.wait(60)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert locked.wait(30)
+        bound_lock_waits()  # as in a scheduler's loop
+        try:
+            first = check_alerts(after_grace())
+        finally:
+            bound_lock_waits(False)
+    finally:
+        release.set()
+        holder.join(60)
+    assert reasons(first) == {free.pk: "failed"}  # the held rows' misses wait
+
+    second = check_alerts(after_grace())
+    assert reasons(second) == {failing.pk: "failed", never.pk: "not_fired"}
+    assert check_alerts(after_grace()) == []
+    assert sorted(call["schedule_id"] for call in missed.calls) == sorted(
+        [free.pk, failing.pk, never.pk]
+    )  # each announced once
+    for schedule in (failing, free, never):
+        schedule.refresh_from_db()
+        assert schedule.missed_at is not None
+
+
 # -- in a scheduler -------------------------------------------------------------------------------
 
 
@@ -392,8 +447,9 @@ def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
             in printed
         )
         assert f"  schedule {schedule.pk} at " in printed
-        assert printed.rstrip().endswith(": not_fired")
+        assert ": not_fired\nNotifications of missed runs: nobody is told" in printed
         again = json.loads(status("--json"))["alerts"]
+        assert again.pop("delivery")["notifier"] == ""  # NOTIFY is None here
         assert again == {"no_scheduler_raised": False, "missed_raised": []}  # once
         assert len(down.calls) == 1
         assert [call["reason"] for call in missed.calls] == ["not_fired"]

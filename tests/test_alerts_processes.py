@@ -1,7 +1,9 @@
 """Missed-run alerts end to end, with real processes: two ``run_scheduler`` subprocesses,
 a real RQ worker for one queue and none for another, and a webhook receiver that verifies
 every notification's signature. Each occurrence whose runs wait on the stopped workers is
-notified exactly once; none of those the running worker takes is."""
+notified exactly once; none of those the running worker takes is. And ``scheduler_status
+--notify`` as a cron job: once per outage, and a storm told as one digest by runs killed
+at their deadline."""
 
 from __future__ import annotations
 
@@ -18,12 +20,12 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 from rq import Worker as RQWorker
 
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
 
 from .support.handoff import empty_queue, until
 from .support.processes import ROOT, Schedulers, subprocess_env
-from .support.schedules import make_schedule
+from .support.schedules import make_due, make_schedule
 from .support.webhook_receiver import SECRET, Received, webhook_receiver
 
 QUEUE = django_settings.RQ_TEST_QUEUE
@@ -112,13 +114,20 @@ def test_runs_no_worker_takes_are_notified_exactly_once_and_none_while_workers_r
         received = notified()
         assert all(r.verified for r in received)
         ids = [r.headers["webhook-id"] for r in received]
-        assert len(ids) == len(set(ids)), ids  # exactly once...
+        assert len(ids) == len(set(ids)), ids  # each message once...
+        # ... each miss in one of them (alone, or in a digest past the rate limit)...
+        told = [m for r in received for m in (r.body.get("listed") or [r.body])]
+        assert len({m["id"] for m in told}) == len(told)
+        # ... and each occurrence the check raised, by whichever scheduler, told or still
+        # waiting in the outbox (raised by a last check that a stop did not wait for).
         missed = Run.objects.filter(schedule=stalled).exclude(missed_at=None)
-        # ... each occurrence the check raised, by whichever scheduler.
-        assert set(ids) == {f"missed:{stalled.pk}:{to_ms(r.scheduled_for)}" for r in missed}
-        assert {(r.body["schedule"], r.body["reason"]) for r in received} == {
-            ("stalled", "no_outcome")
+        waiting = Notification.objects.filter(delivered_at=None).values_list(
+            "schedule_id", "scheduled_for"
+        )
+        assert {m["id"] for m in told} | {f"missed:{sid}:{to_ms(at)}" for sid, at in waiting} == {
+            f"missed:{stalled.pk}:{to_ms(r.scheduled_for)}" for r in missed
         }
+        assert {(m["schedule"], m["reason"]) for m in told} == {("stalled", "no_outcome")}
         assert {r.status for r in missed} == {"dispatched"}  # handed off, never taken
 
         # The running worker's runs: none raised, none notified.
@@ -181,3 +190,74 @@ def test_scheduler_status_notify_from_cron_tells_of_the_outage_once(
         assert all(r.verified for r in receiver.received)
         assert told["alert.missed"].body["reason"] == "not_fired"
         assert told["alert.missed"].body["schedule"] == "nightly"
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)  # the commands see the commits
+def test_a_storm_is_told_as_one_digest_by_cron_checks_killed_at_their_deadline(
+    settings: Any, key_prefix: str, built_index: Any
+) -> None:
+    """Issue 32, item 14: 30 occurrences never fired, a webhook that answers in half a
+    second, and ``scheduler_status --notify`` killed 5 s after it starts (a CronJob's
+    ``activeDeadlineSeconds``). All 30 were marked raised, 5 or 6 told, and later runs raised
+    nothing. Now the first message (one digest of all 30) is held by the receiver past the
+    deadline and its sender killed; a later run sends it again, the same message with the
+    same id, and every miss is told."""
+    with webhook_receiver() as receiver:
+        receiver.delays["/alerts"] = 0.5
+        receiver.hold("/alerts", 30)  # the first message outlives its sender
+        dispatchers = {
+            "hooks": {
+                "BACKEND": "django_schedulinator.dispatch.webhook.WebhookDispatcher",
+                "OPTIONS": {
+                    "TARGETS": {"ops": {"URL": f"{receiver.url}/alerts", "SECRET": SECRET}}
+                },
+            }
+        }
+        notify = {
+            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
+            "EVENTS": ["missed"],
+        }
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": dispatchers}
+        ids = make_due(30, seconds_ago=300, grace=timedelta(seconds=1))
+        Schedule.objects.filter(pk__in=ids).update(updated_at=timezone.now() - timedelta(minutes=5))
+        expected = {
+            f"missed:{pk}:{to_ms(at)}"
+            for pk, at in Schedule.objects.filter(pk__in=ids).values_list("pk", "next_run_at")
+        }
+        env = subprocess_env(
+            key_prefix,
+            SCHEDULINATOR_TEST_DISPATCHERS=json.dumps(dispatchers),
+            SCHEDULINATOR_TEST_NOTIFY=json.dumps(notify),
+            SCHEDULINATOR_TEST_MISSED_CHECK="10",
+            SCHEDULINATOR_TEST_LEASE="2",  # how long a sender's claim on a message lasts
+            SCHEDULINATOR_TEST_SETTINGS=json.dumps({"NOTIFY_DIGEST_SIZE": 50}),
+        )
+        argv = [sys.executable, "-m", "django", "scheduler_status", "--no-drift", "--notify"]
+
+        def told() -> set[str]:
+            found = set()
+            for r in receiver.received:
+                listed = r.body.get("listed") or [r.body]
+                found.update(m["id"] for m in listed)
+            return found
+
+        def waiting() -> bool:
+            return Notification.objects.filter(delivered_at=None).exists()
+
+        killed = runs = 0
+        # The receiver records a message before it answers: told, and accepted.
+        while (told() != expected or waiting()) and runs < 12:
+            runs += 1
+            try:
+                subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=5)
+            except subprocess.TimeoutExpired:
+                killed += 1  # SIGKILL, at the deadline
+        assert told() == expected, f"{len(told())} of 30 told in {runs} runs"
+        assert killed >= 1  # the run whose message the receiver held
+        assert {r.body["type"] for r in receiver.received} == {"alert.digest"}
+        # One message, sent again after its sender was killed: a receiver drops the repeat.
+        assert len(receiver.received) >= 2
+        assert len({r.headers["webhook-id"] for r in receiver.received}) == 1
+        assert all(r.verified and r.body["count"] == 30 for r in receiver.received)

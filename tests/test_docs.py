@@ -599,6 +599,7 @@ SETTINGS_SNIPPETS = [
     ("settings.md", "settings-api-permissions"),
     ("schedules-in-code.md", "schedules-setting"),
     ("alerts.md", "notify-custom-setting"),
+    ("alerts.md", "notify-rate-setting"),
     ("migrating-from-celery-beat.md", "migrate-settings"),
 ]
 
@@ -947,6 +948,38 @@ def test_the_alert_body_is_what_the_webhook_notifier_sends() -> None:
         grace=timedelta(seconds=shown["grace_seconds"]), admin_url=shown["admin_url"],
     )  # fmt: skip
     sent = event.as_dict()
+    text, shown_text = sent.pop("text"), shown.pop("text")
+    assert sent == shown
+    assert shown_text.endswith(" ...")
+    assert text.startswith(shown_text.removesuffix(" ..."))
+
+
+def test_the_digest_body_is_what_the_webhook_notifier_sends() -> None:
+    """docs/alerts.md's body of a digest, rebuilt from its own values."""
+    import json
+    from datetime import datetime, timedelta
+
+    from django_schedulinator.notify import Event
+
+    shown = json.loads(source("alert-digest-body", "alerts.md"))
+    listed = tuple(
+        Event(
+            kind="missed",
+            noticed_at=datetime.fromisoformat(m["noticed_at"]),
+            schedule_id=m["schedule_id"],
+            schedule_name=m["schedule"],
+            timezone=m["timezone"],
+            scheduled_for=datetime.fromisoformat(m["scheduled_for"]),
+            run_id=m["run_id"],
+            reason=m["reason"],
+            grace=timedelta(seconds=m["grace_seconds"]),
+        )
+        for m in shown["listed"]
+    )
+    digest = Event(
+        "digest", datetime.fromisoformat(shown["noticed_at"]), listed=listed, count=len(listed)
+    )
+    sent = digest.as_dict()
     text, shown_text = sent.pop("text"), shown.pop("text")
     assert sent == shown
     assert shown_text.endswith(" ...")

@@ -5,27 +5,35 @@ returns; in a scheduler's threads, by a background thread."""
 
 from __future__ import annotations
 
+import io
 import logging
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import django
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import alerts, notify, signals
+from django_schedulinator.health import cluster_status
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.timing import to_ms, truncate_ms
 from django_schedulinator.worker import Worker
 
+from .support.commits import committed
 from .support.doc_examples import example
 from .support.handoff import fire
 from .support.notifiers import Hang, Keep
 from .support.passes import check_alerts
 from .support.processes import looping, wait_for
-from .support.schedules import make_schedule
+from .support.redis_server import lose_redis
+from .support.schedules import make_due, make_schedule
 from .support.webhook_receiver import SECRET, webhook_receiver
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +90,10 @@ def test_a_missed_run_mails_the_admins_with_its_time_reason_and_page(
     assert mail.subject == f"[Django] Missed run of 'nightly-report', {local} (failed)"
     assert f"Occurrence: {local}" in mail.body
     assert f"({run.scheduled_for.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC)" in mail.body
-    assert "Reason: failed: it failed" in mail.body
+    assert (
+        "Reason: its run failed: the task raised, or its hand-offs were given up on (failed)"
+        in mail.body
+    )
     assert "within its grace of 0:05:00" in mail.body
     assert (
         f"https://ops.example.com/admin/django_schedulinator/schedule/{schedule.pk}/change/"
@@ -200,6 +211,152 @@ def test_a_webhook_target_that_refuses_is_logged(
         assert schedule.missed_at is not None  # raised all the same
 
 
+# -- the outbox: delivered once accepted, retried, digests, the rate limit ------------------------
+
+
+def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_back_off(
+    settings: Any,
+) -> None:
+    """Issue 32, item 14: a raised miss is an entry of the outbox until its notifier accepted
+    it. Refused, it stays, with its attempt and error, and goes again (with the same id)
+    once its back-off has ended."""
+    with webhook_receiver() as receiver:
+        receiver.answer("/alerts", 500)
+        webhook_notifier(settings, receiver.url)
+        schedule = due(dispatcher="queue")
+        fire()
+        run = Run.objects.get(schedule=schedule)
+
+        check_alerts(after_grace())  # refused
+        [entry] = Notification.objects.all()
+        assert (entry.delivered_at, entry.attempts) == (None, 1)
+        assert "answered HTTP 500" in entry.last_error
+        assert entry.next_attempt_at is not None
+        assert entry.next_attempt_at > timezone.now()
+        assert notify.deliver_outbox().messages == 0  # backing off: not due yet
+        assert len(receiver.received) == 1
+
+        [warning] = cluster_status(drift=False).warnings  # scheduler_status says so
+        assert warning.code == "alerts-undelivered"
+        assert "1 missed run(s) wait in the alerts' outbox" in warning.message
+        assert "answered HTTP 500" in warning.message
+
+        Notification.objects.update(next_attempt_at=timezone.now())  # the back-off ends
+        report = notify.deliver_outbox()
+        assert (report.messages, report.told, report.waiting) == (1, 1, 0)
+        event_id = f"missed:{schedule.pk}:{to_ms(run.scheduled_for)}"
+        assert [r.headers["webhook-id"] for r in receiver.received] == [event_id, event_id]
+        entry.refresh_from_db()
+        assert entry.delivered_at is not None
+        assert notify.deliver_outbox().messages == 0  # delivered once
+        assert not cluster_status(drift=False).warnings
+
+
+def test_a_storm_goes_as_one_digest_and_the_rate_limit_holds_the_rest(
+    settings: Any, mailoutbox: list[Any]
+) -> None:
+    """Issue 32, item 14: more misses than the rate limit lets through one by one go as one
+    message that lists the first NOTIFY_DIGEST_SIZE and counts the rest; a few go one by
+    one while the minute's messages last; past them, they wait for the next minute."""
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "NOTIFY_MESSAGES_PER_MINUTE": 3,
+        "NOTIFY_DIGEST_SIZE": 10,
+    }
+    make_due(30, grace=GRACE)
+    check_alerts(after_grace())
+    [digest] = mailoutbox
+    assert digest.subject.startswith("[Django] 30 missed runs: ")
+    assert digest.body.count("\n- ") == 10  # listed, each with its schedule's name
+    assert "... and 20 more." in digest.body
+
+    make_due(2, grace=GRACE)
+    check_alerts(after_grace())  # within the minute's three messages: one by one
+    assert [m.subject.startswith("[Django] Missed run of ") for m in mailoutbox[1:]] == [True] * 2
+
+    make_due(1, grace=GRACE)
+    [_late] = check_alerts(after_grace())
+    report = notify.deliver_outbox()
+    assert (report.rate_limited, report.waiting, len(mailoutbox)) == (True, 1, 3)
+
+    minute_ago = timezone.now() - timedelta(minutes=1, seconds=1)
+    Notification.objects.exclude(delivered_at=None).update(delivered_at=minute_ago)
+    assert notify.deliver_outbox().messages == 1  # the next minute's
+    assert len(mailoutbox) == 4
+
+
+def test_a_digest_tells_a_notifier_of_your_own_what_it_lists(settings: Any) -> None:
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY_MESSAGES_PER_MINUTE": 1}
+    make_due(3, grace=GRACE)
+    check_alerts(after_grace())
+    [digest] = Keep.told
+    assert (digest.kind, digest.count, len(digest.listed)) == ("digest", 3, 3)
+    assert {e.kind for e in digest.listed} == {"missed"}
+    assert all(e.schedule_name.startswith("bulk-") for e in digest.listed)
+    body = digest.as_dict()
+    assert (body["type"], body["count"], body["more"]) == ("alert.digest", 3, 0)
+    assert [m["id"] for m in body["listed"]] == [e.id for e in digest.listed]
+    assert body["id"] == digest.id
+
+
+@pytest.mark.django_db(transaction=True)  # deliverers on connections of their own
+def test_several_deliverers_at_once_tell_each_miss_once(settings: Any) -> None:
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep")
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "NOTIFY_MESSAGES_PER_MINUTE": 1000}
+    make_due(40, grace=GRACE)
+    alerts.check(after_grace())
+    start = threading.Barrier(4)
+
+    def deliverer() -> None:
+        try:
+            start.wait()
+            notify.deliver_outbox()
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=deliverer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    told = [e.id for e in Keep.told]
+    assert len(told) == len(set(told)) == 40
+    assert not Notification.objects.filter(delivered_at=None).exists()
+
+
+def test_a_deadline_between_sends_leaves_the_rest_to_the_next_step(settings: Any) -> None:
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep")
+    make_due(5, grace=GRACE)
+    alerts.check(after_grace())
+    report = notify.deliver_outbox(should_stop=lambda: len(Keep.told) >= 2)
+    assert (report.messages, report.stopped, report.waiting) == (2, True, 3)
+    # Released at once, not held until a claim expires: the next step takes them.
+    assert not Notification.objects.filter(delivered_at=None).exclude(claimed_by="").exists()
+    assert notify.deliver_outbox().messages == 3
+    assert len({e.id for e in Keep.told}) == len(Keep.told) == 5
+
+
+def test_scheduler_status_notify_tells_of_missed_runs_while_redis_is_down(
+    settings: Any, mailoutbox: list[Any]
+) -> None:
+    """Issue 32, item 16: the missed-run check needs only SQL. With Redis away the cron
+    check still raises and tells (on this host's clock, logged), then exits 2."""
+    schedule = due(name="nightly", next_run_at=truncate_ms(timezone.now() - 2 * GRACE))
+    Schedule.objects.filter(pk=schedule.pk).update(updated_at=timezone.now() - 2 * GRACE)
+    lose_redis(settings)
+    out = io.StringIO()
+    with pytest.raises(CommandError) as failed, committed():
+        call_command("scheduler_status", "--no-drift", "--notify", stdout=out)
+    assert failed.value.returncode == 2
+    assert "Redis cannot be reached" in str(failed.value)
+    [mail] = mailoutbox
+    assert mail.subject.startswith("[Django] Missed run of 'nightly', ")
+    assert "missed runs raised now: 1" in out.getvalue()
+    schedule.refresh_from_db()
+    assert schedule.missed_at is not None
+
+
 # -- your own class ----------------------------------------------------------------------------
 
 
@@ -289,7 +446,7 @@ def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureF
     notify_with(settings, BACKEND="tests.support.notifiers.Hang")
     Hang.release.clear()
     Hang.entered.clear()
-    box = notify.Outbox(size=1)
+    box = notify.Courier(size=1)
     box.send_in_background()
     try:
         at = timezone.now()

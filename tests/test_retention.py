@@ -20,7 +20,7 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import ledger, outcomes, retention, services
+from django_schedulinator import alerts, ledger, outcomes, retention, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
@@ -120,6 +120,29 @@ def test_a_bad_age_says_what_an_age_is(text: str, error: str) -> None:
 
 
 # -- what goes and what stays ---------------------------------------------------------------
+
+
+def test_a_failed_run_whose_grace_has_not_ended_stays_until_its_alert_is_raised() -> None:
+    """Issue 32, item 15: a grace may be up to 31 days and retention 30. A run that failed
+    30.5 days ago, its alert due tomorrow, is not done: the prune keeps it, and the check
+    raises it once its grace ends; then it may go."""
+    schedule = idle_schedule(grace=31 * DAY)
+    add_runs(schedule, 1, first=NOW)  # the newest, kept anyway: out of the way
+    [failed] = add_runs(
+        schedule,
+        1,
+        status="failed",
+        first=NOW - 30 * DAY - 12 * timedelta(hours=1),
+        recorded=30 * DAY + 12 * timedelta(hours=1),
+    )
+    Run.objects.filter(pk=failed.pk).update(alert_at=failed.scheduled_for + 31 * DAY)
+
+    assert prune_now().runs == 0
+    assert Run.objects.filter(pk=failed.pk).exists()
+
+    [missed] = alerts.check(NOW + 2 * DAY)
+    assert (missed.run_id, missed.reason) == (failed.pk, "failed")
+    assert prune_now().runs == 1  # raised: nothing waits for it any more
 
 
 def test_unfinished_runs_are_never_deleted() -> None:

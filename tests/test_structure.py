@@ -319,6 +319,7 @@ def test_the_migrations_match_the_models() -> None:
         "0001_initial", "0002_dispatchers", "0003_schedules_in_code", "0004_cron_day_rule",
         "0005_missed_runs", "0006_cron_union", "0007_zone_rules", "0008_calendars",
         "0009_fired_through",
+        "0010_alert_outbox",
     ]  # fmt: skip
 
 

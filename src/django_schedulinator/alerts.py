@@ -18,13 +18,16 @@ through a bounded query:
   catch-up is not a miss).
 
 Each occurrence raised is marked on its schedule (``Schedule.missed_at``, the admin's and
-the API's mark), announced with the ``run_missed`` signal once the mark is committed (the
-notifier, ``notify.py``, is one of its receivers), logged, and counted by the scheduler
-that raised it (``Counters.missed``). A scheduler runs ``check`` between its passes, one
-scheduler of the fleet per period (``MISSED_CHECK_SECONDS``). When every scheduler is down
-nothing runs it: ``no_scheduler_alive`` raises that once per outage, and
-``scheduler_status --notify`` runs both from a plain process (a cron job, a Kubernetes
-CronJob), where notifications are sent before the call returns.
+the API's mark) and added to the outbox for the notifier (``outbox.py``), in one
+transaction with the marks on the runs: a miss is never marked without its pending
+notification. It is then announced with the ``run_missed`` signal once that commits,
+logged, and counted by the scheduler that raised it (``Counters.missed``); the delivery
+step (``notify.deliver_outbox``) tells the notifier. A scheduler runs ``check`` between its
+passes, one scheduler of the fleet per period (``MISSED_CHECK_SECONDS``), then a delivery
+step. When every scheduler is down nothing runs them: ``no_scheduler_alive`` raises that
+once per outage, and ``scheduler_status --notify`` runs all three from a plain process (a
+cron job, a Kubernetes CronJob); the check and the delivery need only SQL, so it runs them
+during a Redis outage too.
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import router
+from django.db import router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Greatest
 
-from . import clock, ledger, services, signals
+from . import clock, ledger, outbox, services, signals
 from .index import DueIndex, get_index
 from .models import Run, Schedule
 
@@ -64,7 +67,7 @@ REASONS = {
     "buffered": "it waited for the previous run to end (overlap 'buffer')",
     "running": "it started and had not ended",
     "no_outcome": "it was handed off and its end was never reported",
-    "failed": "it failed",
+    "failed": "its run failed: the task raised, or its hand-offs were given up on",
 }
 
 
@@ -83,27 +86,53 @@ def check(
     now: datetime | None = None, *, using: str | None = None, limit: int = CHECK_BATCH
 ) -> list[Missed]:
     """Raise the occurrences missed at ``now`` (default: Redis TIME) that nobody raised
-    yet: each is marked, announced and logged once. Returns those this call raised."""
+    yet: each is marked, added to the outbox for the notifier, announced and logged once,
+    in one transaction (the announcement after its commit). Returns those this call raised.
+
+    It waits on no row lock: the runs and schedules another transaction holds (an admin
+    edit, a migration) are skipped (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), and their
+    misses are raised by a check after the lock ends. Should anything fail, nothing of the
+    call is kept: the next check raises it all. Telling the notifier is the delivery
+    step's (``notify.deliver_outbox``)."""
     db = using or router.db_for_write(Run)
     now = now or clock.now()
-    missed = _missed_runs(now, db, limit) + _not_fired(now, db, limit)
+    notifier = outbox.notifier_for("missed")
+    with transaction.atomic(using=db):
+        runs = _due_runs(now, db, limit)
+        late = _late_schedules(now, db, limit)
+        wanted = {sid for _, sid, _ in runs} | {sid for sid, _, _ in late}
+        free = _lock_schedules(wanted, db)
+        missed = _missed_runs(runs, free, now, db) + _not_fired(late, free, db)
+        if missed:
+            latest: dict[int, datetime] = {}
+            for m in missed:
+                latest[m.schedule_id] = max(
+                    m.scheduled_for, latest.get(m.schedule_id, m.scheduled_for)
+                )
+            services.mark_missed(latest, using=db)
+            if notifier is not None:
+                outbox.add(missed, notifier=notifier, raised_at=now, using=db)
+            for m in missed:
+                signals.send_after_commit(
+                    signals.run_missed,
+                    Schedule,
+                    using=db,
+                    schedule_id=m.schedule_id,
+                    scheduled_for=m.scheduled_for,
+                    run_id=m.run_id,
+                    reason=m.reason,
+                    grace=m.grace,
+                )
+    held = wanted - free.keys()
+    if held:
+        logger.info(
+            "%d schedule(s) held by another transaction (e.g. %s): their missed runs are "
+            "raised by a check after the lock ends.",
+            len(held),
+            sorted(held)[:10],
+        )
     if not missed:
         return []
-    latest: dict[int, datetime] = {}
-    for m in missed:
-        latest[m.schedule_id] = max(m.scheduled_for, latest.get(m.schedule_id, m.scheduled_for))
-    services.mark_missed(latest, using=db)
-    for m in missed:
-        signals.send_after_commit(
-            signals.run_missed,
-            Schedule,
-            using=db,
-            schedule_id=m.schedule_id,
-            scheduled_for=m.scheduled_for,
-            run_id=m.run_id,
-            reason=m.reason,
-            grace=m.grace,
-        )
     shown = ", ".join(
         f"schedule {m.schedule_id} at {m.scheduled_for.isoformat()} ({m.reason})"
         for m in missed[:10]
@@ -117,35 +146,21 @@ def check(
     return missed
 
 
-def _missed_runs(now: datetime, db: str, limit: int) -> list[Missed]:
-    """Runs whose alert time has come: recorded as missed, each by one process."""
-    due = Run.objects.using(db).filter(alert_at__lte=now).order_by("alert_at")
-    candidates = list(
-        due.values_list(
-            "pk", "schedule_id", "scheduled_for", "schedule__grace", "schedule__missed_at"
-        )[:limit]
+def _due_runs(now: datetime, db: str, limit: int) -> list[tuple[int, int, datetime]]:
+    """Runs whose alert time has come (id, schedule, nominal time), locked, those another
+    transaction holds left out."""
+    due = (
+        Run.objects.using(db)
+        .filter(alert_at__lte=now)
+        .order_by("alert_at")
+        .select_for_update(skip_locked=True)
     )
-    if not candidates:
-        return []
-    # Their schedule's grace was cleared since: nobody wants to hear of them any more.
-    ledger.forget_alerts([pk for pk, _, _, grace, _ in candidates if grace is None], using=db)
-    recorded = ledger.record_missed(
-        [pk for pk, _, _, grace, _ in candidates if grace is not None], now=now, using=db
-    )
-    missed = []
-    for pk, schedule_id, at, grace, marked in candidates:
-        status = recorded.get(pk)
-        if status is None or grace is None:
-            continue  # another process recorded it, or it succeeded meanwhile
-        if marked == at:
-            # Raised already as never fired: a scheduler fired it just as that was noticed.
-            continue
-        missed.append(Missed(schedule_id, at, pk, REASON_OF_STATUS.get(status, status), grace))
-    return missed
+    return list(due.values_list("pk", "schedule_id", "scheduled_for")[:limit])
 
 
-def _not_fired(now: datetime, db: str, limit: int) -> list[Missed]:
-    """Enabled schedules whose next occurrence is past its grace: each raised once."""
+def _late_schedules(now: datetime, db: str, limit: int) -> list[tuple[int, datetime, timedelta]]:
+    """Enabled schedules whose next occurrence is past its grace, not raised yet (id,
+    nominal time, grace)."""
     deadline = ExpressionWrapper(
         Greatest("next_run_at", "updated_at") + F("grace"), output_field=DateTimeField()
     )
@@ -159,13 +174,63 @@ def _not_fired(now: datetime, db: str, limit: int) -> list[Missed]:
         .order_by("next_run_at")
         .values_list("pk", "next_run_at", "grace")[:limit]
     )
+    return [(pk, nominal, grace) for pk, nominal, grace in late if nominal and grace]
+
+
+def _lock_schedules(ids: set[int], db: str) -> dict[int, tuple[timedelta | None, datetime | None]]:
+    """Lock the schedules ``ids`` (in id order, those another transaction holds skipped):
+    the grace and the mark of each one locked, by id."""
+    if not ids:
+        return {}
+    locked = (
+        Schedule.objects.using(db)
+        .filter(pk__in=sorted(ids))
+        .order_by("pk")
+        .select_for_update(skip_locked=True)
+        .values_list("pk", "grace", "missed_at")
+    )
+    return {pk: (grace, marked) for pk, grace, marked in locked}
+
+
+def _missed_runs(
+    runs: list[tuple[int, int, datetime]],
+    free: dict[int, tuple[timedelta | None, datetime | None]],
+    now: datetime,
+    db: str,
+) -> list[Missed]:
+    """Of the runs whose alert time has come, those of the schedules locked: recorded as
+    missed, each by one process."""
+    mine = [(pk, sid, at) for pk, sid, at in runs if sid in free]
+    # Their schedule's grace was cleared since: nobody wants to hear of them any more.
+    ledger.forget_alerts([pk for pk, sid, _ in mine if free[sid][0] is None], using=db)
+    recorded = ledger.record_missed(
+        [pk for pk, sid, _ in mine if free[sid][0] is not None], now=now, using=db
+    )
     missed = []
-    for schedule_id, nominal, grace in late:
-        assert nominal is not None  # as filtered
-        assert grace is not None
-        if services.mark_not_fired(schedule_id, nominal, using=db):
-            missed.append(Missed(schedule_id, nominal, None, NOT_FIRED, grace))
+    for pk, sid, at in mine:
+        status = recorded.get(pk)
+        grace, marked = free[sid]
+        if status is None or grace is None:
+            continue  # another process recorded it, or it succeeded meanwhile
+        if marked == at:
+            # Raised already as never fired: a scheduler fired it just as that was noticed.
+            continue
+        missed.append(Missed(sid, at, pk, REASON_OF_STATUS.get(status, status), grace))
     return missed
+
+
+def _not_fired(
+    late: list[tuple[int, datetime, timedelta]],
+    free: dict[int, tuple[timedelta | None, datetime | None]],
+    db: str,
+) -> list[Missed]:
+    """Of the schedules whose next occurrence is past its grace, those locked: each
+    occurrence raised once."""
+    return [
+        Missed(sid, nominal, None, NOT_FIRED, grace)
+        for sid, nominal, grace in late
+        if sid in free and services.mark_not_fired(sid, nominal, using=db)
+    ]
 
 
 def no_scheduler_alive(

@@ -1,5 +1,6 @@
 """The scheduler's periodic chores, done between two claim passes: reconcile (in slices
-until it has caught up), the drift check, the missed-run check, the summary line, a rebuild
+until it has caught up), the drift check, the missed-run check (and the delivery of the
+alerts' outbox, on the notifications' thread), the summary line, a rebuild
 asked for on the admin's operations page, and retention's prune (on a thread of its own).
 
 Each process keeps its own clock for each chore, and Redis decides which one does the chore
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import alerts, clock, retention, timing
+from . import alerts, clock, notify, retention, timing
 from .claiming import Counters
 from .conf import app_settings
 from .errors import RebuildInProgress
@@ -210,11 +211,14 @@ class Chores:
 
     def missed_check(self) -> None:
         """Raise the occurrences with no success within their grace (``alerts.check``), at
-        the claim's clock; and, this scheduler being alive, end an outage noticed while
-        none was."""
+        the claim's clock, then have the outbox delivered (on the notifications' own
+        thread: ``notify.Courier``); and, this scheduler being alive, end an outage noticed
+        while none was."""
         alerts.no_scheduler_alive(True, index=self.index)
         missed = alerts.check(self._claim_clock(), using=self.claimer.db)
         self.counters.add(Counters(missed=len(missed)))
+        # Every period, not only after a miss: what waits for its back-off goes again.
+        notify.courier.deliver_outbox(using=self.claimer.db)
 
     def _prune(self) -> None:
         """Start this period's prune (retention.py) on a thread of its own: the loop goes on

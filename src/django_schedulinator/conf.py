@@ -105,6 +105,15 @@ DEFAULTS: dict[str, Any] = {
         "EVENTS": ["missed", "auto_paused", "no_scheduler"],
         "BASE_URL": "",
     },
+    # Delivery of the missed runs raised (the outbox, docs/alerts.md): at most this many
+    # messages a minute to the notifier; when more misses wait than that lets through one
+    # by one, they go as one digest, which lists the first NOTIFY_DIGEST_SIZE and counts the
+    # rest. A delivery step (a scheduler's, or scheduler_status --notify) sends for at most
+    # NOTIFY_DELIVERY_SECONDS, checked between two messages; what it has not sent by then
+    # waits for the next.
+    "NOTIFY_MESSAGES_PER_MINUTE": 10,
+    "NOTIFY_DIGEST_SIZE": 50,
+    "NOTIFY_DELIVERY_SECONDS": 20.0,
     # run_scheduler --metrics-port: how long the cluster-wide gauges (index size, due
     # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
     # that compute them; every scheduler that is scraped computes them at most this often.
@@ -174,6 +183,9 @@ MAX_DRIFT_SAMPLE_SIZE = 10_000
 MAX_API_PAGE_SIZE = 10_000
 MAX_PREVIEW_COUNT = 500
 MAX_PRUNE_BATCH_SIZE = 10_000
+# Messages a minute to one notifier, and misses one digest lists (a mail, a webhook body).
+MAX_NOTIFY_MESSAGES = 10_000
+MAX_DIGEST_SIZE = 1000
 # Each schedule's newest runs kept by a prune are found by reading that many index entries.
 MAX_KEEP_LAST = 1000
 # Retention ages: at least a second, at most a century (older than that is no date).
@@ -725,6 +737,18 @@ class Settings:
                 f"to the admin) or empty, got {base_url!r}",
             )
         return NotifyConfig(backend, options, tuple(events), base_url.rstrip("/"))
+
+    @property
+    def NOTIFY_MESSAGES_PER_MINUTE(self) -> int:
+        return self._positive_int("NOTIFY_MESSAGES_PER_MINUTE", maximum=MAX_NOTIFY_MESSAGES)
+
+    @property
+    def NOTIFY_DIGEST_SIZE(self) -> int:
+        return self._positive_int("NOTIFY_DIGEST_SIZE", maximum=MAX_DIGEST_SIZE)
+
+    @property
+    def NOTIFY_DELIVERY_SECONDS(self) -> float:
+        return self._positive_number("NOTIFY_DELIVERY_SECONDS")
 
     @property
     def METRICS_CLUSTER_SECONDS(self) -> float:

@@ -23,7 +23,7 @@ from typing import Any
 from django.db import router
 from django.db.models import Max, Min
 
-from . import timing
+from . import outbox, timing
 from .conf import app_settings
 from .heartbeat import Heartbeat, alive
 from .index import DueIndex, get_index
@@ -418,6 +418,10 @@ class ClusterStatus:
     pass_stale_seconds: float
     problems: list[Finding]
     warnings: list[Finding]
+    # Missed runs waiting in the alerts' outbox after their notifier refused them, and the
+    # last error (the warning "alerts-undelivered" says so).
+    alerts_failing: int = 0
+    alerts_error: str = ""
 
     @property
     def healthy(self) -> bool:
@@ -505,6 +509,7 @@ def cluster_status(
         problems=[],
         warnings=[],
     )
+    report.alerts_failing, report.alerts_error = outbox.failing(using=db)
     report.problems, report.warnings = _problems(report), _warnings(report)
     return report
 
@@ -625,6 +630,16 @@ def _warnings(report: ClusterStatus) -> list[Finding]:
                 f"{report.auto_paused_count} schedule(s) were paused by the scheduler after "
                 f"failing pause_after_failures times in a row ({names}{more}): fix the cause, "
                 f"then resume them.",
+            )
+        )
+    if report.alerts_failing:
+        found.append(
+            Finding(
+                "alerts-undelivered",
+                f"{report.alerts_failing} missed run(s) wait in the alerts' outbox: their "
+                f"notifier refused them (last error: {report.alerts_error[:300]}). They go "
+                f"again after a back-off, until it accepts them: fix what the error names "
+                f"(NOTIFY, the webhook target, the mail server).",
             )
         )
     if report.index.eviction_warning:

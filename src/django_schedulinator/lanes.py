@@ -262,7 +262,7 @@ class Lanes:
 
     def _dispatch_loop(self, lane: Lane) -> None:
         bound_lock_waits()
-        notify.outbox.send_in_background()  # a failed run or an auto-pause may notify
+        notify.courier.send_in_background()  # a failed run or an auto-pause may notify
         not_started = 0
         try:
             while True:

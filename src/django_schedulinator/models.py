@@ -1003,6 +1003,59 @@ class PrunedRuns(models.Model):
         return f"{self.schedule_id}: {self.runs} run(s) through {self.through.isoformat()}"
 
 
+class Notification(models.Model):
+    """A missed run someone must be told of: an entry of the outbox (``outbox.py``) until
+    its notifier accepted it. Written in the transaction that marks the miss, one per
+    notifier; sent, alone or in a digest, by the delivery step (``notify.deliver_outbox``),
+    and kept a while once delivered."""
+
+    # NOTIFY's BACKEND (a dotted path) it is for.
+    notifier = models.CharField(_("notifier"), max_length=200)
+    kind = models.CharField(_("kind"), max_length=16, default="missed")
+    # The schedule's id, no foreign key: a schedule deleted before its alert went out is
+    # still told of ("#42 (deleted)").
+    schedule_id = models.BigIntegerField(_("schedule id"))
+    scheduled_for = models.DateTimeField(_("scheduled for"))
+    run_id = models.BigIntegerField(_("run id"), null=True, blank=True)
+    reason = models.CharField(_("reason"), max_length=32)
+    grace = models.DurationField(_("grace"), null=True, blank=True)
+    raised_at = models.DateTimeField(_("raised at"))
+    # Not before this (a back-off after a failure); None: at once.
+    next_attempt_at = models.DateTimeField(_("next attempt at"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    # The delivery step that holds it, until when (then another may take it).
+    claimed_by = models.CharField(_("claimed by"), max_length=40, blank=True)
+    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+    # The id of the message it went out in, or goes out in: a message whose sender died
+    # mid-way is sent again as it was, with the same id, for the receiver to drop.
+    message = models.CharField(_("message"), max_length=200, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("notification")
+        verbose_name_plural = _("notifications")
+        ordering = ("-id",)
+        indexes = [
+            # The delivery step reads only what waits: as few as the misses not told yet.
+            models.Index(
+                fields=["notifier", "id"],
+                condition=Q(delivered_at__isnull=True),
+                name="schedulinator_note_pending",
+            ),
+            # The rate limit counts the messages of the last minute; old ones are pruned.
+            models.Index(
+                fields=["delivered_at"],
+                condition=Q(delivered_at__isnull=False),
+                name="schedulinator_note_delivered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "delivered" if self.delivered_at else "waiting"
+        return f"{self.kind} {self.schedule_id}@{self.scheduled_for.isoformat()} ({state})"
+
+
 class ScheduleChange(models.Model):
     """Who changed which schedule, when, through what, and how: the audit trail of the
     admin, the API and ``manage.py schedule``. Kept when the schedule is deleted."""

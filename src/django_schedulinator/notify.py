@@ -1,21 +1,31 @@
 """Notifications: who is told when an occurrence is missed, a run fails, a schedule is
 paused after failures in a row, or no scheduler is alive.
 
-The notifier of ``SCHEDULINATOR["NOTIFY"]`` is told through the app's own signals, so
-nothing is wired twice and each event reaches it once, from the process that made it true:
-``run_missed`` ("missed"), ``run_finished`` with the status "failed" ("failed"),
-``schedule_paused`` with ``auto`` ("auto_paused") and ``schedulers_down``
-("no_scheduler"). ``connect_receivers`` (called by ``ready()``, and again when the setting
-changes) connects only the signals of the events in ``EVENTS``: "failed" is left out by
-default, since a receiver of ``run_finished`` costs a query per recorded batch.
+A missed run is told from the outbox (``outbox.py``): the check writes an entry for it in
+the transaction that marks the miss, and the delivery step, ``deliver_outbox``, sends what
+waits and marks it delivered once the notifier accepted it; refused, it is sent again after
+a back-off. The step is the same wherever it runs: in a scheduler after its missed-run
+check (on the background thread below), in ``scheduler_status --notify``, or called by a
+job of your own. It sends at most ``NOTIFY_MESSAGES_PER_MINUTE`` messages a minute; when
+more misses wait than that lets through one by one, they go as one digest (an ``Event`` of
+kind "digest", which lists the first ``NOTIFY_DIGEST_SIZE`` and counts the rest). It stops
+at its deadline (``NOTIFY_DELIVERY_SECONDS``), checked between two messages, and leaves the
+rest to the next step.
 
-A notifier never runs on a scheduler's claim path nor in a database transaction. Signals
-are sent after the commit; in a scheduler's own threads (its loop, its dispatcher lanes
-and its recorder, ``Outbox.send_in_background``) an event is queued, and one background
-thread sends the queue (bounded: an event over the bound is dropped, with a log; a stop waits a few
-seconds for what is queued). Anywhere else (a web process that recorded a reported outcome,
-``scheduler_status --notify``) it is sent before the signal returns. A notifier that raises
-or times out is logged, and nothing else changes.
+The other events are told through the app's own signals, once each, from the process that
+made them true: ``run_finished`` with the status "failed" ("failed"), ``schedule_paused``
+with ``auto`` ("auto_paused") and ``schedulers_down`` ("no_scheduler"); a notifier that
+fails them is logged, and they are not tried again. ``connect_receivers`` (called by
+``ready()``, and again when the setting changes) connects only the signals of the events in
+``EVENTS``: "failed" is left out by default, since a receiver of ``run_finished`` costs a
+query per recorded batch.
+
+A notifier never runs on a scheduler's claim path nor in a database transaction. In a
+scheduler's own threads (its loop, its dispatcher lanes and its recorder,
+``Courier.send_in_background``) an event, or a delivery step, is queued, and one background
+thread sends the queue (bounded: an event over the bound is dropped, with a log; a stop
+waits a few seconds for what is queued). Anywhere else (a web process that recorded a
+reported outcome, ``scheduler_status --notify``) it is sent before the call returns.
 
 Built in: ``MailNotifier`` (Django's ``mail_admins``) and ``WebhookNotifier`` (a named
 target of a webhook dispatcher alias, signed like that alias's hand-offs). Your own:
@@ -30,7 +40,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
@@ -42,12 +53,12 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import signals, timing
+from . import clock, outbox, signals, timing
 from .alerts import REASONS
 from .conf import SETTING_NAME, NotifyConfig, app_settings
 from .dispatch.base import Option
 from .errors import NotifyError, TimingError
-from .models import Schedule
+from .models import Notification, Schedule
 from .statuses import RunStatus
 
 logger = logging.getLogger("django_schedulinator.notify")
@@ -59,9 +70,11 @@ WHERE = f"{SETTING_NAME}['NOTIFY']"
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """What a notifier is told. ``kind`` is "missed", "failed", "auto_paused" or
-    "no_scheduler"; the schedule's fields are empty for "no_scheduler", whose
-    ``noticed_at`` is when the outage was noticed."""
+    """What a notifier is told. ``kind`` is "missed", "failed", "auto_paused",
+    "no_scheduler" or "digest"; the schedule's fields are empty for "no_scheduler", whose
+    ``noticed_at`` is when the outage was noticed, and for "digest": many misses in one
+    message, ``count`` of them, the first of which it lists (``listed``, each a "missed"
+    event)."""
 
     kind: str
     noticed_at: datetime
@@ -75,12 +88,18 @@ class Event:
     error: str = ""  # failed: what went wrong
     note: str = ""  # auto_paused: the pause note
     admin_url: str = ""  # with NOTIFY's BASE_URL: the schedule's page (the operations page)
+    listed: tuple[Event, ...] = ()  # digest: the misses it lists
+    count: int = 0  # digest: the misses it stands for, listed or not
 
     @property
     def id(self) -> str:
-        """The same for every notification of this event: receivers dedupe on it."""
+        """The same for every notification of this event: receivers dedupe on it. A
+        digest's names its first miss and how many more it counts."""
         if self.kind == "no_scheduler":
             return f"no_scheduler:{timing.to_ms(self.noticed_at)}"
+        if self.kind == "digest":
+            first = self.listed[0].id if self.listed else "none"
+            return f"digest:{first}+{self.count - 1}"
         at = self.scheduled_for if self.scheduled_for is not None else self.noticed_at
         return f"{self.kind}:{self.schedule_id}:{timing.to_ms(at)}"
 
@@ -97,6 +116,10 @@ class Event:
     @property
     def subject(self) -> str:
         name, at = self.schedule_name, self.local(self.scheduled_for)
+        if self.kind == "digest":
+            names = list(dict.fromkeys(repr(e.schedule_name) for e in self.listed))
+            shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+            return f"{self.count} missed runs: {shown}"
         if self.kind == "missed":
             return f"Missed run of {name!r}, {at} ({self.reason})"
         if self.kind == "failed":
@@ -110,12 +133,25 @@ class Event:
         name, at = self.schedule_name, self.scheduled_for
         utc = f"{at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if at is not None else ""
         utc = f" ({utc})" if utc and utc != self.local(at) else ""
-        if self.kind == "missed":
+        if self.kind == "digest":
+            lines = [
+                f"{self.count} occurrences had no successful run within their schedule's "
+                "grace (more than the rate limit lets through one message each):",
+                "",
+                *(
+                    f"- {e.schedule_name!r}, {e.local(e.scheduled_for)}: "
+                    f"{REASONS.get(e.reason, e.reason)} ({e.reason})"
+                    for e in self.listed
+                ),
+            ]
+            if self.count > len(self.listed):
+                lines.append(f"... and {self.count - len(self.listed)} more.")
+        elif self.kind == "missed":
             lines = [
                 f"The schedule {name!r} had no successful run within its grace of {self.grace}.",
                 "",
                 f"Occurrence: {self.local(at)}{utc}",
-                f"Reason: {self.reason}: {REASONS.get(self.reason, self.reason)}",
+                f"Reason: {REASONS.get(self.reason, self.reason)} ({self.reason})",
             ]
         elif self.kind == "failed":
             lines = [
@@ -147,6 +183,21 @@ class Event:
 
     def as_dict(self) -> dict[str, Any]:
         """The event as JSON (what the webhook notifier sends)."""
+        if self.kind == "digest":
+            return {
+                "type": "alert.digest",
+                "id": self.id,
+                "count": self.count,
+                "more": self.count - len(self.listed),
+                "listed": [
+                    {k: v for k, v in e.as_dict().items() if k not in ("subject", "text")}
+                    for e in self.listed
+                ],
+                "noticed_at": self.noticed_at.isoformat(),
+                "admin_url": self.admin_url or None,
+                "subject": self.subject,
+                "text": self.text(),
+            }
         at = self.scheduled_for
         return {
             "type": f"alert.{self.kind}",
@@ -366,6 +417,28 @@ def complete(event: Event) -> Event:
     )
 
 
+def complete_many(events: Sequence[Event]) -> list[Event]:
+    """``complete`` for many events of schedules, their names read in one query."""
+    config = app_settings.NOTIFY
+    base = config.base_url if config is not None else ""
+    ids = {e.schedule_id for e in events if e.schedule_id is not None}
+    rows = {
+        pk: (name, zone)
+        for pk, name, zone in Schedule.objects.using(router.db_for_read(Schedule))
+        .filter(pk__in=sorted(ids))
+        .values_list("pk", "name", "timezone")
+    }
+    completed = []
+    for event in events:
+        sid = event.schedule_id
+        name, zone = rows.get(sid, (f"#{sid} (deleted)", "UTC")) if sid is not None else ("", "UTC")
+        url = _admin_url(base, "admin:django_schedulinator_schedule_change", [sid])
+        completed.append(
+            dataclasses.replace(event, schedule_name=name, timezone=zone, admin_url=url)
+        )
+    return completed
+
+
 def _admin_url(base: str, name: str, args: list[Any] | None = None) -> str:
     if not base:
         return ""
@@ -385,50 +458,328 @@ def deliver(event: Event) -> None:
         logger.exception("Could not notify of %s (%s): the notifier failed.", event.kind, event.id)
 
 
-class Outbox:
-    """Where events go: queued for one background thread when they are raised in a
-    scheduler's own threads, sent at once anywhere else."""
+# -- the outbox's delivery step -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What one delivery step did."""
+
+    notifier: str = ""  # NOTIFY's BACKEND; "": nobody is told of missed runs
+    messages: int = 0  # the notifier accepted them
+    told: int = 0  # misses in those messages
+    failed: int = 0  # messages refused (or raising): sent again after a back-off
+    waiting: int = 0  # misses still waiting when it ended
+    rate_limited: bool = False  # the minute's messages were spent: the rest wait for the next
+    stopped: bool = False  # its deadline (or a stop) came before everything due was sent
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def summary(self) -> str:
+        if not self.notifier:
+            return "nobody is told (NOTIFY is None, or its EVENTS leave out 'missed')"
+        text = (
+            f"{self.messages} message(s) sent ({self.told} missed run(s)), {self.failed} "
+            f"refused, {self.waiting} waiting"
+        )
+        if self.rate_limited:
+            text += " (the minute's messages are spent: NOTIFY_MESSAGES_PER_MINUTE)"
+        if self.stopped:
+            text += " (stopped at the deadline: the next step sends the rest)"
+        return text
+
+
+def deliver_outbox(
+    *,
+    seconds: float | None = None,
+    using: str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Delivery:
+    """The delivery step: send what waits in the outbox for the notifier of the settings
+    (at Redis time, ``clock.now()``; this host's while Redis is away), and mark each entry
+    delivered once the notifier accepted its message. At most NOTIFY_MESSAGES_PER_MINUTE
+    messages a minute: when more misses are due than the minute has messages left, they go
+    as one digest. It sends for ``seconds`` at most (default NOTIFY_DELIVERY_SECONDS),
+    checked between two messages, as ``should_stop`` is; what it has not sent by then is
+    given back for the next step. Nothing it meets is raised: a notifier that fails is
+    logged, and its entries tried again after a back-off."""
+    db = using or router.db_for_write(Notification)
+    budget_seconds = app_settings.NOTIFY_DELIVERY_SECONDS if seconds is None else seconds
+    deadline = time.monotonic() + budget_seconds
+    report = Delivery()
+    name = outbox.notifier_for("missed")
+    if name is None:
+        return report  # nobody is told of misses: what waits, waits
+    report.notifier = name
+    try:
+        notifier = get_notifier()
+    except ImproperlyConfigured:
+        logger.exception("Could not build the notifier: the missed runs raised wait for it.")
+        report.waiting = outbox.waiting(name, using=db)
+        return report
+    assert notifier is not None  # notifier_for() found NOTIFY
+    moved = outbox.retarget(name, using=db)
+    if moved:
+        logger.warning(
+            "%d missed run(s) waited for a notifier that is no longer configured: they go to %s.",
+            moved,
+            name,
+        )
+    step = _Step(notifier, name, db, uuid.uuid4().hex, deadline, should_stop, report)
+    outbox.prune_delivered(step.now(), using=db)
+    while step.send_batch():
+        pass
+    report.waiting = outbox.waiting(name, using=db)
+    return report
+
+
+class _Step:
+    """One delivery step's state: its claim token, its deadline, its report."""
+
+    def __init__(
+        self,
+        notifier: BaseNotifier,
+        name: str,
+        db: str,
+        token: str,
+        deadline: float,
+        should_stop: Callable[[], bool] | None,
+        report: Delivery,
+    ) -> None:
+        self.notifier, self.name, self.db, self.token = notifier, name, db, token
+        self.deadline, self.should_stop, self.report = deadline, should_stop, report
+        self.lease = timedelta(seconds=app_settings.LEASE_SECONDS)
+        # Redis TIME once (this host's clock while Redis is away), then the time since:
+        # a Redis that does not answer costs its timeout once, not once per message.
+        self._read_at, self._started = clock.now(), time.monotonic()
+
+    def now(self) -> datetime:
+        return self._read_at + timedelta(seconds=time.monotonic() - self._started)
+
+    def time_is_up(self) -> bool:
+        return time.monotonic() >= self.deadline or (
+            self.should_stop is not None and self.should_stop()
+        )
+
+    def send_batch(self) -> bool:
+        """Claim what is due and send it as the minute's messages allow: whether a full
+        claim went out whole (more may wait)."""
+        now = self.now()
+        left = app_settings.NOTIFY_MESSAGES_PER_MINUTE - outbox.sent_since(
+            self.name, now - outbox.MINUTE, using=self.db
+        )
+        if left <= 0:
+            self.report.rate_limited = True
+            return False
+        if self.time_is_up():
+            self.report.stopped = True
+            return False
+        claimed = outbox.claim(
+            self.name, now=now, until=now + self.lease, token=self.token, using=self.db
+        )
+        messages, held_back = _messages(claimed, left)
+        if held_back:
+            self.report.rate_limited = True
+            outbox.release([e.pk for e in held_back], token=self.token, using=self.db)
+        for n, entries in enumerate(messages):
+            if self.time_is_up():
+                self.report.stopped = True
+                rest = [e.pk for group in messages[n:] for e in group]
+                outbox.release(rest, token=self.token, using=self.db)
+                return False
+            if not self.send(entries):
+                rest = [e.pk for group in messages[n + 1 :] for e in group]
+                # The notifier failed: the rest wait as long as the message it refused.
+                again = min((e.next_attempt_at for e in entries if e.next_attempt_at), default=None)
+                outbox.release(rest, token=self.token, using=self.db, not_before=again)
+                return False
+        return len(claimed) >= outbox.CLAIM_BATCH and not held_back
+
+    def send(self, entries: list[Notification]) -> bool:
+        """One message: a miss alone, or a digest of them. Whether the notifier took it
+        (or wants none of it)."""
+        event = _event(entries)
+        ids = [e.pk for e in entries]
+        until = self.now() + self.lease
+        if not outbox.start(ids, message=event.id, token=self.token, until=until, using=self.db):
+            # Another step took some of them over (this one outlived its claim): it sends them.
+            outbox.release(ids, token=self.token, using=self.db)
+            return True
+        try:
+            if not self.notifier.wants(event):
+                outbox.delivered(ids, token=self.token, now=self.now(), using=self.db, told=False)
+                return True
+            self.notifier.notify(_completed(event))
+        except Exception as exc:
+            attempts = max(e.attempts for e in entries) + 1
+            again = outbox.failed(
+                ids,
+                attempts=attempts,
+                token=self.token,
+                now=self.now(),
+                error=f"{type(exc).__name__}: {exc}",
+                using=self.db,
+            )
+            for e in entries:
+                e.next_attempt_at = again
+            self.report.failed += 1
+            logger.error(
+                "Could not notify of %s (%s): the notifier failed (%s: %s). Tried again "
+                "from %s (attempt %d so far).",
+                event.kind,
+                event.id,
+                type(exc).__name__,
+                exc,
+                again.isoformat(),
+                attempts,
+            )
+            return False
+        outbox.delivered(ids, token=self.token, now=self.now(), using=self.db)
+        self.report.messages += 1
+        self.report.told += len(ids)
+        return True
+
+
+def _messages(
+    claimed: list[Notification], left: int
+) -> tuple[list[list[Notification]], list[Notification]]:
+    """The messages ``claimed`` goes out in, at most ``left`` of them, and what waits for
+    the next minute. First, as they were, the messages whose sender died while sending them;
+    then the rest: each alone if the minute has a message left for each, else one digest."""
+    again: dict[str, list[Notification]] = {}
+    fresh = []
+    for entry in claimed:
+        if entry.message:
+            again.setdefault(entry.message, []).append(entry)
+        else:
+            fresh.append(entry)
+    messages = list(again.values())[:left]
+    held_back = [e for group in list(again.values())[left:] for e in group]
+    left -= len(messages)
+    if fresh and left <= 0:
+        held_back += fresh
+    elif len(fresh) <= left:
+        messages += [[entry] for entry in fresh]
+    else:
+        messages.append(fresh)
+    return messages, held_back
+
+
+def _miss(entry: Notification) -> Event:
+    return Event(
+        "missed",
+        entry.raised_at,
+        schedule_id=entry.schedule_id,
+        scheduled_for=entry.scheduled_for,
+        run_id=entry.run_id,
+        reason=entry.reason,
+        grace=entry.grace,
+    )
+
+
+def _event(entries: list[Notification]) -> Event:
+    """A miss alone, or a digest of many: the first NOTIFY_DIGEST_SIZE listed, the rest
+    counted (names not read yet: ``_completed`` reads them once the notifier wants it)."""
+    if len(entries) == 1:
+        return _miss(entries[0])
+    listed = tuple(_miss(e) for e in entries[: app_settings.NOTIFY_DIGEST_SIZE])
+    noticed = min(e.raised_at for e in entries)
+    return Event("digest", noticed, listed=listed, count=len(entries))
+
+
+def _completed(event: Event) -> Event:
+    if event.kind != "digest":
+        return complete(event)
+    config = app_settings.NOTIFY
+    base = config.base_url if config is not None else ""
+    url = _admin_url(base, "admin:django_schedulinator_schedule_changelist")
+    return dataclasses.replace(
+        event,
+        listed=tuple(complete_many(event.listed)),
+        admin_url=f"{url}?missed=yes" if url else "",
+    )
+
+
+# -- where events are sent from -----------------------------------------------------------------
+
+
+class Courier:
+    """Where events go, and delivery steps run: queued for one background thread when they
+    come from a scheduler's own threads, sent at once anywhere else."""
 
     def __init__(self, size: int = QUEUE_SIZE) -> None:
-        self._queue: queue.Queue[Event] = queue.Queue(size)
+        self._queue: queue.Queue[tuple[str, Callable[[], None]]] = queue.Queue(size)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._step_queued = False
+        # A stop stopped waiting: a delivery step ends after the message it sends.
+        self._hurry = threading.Event()
         self.dropped = 0
 
     def send_in_background(self, enabled: bool = True) -> None:
         """From now on, events raised by this thread are queued (a scheduler's loop and
         lanes), or sent at once (``enabled=False``)."""
         self._local.background = enabled
+        if enabled:
+            self._hurry.clear()
+
+    def _in_background(self) -> bool:
+        return bool(getattr(self._local, "background", False))
 
     def put(self, event: Event) -> None:
-        if not getattr(self._local, "background", False):
+        if not self._in_background():
             deliver(event)
             return
+        self._enqueue(event.id, lambda: deliver(event))
+
+    def deliver_outbox(self, using: str | None = None) -> Delivery | None:
+        """A delivery step of the outbox (``deliver_outbox``): queued for the background
+        thread from a scheduler's threads (at most one waits there), run now elsewhere."""
+        if not self._in_background():
+            return deliver_outbox(using=using)
+        with self._lock:
+            if self._step_queued:
+                return None
+            self._step_queued = True
+        self._enqueue("a delivery step of the outbox", lambda: self._step(using))
+        return None
+
+    def _step(self, using: str | None) -> None:
+        with self._lock:
+            self._step_queued = False
+        deliver_outbox(using=using, should_stop=self._hurry.is_set)
+
+    def _enqueue(self, what: str, send: Callable[[], None]) -> None:
         self._start()
         try:
-            self._queue.put_nowait(event)
+            self._queue.put_nowait((what, send))
         except queue.Full:
             with self._lock:
                 self.dropped += 1
                 dropped = self.dropped
+                if what.startswith("a delivery step"):
+                    self._step_queued = False  # the next chore queues another
             if dropped == 1 or dropped % 100 == 0:
                 logger.error(
                     "%d notification(s) dropped so far: %d wait to be sent already (the "
                     "notifier is slow or hangs). Dropped: %s.",
                     dropped,
                     self._queue.qsize(),
-                    event.id,
+                    what,
                 )
 
     def drain(self, timeout: float) -> bool:
-        """Wait, ``timeout`` seconds at most, until the queued events are sent; whether
-        they all were."""
+        """Wait, ``timeout`` seconds at most, until what is queued is sent; whether it all
+        was. Past the wait, a delivery step in progress ends after its message: what it
+        has not sent waits in the outbox for another."""
         deadline = time.monotonic() + timeout
         with self._queue.all_tasks_done:
             while self._queue.unfinished_tasks:
                 left = deadline - time.monotonic()
                 if left <= 0:
+                    self._hurry.set()
                     logger.warning(
                         "Stopped waiting for %d notification(s) still to be sent.",
                         self._queue.unfinished_tasks,
@@ -447,41 +798,20 @@ class Outbox:
 
     def _run(self) -> None:
         while True:
-            event = self._queue.get()
+            what, send = self._queue.get()
             try:
-                deliver(event)
+                send()
+            except Exception:  # the thread must outlive anything: the next one may work
+                logger.exception("Sending %s failed.", what)
             finally:
                 connections.close_all()  # this thread's
                 self._queue.task_done()
 
 
-outbox = Outbox()
+courier = Courier()
 
 
 # -- the receivers of the signals --------------------------------------------------------------
-
-
-def _missed(
-    sender: Any,
-    *,
-    schedule_id: int,
-    scheduled_for: datetime,
-    run_id: int | None,
-    reason: str,
-    grace: timedelta,
-    **kwargs: Any,
-) -> None:
-    outbox.put(
-        Event(
-            "missed",
-            timezone.now(),
-            schedule_id=schedule_id,
-            scheduled_for=scheduled_for,
-            run_id=run_id,
-            reason=reason,
-            grace=grace,
-        )
-    )
 
 
 def _failed(
@@ -495,7 +825,7 @@ def _failed(
     **kwargs: Any,
 ) -> None:
     if status == RunStatus.FAILED:
-        outbox.put(
+        courier.put(
             Event(
                 "failed",
                 timezone.now(),
@@ -509,15 +839,15 @@ def _failed(
 
 def _auto_paused(sender: Any, *, schedule_id: int, note: str, auto: bool, **kwargs: Any) -> None:
     if auto:
-        outbox.put(Event("auto_paused", timezone.now(), schedule_id=schedule_id, note=note))
+        courier.put(Event("auto_paused", timezone.now(), schedule_id=schedule_id, note=note))
 
 
 def _schedulers_down(sender: Any, *, since: datetime, **kwargs: Any) -> None:
-    outbox.put(Event("no_scheduler", since))
+    courier.put(Event("no_scheduler", since))
 
 
+# "missed" is told from the outbox (deliver_outbox), not from its signal.
 RECEIVERS: dict[str, tuple[Signal, Callable[..., None]]] = {
-    "missed": (signals.run_missed, _missed),
     "failed": (signals.run_finished, _failed),
     "auto_paused": (signals.schedule_paused, _auto_paused),
     "no_scheduler": (signals.schedulers_down, _schedulers_down),

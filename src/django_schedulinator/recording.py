@@ -117,7 +117,7 @@ class OutcomeRecorder:
 
     def _run(self) -> None:
         bound_lock_waits()
-        notify.outbox.send_in_background()  # a failed run or an auto-pause may notify
+        notify.courier.send_in_background()  # a failed run or an auto-pause may notify
         try:
             while group := self._next_group():
                 by_dispatcher: dict[int, list[tuple[BatchProgress, list[Outcome]]]] = {}

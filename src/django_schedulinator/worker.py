@@ -173,7 +173,7 @@ class Worker:
         self.lanes.start()
         self.commits.start()
         bound_lock_waits()
-        notify.outbox.send_in_background()  # never on the claim path
+        notify.courier.send_in_background()  # never on the claim path
         self.chores.warn_about_eviction()
         heartbeat = HeartbeatKeeper(self, self.index)
         heartbeat.start()
@@ -217,8 +217,8 @@ class Worker:
             self.chores.stop(timeout=STOP_RECORD_SECONDS)
             self.close()
             bound_lock_waits(False)
-            notify.outbox.send_in_background(False)
-            notify.outbox.drain(NOTIFY_DRAIN_SECONDS)
+            notify.courier.send_in_background(False)
+            notify.courier.drain(NOTIFY_DRAIN_SECONDS)
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 

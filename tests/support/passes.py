@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django_schedulinator import alerts
+from django_schedulinator import alerts, notify
 from django_schedulinator.worker import Worker
 
 from .commits import committed
@@ -24,6 +24,9 @@ def scheduler_pass(worker_id: str = "t") -> None:
 
 
 def check_alerts(now: datetime | None = None, **options: Any) -> list[alerts.Missed]:
-    """``alerts.check``, as ``scheduler_status --notify`` and the schedulers call it."""
+    """``alerts.check``, then a delivery step of the outbox (``notify.deliver_outbox``), as
+    ``scheduler_status --notify`` and the schedulers run them."""
     with committed():
-        return alerts.check(now, **options)
+        missed = alerts.check(now, **options)
+    notify.deliver_outbox(using=options.get("using"))
+    return missed

@@ -656,6 +656,11 @@ SETTINGS_CASES = [
     setting("notify-event-unknown", "NOTIFY", {"EVENTS": ["late"]}, "['EVENTS'] must be a list"),
     setting("notify-events-text", "NOTIFY", {"EVENTS": "missed"}, "['EVENTS'] must be a list"),
     setting("notify-base-url-path", "NOTIFY", {"BASE_URL": "/admin"}, "http:// or https://"),
+    setting("notify-rate-0", "NOTIFY_MESSAGES_PER_MINUTE", 0, "positive integer"),
+    setting("notify-rate-too-big", "NOTIFY_MESSAGES_PER_MINUTE", 10_001, "at most 10000"),
+    setting("notify-digest-float", "NOTIFY_DIGEST_SIZE", 2.5, "positive integer"),
+    setting("notify-digest-too-big", "NOTIFY_DIGEST_SIZE", 1001, "at most 1000"),
+    setting("notify-delivery-0", "NOTIFY_DELIVERY_SECONDS", 0, "positive, finite"),
     setting(
         "notify-backend-os-system", "NOTIFY", {"BACKEND": "os.system"}, "not a", check_id="E050"
     ),

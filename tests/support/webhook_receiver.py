@@ -2,10 +2,10 @@
 Standard Webhooks specification's own library does (``standardwebhooks.Webhook.verify``),
 records what it received, and answers with the statuses a test queues per path.
 
-A path may also be answered the ways that hold a sender: late (``delays``), with headers that
-trickle in one byte at a time for as long as the sender reads (``trickle``: a read timeout
-never fires), or with a huge error body streamed as fast as the sender reads it (``huge``);
-``sent`` counts the bytes that went out on each path."""
+A path may also be answered the ways that hold a sender: late (``delays``, or ``hold`` for its
+next requests), with headers that trickle in one byte at a time for as long as the sender
+reads (``trickle``: a read timeout never fires), or with a huge error body streamed as fast
+as the sender reads it (``huge``); ``sent`` counts the bytes that went out on each path."""
 
 from __future__ import annotations
 
@@ -47,6 +47,9 @@ class Receiver:
     redirect_to: str = ""
     # Seconds to wait before answering, per path.
     delays: dict[str, float] = field(default_factory=dict)
+    # Seconds to hold the next requests of a path, first come first served (``hold``);
+    # then ``delays``.
+    holds: dict[str, list[float]] = field(default_factory=dict)
     trickle: set[str] = field(default_factory=set)
     huge: set[str] = field(default_factory=set)
     sent: Counter[str] = field(default_factory=Counter)
@@ -56,6 +59,10 @@ class Receiver:
 
     def answer(self, path: str, *statuses: int) -> None:
         self.answers.setdefault(path, []).extend(statuses)
+
+    def hold(self, path: str, *seconds: float) -> None:
+        """Hold the next requests of ``path`` this long each before answering."""
+        self.holds.setdefault(path, []).extend(seconds)
 
     def keys(self, path: str = "/hook") -> list[str]:
         return [r.headers["webhook-id"] for r in self.received if r.path == path]
@@ -80,7 +87,9 @@ def webhook_receiver(secret: str = SECRET) -> Iterator[Receiver]:
                 receiver.received.append(Received(self.path, headers, json.loads(data), verified))
                 queued = receiver.answers.get(self.path) or []
                 status = queued.pop(0) if queued else 204
-            receiver.closed.wait(receiver.delays.get(self.path, 0))
+                held = receiver.holds.get(self.path) or []
+                delay = held.pop(0) if held else receiver.delays.get(self.path, 0)
+            receiver.closed.wait(delay)
             if self.path in receiver.trickle:
                 self._stream(b"HTTP/1.1 200 OK\r\nX-Slow: ", TRICKLE_BYTES, b"a", TRICKLE_SECONDS)
                 return

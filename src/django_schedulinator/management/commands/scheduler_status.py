@@ -21,13 +21,15 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from ... import alerts
+from ... import alerts, notify
 from ...health import DEFAULT_MAX_LAG_SECONDS, ClusterStatus, cluster_status
 from ...heartbeat import LaneDepth, RecorderBacklog
 
 # Exit codes (docs/commands.md): 0 healthy, 1 unhealthy (or a usage mistake), 2 unreachable.
 UNHEALTHY = 1
 UNREACHABLE = 2
+# --notify runs the missed-run check again while it finds a full batch, this often at most.
+MAX_CHECKS = 20
 
 
 def non_negative_seconds(value: str) -> float:
@@ -61,8 +63,18 @@ class Command(BaseCommand):
             "--notify",
             action="store_true",
             help="Also raise and notify what the schedulers would (docs/alerts.md): 'no "
-            "scheduler alive' once per outage, and the runs missed past their grace. For a "
-            "cron job that alerts while every scheduler is down.",
+            "scheduler alive' once per outage, and the runs missed past their grace, then "
+            "deliver the alerts' outbox. For a cron job that alerts while every scheduler is "
+            "down; the missed runs are raised and told during a Redis outage too.",
+        )
+        parser.add_argument(
+            "--notify-seconds",
+            type=non_negative_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="How long --notify sends for at most, checked between two messages; the "
+            "rest waits for the next run (default: NOTIFY_DELIVERY_SECONDS). Keep it well "
+            "within the job's own deadline.",
         )
         parser.add_argument(
             "--max-lag",
@@ -83,16 +95,32 @@ class Command(BaseCommand):
             raise CommandError(
                 f"--max-lag must be a number of seconds, 0 or more, got {max_lag!r}."
             )
+        seconds = options.get("notify_seconds")
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not (math.isfinite(seconds) and seconds >= 0)
+        ):
+            raise CommandError(
+                f"--notify-seconds must be a number of seconds, 0 or more, got {seconds!r}."
+            )
         raised: Raised | None = None
         try:
-            report = cluster_status(drift=not options["no_drift"], max_lag=float(max_lag))
-            if options["notify"]:
-                raised = raise_alerts(report)
-        except RedisError as exc:
-            raise CommandError(
-                f"Redis cannot be reached, so the status is unknown: {type(exc).__name__}: {exc}",
-                returncode=UNREACHABLE,
-            ) from exc
+            try:
+                report = cluster_status(drift=not options["no_drift"], max_lag=float(max_lag))
+                if options["notify"]:
+                    raised = raise_alerts(report, seconds=seconds)
+            except RedisError as exc:
+                if options["notify"] and raised is None:
+                    # The missed-run check and the outbox need only SQL: a Redis outage is
+                    # no reason to leave a run missed meanwhile unraised and untold.
+                    raised = raise_alerts(None, seconds=seconds)
+                    self.stdout.write("\n".join(raised.lines()))
+                raise CommandError(
+                    f"Redis cannot be reached, so the status is unknown: "
+                    f"{type(exc).__name__}: {exc}",
+                    returncode=UNREACHABLE,
+                ) from exc
         except DatabaseError as exc:
             raise CommandError(
                 f"The database cannot be read, so the status is unknown: "
@@ -118,14 +146,17 @@ class Command(BaseCommand):
 
 @dataclass(frozen=True, slots=True)
 class Raised:
-    """What ``--notify`` raised: "no scheduler alive" (once per outage), the missed runs."""
+    """What ``--notify`` raised: "no scheduler alive" (once per outage; None: unknown,
+    Redis cannot be reached), the missed runs; and what its delivery step sent."""
 
-    no_scheduler: bool
+    no_scheduler: bool | None
     missed: list[alerts.Missed]
+    delivery: notify.Delivery
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "no_scheduler_raised": self.no_scheduler,
+            "delivery": self.delivery.as_dict(),
             "missed_raised": [
                 {
                     "schedule_id": m.schedule_id,
@@ -138,22 +169,40 @@ class Raised:
         }
 
     def lines(self) -> list[str]:
-        outage = "raised now" if self.no_scheduler else "nothing new to raise"
+        if self.no_scheduler is None:
+            outage = "unknown (Redis cannot be reached)"
+        else:
+            outage = "raised now" if self.no_scheduler else "nothing new to raise"
         lines = [f"Alerts (--notify): no scheduler alive: {outage}; missed runs raised now: "
                  f"{len(self.missed)}"]  # fmt: skip
         lines += [
             f"  schedule {m.schedule_id} at {moment(m.scheduled_for)}: {m.reason}"
             for m in self.missed[:20]
         ]
+        lines.append(f"Notifications of missed runs: {self.delivery.summary()}")
         return lines
 
 
-def raise_alerts(report: ClusterStatus) -> Raised:
+def raise_alerts(report: ClusterStatus | None, *, seconds: float | None = None) -> Raised:
     """What a scheduler raises between its passes, from here: "no scheduler alive" when this
-    report says none runs while schedules wait (once per outage, whoever asks), and the
-    runs missed past their grace (each once, whoever checks). Notified before it returns."""
-    outage = any(problem.code == "no-scheduler" for problem in report.problems)
-    return Raised(alerts.no_scheduler_alive(not outage), alerts.check())
+    report says none runs while schedules wait (once per outage, whoever asks; not without
+    a report: Redis cannot be reached), and the runs missed past their grace (each once,
+    whoever checks); then the outbox's delivery step, for ``seconds`` at most, which tells
+    the notifier of them and of those still waiting."""
+    down: bool | None = None
+    if report is not None:
+        outage = any(problem.code == "no-scheduler" for problem in report.problems)
+        down = alerts.no_scheduler_alive(not outage)
+    batch = alerts.check()
+    missed = list(batch)
+    # A check reads a bounded batch: a full one may leave more, which a cron job that
+    # runs every few minutes should not leave to its next run.
+    for _ in range(MAX_CHECKS - 1):
+        if len(batch) < alerts.CHECK_BATCH:
+            break
+        batch = alerts.check()
+        missed += batch
+    return Raised(down, missed, notify.deliver_outbox(seconds=seconds))
 
 
 def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import OperationalError, connection, transaction
+from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
 from django_schedulinator import alerts, ledger, outcomes, retention, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import DueIndex
-from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
 from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.timing import truncate_ms
 from django_schedulinator.worker import Worker
@@ -647,3 +647,45 @@ def test_a_prune_that_fails_part_way_says_what_it_deleted(
         "it again. OperationalError: server closed the connection unexpectedly"
     )
     assert Run.objects.count() == 3
+
+
+@pytest.mark.django_db(transaction=True)  # the delete holds its lock in a transaction of its own
+def test_a_prune_beside_a_schedule_being_deleted_waits_for_it_and_leaves_it_out() -> None:
+    """The prune records what it deleted per schedule (``PrunedRuns``, a foreign key to
+    it): it takes a key share of the schedules' rows before it locks their runs, as a
+    delete of a schedule locks the schedule, then its runs. So one waits for the other,
+    never each for the other (a deadlock that failed the delete, or the prune)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks that SQLite has not")
+    doomed, kept = idle_schedule(), idle_schedule()
+    add_runs(doomed, 5)
+    add_runs(kept, 5)
+    locked, release = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def delete() -> None:
+        try:
+            with transaction.atomic():
+                Schedule.objects.select_for_update().get(pk=doomed.pk)  # as delete() begins
+                locked.set()
+                release.wait(30)
+                services.delete(Schedule.objects.get(pk=doomed.pk))
+        except BaseException as exc:  # the test's thread reports it
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    deleter = threading.Thread(target=delete)
+    deleter.start()
+    assert locked.wait(30)
+    pruning = threading.Thread(target=lambda: (prune_now(), connections.close_all()))
+    pruning.start()
+    pruning.join(1)
+    assert pruning.is_alive()  # waits for the schedule being deleted
+    release.set()
+    deleter.join(30)
+    pruning.join(30)
+    assert failures == []
+    assert not Schedule.objects.filter(pk=doomed.pk).exists()
+    assert left(kept) == [max(left(kept))]  # kept's prune went on
+    assert list(PrunedRuns.objects.values_list("schedule_id", "runs")) == [(kept.pk, 4)]

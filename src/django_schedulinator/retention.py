@@ -226,10 +226,18 @@ class Pruner:
     def _delete(self, doomed: Any) -> int:
         """Delete the runs ``doomed`` selects, and record in the same transaction how far
         each schedule's runs were pruned (``PrunedRuns``): what a backfill must not guess
-        about. The rows are locked first (only they: not their schedules'), so that what is
-        recorded is what was deleted."""
+        about. The rows are locked first, so that what is recorded is what was deleted.
+
+        In the order every writer takes them: first a key share of their schedules' rows
+        (which a delete of the schedule waits for, and a claim's advance does not), then the
+        runs. A schedule deleted meanwhile is left out: its runs went with it."""
         with transaction.atomic(using=self.db):
-            locking = doomed.select_for_update(of=("self",)) if self._row_locks else doomed
+            if self._row_locks:
+                schedules = sorted(set(doomed.values_list("schedule_id", flat=True)))
+                doomed = doomed.filter(schedule_id__in=json_ids(self._share(schedules), self.db))
+                locking = doomed.select_for_update(of=("self",))
+            else:
+                locking = doomed
             rows = list(locking.values_list("pk", "schedule_id", "scheduled_for"))
             if not rows:
                 return 0
@@ -243,10 +251,24 @@ class Pruner:
             record_pruned(pruned, now=self.now, using=self.db)
         return len(rows)
 
+    def _share(self, schedule_ids: list[int]) -> list[int]:
+        """A key share of these schedules' rows until the transaction ends (PostgreSQL's
+        ``FOR KEY SHARE``: what a foreign key's check takes); the ids of those that exist."""
+        if not schedule_ids:
+            return []
+        connection = connections[self.db]
+        table = connection.ops.quote_name(Schedule._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE",
+                [schedule_ids],
+            )
+            return [row[0] for row in cursor.fetchall()]
+
     @property
     def _row_locks(self) -> bool:
         # SQLite has none (a writer holds the whole database); FOR UPDATE OF elsewhere.
-        return connections[self.db].features.has_select_for_update_of
+        return connections[self.db].vendor == "postgresql"
 
     def _kept_from_of(self, schedule_ids: Collection[int]) -> dict[int, datetime | None]:
         """For each schedule, the nominal time from which its runs are kept (None: all of

@@ -248,14 +248,14 @@ def test_a_moved_run_the_change_puts_behind_the_mark_is_late_not_lost(sim: Simul
 def test_a_dense_schedule_keeps_the_moves_it_decided_without_a_row_each(
     sim: Simulation,
 ) -> None:
-    """Every 7 minutes (off the day's grid, so moved runs do not land on Tuesday's own), on
-    next business day: Monday excluded at 15:00, after Monday's runs up to then ran. Those
-    do not run again on Tuesday; Monday's later ones do, at their times; nothing is written
-    per decided run (the schedule keeps one range)."""
+    """Every 17 minutes (off the day's grid, so moved runs do not land on Tuesday's own),
+    on next business day, from Monday noon: Monday excluded at 15:00, after Monday's runs up
+    to then ran. Those do not run again on Tuesday; Monday's later ones do, at their times;
+    nothing is written per decided run (the schedule keeps one range)."""
     hols = calendar("hols")
-    dense = create("dense", kind="interval", cron="", interval=timedelta(minutes=7),
-                   anchor_at=utc("2026-03-30T00:00"), calendars=["hols"],
-                   calendar_rule="next_business_day")  # fmt: skip
+    dense = create("dense", kind="interval", cron="", interval=timedelta(minutes=17),
+                   anchor_at=utc("2026-03-30T00:00"), start_at=utc("2026-03-30T12:00"),
+                   calendars=["hols"], calendar_rule="next_business_day")  # fmt: skip
     sim.run_until(utc("2026-03-30T15:00"))
     set_days(hols, MONDAY)
     dense.refresh_from_db()
@@ -264,8 +264,10 @@ def test_a_dense_schedule_keeps_the_moves_it_decided_without_a_row_each(
 
     assert_each_ran_once(dense)
     times = {at for at in fired(dense) if at >= utc(TUESDAY)}
-    grid = {utc("2026-03-30T00:00") + timedelta(minutes=7 * n) for n in range(2 * 24 * 60 // 7 + 1)}
-    monday = sorted(at for at in grid if utc(MONDAY) <= at < utc(TUESDAY))
+    grid = {
+        utc("2026-03-30T00:00") + timedelta(minutes=17 * n) for n in range(2 * 24 * 60 // 17 + 1)
+    }
+    monday = sorted(at for at in grid if utc("2026-03-30T12:00") <= at < utc(TUESDAY))
     ran_monday = [at for at in monday if at <= utc("2026-03-30T15:00")]
     moved_later = [at + timedelta(days=1) for at in monday if at > utc("2026-03-30T15:00")]
     assert set(moved_later) <= times  # Monday's later runs, on Tuesday

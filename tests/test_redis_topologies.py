@@ -258,7 +258,7 @@ def test_killed_masters_holding_shards_lose_nothing_under_the_chaos_audit(
     deletes schedules. The chaos test's audit (tests/test_chaos.py) then finds nothing
     missing, early, off the grid or doubled."""
     cluster, prefix, setting = sharded_cluster
-    variant = Variant("cluster-shards", schedules=300, schedulers=2, window=30.0)
+    variant = Variant("cluster-shards", schedules=300, schedulers=2, window=30.0, calendars=False)
     rng = random.Random(SEED)
     env = subprocess_env(
         prefix,

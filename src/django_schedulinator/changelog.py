@@ -8,6 +8,7 @@ in seconds), so the trail can be read without the model.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,22 @@ def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     }
 
 
+def record_many(
+    entries: Sequence[tuple[Schedule, dict[str, Any]]],
+    origin: Origin,
+    action: str,
+    *,
+    using: str | None = None,
+) -> None:
+    """Write one entry per (schedule, changes), in one insert (a re-plan of thousands)."""
+    from .models import ScheduleChange
+
+    if entries:
+        ScheduleChange.objects.using(using).bulk_create(
+            [_entry(schedule, origin, action, changes) for schedule, changes in entries]
+        )
+
+
 def record(
     schedule: Schedule,
     origin: Origin,
@@ -63,13 +80,21 @@ def record(
     using: str | None = None,
 ) -> ScheduleChange:
     """Write one entry of the trail. ``schedule`` may be deleted already (its name stays)."""
+    entry = _entry(schedule, origin, action, changes)
+    entry.save(using=using)
+    return entry
+
+
+def _entry(
+    schedule: Schedule, origin: Origin, action: str, changes: dict[str, Any] | None
+) -> ScheduleChange:
     from .models import Schedule, ScheduleChange
 
     actor = origin.user
     user = actor if actor is not None and actor.is_authenticated else None
     exists = schedule.pk is not None and action != ScheduleChange.Action.DELETED
     version = schedule.version if isinstance(schedule.version, int) else None
-    entry = ScheduleChange(
+    return ScheduleChange(
         schedule=schedule if exists else None,
         schedule_name=schedule.name[: Schedule._meta.get_field("name").max_length or 200],
         actor_id=user.pk if user is not None else None,
@@ -79,5 +104,3 @@ def record(
         changes=changes or {},
         version=version,
     )
-    entry.save(using=using)
-    return entry

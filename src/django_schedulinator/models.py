@@ -3,6 +3,7 @@ excluded days schedules name, with what a process keeps of them (``day_calendar`
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Collection, Iterable, Sequence
@@ -565,6 +566,16 @@ class Schedule(models.Model):
     def timing_spec(self) -> timing.Timing:
         """The fields that decide when it fires, with its calendars' excluded days."""
         return self._timing(with_days=True)
+
+    def timing_with(self, loaded: dict[str, LoadedCalendar]) -> timing.Timing:
+        """The timing with the excluded days of its calendars as ``loaded`` has them (what
+        ``load_calendars`` read, or a calendar's days before a change): no query."""
+        spec = self._timing(with_days=False)
+        if not self.calendars or spec.calendar is None:
+            return spec
+        db = self._state.db or router.db_for_read(Calendar)
+        days = day_calendar(self.calendars, self.calendar_rule, using=db, loaded=loaded)
+        return dataclasses.replace(spec, calendar=days)
 
     def _timing(self, *, with_days: bool) -> timing.Timing:
         return timing.Timing(

@@ -627,17 +627,6 @@ class RunQuerySet(models.QuerySet["Run"]):
             ~models.Q(alert_at__gte=NO_ALERT_BEFORE),
         )
 
-    def prunable(self) -> RunQuerySet:
-        """Runs whose deletion leaves the exactly-once guarantee whole: at or before what
-        their schedule has fired through (``Schedule.fired_through``, which stops those
-        occurrences once the rows are gone), or a run now's (its key is no occurrence of
-        the timeline). A run ahead of the mark still guards an occurrence the schedule has
-        not reached (a backfilled one, a skip a re-plan recorded) and stays; so does a
-        one-off's own run, the record of its one occurrence."""
-        return self.filter(
-            models.Q(trigger="run_now") | models.Q(scheduled_for__lte=F("schedule__fired_through"))
-        ).exclude(schedule__kind="once", trigger="schedule")
-
     def recorded_before(self, cutoff: datetime) -> RunQuerySet:
         """Runs last recorded before ``cutoff``: when they ended, else when they were handed
         off, else when they entered the ledger; not their nominal time (a backfill of last

@@ -16,6 +16,12 @@ What keeps it cheap on a ledger of millions of rows, and out of the schedulers' 
   own: locks on old rows that no scheduler writes, held for milliseconds. The DELETE states
   again which rows may go, so a row that changed since it was read (a skipped run a
   backfill turned into a pending one) stays.
+- A run that still guards an occurrence stays whatever its age (``guards_an_occurrence``:
+  one ahead of what its schedule has fired through, a one-off's own run), read from each
+  schedule's row once per prune, never joined to the ledger's rows (without statistics,
+  the planner joined a fresh ledger row by row). What a batch deletes is recorded per
+  schedule in its transaction (``PrunedRuns``), its schedules' rows held by a key share
+  first, as a delete of a schedule takes them, so the two never wait for each other.
 - A schedule's newest ``keep_last`` runs stay whatever their age. For each schedule with
   candidates in a batch, the nominal time of its ``keep_last``-th newest run is read through
   the unique (schedule, scheduled_for) index, a range read per schedule (never a window
@@ -141,6 +147,8 @@ class Pruner:
         # or is gone), and the id of its newest change: read once per prune.
         self._kept_from: dict[int, datetime | None] = {}
         self._newest_change: dict[int, int | None] = {}
+        # Each schedule's mark and kind, read once per prune (``guards_an_occurrence``).
+        self._guards: dict[int, tuple[datetime | None, str]] = {}
 
     @classmethod
     def from_settings(cls, now: datetime, *, using: str | None = None) -> Pruner | None:
@@ -197,48 +205,56 @@ class Pruner:
             Run.objects.using(self.db)
             .filter(pk__gt=self._run_cursor)
             .order_by("pk")
-            .values_list("pk", "schedule_id", "scheduled_for", "claimed_at")[: self.batch_size]
+            .values_list("pk", "schedule_id", "scheduled_for", "claimed_at", "trigger")[
+                : self.batch_size
+            ]
         )
         report.read += len(rows)
         # Entered the ledger before the cutoff: the rows that may have been recorded before it.
-        old = [(pk, sid, at) for pk, sid, at, claimed_at in rows if claimed_at < cutoff]
+        old = [(pk, sid, at, trigger) for pk, sid, at, claimed_at, trigger in rows
+               if claimed_at < cutoff]  # fmt: skip
         if old:
-            kept_from = self._kept_from_of({sid for _pk, sid, _at in old})
+            schedules = {sid for _pk, sid, _at, _trigger in old}
+            kept_from = self._kept_from_of(schedules)
+            guards = self._guards_of(schedules)
             candidates = [
-                pk
-                for pk, sid, at in old
-                if (first_kept := kept_from.get(sid)) is not None and at < first_kept
+                (pk, sid)
+                for pk, sid, at, trigger in old
+                if (first_kept := kept_from.get(sid)) is not None
+                and at < first_kept
+                and not guards_an_occurrence(trigger, at, *guards.get(sid, (None, "")))
             ]
             if candidates:
                 doomed = (
                     Run.objects.using(self.db)
-                    .filter(pk__in=json_ids(candidates, self.db))
+                    .filter(pk__in=json_ids([pk for pk, _sid in candidates], self.db))
                     .done(self.now)
                     .recorded_before(cutoff)
-                    .prunable()
                 )
-                report.runs += doomed.count() if self.dry_run else self._delete(doomed)
+                if self.dry_run:
+                    report.runs += doomed.count()
+                else:
+                    report.runs += self._delete(doomed, {sid for _pk, sid in candidates})
         if rows:
             self._run_cursor = rows[-1][0]
         if len(rows) < self.batch_size or not old:
             self.run_cutoff = None  # the end of the table, or of the rows old enough
 
-    def _delete(self, doomed: Any) -> int:
-        """Delete the runs ``doomed`` selects, and record in the same transaction how far
-        each schedule's runs were pruned (``PrunedRuns``): what a backfill must not guess
-        about. The rows are locked first, so that what is recorded is what was deleted.
+    def _delete(self, doomed: Any, schedule_ids: Collection[int]) -> int:
+        """Delete the runs ``doomed`` selects (of ``schedule_ids``), and record in the same
+        transaction how far each schedule's runs were pruned (``PrunedRuns``): what a
+        backfill must not guess about. The rows are locked first, so that what is recorded
+        is what was deleted.
 
         In the order every writer takes them: first a key share of their schedules' rows
         (which a delete of the schedule waits for, and a claim's advance does not), then the
         runs. A schedule deleted meanwhile is left out: its runs went with it."""
         with transaction.atomic(using=self.db):
             if self._row_locks:
-                schedules = sorted(set(doomed.values_list("schedule_id", flat=True)))
-                doomed = doomed.filter(schedule_id__in=json_ids(self._share(schedules), self.db))
-                locking = doomed.select_for_update(of=("self",))
-            else:
-                locking = doomed
-            rows = list(locking.values_list("pk", "schedule_id", "scheduled_for"))
+                present = self._share(sorted(schedule_ids))
+                doomed = doomed.filter(schedule_id__in=json_ids(present, self.db))
+                doomed = doomed.select_for_update()
+            rows = list(doomed.values_list("pk", "schedule_id", "scheduled_for"))
             if not rows:
                 return 0
             Run.objects.using(self.db).filter(
@@ -250,6 +266,22 @@ class Pruner:
                 pruned[sid] = (max(through, at), count + 1)
             record_pruned(pruned, now=self.now, using=self.db)
         return len(rows)
+
+    def _guards_of(self, schedule_ids: Collection[int]) -> dict[int, tuple[datetime | None, str]]:
+        """For each schedule, what tells which of its runs still guard an occurrence: how
+        far it has fired and its kind (``guards_an_occurrence``), read once per prune for
+        the schedules not read yet (a mark read earlier is lower: it keeps more, not
+        fewer). A schedule gone meanwhile is left out: its runs went with it."""
+        missing = sorted(set(schedule_ids) - self._guards.keys())
+        if missing:
+            found = (
+                Schedule.objects.using(self.db)
+                .filter(pk__in=json_ids(missing, self.db))
+                .values_list("pk", "fired_through", "kind")
+            )
+            for sid, fired_through, kind in found:
+                self._guards[sid] = (fired_through, kind)
+        return self._guards
 
     def _share(self, schedule_ids: list[int]) -> list[int]:
         """A key share of these schedules' rows until the transaction ends (PostgreSQL's
@@ -334,6 +366,21 @@ class Pruner:
             .values("pk")[:1]
         )
         return self._per_schedule(self._newest_change, schedule_ids, newest)
+
+
+def guards_an_occurrence(
+    trigger: str, nominal: datetime, fired_through: datetime | None, kind: str
+) -> bool:
+    """Whether a run still guards its occurrence, which its deletion would let fire again:
+    one ahead of what its schedule has fired through (a backfilled run the scheduler has
+    not reached, whose key it would take), and a one-off's own run, the record of its one
+    occurrence. A run now's never does (its key is no occurrence of the timeline); one at
+    or before the mark does not either: the mark stops that occurrence without the row."""
+    if trigger == Run.Trigger.RUN_NOW:
+        return False
+    if kind == Schedule.Kind.ONCE and trigger == Run.Trigger.SCHEDULE:
+        return True
+    return fired_through is None or nominal > fired_through
 
 
 def record_pruned(pruned: dict[int, tuple[datetime, int]], *, now: datetime, using: str) -> None:

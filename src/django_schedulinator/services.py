@@ -22,7 +22,6 @@ clock, sets the fields, and saves them with ``update_fields``, which moves the c
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import operator
 from collections.abc import Iterable, Mapping, Sequence
@@ -58,11 +57,18 @@ from .models import (
     Schedule,
     ScheduleChange,
     ZoneRules,
-    day_calendar,
     load_calendars,
     new_stamp,
 )
-from .querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement, json_ids
+from .querysets import (
+    Advance,
+    Advanced,
+    ClaimedRuns,
+    advances_in_one_statement,
+    json_ids,
+    json_time,
+    per_row,
+)
 from .registry import registry
 from .scopes import Scope, schedules_in
 
@@ -674,8 +680,6 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
     names a calendar whose days are drawn in one) changes revision, moved or not: a claim
     of a process still on the old rules that read the row before this commits loses its
     conditional advance (and each pass of such a process then refuses: ``Claimer``)."""
-    moved = 0
-    saved: list[int] = []
     candidates = Schedule.objects.using(db).filter(
         enabled=True, kind=Schedule.Kind.CRON, timezone__in=zones, next_run_at__isnull=False
     )
@@ -687,8 +691,9 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
             beyond,
             recorded.end.isoformat(),
         )
-    within = candidates.filter(next_run_at__lte=recorded.end)
-    for current in within.select_for_update().order_by("pk").iterator(chunk_size=500):
+    replanned: list[_Replanned] = []
+    within = candidates.filter(next_run_at__lte=recorded.end).select_for_update().order_by("pk")
+    for current in within.iterator(chunk_size=500):
         entries = recorded.offsets.get(current.timezone)
         if entries is None or current.next_run_at is None:
             continue
@@ -704,30 +709,89 @@ def _replan(recorded: ZoneRules, zones: set[str], before: str, after: str, db: s
             continue
         if new is None or new == current.next_run_at:
             continue
-        changes = {
-            "next_run_at": [changelog.as_json(current.next_run_at), changelog.as_json(new)],
-            "tz_database": [before, after],
-        }
-        current.next_run_at = new
-        current.due_at = current.due_at_for(new)
-        current.save(using=db, update_fields=["next_run_at", "due_at"])
-        saved.append(current.pk)
-        _record(current, TZDATA, ScheduleChange.Action.REPLANNED, changes, db)
-        moved += 1
-    calendars = Calendar.objects.using(db).filter(timezone__in=zones)
+        replanned.append(
+            _Replanned(
+                current,
+                {"next_run_at": new, "due_at": current.due_at_for(new)},
+                {
+                    "next_run_at": [changelog.as_json(current.next_run_at), changelog.as_json(new)],
+                    "tz_database": [before, after],
+                },
+            )
+        )
     reading = set(
         Schedule.objects.using(db)
         .filter(kind=Schedule.Kind.CRON, timezone__in=zones)
         .values_list("pk", flat=True)
     )
-    for calendar_name in calendars.values_list("name", flat=True):
+    for calendar_name in (
+        Calendar.objects.using(db).filter(timezone__in=zones).values_list("name", flat=True)
+    ):
         reading.update(_ids_naming(calendar_name, db))
-    unsaved = sorted(reading - set(saved))
-    if unsaved:
-        Schedule.objects.using(db).filter(pk__in=json_ids(unsaved, db)).update(
+    return _write_replanned(replanned, reading, TZDATA, db)
+
+
+@dataclass(slots=True)
+class _Replanned:
+    """What a re-plan decided for one schedule, locked: the fields to write, and the
+    change-log entry's changes when its next run moved (None: no entry)."""
+
+    schedule: Schedule
+    fields: dict[str, Any]
+    logged: dict[str, Any] | None = None
+
+
+def _write_replanned(
+    replanned: Sequence[_Replanned], reading: Iterable[int], origin: Origin, db: str
+) -> int:
+    """Write what re-plans decided, in a few statements whatever their number (a calendar
+    that thousands of schedules name): the fields of those that change, each row its own
+    values, in one UPDATE that moves their counters as a save does (``change``); the
+    revision alone of the other schedules whose plan reads what changed (``reading``), so
+    that a claim that planned with the old input loses its conditional advance; the
+    change-log entries, in one insert; and the index follows on commit. How many next runs
+    moved."""
+    written = [r for r in replanned if r.fields]
+    if written:
+        ids = [r.schedule.pk for r in written]
+        connection = connections[db]
+        names = sorted({name for r in written for name in r.fields})
+        values = {
+            name: per_row(
+                Schedule,
+                name,
+                {
+                    r.schedule.pk: _json_value(
+                        connection, r.fields.get(name, getattr(r.schedule, name))
+                    )
+                    for r in written
+                },
+                db,
+            )
+            for name in names
+        }
+        Schedule.objects.using(db).filter(pk__in=json_ids(ids, db)).change(**values)
+        sync.resync_on_commit(ids, using=db)
+        for r in written:  # as the rows hold them now (the lock is still ours)
+            for name, value in r.fields.items():
+                setattr(r.schedule, name, value)
+            r.schedule.version += 1
+            r.schedule.revision += 1
+    others = sorted(set(reading) - {r.schedule.pk for r in written})
+    if others:
+        Schedule.objects.using(db).filter(pk__in=json_ids(others, db)).update(
             revision=F("revision") + 1
         )
-    return moved
+    logged = [(r.schedule, r.logged) for r in written if r.logged is not None]
+    changelog.record_many(logged, origin, ScheduleChange.Action.REPLANNED, using=db)
+    return len(logged)
+
+
+def _json_value(connection: Any, value: Any) -> Any:
+    """A field's value as ``per_row`` carries it: instants as the database reads them."""
+    if isinstance(value, datetime):
+        return json_time(connection, value)
+    return value
 
 
 # -- calendars of excluded days ---------------------------------------------------------------
@@ -888,72 +952,58 @@ def _replan_for_calendar(name: str, before: LoadedCalendar | None, origin: Origi
 
     Every schedule that names it changes revision, moved or not: a claim that read the
     row before this commits, and planned with the old days, then loses its conditional
-    advance instead of committing that plan. How many moved."""
-    now = clock.now()
-    moved = 0
+    advance instead of committing that plan. The rows are read in one query, the days once,
+    and written in a few statements (``_write_replanned``). How many moved."""
     ids = _ids_naming(name, db)
-    saved: list[int] = []
-    rows = Schedule.objects.using(db).filter(pk__in=ids)
-    for current in rows.select_for_update().order_by("pk").iterator(chunk_size=500):
-        old = current.next_run_at
-        if not current.enabled or old is None or before is None:
+    if not ids or before is None:
+        _write_replanned([], ids, origin, db)
+        return 0
+    now = clock.now()
+    rows = list(
+        Schedule.objects.using(db)
+        .filter(pk__in=json_ids(ids, db))
+        .select_for_update()
+        .order_by("pk")
+    )
+    loaded = load_calendars({n for row in rows for n in row.calendars or ()}, using=db)
+    replanned: list[_Replanned] = []
+    for current in rows:
+        if not current.enabled or current.next_run_at is None:
             continue
         try:
-            found = _replan_one(current, name, before, now, db)
+            replanned.append(_replan_one(current, name, before, loaded, now, db))
         except TimingError as exc:
             logger.warning("Schedule %s could not be re-planned: %s", current.pk, exc)
-            continue
-        if found == old:
-            continue
-        current.next_run_at = found
-        current.due_at = current.due_at_for(found)
-        current.save(using=db, update_fields=["next_run_at", "due_at"])
-        saved.append(current.pk)
-        changes = {
-            "next_run_at": [changelog.as_json(old), changelog.as_json(found)],
-            "calendar": name,
-        }
-        _record(current, origin, ScheduleChange.Action.REPLANNED, changes, db)
-        moved += 1
-    # The others (a save moved the counters of those that moved): the revision alone, as
-    # the scheduler's own advance moves it (no setting changed, so no version).
-    unsaved = sorted(set(ids) - set(saved))
-    if unsaved:
-        Schedule.objects.using(db).filter(pk__in=json_ids(unsaved, db)).update(
-            revision=F("revision") + 1
-        )
-    return moved
+    return _write_replanned(replanned, ids, origin, db)
 
 
 def _replan_one(
-    current: Schedule, name: str, before: LoadedCalendar, now: datetime, db: str
-) -> datetime | None:
-    """``_replan_for_calendar`` for one locked schedule: its next run under the new days
-    (returned), the moves it decided (saved), and in the ledger what the change decides:
-    late moved occurrences (fired or passed over by the catch-up policy), and moved ones
-    that can no longer move (skipped)."""
-    new = current.timing_spec
-    loaded = {**load_calendars(current.calendars, using=db), name: before}
-    old = dataclasses.replace(
-        new, calendar=day_calendar(current.calendars, current.calendar_rule, using=db,
-                                   loaded=loaded)
-    )  # fmt: skip
+    current: Schedule,
+    name: str,
+    before: LoadedCalendar,
+    loaded: dict[str, LoadedCalendar],
+    now: datetime,
+    db: str,
+) -> _Replanned:
+    """``_replan_for_calendar`` for one locked schedule: what to write (its next run under
+    the new days, the mark it planned from, the moves it decided), and in the ledger what
+    the change decides: late moved occurrences (fired or passed over by the catch-up
+    policy), and moved ones that can no longer move (skipped)."""
+    new = current.timing_with(loaded)
+    old = current.timing_with({**loaded, name: before})
     assert current.next_run_at is not None
-    written = []
+    fields: dict[str, Any] = {}
     if current.fired_through is None:
         # Written without a mark (a bulk path, or before migration 0009): decided through
         # now, or through just before its next run when that is due (a backlog stays).
         current.passed_over(now)
-        written.append("fired_through")
+        fields["fired_through"] = current.fired_through
     mark = current.fired_through
     assert mark is not None
     plan = timing.replan_calendar(old, new, fired_through=mark, now=now, anchor=current.next_run_at)
     moves = timing.stored_moves(plan.decided)
     if moves != current.decided_moves:
-        current.decided_moves = moves
-        written.append("decided_moves")
-    if written:
-        current.save(using=db, update_fields=written)
+        fields["decided_moves"] = moves
     skipped = [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
     if plan.late:
         policy = current.catch_up_policy
@@ -973,7 +1023,18 @@ def _replan_one(
             _wake_after_commit(db, current.pk)
     if skipped:
         ledger.record_skipped(current, skipped, now=now, worker_id="calendar", using=db)
-    return plan.next_run_at
+    logged = None
+    if plan.next_run_at != current.next_run_at:
+        fields["next_run_at"] = plan.next_run_at
+        fields["due_at"] = current.due_at_for(plan.next_run_at)
+        logged = {
+            "next_run_at": [
+                changelog.as_json(current.next_run_at),
+                changelog.as_json(plan.next_run_at),
+            ],
+            "calendar": name,
+        }
+    return _Replanned(current, fields, logged)
 
 
 # -- schedules declared in code -------------------------------------------------------------

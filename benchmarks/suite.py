@@ -516,6 +516,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"written to {out} in {results['seconds']:.0f}s")
     if options.smoke and not options.out:
         shutil.rmtree(out)
+    failed = [note for note in results.get("notes", []) if ": failed: " in note]
+    if options.smoke and failed:  # a smoke exists to fail when a benchmark no longer runs
+        raise SystemExit("benchmark smoke failed: " + "; ".join(failed))
 
 
 if __name__ == "__main__":

@@ -115,9 +115,11 @@ class Schedulinator:
 
         ids = list(Schedule.objects.order_by("pk").values_list("pk", flat=True)[:due])
         at = Now() - timedelta(seconds=DUE_AGO)
-        # A bulk path (signals skip it): the public resync brings the index in line.
+        # A bulk path (signals skip it): the public resync brings the index in line. The
+        # schedules start over (nothing fired through yet), or the table's constraint would
+        # refuse a next run at or before what they fired in the last burst.
         Schedule.objects.filter(pk__in=ids).update(
-            next_run_at=at, due_at=at, revision=F("revision") + 1
+            next_run_at=at, due_at=at, fired_through=None, revision=F("revision") + 1
         )
         resync_schedules(Schedule.objects.filter(pk__in=ids))
         return {"armed": len(ids)}

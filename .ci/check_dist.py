@@ -1,6 +1,6 @@
 """What .ci/run built ships what it should: python .ci/check_dist.py DIST_DIR.
 
-- The wheel holds exactly the package as the clone tracks it (src/django_schedulinator/: the
+- The wheel holds exactly the package as the clone tracks it (django_schedulinator/: the
   modules, migrations, Lua scripts, templates, static files, catalog, py.typed), plus its
   .dist-info with the license.
 - The sdist holds every file the clone tracks except CI's own (.ci/, .gitignore): the
@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = "src/django_schedulinator/"
+PACKAGE = "django_schedulinator/"
 NOT_IN_THE_SDIST = (".ci/", ".gitignore")
 
 
@@ -36,9 +36,7 @@ def compare(what: str, expected: set[str], found: set[str]) -> list[str]:
 def check_wheel(wheel: Path, files: set[str]) -> list[str]:
     names = set(zipfile.ZipFile(wheel).namelist())
     info = {name for name in names if name.split("/")[0].endswith(".dist-info")}
-    problems = compare(
-        "wheel", {f[len("src/") :] for f in files if f.startswith(PACKAGE)}, names - info
-    )
+    problems = compare("wheel", {f for f in files if f.startswith(PACKAGE)}, names - info)
     if not any(name.endswith(".dist-info/licenses/LICENSE") for name in info):
         problems.append("missing from the wheel: .dist-info/licenses/LICENSE")
     return problems

@@ -221,7 +221,7 @@ def redis_down(settings: Any) -> None:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under the matrix (tox.ini sets SCHEDULINATOR_TEST_WHEEL) the suite must test the
-    installed wheel: refuse to run if the package comes from anywhere else (the clone's src/,
+    installed wheel: refuse to run if the package comes from anywhere else (the clone's own,
     an editable install, a path on PYTHONPATH)."""
     if not os.environ.get("SCHEDULINATOR_TEST_WHEEL"):
         return

@@ -203,26 +203,6 @@ class Plan:
     skip_reasons: dict[str, int] = field(default_factory=dict)
 
 
-def timing_of(row: Any, calendar: timing.DayCalendar | None = None) -> timing.Timing:
-    """A claimed row's timing; ``calendar``: its calendars' excluded days, if it names any."""
-    return timing.Timing(
-        kind=row.kind,
-        cron=row.cron,
-        interval=row.interval,
-        run_at=row.run_at,
-        timezone=row.timezone,
-        start_at=row.start_at,
-        end_at=row.end_at,
-        anchor_at=row.anchor_at,
-        dst_gap=row.dst_gap,
-        dst_fold=row.dst_fold,
-        jitter=row.jitter,
-        day_rule=row.day_rule,
-        calendar=calendar,
-        decided=timing.decided_moves(row.decided_moves) if calendar is not None else (),
-    )
-
-
 def _runs_of(due: Due) -> list[NewRun]:
     """The ledger rows of one due schedule: fired (pending; the insert leases them to this
     claim and counts the hand-off that follows under that lease: a batch that is not handed
@@ -348,7 +328,7 @@ class Claimer:
                         row.calendars, row.calendar_rule, using=self.db, loaded=loaded
                     )
                 due_plan = timing.plan_due(
-                    timing_of(row, calendar),
+                    timing.Timing.of(row, calendar),
                     policy,
                     schedule_id=sid,
                     # Whole milliseconds, like every instant the app writes: a row written

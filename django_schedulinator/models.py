@@ -578,22 +578,7 @@ class Schedule(models.Model):
         return dataclasses.replace(spec, calendar=days)
 
     def _timing(self, *, with_days: bool) -> timing.Timing:
-        return timing.Timing(
-            kind=self.kind,
-            cron=self.cron,
-            interval=self.interval,
-            run_at=self.run_at,
-            timezone=self.timezone,
-            start_at=self.start_at,
-            end_at=self.end_at,
-            anchor_at=self.anchor_at,
-            dst_gap=self.dst_gap,
-            dst_fold=self.dst_fold,
-            jitter=self.jitter,
-            day_rule=self.day_rule,
-            calendar=self._day_calendar(with_days),
-            decided=timing.decided_moves(self.decided_moves),
-        )
+        return timing.Timing.of(self, self._day_calendar(with_days))
 
     def _day_calendar(self, with_days: bool) -> timing.DayCalendar | None:
         """Its calendars' excluded days (read through ``day_calendar``'s cache), or without

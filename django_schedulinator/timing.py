@@ -57,7 +57,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from itertools import chain, islice
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
@@ -317,6 +317,24 @@ def _zone(name: str) -> ZoneInfo:
 # -- the timing of a schedule --------------------------------------------------------------
 
 
+class TimingFields(Protocol):
+    """What ``Timing.of`` reads of a schedule's row."""
+
+    kind: str
+    cron: str
+    interval: timedelta | None
+    run_at: datetime | None
+    timezone: str
+    start_at: datetime | None
+    end_at: datetime | None
+    anchor_at: datetime | None
+    dst_gap: str
+    dst_fold: str
+    jitter: timedelta | None
+    day_rule: str
+    decided_moves: object
+
+
 @dataclass(frozen=True, slots=True)
 class Timing:
     """The fields of a schedule that decide when it fires."""
@@ -338,6 +356,28 @@ class Timing:
     # excluded, that ran or landed before a change of the excluded days (``replan_calendar``):
     # none of them moves anywhere any more.
     decided: tuple[tuple[datetime, datetime], ...] = ()
+
+    @classmethod
+    def of(cls, fields: TimingFields, calendar: DayCalendar | None = None) -> Timing:
+        """The timing of a schedule's row (a ``Schedule``, or a row a query read with its
+        fields), with its calendars' excluded days (``calendar``) and, when it has them, the
+        moves a change of those days decided (its ``decided_moves``)."""
+        return cls(
+            kind=fields.kind,
+            cron=fields.cron,
+            interval=fields.interval,
+            run_at=fields.run_at,
+            timezone=fields.timezone,
+            start_at=fields.start_at,
+            end_at=fields.end_at,
+            anchor_at=fields.anchor_at,
+            dst_gap=fields.dst_gap,
+            dst_fold=fields.dst_fold,
+            jitter=fields.jitter,
+            day_rule=fields.day_rule,
+            calendar=calendar,
+            decided=decided_moves(fields.decided_moves) if calendar is not None else (),
+        )
 
     def validate(self) -> dict[str, str]:
         """Field name -> message for every problem; empty when the timing can be evaluated."""

@@ -1258,8 +1258,9 @@ def replan_calendar(
 
     - skipping: the next run is the new timeline's first moment after the mark. A day
       the old days excluded, whose marker the schedule passed, stays passed up to ``now``
-      (its later moments run if the day is no longer excluded). A day excluded after it
-      began is marked from its next moment on (the claim records it once).
+      (its later moments run if the day is no longer excluded); a marker not yet claimed
+      recorded nothing, so the day's moments after the mark are late. A day excluded after
+      it began is marked from its next moment on (the claim records it once).
     - moving: an occurrence is known by where it comes from (its own local time on its own
       day). One that ran, or that landed at or before the mark, is ``decided``: it moves
       nowhere any more (the walk passes over it). One that was moved and had not run
@@ -1312,7 +1313,10 @@ def _skipping_next(
     """``replan_calendar`` for a schedule that skips excluded days."""
     after = mark
     passed = old.calendar.span_at(mark) if old.calendar is not None else None
-    if passed is not None:  # its marker was recorded: the day is passed over up to now
+    if passed is not None and not passed.start <= anchor < passed.end:
+        # Its marker was recorded (the schedule is past the day): passed over up to now.
+        # A marker still pending (the scheduler behind) recorded nothing: what the day
+        # holds after the mark is late, for the catch-up policy.
         after = max(mark, min(now, passed.end - ONE_MS))
     elif new.calendar is not None and (entered := new.calendar.span_at(mark)) is not None:
         # Excluded after it began: the day's next moment is its marker.

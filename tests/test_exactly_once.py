@@ -324,6 +324,32 @@ def test_a_day_excluded_after_it_began_records_its_remaining_runs(sim: Simulatio
     assert not [at for at in fired(hourly) if utc("2026-03-30T11:00") <= at < utc(TUESDAY)]
 
 
+def test_a_day_excluded_and_opened_again_before_its_marker_was_claimed_loses_nothing(
+    sim: Simulation,
+) -> None:
+    """Found by the chaos test: the scheduler is behind (10:00 fired, then down); at 13:30
+    Monday is excluded (its next run becomes the day's marker, 11:00, not yet claimed); at
+    14:30 the exclusion is removed. The re-plan took the marker as recorded and passed the
+    day over up to now: 11:00-14:00 neither ran nor were recorded. They are late instead,
+    under the catch-up policy ("latest": 14:00 fires, the others are recorded missed)."""
+    hols = calendar("hols")
+    hourly = create("hourly", cron="0 * * * *", timezone="UTC", calendars=["hols"])
+    sim.run_until(utc("2026-03-30T10:30"))
+    sim.at(utc("2026-03-30T13:30"))
+    set_days(hols, MONDAY)
+    hourly.refresh_from_db()
+    assert hourly.next_run_at == utc("2026-03-30T11:00")
+    sim.at(utc("2026-03-30T14:30"))
+    set_days(hols)
+    sim.run_until(utc("2026-03-30T16:30"))
+
+    assert_each_ran_once(hourly)
+    accounted = set(fired(hourly)) | {at for at, _ in skipped(hourly)}
+    monday = [utc("2026-03-30T00:00") + timedelta(hours=h) for h in range(17)]
+    assert [at for at in monday if at not in accounted] == []
+    assert utc("2026-03-30T14:00") in fired(hourly)
+
+
 def test_an_occurrence_that_cannot_move_is_recorded_once_a_day(sim: Simulation) -> None:
     """Issue 32, item 10: an hourly schedule on "next business day" before a 45-day
     closure left 24 calendar records for one day (no business day within 31 days)."""

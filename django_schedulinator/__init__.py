@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .declared import scheduled
-from .registry import registry, task
+from django_schedulinator.declared import scheduled
+from django_schedulinator.registry import registry, task
 
 # The one place the version is written: pyproject.toml's metadata reads it from here (setuptools
 # parses this line, without importing the package), so it must stay a plain string literal.
@@ -21,11 +21,11 @@ def __getattr__(name: str) -> Any:
     # Lazy so that importing the package (for @task) never loads models before the app
     # registry is ready.
     if name == "resync_schedules":
-        from .sync import resync_schedules
+        from django_schedulinator.sync import resync_schedules
 
         return resync_schedules
     if name == "DatabaseNow":
-        from .dbclock import DatabaseNow
+        from django_schedulinator.dbclock import DatabaseNow
 
         return DatabaseNow
     raise AttributeError(name)

@@ -41,9 +41,9 @@ from django.db import router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Greatest
 
-from . import clock, ledger, outbox, services, signals
-from .index import DueIndex, get_index
-from .models import Run, Schedule
+from django_schedulinator import clock, ledger, outbox, services, signals
+from django_schedulinator.index import DueIndex, get_index
+from django_schedulinator.models import Run, Schedule
 
 logger = logging.getLogger("django_schedulinator.alerts")
 

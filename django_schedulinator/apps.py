@@ -15,11 +15,15 @@ class SchedulinatorConfig(AppConfig):
         from django.utils.module_loading import autodiscover_modules
 
         # Imported for what they register: the checks, and the built-in command task.
-        from . import checks, command_task  # noqa: F401
-        from .conf import app_settings
-        from .models import Schedule
-        from .notify import connect_receivers, settings_changed
-        from .receivers import replan_after_migrate, schedule_changed, sync_after_migrate
+        from django_schedulinator import checks, command_task  # noqa: F401
+        from django_schedulinator.conf import app_settings
+        from django_schedulinator.models import Schedule
+        from django_schedulinator.notify import connect_receivers, settings_changed
+        from django_schedulinator.receivers import (
+            replan_after_migrate,
+            schedule_changed,
+            sync_after_migrate,
+        )
 
         post_migrate.connect(
             replan_after_migrate, sender=self, dispatch_uid="schedulinator_zone_rules"
@@ -33,17 +37,17 @@ class SchedulinatorConfig(AppConfig):
         connect_receivers()
         setting_changed.connect(settings_changed, dispatch_uid="schedulinator_notify_settings")
         # The dispatcher aliases follow the setting (override_settings), as Django's caches.
-        from .dispatch import settings_changed as dispatchers_changed
+        from django_schedulinator.dispatch import settings_changed as dispatchers_changed
 
         setting_changed.connect(dispatchers_changed, dispatch_uid="schedulinator_dispatchers")
         autodiscover_modules(app_settings.TASKS_MODULE)
         # Outcomes of Django tasks come back through that framework's signals, if installed.
-        from .dispatch.tasks import connect_signals
+        from django_schedulinator.dispatch.tasks import connect_signals
 
         connect_signals()
         # Sentry Crons check-ins, when SENTRY_CRONS is on and sentry-sdk is installed; again
         # whenever the setting changes (override_settings).
-        from .contrib import sentry
+        from django_schedulinator.contrib import sentry
 
         sentry.connect()
         setting_changed.connect(sentry.connect, dispatch_uid="schedulinator_sentry_setting")

@@ -15,9 +15,9 @@ from datetime import UTC, date, tzinfo
 
 from django.core.exceptions import ValidationError
 
-from . import ical, timing
-from .errors import TimingError
-from .models import Calendar
+from django_schedulinator import ical, timing
+from django_schedulinator.errors import TimingError
+from django_schedulinator.models import Calendar
 
 # Filling a calendar from a source: the years it covers by default, around the current one.
 YEARS_BEFORE = 1

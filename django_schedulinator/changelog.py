@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-    from .models import Schedule, ScheduleChange
+    from django_schedulinator.models import Schedule, ScheduleChange
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +46,7 @@ def snapshot(schedule: Schedule | None) -> dict[str, Any]:
 
 def diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
     """``{field: [before, after]}`` for each tracked field whose value differs."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     return {
         name: [before.get(name), after.get(name)]
@@ -63,7 +63,7 @@ def record_many(
     using: str | None = None,
 ) -> None:
     """Write one entry per (schedule, changes), in one insert (a re-plan of thousands)."""
-    from .models import ScheduleChange
+    from django_schedulinator.models import ScheduleChange
 
     if entries:
         ScheduleChange.objects.using(using).bulk_create(
@@ -88,7 +88,7 @@ def record(
 def _entry(
     schedule: Schedule, origin: Origin, action: str, changes: dict[str, Any] | None
 ) -> ScheduleChange:
-    from .models import Schedule, ScheduleChange
+    from django_schedulinator.models import Schedule, ScheduleChange
 
     actor = origin.user
     user = actor if actor is not None and actor.is_authenticated else None

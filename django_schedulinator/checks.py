@@ -8,9 +8,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from . import connection
-from .conf import DEFAULTS, SETTING_NAME, app_settings
-from .management import run_command
+from django_schedulinator import connection
+from django_schedulinator.conf import DEFAULTS, SETTING_NAME, app_settings
+from django_schedulinator.management import run_command
 
 REDIS_BACKEND = "django_redis.cache.RedisCache"
 
@@ -64,7 +64,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def dispatcher_messages(*, connect: bool) -> list[CheckMessage]:
     """Each dispatcher alias: its BACKEND and OPTIONS (E004), then its own checks; with
     ``connect``, whether what it hands off to can be reached."""
-    from .dispatch import dispatchers
+    from django_schedulinator.dispatch import dispatchers
 
     messages: list[CheckMessage] = []
     for alias in dispatchers.aliases():
@@ -95,8 +95,8 @@ def check_dispatchers(
 def check_index(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    from .health import eviction_risk
-    from .index import get_index
+    from django_schedulinator.health import eviction_risk
+    from django_schedulinator.index import get_index
 
     if not databases:  # only under `check --database`: it talks to Redis
         return []
@@ -153,7 +153,7 @@ def check_notify(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The notifier of missed runs: a BACKEND that cannot be used (E050), OPTIONS it does
     not take or that name what is not configured, such as a webhook target (E051); a mail
     notifier set up explicitly with nobody in ADMINS (W050)."""
-    from .notify import WHERE, MailNotifier, backend_class
+    from django_schedulinator.notify import WHERE, MailNotifier, backend_class
 
     try:
         config = app_settings.NOTIFY
@@ -195,7 +195,7 @@ def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     migrate) of all the others; the sync leaves it out and logs it, and
     ``sync_schedules --dry-run`` exits 1 on it, to gate a deploy. A clash with a schedule
     made by hand needs the database: that command finds it too."""
-    from .declared import validated
+    from django_schedulinator.declared import validated
 
     try:
         _, problems = validated()
@@ -213,7 +213,7 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     an option the command does not take, a flag listed for an option that takes a value
     (or values for a flag). Warnings, like W030: the schedules that use such an entry are
     refused when saved and when run, and the schedulers of all the others go on."""
-    from .command_task import disagreements
+    from django_schedulinator.command_task import disagreements
 
     try:
         commands = app_settings.COMMANDS
@@ -234,7 +234,7 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_sentry(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """SENTRY_CRONS switched on: sentry-sdk must be installed (E070), and initialised with a
     DSN in this process (W070), or no check-in is ever sent."""
-    from .contrib import sentry
+    from django_schedulinator.contrib import sentry
 
     if sentry.switched_on() is None:  # off, or invalid: E001 says so
         return []
@@ -268,7 +268,7 @@ def check_zone_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     slim container) reads the package's instead, and computes other next runs for a zone
     whose rules differ between the two: a concern of hosts that run in production, not of a
     laptop's."""
-    from . import zonedata
+    from django_schedulinator import zonedata
 
     system, package = zonedata.system(), zonedata.package()
     if system is None or package is None or system.version == package.version:

@@ -17,20 +17,20 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from . import alerts, clock, notify, retention, timing
-from .claiming import Counters
-from .conf import app_settings
-from .errors import RebuildInProgress
-from .health import check_drift, eviction_risk, record_drift
-from .management import run_command
-from .rebuild import rebuild_index
-from .reconcile import reconcile
-from .retention import Pruner, PruneReport
-from .transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator import alerts, clock, notify, retention, timing
+from django_schedulinator.claiming import Counters
+from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.health import check_drift, eviction_risk, record_drift
+from django_schedulinator.management import run_command
+from django_schedulinator.rebuild import rebuild_index
+from django_schedulinator.reconcile import reconcile
+from django_schedulinator.retention import Pruner, PruneReport
+from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer
-    from .index import DueIndex
+    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.index import DueIndex
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -32,13 +32,22 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, connections, router
 
-from . import clock, ledger, outcomes, services, signals, timing, zonedata
-from .conf import app_settings
-from .dispatch.base import BaseDispatcher, Occurrence
-from .errors import OutdatedZoneRules, TimingError
-from .index import FORGET, REMOVE, REQUEUE, SET, Change, ClaimedBatch, DueIndex, get_index
-from .keys import occurrence_key
-from .models import (
+from django_schedulinator import clock, ledger, outcomes, services, signals, timing, zonedata
+from django_schedulinator.conf import app_settings
+from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
+from django_schedulinator.errors import OutdatedZoneRules, TimingError
+from django_schedulinator.index import (
+    FORGET,
+    REMOVE,
+    REQUEUE,
+    SET,
+    Change,
+    ClaimedBatch,
+    DueIndex,
+    get_index,
+)
+from django_schedulinator.keys import occurrence_key
+from django_schedulinator.models import (
     Run,
     Schedule,
     ZoneRules,
@@ -47,12 +56,19 @@ from .models import (
     day_calendar,
     load_calendars,
 )
-from .outcomes import Reported
-from .querysets import Advance, ClaimedRuns, NewRun, PreparedQuery, is_lock_timeout, json_ids
-from .sync import belongs_in_index, change_for_row
+from django_schedulinator.outcomes import Reported
+from django_schedulinator.querysets import (
+    Advance,
+    ClaimedRuns,
+    NewRun,
+    PreparedQuery,
+    is_lock_timeout,
+    json_ids,
+)
+from django_schedulinator.sync import belongs_in_index, change_for_row
 
 if TYPE_CHECKING:
-    from .metrics import Metrics
+    from django_schedulinator.metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.claiming")
 

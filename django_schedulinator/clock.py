@@ -21,8 +21,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import timing
-from .connection import get_redis
+from django_schedulinator import timing
+from django_schedulinator.connection import get_redis
 
 logger = logging.getLogger("django_schedulinator.clock")
 

@@ -32,9 +32,9 @@ from typing import Any
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import CommandError
 
-from .conf import AllowedCommand, app_settings
-from .errors import CommandFailed, CommandRefused
-from .registry import task
+from django_schedulinator.conf import AllowedCommand, app_settings
+from django_schedulinator.errors import CommandFailed, CommandRefused
+from django_schedulinator.registry import task
 
 NAME = "django_schedulinator.command"
 MAX_OUTPUT_CHARS = 4000

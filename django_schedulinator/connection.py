@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .conf import SETTING_NAME, RedisConfig, app_settings
+from django_schedulinator.conf import SETTING_NAME, RedisConfig, app_settings
 
 _lock = threading.Lock()
 # The client built from SCHEDULINATOR["REDIS"], with the configuration it was built from:

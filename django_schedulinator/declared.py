@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
-from .errors import validation_message
-from .registry import qualified_name, registry
+from django_schedulinator.errors import validation_message
+from django_schedulinator.registry import qualified_name, registry
 
 if TYPE_CHECKING:
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
 logger = logging.getLogger("django_schedulinator.declared")
 
@@ -60,7 +60,7 @@ NOT_DEFINITION = ("name", *PAUSE_STATE)
 
 def definition_fields() -> tuple[str, ...]:
     """The settings a declaration owns (read-only elsewhere while it is declared)."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     return tuple(f for f in Schedule.SETTINGS_FIELDS if f not in NOT_DEFINITION)
 
@@ -157,7 +157,7 @@ class Declared(NamedTuple):
 
 def declared() -> Declared:
     """Every declaration: decorators, then the setting."""
-    from .conf import app_settings
+    from django_schedulinator.conf import app_settings
 
     found = {d.name: d for d in declarations.decorated()}
     names = set(found)
@@ -189,7 +189,7 @@ def declared_names() -> set[str]:
 def candidate(declaration: Declaration) -> Schedule:
     """The schedule a declaration stands for, validated by the model (``ValidationError``
     or ``ImproperlyConfigured`` says what is wrong)."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     schedule = Schedule(
         name=declaration.name, declared_in=declaration.declared_in, **declaration.fields()
@@ -264,8 +264,8 @@ def plan() -> Plan:
     """Compare the declarations with the table (read only)."""
     from django.db.models import Q
 
-    from . import changelog, clock
-    from .models import Schedule
+    from django_schedulinator import changelog, clock
+    from django_schedulinator.models import Schedule
 
     result = Plan()
     found = declared()
@@ -310,7 +310,7 @@ def plan() -> Plan:
 def _created_by_code(row: Schedule) -> bool:
     """Whether the sync created this row, which is not declared now: it left the code,
     and a declaration of its name brings it back (one made by hand is a conflict)."""
-    from .models import ScheduleChange
+    from django_schedulinator.models import ScheduleChange
 
     return ScheduleChange.objects.filter(
         schedule=row, action=ScheduleChange.Action.CREATED, source=ScheduleChange.Source.CODE
@@ -320,7 +320,7 @@ def _created_by_code(row: Schedule) -> bool:
 def _made_by(row: Schedule) -> str:
     """How a schedule made by hand came to be, from its change log: "made in the admin by
     alice on 2026-11-25"."""
-    from .models import ScheduleChange
+    from django_schedulinator.models import ScheduleChange
 
     created = (
         ScheduleChange.objects.filter(schedule=row, action=ScheduleChange.Action.CREATED)

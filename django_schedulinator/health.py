@@ -23,13 +23,13 @@ from typing import Any
 from django.db import router
 from django.db.models import Max, Min
 
-from . import outbox, timing
-from .conf import app_settings
-from .heartbeat import Heartbeat, alive
-from .index import DueIndex, get_index
-from .management import run_command
-from .scopes import Scope, runs_in, schedules_in, shown
-from .sync import IN_INDEX, change_for_row
+from django_schedulinator import outbox, timing
+from django_schedulinator.conf import app_settings
+from django_schedulinator.heartbeat import Heartbeat, alive
+from django_schedulinator.index import DueIndex, get_index
+from django_schedulinator.management import run_command
+from django_schedulinator.scopes import Scope, runs_in, schedules_in, shown
+from django_schedulinator.sync import IN_INDEX, change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")
@@ -94,7 +94,7 @@ def check_drift(
     """Compare the index with the rows: counts, and a random sample in both directions
     (entries from every shard, ``sample`` in all, and rows from a random point). Under a
     ``scope``, of its schedules: its rows, and the entries picked that are theirs."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     index = index or get_index()
     size = sample or app_settings.DRIFT_SAMPLE_SIZE
@@ -143,7 +143,7 @@ def record_drift(index: DueIndex, report: DriftReport) -> None:
 
 
 def _compare(index: DueIndex, db: str, ids: set[int]) -> tuple[list[int], list[int]]:
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     if not ids:
         return [], []
@@ -224,7 +224,7 @@ def index_status(
     from django.db.models import Count, Q
     from django.utils import timezone
 
-    from .models import Run, Schedule
+    from django_schedulinator.models import Run, Schedule
 
     index = index or get_index()
     db = using or router.db_for_write(Schedule)
@@ -328,8 +328,8 @@ def dispatcher_status(
     from django.core.exceptions import ImproperlyConfigured
     from django.db.models import Count, Q
 
-    from .dispatch import dispatchers
-    from .models import Run
+    from django_schedulinator.dispatch import dispatchers
+    from django_schedulinator.models import Run
 
     db = using or router.db_for_write(Run)
     counts: dict[str, dict[str, Any]] = {
@@ -479,8 +479,8 @@ def cluster_status(
     DEFAULT_MAX_LAG_SECONDS), the dispatchers' waiting runs and the auto-paused schedules,
     with the problems and warnings they make; under a ``scope``, of its schedules. Raises
     what Redis or the database raise when they cannot be reached."""
-    from .models import Schedule
-    from .outcomes import AUTO_PAUSE_NOTE
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 
     index = index or get_index()
     db = using or router.db_for_write(Schedule)

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import __version__, timing
-from .conf import app_settings
-from .index import DueIndex, get_index
+from django_schedulinator import __version__, timing
+from django_schedulinator.conf import app_settings
+from django_schedulinator.index import DueIndex, get_index
 
 if TYPE_CHECKING:
-    from .claiming import Counters
+    from django_schedulinator.claiming import Counters
 
 logger = logging.getLogger("django_schedulinator.heartbeat")
 

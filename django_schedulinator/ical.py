@@ -43,7 +43,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from .models import MAX_DAYS
+from django_schedulinator.models import MAX_DAYS
 
 MAX_OCCURRENCE_DAYS = 100_000
 MAX_WALK = 500_000

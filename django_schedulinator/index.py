@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal, NamedTuple
 
-from .conf import app_settings
-from .connection import get_redis
-from .errors import RebuildInProgress
+from django_schedulinator.conf import app_settings
+from django_schedulinator.connection import get_redis
+from django_schedulinator.errors import RebuildInProgress
 
 logger = logging.getLogger("django_schedulinator.index")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from . import timing
-from .errors import InvalidKey
+from django_schedulinator import timing
+from django_schedulinator.errors import InvalidKey
 
 # ASCII digits only: str.isdigit() and int() also take "²" and other scripts' digits.
 KEY_PATTERN = re.compile(r"([0-9]{1,19}):(-?[0-9]{1,15})")

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
-from . import notify
-from .claiming import Counters
-from .dispatch import (
+from django_schedulinator import notify
+from django_schedulinator.claiming import Counters
+from django_schedulinator.dispatch import (
     DEFAULT_ALIAS,
     BaseDispatcher,
     Occurrence,
@@ -32,15 +32,15 @@ from .dispatch import (
     Progress,
     dispatchers,
 )
-from .leases import Leased, LeaseKeeper
-from .progress import BatchProgress
-from .recording import OutcomeRecorder
-from .statuses import OutcomeStatus
-from .transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.leases import Leased, LeaseKeeper
+from django_schedulinator.progress import BatchProgress
+from django_schedulinator.recording import OutcomeRecorder
+from django_schedulinator.statuses import OutcomeStatus
+from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer
-    from .metrics import Metrics
+    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from .dispatch import Occurrence
-from .transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.dispatch import Occurrence
+from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer
-    from .progress import BatchProgress
+    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.progress import BatchProgress
 
 logger = logging.getLogger("django_schedulinator.worker")
 

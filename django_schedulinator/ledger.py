@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 from django.db.models import F, Q, Value
 from django.db.models.functions import Coalesce
 
-from . import timing
-from .models import Run, Schedule, alert_time
-from .querysets import NewRun, json_ids, per_row
-from .statuses import OutcomeStatus
+from django_schedulinator import timing
+from django_schedulinator.models import Run, Schedule, alert_time
+from django_schedulinator.querysets import NewRun, json_ids, per_row
+from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
-    from .dispatch.base import Outcome
+    from django_schedulinator.dispatch.base import Outcome
 
 
 def record_claimed(

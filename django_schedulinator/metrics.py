@@ -39,15 +39,15 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from . import __version__, reconcile, timing
-from .conf import app_settings
-from .health import DispatcherStatus, dispatcher_status
-from .index import DueIndex
-from .probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
+from django_schedulinator import __version__, reconcile, timing
+from django_schedulinator.conf import app_settings
+from django_schedulinator.health import DispatcherStatus, dispatcher_status
+from django_schedulinator.index import DueIndex
+from django_schedulinator.probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
 
 if TYPE_CHECKING:
-    from .dispatch.base import Occurrence, Outcome
-    from .worker import Worker
+    from django_schedulinator.dispatch.base import Occurrence, Outcome
+    from django_schedulinator.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.metrics")
 

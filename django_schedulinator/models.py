@@ -19,16 +19,16 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from . import clock, statuses, timing
-from .conf import app_settings
-from .dbclock import DatabaseClockField
-from .dispatch import DEFAULT_ALIAS, dispatchers
-from .errors import TimingError
-from .keys import occurrence_key
-from .querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
-from .registry import registry
-from .statuses import RunStatus
-from .validators import (
+from django_schedulinator import clock, statuses, timing
+from django_schedulinator.conf import app_settings
+from django_schedulinator.dbclock import DatabaseClockField
+from django_schedulinator.dispatch import DEFAULT_ALIAS, dispatchers
+from django_schedulinator.errors import TimingError
+from django_schedulinator.keys import occurrence_key
+from django_schedulinator.querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
+from django_schedulinator.registry import registry
+from django_schedulinator.statuses import RunStatus
+from django_schedulinator.validators import (
     StrOrPromise,
     grace_errors,
     json_too_deep,

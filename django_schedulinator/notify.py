@@ -53,13 +53,13 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from . import clock, outbox, signals, timing
-from .alerts import REASONS
-from .conf import SETTING_NAME, NotifyConfig, app_settings
-from .dispatch.base import Option
-from .errors import NotifyError, TimingError
-from .models import Notification, Schedule
-from .statuses import RunStatus
+from django_schedulinator import clock, outbox, signals, timing
+from django_schedulinator.alerts import REASONS
+from django_schedulinator.conf import SETTING_NAME, NotifyConfig, app_settings
+from django_schedulinator.dispatch.base import Option
+from django_schedulinator.errors import NotifyError, TimingError
+from django_schedulinator.models import Notification, Schedule
+from django_schedulinator.statuses import RunStatus
 
 logger = logging.getLogger("django_schedulinator.notify")
 
@@ -301,7 +301,7 @@ class WebhookNotifier(BaseNotifier):
     def notify(self, event: Event) -> None:
         import httpx
 
-        from .dispatch.webhook import sign
+        from django_schedulinator.dispatch.webhook import sign
 
         target, timeout = _target(self.settings["DISPATCHER"], self.settings["TARGET"])
         body = json.dumps(event.as_dict(), separators=(",", ":")).encode()
@@ -325,8 +325,8 @@ class WebhookNotifier(BaseNotifier):
 def _target(alias: str, name: str) -> tuple[dict[str, str], float]:
     """The URL and secret of the target ``name`` of the webhook alias ``alias``, and the
     alias's timeout; ImproperlyConfigured, saying what is missing, otherwise."""
-    from .dispatch import dispatchers
-    from .dispatch.webhook import WebhookDispatcher
+    from django_schedulinator.dispatch import dispatchers
+    from django_schedulinator.dispatch.webhook import WebhookDispatcher
 
     dispatcher = dispatchers[alias]  # an alias that is not configured says so
     if not isinstance(dispatcher, WebhookDispatcher):

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, F, Q
 
-from .conf import app_settings
-from .ledger import Retry
-from .models import Notification
+from django_schedulinator.conf import app_settings
+from django_schedulinator.ledger import Retry
+from django_schedulinator.models import Notification
 
 if TYPE_CHECKING:
-    from .alerts import Missed
+    from django_schedulinator.alerts import Missed
 
 # Entries one claim takes at most: one message carries at most that many misses.
 CLAIM_BATCH = 5000

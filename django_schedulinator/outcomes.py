@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from . import clock, ledger, signals, streaks
-from .keys import occurrence_key, parse_key
-from .models import Run
-from .querysets import json_ids
-from .statuses import OutcomeStatus, ReportedStatus
+from django_schedulinator import clock, ledger, signals, streaks
+from django_schedulinator.keys import occurrence_key, parse_key
+from django_schedulinator.models import Run
+from django_schedulinator.querysets import json_ids
+from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 if TYPE_CHECKING:
-    from .dispatch.base import BaseDispatcher, Outcome
-    from .index import DueIndex
+    from django_schedulinator.dispatch.base import BaseDispatcher, Outcome
+    from django_schedulinator.index import DueIndex
 
 logger = logging.getLogger("django_schedulinator.outcomes")
 
@@ -82,7 +82,7 @@ def outcome_timeout(alias: str) -> timedelta:
     """How long a handed-off run of ``alias`` counts as in progress without a report."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from .dispatch import COMMON_OPTIONS, dispatchers
+    from django_schedulinator.dispatch import COMMON_OPTIONS, dispatchers
 
     try:
         seconds = dispatchers[alias].settings["OUTCOME_TIMEOUT_SECONDS"]
@@ -269,7 +269,7 @@ def release_buffered(
     run in progress, and tell the schedulers; how many."""
     released = ledger.release_buffered(schedule_ids, now=now, using=using)
     if released:
-        from .index import get_index
+        from django_schedulinator.index import get_index
 
         (index or get_index()).wake(schedule_ids)
     return released

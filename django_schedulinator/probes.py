@@ -26,14 +26,14 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from django.db import connections, router
 
-from .conf import app_settings
-from .errors import SchedulinatorError
-from .index import DueIndex
+from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import SchedulinatorError
+from django_schedulinator.index import DueIndex
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from .worker import Worker
+    from django_schedulinator.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.probes")
 
@@ -139,7 +139,7 @@ def health(worker: Worker, *, since: float) -> tuple[bool, dict[str, Any]]:
 
 
 def _database() -> str:
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     with connections[router.db_for_write(Schedule)].cursor() as cursor:
         cursor.execute("SELECT 1")

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 from django.db import connections
 from django.utils import timezone
 
-from .dispatch import BaseDispatcher, Occurrence, Outcome, Progress
-from .outcomes import Reported
-from .transient import TRANSIENT_ERRORS
+from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
+from django_schedulinator.outcomes import Reported
+from django_schedulinator.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
-    from .claiming import Claimer
+    from django_schedulinator.claiming import Claimer
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -17,11 +17,11 @@ from django.db.models.functions import Coalesce
 from django.db.models.utils import create_namedtuple_class
 from django.utils.dateparse import parse_datetime
 
-from .dbclock import DatabaseNow
-from .statuses import UNFINISHED, RunStatus
+from django_schedulinator.dbclock import DatabaseNow
+from django_schedulinator.statuses import UNFINISHED, RunStatus
 
 if TYPE_CHECKING:
-    from .models import Run, Schedule  # noqa: F401 - named in strings below
+    from django_schedulinator.models import Run, Schedule  # noqa: F401 - named in strings below
 
 
 class Advance(NamedTuple):
@@ -683,7 +683,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         claim_token: str,
         lease_expires_at: datetime | None,
     ) -> dict[tuple[int, int], int]:
-        from .timing import to_ms
+        from django_schedulinator.timing import to_ms
 
         wanted = {(r.schedule_id, to_ms(r.scheduled_for)) for r in runs}
         before = set(self._ids_of(wanted).values())  # the ids of the runs there already
@@ -717,7 +717,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         return {k: v for k, v in self._ids_of(wanted).items() if v not in before}
 
     def _ids_of(self, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
-        from .timing import to_ms
+        from django_schedulinator.timing import to_ms
 
         found = self.filter(schedule_id__in={sid for sid, _ms in wanted}).values_list(
             "schedule_id", "scheduled_for", "pk"
@@ -799,7 +799,7 @@ def _epoch_ms(connection: Any, column: str) -> str:
 
 def _returned_ms(connection: Any, value: Any) -> int:
     """Epoch ms of a timestamp read back by a raw RETURNING (see ``_epoch_ms``)."""
-    from .timing import to_ms
+    from django_schedulinator.timing import to_ms
 
     if isinstance(value, int | Decimal):
         return int(value)

@@ -32,10 +32,10 @@ from django.db import connections, router
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from . import signals
-from .conf import app_settings
-from .errors import RebuildInProgress
-from .index import (
+from django_schedulinator import signals
+from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.index import (
     ADDED,
     FIXED,
     FORGET,
@@ -47,9 +47,9 @@ from .index import (
     ShardedIndex,
     get_index,
 )
-from .management import run_command
-from .querysets import _names, json_ids
-from .sync import INDEX_FIELDS, change_for_row, keyset_pages
+from django_schedulinator.management import run_command
+from django_schedulinator.querysets import _names, json_ids
+from django_schedulinator.sync import INDEX_FIELDS, change_for_row, keyset_pages
 
 logger = logging.getLogger("django_schedulinator.rebuild")
 
@@ -259,7 +259,7 @@ def _ever_dispatched() -> bool:
     ``LIMIT 1`` query, only on the rare pass that finds the marker missing. An index built
     but lost before anything was dispatched logs INFO: a rebuild then restores all of it.
     """
-    from .models import Run
+    from django_schedulinator.models import Run
 
     db = router.db_for_write(Run)
     return Run.objects.using(db).filter(dispatched_at__isnull=False).exists()
@@ -273,7 +273,7 @@ def _rebuild(
     chunk_size: int | None,
     progress: Callable[[int], None] | None,
 ) -> RebuildReport:
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     started = time.monotonic()
     size = chunk_size or app_settings.REBUILD_CHUNK_SIZE
@@ -361,7 +361,7 @@ def index_rows(db: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
     two timestamps per row, parsed in Python, were most of a rebuild's time (10 s of CPU
     per million rows against half a second). Elsewhere the ORM reads them (``keyset_pages``).
     """
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     connection = connections[db]
     if connection.vendor != "postgresql" or not _psycopg3():
@@ -390,7 +390,7 @@ def index_rows(db: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
 def rows_gone(db: str, ids: list[int]) -> list[int]:
     """Those of ``ids`` (ascending: rows of a chunk just read) whose rows are gone now. One
     range of the primary key, read in order, costs a tenth of looking each id up."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     rows = Schedule.objects.using(db).filter(pk__range=(ids[0], ids[-1]))
     existing = set(rows.values_list("pk", flat=True))
@@ -401,7 +401,7 @@ def missing_rows(db: str, ids: list[int]) -> list[int]:
     """Those of ``ids`` that have no row. On PostgreSQL (psycopg 3) one anti-join of an
     array sent in binary, which returns only the missing ids (the ORM's ``IN`` list sent
     every id as SQL text and read every row back: 6 s of PostgreSQL's CPU per million)."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     connection = connections[db]
     if connection.vendor != "postgresql" or not _psycopg3():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .sync import resync_on_commit
+from django_schedulinator.sync import resync_on_commit
 
 
 def schedule_changed(sender: Any, instance: Any, using: str, **kwargs: Any) -> None:
@@ -21,8 +21,8 @@ def sync_after_migrate(sender: Any, using: str, verbosity: int = 1, **kwargs: An
 
     from django.db import DatabaseError, connections, router
 
-    from .models import Schedule
-    from .services import sync_declared
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.services import sync_declared
 
     if router.db_for_write(Schedule) != using:
         return
@@ -48,8 +48,8 @@ def replan_after_migrate(sender: Any, using: str, **kwargs: Any) -> None:
 
     from django.db import connections, router
 
-    from .models import ZoneRules
-    from .services import replan_for_zone_rules
+    from django_schedulinator.models import ZoneRules
+    from django_schedulinator.services import replan_for_zone_rules
 
     if router.db_for_write(ZoneRules) != using:
         return

@@ -30,10 +30,10 @@ from typing import Any, NamedTuple
 from django.db import router
 from django.db.models import Q
 
-from .conf import app_settings
-from .dbclock import database_now
-from .index import HEAL_REMOVE, HEAL_SET, SET, ApplyResult, DueIndex, get_index
-from .sync import INDEX_FIELDS, change_for_row
+from django_schedulinator.conf import app_settings
+from django_schedulinator.dbclock import database_now
+from django_schedulinator.index import HEAL_REMOVE, HEAL_SET, SET, ApplyResult, DueIndex, get_index
+from django_schedulinator.sync import INDEX_FIELDS, change_for_row
 
 # Where updated_at is in the rows read: after the fields of the index entry.
 UPDATED_AT = len(INDEX_FIELDS)
@@ -84,7 +84,7 @@ def reconcile(
     (``RECONCILE_MAX_SECONDS``) have passed on a monotonic clock; the scheduler calls it
     again after its next claim pass until it has caught up.
     """
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     index = index or get_index()
     if not index.is_built():
@@ -142,7 +142,7 @@ def lag(index: DueIndex | None = None, *, using: str | None = None) -> float | N
     the database's clock: 0 when it has read every change (a change within ``SETTLE`` of
     now is left for its own index write, so up to ``SETTLE`` plus ``RECONCILE_SECONDS`` is
     usual). None before reconcile first ran against this index. One indexed query."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     index = index or get_index()
     cursor = index.reconcile_cursor()
@@ -181,7 +181,7 @@ def _batch(
     read once the database's clock reaches it, and does not carry the watermark past the
     rows saved until then.
     """
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     since = datetime.fromisoformat(cursor.since)
     rows: list[tuple[Any, ...]] = list(

@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from . import notify
-from .dispatch import dispatchers
-from .progress import record_while_leased
-from .transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator import notify
+from django_schedulinator.dispatch import dispatchers
+from django_schedulinator.progress import record_while_leased
+from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .claiming import Claimer
-    from .dispatch import BaseDispatcher, Outcome
-    from .leases import LeaseKeeper
-    from .outcomes import Reported
-    from .progress import BatchProgress
+    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.dispatch import BaseDispatcher, Outcome
+    from django_schedulinator.leases import LeaseKeeper
+    from django_schedulinator.outcomes import Reported
+    from django_schedulinator.progress import BatchProgress
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -17,7 +17,7 @@ from typing import Any, TypeVar, overload
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 
-from .errors import TaskTimedOut, UnknownTask
+from django_schedulinator.errors import TaskTimedOut, UnknownTask
 
 F = TypeVar("F", bound=Callable[..., Any])
 

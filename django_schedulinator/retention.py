@@ -51,9 +51,14 @@ from typing import Any
 from django.db import OperationalError, connections, router, transaction
 from django.db.models import OuterRef, Q, Subquery
 
-from .conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, MAX_RETENTION_SECONDS, app_settings
-from .models import PrunedRuns, Run, Schedule, ScheduleChange
-from .querysets import is_lock_timeout, json_ids, json_rows, json_time
+from django_schedulinator.conf import (
+    MAX_KEEP_LAST,
+    MAX_PRUNE_BATCH_SIZE,
+    MAX_RETENTION_SECONDS,
+    app_settings,
+)
+from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
+from django_schedulinator.querysets import is_lock_timeout, json_ids, json_rows, json_time
 
 logger = logging.getLogger("django_schedulinator.retention")
 

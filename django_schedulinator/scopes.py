@@ -23,14 +23,14 @@ from django.db.models import QuerySet
 if TYPE_CHECKING:
     from django.http import HttpRequest
 
-    from .models import Run, Schedule
+    from django_schedulinator.models import Run, Schedule
 
 Scope: TypeAlias = "QuerySet[Schedule] | None"
 
 
 def schedules_in(scope: Scope, using: str) -> QuerySet[Schedule]:
     """The schedules of ``scope`` on the database ``using``."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     rows = Schedule.objects.using(using)
     return rows if scope is None else rows.filter(pk__in=scope.values("pk"))
@@ -38,7 +38,7 @@ def schedules_in(scope: Scope, using: str) -> QuerySet[Schedule]:
 
 def runs_in(scope: Scope, using: str) -> QuerySet[Run]:
     """The runs of the schedules of ``scope`` on the database ``using``."""
-    from .models import Run
+    from django_schedulinator.models import Run
 
     rows = Run.objects.using(using)
     return rows if scope is None else rows.filter(schedule__in=scope.values("pk"))

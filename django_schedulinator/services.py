@@ -34,10 +34,20 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from . import calendars, changelog, clock, declared, ledger, signals, sync, timing, zonedata
-from .changelog import Origin
-from .conf import app_settings
-from .errors import (
+from django_schedulinator import (
+    calendars,
+    changelog,
+    clock,
+    declared,
+    ledger,
+    signals,
+    sync,
+    timing,
+    zonedata,
+)
+from django_schedulinator.changelog import Origin
+from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import (
     DeclaredInCode,
     OutdatedZoneRules,
     PrunedRange,
@@ -46,8 +56,8 @@ from .errors import (
     TimingError,
     VersionConflict,
 )
-from .index import ApplyResult, get_index
-from .models import (
+from django_schedulinator.index import ApplyResult, get_index
+from django_schedulinator.models import (
     MAX_DAYS,
     Calendar,
     ExcludedDay,
@@ -60,7 +70,7 @@ from .models import (
     load_calendars,
     new_stamp,
 )
-from .querysets import (
+from django_schedulinator.querysets import (
     Advance,
     Advanced,
     ClaimedRuns,
@@ -69,8 +79,8 @@ from .querysets import (
     json_time,
     per_row,
 )
-from .registry import registry
-from .scopes import Scope, schedules_in
+from django_schedulinator.registry import registry
+from django_schedulinator.scopes import Scope, schedules_in
 
 __all__ = [
     "PYTHON",

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from . import signals, sync
-from .index import DueIndex
-from .models import Run, Schedule, ScheduleChange
-from .querysets import json_ids
+from django_schedulinator import signals, sync
+from django_schedulinator.index import DueIndex
+from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.querysets import json_ids
 
 
 def lock_streaks(succeeded: Collection[int], failing: Collection[int], *, using: str) -> list[int]:

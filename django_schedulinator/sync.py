@@ -16,10 +16,18 @@ from typing import Any
 from django.db import models, router, transaction
 from django.db.models import Q
 
-from . import timing
-from .conf import app_settings
-from .index import FORGET, REMOVE, SET, ApplyResult, Change, DueIndex, get_index
-from .management import run_command
+from django_schedulinator import timing
+from django_schedulinator.conf import app_settings
+from django_schedulinator.index import (
+    FORGET,
+    REMOVE,
+    SET,
+    ApplyResult,
+    Change,
+    DueIndex,
+    get_index,
+)
+from django_schedulinator.management import run_command
 
 logger = logging.getLogger("django_schedulinator.sync")
 
@@ -68,7 +76,7 @@ def resync_schedules(
     or None for every schedule. Ids whose rows no longer exist leave the index. Safe to call
     at any time and from any process: writes are guarded by the row revision.
     """
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     index = index or get_index()
     db = using or router.db_for_write(Schedule)
@@ -88,7 +96,7 @@ def resync_schedules(
 
 def changes_for_ids(ids: list[int], db: str) -> list[Change]:
     """Changes for explicit ids: an id whose row is gone leaves the index."""
-    from .models import Schedule
+    from django_schedulinator.models import Schedule
 
     rows = {
         row[0]: row

@@ -62,7 +62,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .errors import TimingError
+from django_schedulinator.errors import TimingError
 
 CRON = "cron"
 INTERVAL = "interval"

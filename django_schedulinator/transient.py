@@ -12,7 +12,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.backends.signals import connection_created
 from redis import exceptions as redis_errors
 
-from .conf import app_settings
+from django_schedulinator.conf import app_settings
 
 # Connections that drop come back, a Redis that is loading its data or failing over becomes
 # writable again; a missing table or bad SQL does not, and must surface.

@@ -14,8 +14,8 @@ from django.core.exceptions import ValidationError
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from .conf import MAX_JSON_DEPTH, app_settings
-from .registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, registry
+from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
+from django_schedulinator.registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, registry
 
 StrOrPromise = str | Promise  # a message, translated when shown
 

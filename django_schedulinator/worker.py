@@ -28,22 +28,22 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.utils import timezone
 
-from . import notify
-from .chores import Chores
-from .claiming import Claimer, Counters, Plan
-from .conf import MAX_BATCH_SIZE, app_settings
-from .dispatch import BaseDispatcher, dispatchers
-from .errors import OutdatedZoneRules
-from .heartbeat import HeartbeatKeeper
-from .index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
-from .lanes import STOP_RECORD_SECONDS, Lanes
-from .leases import Leased
-from .pipeline import CommitStage
-from .rebuild import ensure_built, layout_message
-from .transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator import notify
+from django_schedulinator.chores import Chores
+from django_schedulinator.claiming import Claimer, Counters, Plan
+from django_schedulinator.conf import MAX_BATCH_SIZE, app_settings
+from django_schedulinator.dispatch import BaseDispatcher, dispatchers
+from django_schedulinator.errors import OutdatedZoneRules
+from django_schedulinator.heartbeat import HeartbeatKeeper
+from django_schedulinator.index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
+from django_schedulinator.lanes import STOP_RECORD_SECONDS, Lanes
+from django_schedulinator.leases import Leased
+from django_schedulinator.pipeline import CommitStage
+from django_schedulinator.rebuild import ensure_built, layout_message
+from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from .metrics import Metrics
+    from django_schedulinator.metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.worker")
 

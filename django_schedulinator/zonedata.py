@@ -25,8 +25,8 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
-from . import timing
-from .errors import TimingError
+from django_schedulinator import timing
+from django_schedulinator.errors import TimingError
 
 SYSTEM = "system"
 PACKAGE = "tzdata"

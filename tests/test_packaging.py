@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import configparser
 import re
+import sysconfig
 from importlib import metadata
 from pathlib import Path
 
@@ -18,19 +19,28 @@ PROJECT = Path(__file__).resolve().parent.parent  # the clone: LICENSE, tox.ini
 DISTRIBUTION = "django-schedulinator"
 
 
+def installed() -> metadata.Distribution:
+    """The distribution pip installed (the wheel's metadata, or an editable install's), not
+    the ``.egg-info`` an editable build leaves in the clone, which is on ``sys.path`` when
+    the suite runs there and carries no license file."""
+    site = sysconfig.get_paths()["purelib"]
+    (found,) = metadata.distributions(name=DISTRIBUTION, path=[site])
+    return found
+
+
 def test_the_version_is_the_installed_distributions() -> None:
     assert django_schedulinator.__version__ == metadata.version(DISTRIBUTION)
 
 
 def test_the_license_metadata_is_the_license_file() -> None:
-    meta = metadata.metadata(DISTRIBUTION)
+    meta = installed().metadata
     assert meta["License-Expression"] == "BSD-3-Clause"
     assert meta.get_all("License-File") == ["LICENSE"]
     text = (PROJECT / "LICENSE").read_text("utf-8")
     assert text.startswith("BSD 3-Clause License\n")
     # The third clause, the one that makes it BSD-3 rather than BSD-2.
     assert "3. Neither the name of the copyright holder nor the names of its" in text
-    shipped = metadata.distribution(DISTRIBUTION).read_text("licenses/LICENSE")
+    shipped = installed().read_text("licenses/LICENSE")
     assert shipped == text
 
 

@@ -5,12 +5,12 @@ HTML in templates, every string translatable. Changes go through
 
 from __future__ import annotations
 
-from .calendars import CalendarAdmin, CalendarForm
-from .changes import ScheduleChangeAdmin
-from .display import local_time
-from .forms import JSONEditorWidget, ScheduleActionForm, ScheduleForm
-from .runs import RunAdmin
-from .schedules import ScheduleAdmin
+from django_schedulinator.admin.calendars import CalendarAdmin, CalendarForm
+from django_schedulinator.admin.changes import ScheduleChangeAdmin
+from django_schedulinator.admin.display import local_time
+from django_schedulinator.admin.forms import JSONEditorWidget, ScheduleActionForm, ScheduleForm
+from django_schedulinator.admin.runs import RunAdmin
+from django_schedulinator.admin.schedules import ScheduleAdmin
 
 __all__ = [
     "CalendarAdmin",

@@ -17,10 +17,16 @@ from django.db import router, transaction
 from django.http import HttpRequest
 from django.utils.translation import gettext, ngettext
 
-from .. import sync
-from ..errors import ServiceError
-from ..models import Schedule
-from .display import NAMES_SHOWN, error_text, names_text, runs_text, schedules_text
+from django_schedulinator import sync
+from django_schedulinator.admin.display import (
+    NAMES_SHOWN,
+    error_text,
+    names_text,
+    runs_text,
+    schedules_text,
+)
+from django_schedulinator.errors import ServiceError
+from django_schedulinator.models import Schedule
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin

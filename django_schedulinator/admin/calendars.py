@@ -21,10 +21,10 @@ from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import calendars, clock, scopes, services
-from ..changelog import Origin
-from ..models import Calendar, Schedule, ScheduleChange
-from .display import ExactTimes
+from django_schedulinator import calendars, clock, scopes, services
+from django_schedulinator.admin.display import ExactTimes
+from django_schedulinator.changelog import Origin
+from django_schedulinator.models import Calendar, Schedule, ScheduleChange
 
 WEEKDAYS = [
     (1, _("Monday")), (2, _("Tuesday")), (3, _("Wednesday")), (4, _("Thursday")),

@@ -8,9 +8,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Schedule, ScheduleChange
-from .display import summarise_changes
-from .pagination import ReadOnlyAdmin
+from django_schedulinator.admin.display import summarise_changes
+from django_schedulinator.admin.pagination import ReadOnlyAdmin
+from django_schedulinator.models import Schedule, ScheduleChange
 
 
 @admin.register(ScheduleChange)

@@ -20,9 +20,9 @@ from django.utils.text import Truncator
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext, ngettext
 
-from .. import timing
-from ..errors import TimingError
-from ..models import ScheduleChange
+from django_schedulinator import timing
+from django_schedulinator.errors import TimingError
+from django_schedulinator.models import ScheduleChange
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]

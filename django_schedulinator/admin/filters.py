@@ -10,9 +10,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Run
-from ..registry import registry
-from .forecast import Family
+from django_schedulinator.admin.forecast import Family
+from django_schedulinator.models import Run
+from django_schedulinator.registry import registry
 
 UNREGISTERED = "__unregistered__"
 NEVER_RUN = "never"

@@ -44,11 +44,11 @@ from django.db.models import BigIntegerField, Case, Count, DateTimeField, F, Q, 
 from django.db.models.functions import TruncMinute
 from django.utils.translation import gettext
 
-from .. import clock, timing
-from ..errors import TimingError
-from ..models import Schedule, day_calendar
-from ..scopes import Scope, schedules_in
-from .display import exact_time
+from django_schedulinator import clock, timing
+from django_schedulinator.admin.display import exact_time
+from django_schedulinator.errors import TimingError
+from django_schedulinator.models import Schedule, day_calendar
+from django_schedulinator.scopes import Scope, schedules_in
 
 WINDOW_MINUTES = 24 * 60
 MINUTE_MS = 60_000

@@ -11,12 +11,12 @@ from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
-from .. import services
-from ..dispatch import DEFAULT_ALIAS, dispatchers
-from ..errors import ScheduleDeleted, VersionConflict
-from ..models import Calendar, Schedule
-from ..registry import registry
-from ..validators import json_text_too_deep, json_too_deep_error
+from django_schedulinator import services
+from django_schedulinator.dispatch import DEFAULT_ALIAS, dispatchers
+from django_schedulinator.errors import ScheduleDeleted, VersionConflict
+from django_schedulinator.models import Calendar, Schedule
+from django_schedulinator.registry import registry
+from django_schedulinator.validators import json_text_too_deep, json_too_deep_error
 
 
 class PrettyJSONField(forms.JSONField):

@@ -20,9 +20,9 @@ from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, 
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
-from .. import clock
-from ..models import Run
-from ..scopes import Scope, runs_in
+from django_schedulinator import clock
+from django_schedulinator.models import Run
+from django_schedulinator.scopes import Scope, runs_in
 
 RECENT = timedelta(hours=1)
 RECENT_RUNS = 10_000  # the histogram reads the last runs, at most this many

@@ -31,15 +31,15 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from .. import health, scopes
-from ..conf import app_settings
-from ..index import get_index
-from ..management import run_command
-from . import forecast, lateness, pictures
-from .display import exact_time, iso_text
+from django_schedulinator import health, scopes
+from django_schedulinator.admin import forecast, lateness, pictures
+from django_schedulinator.admin.display import exact_time, iso_text
+from django_schedulinator.conf import app_settings
+from django_schedulinator.index import get_index
+from django_schedulinator.management import run_command
 
 if TYPE_CHECKING:
-    from .schedules import ScheduleAdmin
+    from django_schedulinator.admin.schedules import ScheduleAdmin
 
 TEMPLATE = "django_schedulinator/admin/operations.html"
 DRIFT_SHOWN = 20  # late or missing schedules linked from the drift row

@@ -12,7 +12,7 @@ from django.http import HttpRequest
 from django.utils.functional import cached_property
 from django.utils.translation import gettext
 
-from .display import COUNT_LIMIT, ExactTimes, _ModelAdmin, count_at_most
+from django_schedulinator.admin.display import COUNT_LIMIT, ExactTimes, _ModelAdmin, count_at_most
 
 if TYPE_CHECKING:
     _Paginator = Paginator[Any]

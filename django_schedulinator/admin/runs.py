@@ -7,9 +7,9 @@ from django.http import HttpRequest
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
-from ..models import Run
-from .filters import MissedRunFilter
-from .pagination import ReadOnlyAdmin
+from django_schedulinator.admin.filters import MissedRunFilter
+from django_schedulinator.admin.pagination import ReadOnlyAdmin
+from django_schedulinator.models import Run
 
 
 @admin.register(Run)

@@ -25,19 +25,16 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from .. import declared, services, sync
-from ..changelog import Origin
-from ..models import Run, Schedule, ScheduleChange
-from ..querysets import ScheduleQuerySet
-from . import lateness, pictures, views
-from .actions import (
+from django_schedulinator import declared, services, sync
+from django_schedulinator.admin import lateness, pictures, views
+from django_schedulinator.admin.actions import (
     each,
     index_not_updated,
     report,
     report_failures,
     report_index_failure_on_commit,
 )
-from .display import (
+from django_schedulinator.admin.display import (
     CHANGES_SHOWN,
     COUNT_LIMIT,
     ExactTimes,
@@ -51,8 +48,16 @@ from .display import (
     runs_text,
     summarise_changes,
 )
-from .filters import LastRunStatusFilter, MissedFilter, TaskFilter, TimingGroupFilter
-from .forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
+from django_schedulinator.admin.filters import (
+    LastRunStatusFilter,
+    MissedFilter,
+    TaskFilter,
+    TimingGroupFilter,
+)
+from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
+from django_schedulinator.changelog import Origin
+from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.querysets import ScheduleQuerySet
 
 logger = logging.getLogger("django_schedulinator.admin")
 

@@ -18,15 +18,15 @@ from django.template.loader import render_to_string
 from django.urls import URLPattern, path
 from django.utils.translation import gettext
 
-from .. import timing
-from ..conf import app_settings
-from ..models import Schedule
-from .display import local_time
-from .forms import PREVIEW_FIELDS
-from .operations import operations_view
+from django_schedulinator import timing
+from django_schedulinator.admin.display import local_time
+from django_schedulinator.admin.forms import PREVIEW_FIELDS
+from django_schedulinator.admin.operations import operations_view
+from django_schedulinator.conf import app_settings
+from django_schedulinator.models import Schedule
 
 if TYPE_CHECKING:
-    from .schedules import ScheduleAdmin
+    from django_schedulinator.admin.schedules import ScheduleAdmin
 
 PREVIEW_TEMPLATE = "django_schedulinator/admin/preview.html"
 

@@ -12,7 +12,7 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import filters, serializers
 from rest_framework.request import Request
 
-from ..models import Run, Schedule, ScheduleChange
+from django_schedulinator.models import Run, Schedule, ScheduleChange
 
 
 class FilterBackend(DjangoFilterBackend):

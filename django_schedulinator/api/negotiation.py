@@ -16,8 +16,8 @@ from django.apps import apps
 from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError, ValidationError
 
-from ..conf import MAX_JSON_DEPTH
-from ..validators import JSON_TOO_DEEP, json_text_too_deep
+from django_schedulinator.conf import MAX_JSON_DEPTH
+from django_schedulinator.validators import JSON_TOO_DEEP, json_text_too_deep
 
 
 def too_deep_message() -> str:

@@ -22,9 +22,9 @@ from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
-from ..conf import app_settings
-from ..models import Schedule
-from ..scopes import Scope
+from django_schedulinator.conf import app_settings
+from django_schedulinator.models import Schedule
+from django_schedulinator.scopes import Scope
 
 # Model permissions for each HTTP method, like the admin's: reading needs "view".
 METHOD_ACTIONS = {

@@ -14,8 +14,8 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.schemas.inspectors import ViewInspector
 
-from .. import __version__
-from .permissions import ConfiguredPermissionsMixin
+from django_schedulinator import __version__
+from django_schedulinator.api.permissions import ConfiguredPermissionsMixin
 
 API_MODULE = __name__.rsplit(".", 1)[0]
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from .schema import SchemaView
-from .views import (
+from django_schedulinator.api.schema import SchemaView
+from django_schedulinator.api.views import (
     CalendarViewSet,
     IndexHealthView,
     OutcomeReportView,

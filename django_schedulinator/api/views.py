@@ -28,36 +28,42 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import calendars, clock, keys, outcomes, services, timing
-from ..changelog import Origin
-from ..conf import app_settings
-from ..errors import InvalidKey, PrunedRange, ScheduleDeleted, ServiceError, VersionConflict
-from ..health import (
-    DEFAULT_MAX_LAG_SECONDS,
-    cluster_status,
-    index_status,
-    schedulers_as_dicts,
-)
-from ..heartbeat import alive
-from ..index import get_index
-from ..models import Calendar, Run, Schedule, ScheduleChange
-from ..scopes import Scope
-from ..statuses import ReportedStatus
-from . import serializers as s
-from .filters import (
+from django_schedulinator import calendars, clock, keys, outcomes, services, timing
+from django_schedulinator.api import serializers as s
+from django_schedulinator.api.filters import (
     FilterBackend,
     RunFilter,
     ScheduleChangeFilter,
     ScheduleFilter,
     SearchFilter,
 )
-from .negotiation import NegotiationMixin
-from .permissions import (
+from django_schedulinator.api.negotiation import NegotiationMixin
+from django_schedulinator.api.permissions import (
     ConfiguredPermissionsMixin,
     SchedulesFilteredByPermissionsMixin,
     ScopedByPermissionsMixin,
 )
-from .schema import DescribedBySpectacular, extend_schema
+from django_schedulinator.api.schema import DescribedBySpectacular, extend_schema
+from django_schedulinator.changelog import Origin
+from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import (
+    InvalidKey,
+    PrunedRange,
+    ScheduleDeleted,
+    ServiceError,
+    VersionConflict,
+)
+from django_schedulinator.health import (
+    DEFAULT_MAX_LAG_SECONDS,
+    cluster_status,
+    index_status,
+    schedulers_as_dicts,
+)
+from django_schedulinator.heartbeat import alive
+from django_schedulinator.index import get_index
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.scopes import Scope
+from django_schedulinator.statuses import ReportedStatus
 
 CHANGE = "django_schedulinator.change_schedule"
 VIEW = "django_schedulinator.view_schedule"

@@ -46,19 +46,19 @@ from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
 from django.utils.text import slugify
 
-from .. import signals, timing
-from ..conf import SENTRY_MAX_MINUTES, SETTING_NAME, SentryCrons, app_settings
-from ..dispatch import COMMON_OPTIONS, dispatchers
-from ..errors import SchedulinatorError, TimingError, UnknownTask
-from ..models import Schedule
-from ..querysets import json_ids
-from ..registry import registry
-from ..statuses import RunStatus
+from django_schedulinator import signals, timing
+from django_schedulinator.conf import SENTRY_MAX_MINUTES, SETTING_NAME, SentryCrons, app_settings
+from django_schedulinator.dispatch import COMMON_OPTIONS, dispatchers
+from django_schedulinator.errors import SchedulinatorError, TimingError, UnknownTask
+from django_schedulinator.models import Schedule
+from django_schedulinator.querysets import json_ids
+from django_schedulinator.registry import registry
+from django_schedulinator.statuses import RunStatus
 
 if TYPE_CHECKING:
     from sentry_sdk._types import MonitorConfig
 
-    from ..dispatch import Occurrence
+    from django_schedulinator.dispatch import Occurrence
 
 logger = logging.getLogger("django_schedulinator.sentry")
 

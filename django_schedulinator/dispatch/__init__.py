@@ -17,9 +17,8 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.utils.connection import BaseConnectionHandler
 from django.utils.module_loading import import_string
 
-from ..conf import app_settings
-from ..errors import InvalidDispatcher, UnknownDispatcher
-from .base import (
+from django_schedulinator.conf import app_settings
+from django_schedulinator.dispatch.base import (
     COMMON_OPTIONS,
     DEFAULT_ALIAS,
     BaseDispatcher,
@@ -29,9 +28,10 @@ from .base import (
     Outcome,
     Progress,
 )
+from django_schedulinator.errors import InvalidDispatcher, UnknownDispatcher
 
 if TYPE_CHECKING:
-    from ..models import Schedule
+    from django_schedulinator.models import Schedule
 
 __all__ = [
     "COMMON_OPTIONS",

@@ -28,12 +28,17 @@ from django.core.checks import CheckMessage
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from ..errors import InvalidArguments, TaskTimedOut, UnknownTask, Unreachable
-from ..registry import OCCURRENCE_KEY_PARAMETER, OCCURRENCE_PARAMETER, RegisteredTask, registry
-from ..statuses import OutcomeStatus
+from django_schedulinator.errors import InvalidArguments, TaskTimedOut, UnknownTask, Unreachable
+from django_schedulinator.registry import (
+    OCCURRENCE_KEY_PARAMETER,
+    OCCURRENCE_PARAMETER,
+    RegisteredTask,
+    registry,
+)
+from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
-    from ..models import Schedule
+    from django_schedulinator.models import Schedule
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 

@@ -20,9 +20,16 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.utils.module_loading import import_string
 
-from ..errors import Unreachable
-from ..statuses import OutcomeStatus, ReportedStatus
-from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome
+from django_schedulinator.dispatch.base import (
+    DEFAULT_ALIAS,
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+)
+from django_schedulinator.errors import Unreachable
+from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 KEY_HEADER = "schedulinator_key"
 # Task ids are uuid5 of the key in this namespace: the same key, the same id, everywhere.
@@ -179,7 +186,7 @@ def report_outcomes(app: Any = None) -> None:
 
     def report_from_worker(key: str, status: str, error: str = "") -> None:
         # Imported when a task runs: the app's models are not loaded where this is called.
-        from ..outcomes import report_from_worker
+        from django_schedulinator.outcomes import report_from_worker
 
         report_from_worker(key, status, error)
 

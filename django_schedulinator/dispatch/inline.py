@@ -21,11 +21,8 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from ..conf import app_settings
-from ..errors import TaskTimedOut, UnknownTask
-from ..registry import RegisteredTask, registry
-from ..statuses import OutcomeStatus
-from .base import (
+from django_schedulinator.conf import app_settings
+from django_schedulinator.dispatch.base import (
     DEFAULT_ALIAS,
     MAX_ERROR_CHARS,
     REPORT_EVERY_SECONDS,
@@ -36,6 +33,9 @@ from .base import (
     Outcome,
     Progress,
 )
+from django_schedulinator.errors import TaskTimedOut, UnknownTask
+from django_schedulinator.registry import RegisteredTask, registry
+from django_schedulinator.statuses import OutcomeStatus
 
 logger = logging.getLogger("django_schedulinator.dispatch")
 

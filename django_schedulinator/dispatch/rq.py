@@ -24,9 +24,16 @@ from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
 
-from ..errors import Unreachable
-from ..statuses import OutcomeStatus, ReportedStatus
-from .base import DEFAULT_ALIAS, BaseDispatcher, Call, Occurrence, Option, Outcome
+from django_schedulinator.dispatch.base import (
+    DEFAULT_ALIAS,
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+)
+from django_schedulinator.errors import Unreachable
+from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 logger = logging.getLogger("django_schedulinator.dispatch.rq")
 
@@ -196,7 +203,7 @@ def run_registered(payload: dict[str, Any]) -> Any:
     inline dispatcher calls it (``Call.run``: the occurrence or its key where the function
     asks for them, an async function run to its end). A task no longer registered here,
     or arguments it cannot take, fail the job, saying so."""
-    from .. import outcomes
+    from django_schedulinator import outcomes
 
     occurrence = Occurrence(
         key=payload["key"],
@@ -214,7 +221,7 @@ def run_registered(payload: dict[str, Any]) -> Any:
 
 
 def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs: Any) -> None:
-    from ..outcomes import report_from_worker
+    from django_schedulinator.outcomes import report_from_worker
 
     report_from_worker(job.args[0]["key"], ReportedStatus.SUCCEEDED)
 
@@ -222,7 +229,7 @@ def report_success(job: Any, connection: Any, result: Any, *args: Any, **kwargs:
 def report_failure(
     job: Any, connection: Any, kind: Any, value: Any, tb: Any, *args: Any, **kwargs: Any
 ) -> None:
-    from ..outcomes import report_from_worker
+    from django_schedulinator.outcomes import report_from_worker
 
     error = "".join(traceback.format_exception(kind, value, tb))
     report_from_worker(job.args[0]["key"], ReportedStatus.FAILED, error)

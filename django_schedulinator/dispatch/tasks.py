@@ -23,8 +23,15 @@ from typing import Any
 from django.core.checks import CheckMessage, Error
 from django.db import DatabaseError
 
-from ..statuses import OutcomeStatus, ReportedStatus
-from .base import MAX_ERROR_CHARS, BaseDispatcher, Call, Occurrence, Option, Outcome
+from django_schedulinator.dispatch.base import (
+    MAX_ERROR_CHARS,
+    BaseDispatcher,
+    Call,
+    Occurrence,
+    Option,
+    Outcome,
+)
+from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 # A worker may start a task before the scheduler recorded its hand-off: the signal handlers
 # look for the run this long before they give up (the run then waits for its deadline).
@@ -188,7 +195,7 @@ def connect_signals() -> None:
 def _key_of(result_id: str) -> str | None:
     """The occurrence key of the run handed off as ``result_id``, waiting briefly for the
     scheduler to record it; None for a task the scheduler did not enqueue."""
-    from ..models import Run
+    from django_schedulinator.models import Run
 
     deadline = time.monotonic() + FIND_RUN_SECONDS
     while True:
@@ -198,7 +205,7 @@ def _key_of(result_id: str) -> str | None:
             .first()
         )
         if found is not None:
-            from ..keys import occurrence_key
+            from django_schedulinator.keys import occurrence_key
 
             return occurrence_key(*found)
         if time.monotonic() >= deadline:
@@ -209,7 +216,7 @@ def _key_of(result_id: str) -> str | None:
 def _is_scheduled(task_result: Any) -> bool:
     """A task the scheduler may have enqueued (a registered Django task), not run inside a
     dispatcher's own enqueue()."""
-    from ..registry import registry
+    from django_schedulinator.registry import registry
 
     if getattr(_enqueuing, "active", False):
         return False
@@ -233,7 +240,7 @@ def _finished(sender: Any, task_result: Any, **kwargs: Any) -> None:
 def _report(task_result: Any, status: str, error: str = "") -> None:
     """Report by the key of the run handed off as this result; never raises (the worker
     sends these signals with ``send``: an exception would reach its loop)."""
-    from ..outcomes import report_from_worker, through_a_dropped_connection
+    from django_schedulinator.outcomes import report_from_worker, through_a_dropped_connection
 
     result_id = str(task_result.id)
     report_from_worker(lambda: through_a_dropped_connection(_key_of)(result_id), status, error)

@@ -41,9 +41,7 @@ from urllib.parse import urlsplit
 
 from django.core.checks import CheckMessage, Error, Warning
 
-from ..statuses import OutcomeStatus
-from ..timing import to_ms
-from .base import (
+from django_schedulinator.dispatch.base import (
     DEFAULT_ALIAS,
     REPORT_EVERY_SECONDS,
     BaseDispatcher,
@@ -53,6 +51,8 @@ from .base import (
     Outcome,
     Progress,
 )
+from django_schedulinator.statuses import OutcomeStatus
+from django_schedulinator.timing import to_ms
 
 SECRET_PREFIX = "whsec_"
 # Statuses that say "try again later" rather than "no".

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from ..errors import ServiceError, validation_message
-from ..registry import registry
+from django_schedulinator.errors import ServiceError, validation_message
+from django_schedulinator.registry import registry
 
 if TYPE_CHECKING:
-    from ..changelog import Origin
-    from ..models import Schedule
+    from django_schedulinator.changelog import Origin
+    from django_schedulinator.models import Schedule
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,8 @@ class TaskNames:
 
 def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> ImportResult:
     """Create the schedules found, in one transaction (none with ``dry_run``)."""
-    from .. import services
-    from ..models import Schedule
+    from django_schedulinator import services
+    from django_schedulinator.models import Schedule
 
     result = ImportResult(dry_run=dry_run)
     found = list(found)

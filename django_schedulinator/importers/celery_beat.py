@@ -38,9 +38,9 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from .. import clock, timing
-from ..errors import SchedulinatorError
-from . import Found, TaskNames
+from django_schedulinator import clock, timing
+from django_schedulinator.errors import SchedulinatorError
+from django_schedulinator.importers import Found, TaskNames
 
 # The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
 CRON_FIELD_RANGES = (range(60), range(24), range(1, 32), range(1, 13), range(7))

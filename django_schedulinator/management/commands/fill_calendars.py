@@ -11,9 +11,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from ... import calendars, clock, services
-from ...changelog import Origin
-from ...models import Calendar, ScheduleChange
+from django_schedulinator import calendars, clock, services
+from django_schedulinator.changelog import Origin
+from django_schedulinator.models import Calendar, ScheduleChange
 
 
 def years(value: str) -> range:

@@ -13,14 +13,14 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
-from ... import clock
-from ...changelog import Origin
-from ...dispatch import DEFAULT_ALIAS
-from ...errors import ServiceError, validation_message
-from ...importers import TaskNames, import_found
-from ...models import ScheduleChange
-from ...timing import DAY_RULE_TEXT, DAYS_BOTH
-from .schedule import duration
+from django_schedulinator import clock
+from django_schedulinator.changelog import Origin
+from django_schedulinator.dispatch import DEFAULT_ALIAS
+from django_schedulinator.errors import ServiceError, validation_message
+from django_schedulinator.importers import TaskNames, import_found
+from django_schedulinator.management.commands.schedule import duration
+from django_schedulinator.models import ScheduleChange
+from django_schedulinator.timing import DAY_RULE_TEXT, DAYS_BOTH
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
 
@@ -118,14 +118,14 @@ class Command(BaseCommand):
         self, source: str, options: dict[str, Any], names: TaskNames, dispatcher: str
     ) -> Any:
         if source == "django-celery-beat":
-            from ...importers.celery_beat import from_tables
+            from django_schedulinator.importers.celery_beat import from_tables
 
             try:
                 return list(from_tables(names, dispatcher))
             except LookupError as exc:
                 raise CommandError(str(exc)) from None
         if source == "celery-beat-schedule":
-            from ...importers.celery_beat import from_setting
+            from django_schedulinator.importers.celery_beat import from_setting
 
             if options["celery_app"]:
                 try:
@@ -140,7 +140,7 @@ class Command(BaseCommand):
             if not isinstance(schedule, dict):
                 raise CommandError(f"The beat schedule must be a dict, got {schedule!r}.")
             return list(from_setting(schedule, names, dispatcher, str(zone)))
-        from ...importers.crontab import from_file
+        from django_schedulinator.importers.crontab import from_file
 
         path = Path(options["file"])
         try:

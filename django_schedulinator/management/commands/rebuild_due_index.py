@@ -8,11 +8,11 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from ...conf import MAX_CHUNK_SIZE, app_settings
-from ...errors import RebuildInProgress
-from ...models import Schedule
-from ...rebuild import rebuild_index
-from .run_scheduler import positive_int
+from django_schedulinator.conf import MAX_CHUNK_SIZE, app_settings
+from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.management.commands.run_scheduler import positive_int
+from django_schedulinator.models import Schedule
+from django_schedulinator.rebuild import rebuild_index
 
 
 def chunk_size(value: str) -> int:

@@ -25,12 +25,12 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from ...changelog import Origin
-from ...errors import ServiceError
-from ...models import Schedule, ScheduleChange
-from ...services import backfill, pause, resume, run_now, update
-from ...timing import get_zone
-from .run_scheduler import positive_int
+from django_schedulinator.changelog import Origin
+from django_schedulinator.errors import ServiceError
+from django_schedulinator.management.commands.run_scheduler import positive_int
+from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import backfill, pause, resume, run_now, update
+from django_schedulinator.timing import get_zone
 
 MAX_PREVIEW = 1000
 # What clears a grace.

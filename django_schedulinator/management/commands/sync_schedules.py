@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ...services import sync_declared
+from django_schedulinator.services import sync_declared
 
 
 class Command(BaseCommand):

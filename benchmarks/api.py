@@ -201,8 +201,8 @@ def seed(options: argparse.Namespace, index: Any) -> tuple[str, list[int]]:
     from rest_framework.authtoken.models import Token
 
     from django_schedulinator import timing
+    from django_schedulinator.index.rebuild import rebuild_index
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.rebuild import rebuild_index
 
     started = time.perf_counter()
     now = timezone.now().replace(microsecond=0)

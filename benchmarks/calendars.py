@@ -119,7 +119,8 @@ def count_walls() -> Callable[[], int]:
 
 
 def replan(total: int) -> None:
-    from django_schedulinator import clock, services
+    from django_schedulinator import services
+    from django_schedulinator.index import clock
     from django_schedulinator.models import Calendar, Schedule
 
     Calendar.objects.filter(name="bench-closure").delete()

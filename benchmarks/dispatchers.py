@@ -192,8 +192,8 @@ def create_schedules(total: int) -> None:
     measure arms the first ``due`` of them."""
     from django.utils import timezone
 
+    from django_schedulinator.index.rebuild import rebuild_index
     from django_schedulinator.models import Schedule
-    from django_schedulinator.rebuild import rebuild_index
 
     now = timezone.now().replace(microsecond=0)
     chunk = 20_000
@@ -205,7 +205,7 @@ def create_schedules(total: int) -> None:
             ],
             batch_size=5000,
         )
-    from django_schedulinator.index import get_index
+    from django_schedulinator.index.due import get_index
 
     rebuild_index(get_index())
 
@@ -217,8 +217,8 @@ def arm(due: int, system: str) -> None:
     from django.db import connection
     from django.utils import timezone
 
+    from django_schedulinator.index.sync import resync_schedules
     from django_schedulinator.models import Schedule
-    from django_schedulinator.sync import resync_schedules
 
     clear_ledger()
     qn = connection.ops.quote_name
@@ -255,7 +255,7 @@ def fire_through(system: str, *, due: int, batch_size: int, target: Target) -> f
 
     from django_schedulinator.dispatch import dispatchers
     from django_schedulinator.models import Run
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     arm(due, system)
     worker = Worker(
@@ -583,7 +583,7 @@ def versions() -> dict[str, str]:
     from django.db import connection
 
     found["PostgreSQL"] = connection.cursor().connection.info.parameter_status("server_version")
-    from django_schedulinator.index import get_index
+    from django_schedulinator.index.due import get_index
 
     found["Redis"] = str(get_index().client.info("server")["redis_version"])
     return found

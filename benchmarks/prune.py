@@ -234,7 +234,7 @@ class Scheduler:
         from django.db import connections
 
         from django_schedulinator.dispatch.inline import InlineDispatcher
-        from django_schedulinator.worker import Worker
+        from django_schedulinator.scheduler.worker import Worker
 
         self.worker = worker = Worker(worker_id="bench", dispatcher=InlineDispatcher())
 

@@ -191,7 +191,7 @@ def peak_rss_mib() -> float:
 
 
 def measure(size: int, index: Any, options: argparse.Namespace) -> None:
-    from django_schedulinator.rebuild import rebuild_index
+    from django_schedulinator.index.rebuild import rebuild_index
 
     meter = Meter(index)
     cold: list[Costs] = []
@@ -220,7 +220,7 @@ def measure(size: int, index: Any, options: argparse.Namespace) -> None:
     if not options.no_idle:
         from datetime import timedelta
 
-        from django_schedulinator.reconcile import reconcile
+        from django_schedulinator.index.reconcile import reconcile
 
         # The steady state: reconcile has read the rows just created (as it would within
         # seconds of their creation), as in benchmarks.run.

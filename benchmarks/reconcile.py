@@ -42,9 +42,9 @@ def main() -> None:
 
     from django_schedulinator.conf import app_settings
     from django_schedulinator.dbclock import DatabaseNow
+    from django_schedulinator.index.rebuild import rebuild_index
+    from django_schedulinator.index.reconcile import SETTLE, reconcile
     from django_schedulinator.models import Schedule
-    from django_schedulinator.rebuild import rebuild_index
-    from django_schedulinator.reconcile import SETTLE, reconcile
 
     later = timezone.now() + timedelta(days=1)
     chunk = 20_000

@@ -98,7 +98,7 @@ def start(*, smoke: bool) -> Any:
     set_up(smoke=smoke)
     from django.db import connection
 
-    from django_schedulinator.index import get_index
+    from django_schedulinator.index.due import get_index
     from django_schedulinator.models import Run, Schedule
 
     with connection.cursor() as cursor:
@@ -118,8 +118,8 @@ def arm_evenly(index: Any, *, period_ms: int, base: datetime) -> None:
     long as they run (a burst at each period would be a burst benchmark)."""
     from django.db import connection
 
+    from django_schedulinator.index.rebuild import rebuild_index
     from django_schedulinator.models import Schedule
-    from django_schedulinator.rebuild import rebuild_index
 
     qn = connection.ops.quote_name
     table = qn(Schedule._meta.db_table)
@@ -221,9 +221,9 @@ def main() -> None:
 def measure(options: argparse.Namespace, index: Any) -> None:
     from django.utils import timezone
 
+    from django_schedulinator.index.rebuild import rebuild_index
+    from django_schedulinator.index.reconcile import reconcile
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.rebuild import rebuild_index
-    from django_schedulinator.reconcile import reconcile
 
     now = timezone.now().replace(microsecond=0)
     grace = timedelta(seconds=options.grace) if options.grace else None
@@ -293,7 +293,7 @@ def fire(*, batch_size: int, workers: int, metrics: bool = False) -> dict[str, A
     """One in-process Worker (inline dispatcher, a no-op task) fires every due occurrence
     once (``once``): the whole path, claim to ledger. benchmarks.suite's burst calls it."""
     from django_schedulinator.dispatch.inline import InlineDispatcher
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     worker = Worker(
         batch_size=batch_size,
@@ -302,7 +302,7 @@ def fire(*, batch_size: int, workers: int, metrics: bool = False) -> dict[str, A
         dispatcher=InlineDispatcher(max_workers=workers),
     )
     if metrics:
-        from django_schedulinator.metrics import Metrics
+        from django_schedulinator.operations.metrics import Metrics
 
         worker.attach_metrics(Metrics(worker))
     started = time.perf_counter()
@@ -349,11 +349,11 @@ def idle_samples(
 ) -> tuple[list[float], list[float]]:
     """Wall and this thread's CPU milliseconds of each of ``ticks`` passes of a Worker with
     nothing due (the claim script and the sleep's computation)."""
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     idle = Worker(batch_size=batch_size, worker_id="bench-idle")
     if metrics:
-        from django_schedulinator.metrics import Metrics
+        from django_schedulinator.operations.metrics import Metrics
 
         idle.attach_metrics(Metrics(idle))
     walls, cpus = [], []

@@ -130,9 +130,9 @@ def fire(options: argparse.Namespace, index: Any, *, on: bool) -> tuple[float, f
 
     from django_schedulinator.contrib.sentry import outbox
     from django_schedulinator.dispatch.inline import InlineDispatcher
+    from django_schedulinator.index.rebuild import rebuild_index
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.rebuild import rebuild_index
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     now = timezone.now().replace(microsecond=0)
     Schedule.objects.bulk_create(

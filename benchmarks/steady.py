@@ -141,9 +141,9 @@ def measure(
     from django.db import connection
     from django.utils import timezone
 
-    from django_schedulinator.index import DueIndex
+    from django_schedulinator.index.due import DueIndex
+    from django_schedulinator.index.reconcile import reconcile
     from django_schedulinator.models import Run
-    from django_schedulinator.reconcile import reconcile
 
     if rate < 1 or total < rate or processes < 1:
         raise ValueError("need rate >= 1, total >= rate and processes >= 1")
@@ -442,7 +442,7 @@ def move(index: Any, by: timedelta) -> None:
 
 
 def wait_for_heartbeats(index: Any, schedulers: list[subprocess.Popen[bytes]]) -> None:
-    from django_schedulinator.heartbeat import alive
+    from django_schedulinator.operations.heartbeat import alive
 
     deadline = time.monotonic() + 60
     while len(alive(index)) < len(schedulers):
@@ -643,7 +643,7 @@ def run_counting(out: str, argv: list[str]) -> None:
     from django.core.management import call_command
     from django.db.backends.signals import connection_created
 
-    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.scheduler.claiming import Claimer
 
     counts: Counter[str] = Counter()
     lock = threading.Lock()

@@ -21,7 +21,7 @@ def __getattr__(name: str) -> Any:
     # Lazy so that importing the package (for @task) never loads models before the app
     # registry is ready.
     if name == "resync_schedules":
-        from django_schedulinator.sync import resync_schedules
+        from django_schedulinator.index.sync import resync_schedules
 
         return resync_schedules
     if name == "DatabaseNow":

@@ -17,13 +17,13 @@ class SchedulinatorConfig(AppConfig):
         # Imported for what they register: the checks, and the built-in command task.
         from django_schedulinator import checks, command_task  # noqa: F401
         from django_schedulinator.conf import app_settings
-        from django_schedulinator.models import Schedule
-        from django_schedulinator.notify import connect_receivers, settings_changed
-        from django_schedulinator.receivers import (
+        from django_schedulinator.index.receivers import (
             replan_after_migrate,
             schedule_changed,
             sync_after_migrate,
         )
+        from django_schedulinator.models import Schedule
+        from django_schedulinator.notify import connect_receivers, settings_changed
 
         post_migrate.connect(
             replan_after_migrate, sender=self, dispatch_uid="schedulinator_zone_rules"

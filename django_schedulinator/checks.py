@@ -8,8 +8,8 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 
-from django_schedulinator import connection
 from django_schedulinator.conf import DEFAULTS, SETTING_NAME, app_settings
+from django_schedulinator.index import connection
 from django_schedulinator.management import run_command
 
 REDIS_BACKEND = "django_redis.cache.RedisCache"
@@ -95,8 +95,8 @@ def check_dispatchers(
 def check_index(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    from django_schedulinator.health import eviction_risk
-    from django_schedulinator.index import get_index
+    from django_schedulinator.index.due import get_index
+    from django_schedulinator.operations.health import eviction_risk
 
     if not databases:  # only under `check --database`: it talks to Redis
         return []

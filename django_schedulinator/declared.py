@@ -264,7 +264,8 @@ def plan() -> Plan:
     """Compare the declarations with the table (read only)."""
     from django.db.models import Q
 
-    from django_schedulinator import changelog, clock
+    from django_schedulinator import changelog
+    from django_schedulinator.index import clock
     from django_schedulinator.models import Schedule
 
     result = Plan()

@@ -19,11 +19,12 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from django_schedulinator import clock, statuses, timing
+from django_schedulinator import statuses, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.dbclock import DatabaseClockField
 from django_schedulinator.dispatch import DEFAULT_ALIAS, dispatchers
 from django_schedulinator.errors import TimingError
+from django_schedulinator.index import clock
 from django_schedulinator.keys import occurrence_key
 from django_schedulinator.querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from django_schedulinator.registry import registry

@@ -53,12 +53,14 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_schedulinator import clock, outbox, signals, timing
-from django_schedulinator.alerts import REASONS
+from django_schedulinator import signals, timing
 from django_schedulinator.conf import SETTING_NAME, NotifyConfig, app_settings
 from django_schedulinator.dispatch.base import Option
 from django_schedulinator.errors import NotifyError, TimingError
+from django_schedulinator.index import clock
 from django_schedulinator.models import Notification, Schedule
+from django_schedulinator.operations import outbox
+from django_schedulinator.operations.alerts import REASONS
 from django_schedulinator.statuses import RunStatus
 
 logger = logging.getLogger("django_schedulinator.notify")

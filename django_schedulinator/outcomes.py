@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from django_schedulinator import clock, ledger, signals, streaks
+from django_schedulinator import ledger, signals, streaks
+from django_schedulinator.index import clock
 from django_schedulinator.keys import occurrence_key, parse_key
 from django_schedulinator.models import Run
 from django_schedulinator.querysets import json_ids
@@ -28,7 +29,7 @@ from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch.base import BaseDispatcher, Outcome
-    from django_schedulinator.index import DueIndex
+    from django_schedulinator.index.due import DueIndex
 
 logger = logging.getLogger("django_schedulinator.outcomes")
 
@@ -269,7 +270,7 @@ def release_buffered(
     run in progress, and tell the schedulers; how many."""
     released = ledger.release_buffered(schedule_ids, now=now, using=using)
     if released:
-        from django_schedulinator.index import get_index
+        from django_schedulinator.index.due import get_index
 
         (index or get_index()).wake(schedule_ids)
     return released

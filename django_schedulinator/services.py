@@ -34,17 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from django_schedulinator import (
-    calendars,
-    changelog,
-    clock,
-    declared,
-    ledger,
-    signals,
-    sync,
-    timing,
-    zonedata,
-)
+from django_schedulinator import calendars, changelog, declared, ledger, signals, timing, zonedata
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import (
@@ -56,7 +46,8 @@ from django_schedulinator.errors import (
     TimingError,
     VersionConflict,
 )
-from django_schedulinator.index import ApplyResult, get_index
+from django_schedulinator.index import clock, sync
+from django_schedulinator.index.due import ApplyResult, get_index
 from django_schedulinator.models import (
     MAX_DAYS,
     Calendar,

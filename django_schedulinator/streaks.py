@@ -16,8 +16,9 @@ from django.db import transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from django_schedulinator import signals, sync
-from django_schedulinator.index import DueIndex
+from django_schedulinator import signals
+from django_schedulinator.index import sync
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.querysets import json_ids
 

@@ -17,10 +17,10 @@ from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 import django_schedulinator
-from django_schedulinator import clock
 from django_schedulinator import timing as timing_module
-from django_schedulinator.connection import get_redis
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index import clock
+from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.timing import truncate_ms
 
 from .support import commits

@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 
 from django_schedulinator.conf import MAX_JSON_DEPTH
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import to_ms
 

@@ -20,7 +20,7 @@ from django_schedulinator import services, timing
 from django_schedulinator.admin import forecast as forecasting
 from django_schedulinator.admin import lateness, pictures
 from django_schedulinator.admin.display import changelist_url
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule
 
 from .support.admin_pages import change_url

@@ -18,13 +18,14 @@ from django.core.management.base import CommandError
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
-from django_schedulinator import alerts, outcomes, resync_schedules, services, signals
-from django_schedulinator.claiming import Claimer
-from django_schedulinator.index import DueIndex
+from django_schedulinator import outcomes, resync_schedules, services, signals
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.operations import alerts
+from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.transient import bound_lock_waits
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.transient import bound_lock_waits
-from django_schedulinator.worker import Worker
 
 from .support.commits import committed
 from .support.dispatchers import HandOff

@@ -40,10 +40,10 @@ from rest_framework.permissions import IsAuthenticated
 from django_schedulinator import changelog, services
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Worker
 
 from .support.commits import APIClient
 from .support.heartbeats import beat

@@ -64,7 +64,8 @@ from django.db import connection, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from django_schedulinator import clock, services, timing
+from django_schedulinator import services, timing
+from django_schedulinator.index import clock
 from django_schedulinator.models import Calendar, Run, Schedule
 
 from .models import Receipt, Redelivery

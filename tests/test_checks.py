@@ -14,7 +14,7 @@ import pytest
 from django.core.checks import ERROR, run_checks
 
 from django_schedulinator import checks
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 
 from .support.redis_server import RedisServer, free_port, lose_redis
 from .support.rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written

@@ -14,16 +14,16 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services, timing
-from django_schedulinator.claiming import Claimer, PlannedRetries
-from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.index.due import SET, Change, DueIndex
+from django_schedulinator.index.rebuild import ensure_built
 from django_schedulinator.keys import occurrence_key
-from django_schedulinator.leases import Leased
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.querysets import Advance, NewRun
-from django_schedulinator.rebuild import ensure_built
+from django_schedulinator.scheduler.claiming import Claimer, PlannedRetries
+from django_schedulinator.scheduler.leases import Leased
+from django_schedulinator.scheduler.transient import bound_lock_waits
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
-from django_schedulinator.transient import bound_lock_waits
-from django_schedulinator.worker import Worker
 
 from .models import Delivery
 from .support.schedules import make_due, make_schedule

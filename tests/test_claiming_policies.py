@@ -1,9 +1,9 @@
 """Policies through the claim: a real scheduler (claim script, re-check, ledger, index) on a real
 Redis and database, driven by a controlled clock (``tests/support/simulation.py``), over days of
 schedules: DST gaps and folds, catch-up after downtime, overlap, jitter, limits and anchors
-(``django_schedulinator/claiming.py`` applies them; ``timing.py`` computes them, tested on its
-own in ``test_timing.py``). Each test asserts what reached the ledger: which occurrences fired,
-which were skipped and why."""
+(``django_schedulinator/scheduler/claiming.py`` applies them; ``timing.py`` computes them,
+tested on its own in ``test_timing.py``). Each test asserts what reached the ledger: which
+occurrences fired, which were skipped and why."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.timing import to_ms

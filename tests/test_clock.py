@@ -19,11 +19,12 @@ import time_machine
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from django_schedulinator import clock, errors, resync_schedules, services
-from django_schedulinator.claiming import Claimer
-from django_schedulinator.connection import get_redis
-from django_schedulinator.index import DueIndex
+from django_schedulinator import errors, resync_schedules, services
+from django_schedulinator.index import clock
+from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.timing import from_ms
 
 from .support.redis_server import RedisServer, lose_redis
@@ -133,7 +134,7 @@ def test_without_redis_save_and_resume_use_the_host_clock_and_say_so(
     assert next_minute(before) <= created.next_run_at <= next_minute(after)
     assert next_minute(before) <= schedule.next_run_at <= next_minute(after)
     assert Run.objects.filter(schedule=schedule, skip_reason="paused").count() in (3, 4)
-    warnings = [r for r in caplog.records if r.name == "django_schedulinator.clock"]
+    warnings = [r for r in caplog.records if r.name == "django_schedulinator.index.clock"]
     # Once per outage, not once per decision.
     assert [r.levelname for r in warnings] == ["WARNING"]
     assert "this host's clock" in warnings[0].getMessage()

@@ -22,7 +22,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from django_schedulinator import checks
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 
 from .support.commits import APIClient

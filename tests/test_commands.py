@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, signals
-from django_schedulinator.index import SET, Change, DueIndex
+from django_schedulinator.index.due import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 

@@ -16,9 +16,9 @@ from django_schedulinator import services
 from django_schedulinator.checks import check_settings
 from django_schedulinator.dispatch import Occurrence, Progress, dispatchers
 from django_schedulinator.dispatch.inline import InlineDispatcher
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support.dispatchers import Blocking, Flaky, HandOff

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.celery import task_id
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support import handoff

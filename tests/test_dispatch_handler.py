@@ -25,7 +25,7 @@ from django_schedulinator.dispatch.celery import CeleryDispatcher
 from django_schedulinator.dispatch.inline import InlineDispatcher
 from django_schedulinator.errors import InvalidDispatcher, SchedulinatorError, UnknownDispatcher
 from django_schedulinator.models import Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.doc_examples import example
 from .support.schedules import make_schedule

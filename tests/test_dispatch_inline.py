@@ -10,9 +10,9 @@ import pytest
 from django.db.models import JSONField, Value
 from django.utils import timezone
 
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support.schedules import make_schedule

@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
 
 from .models import Receipt, Redelivery

@@ -17,9 +17,9 @@ from django.utils import timezone
 
 from django_schedulinator.checks import check_dispatchers, check_settings
 from django_schedulinator.dispatch.rq import job_id
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support import handoff

@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from django_schedulinator.checks import check_settings
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 
 from .models import Delivery

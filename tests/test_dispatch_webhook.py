@@ -16,10 +16,10 @@ from standardwebhooks import Webhook
 from django_schedulinator import resync_schedules
 from django_schedulinator.checks import check_settings
 from django_schedulinator.dispatch.webhook import sign
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
 
 from .support.dispatchers import HandOff
 from .support.doc_examples import example

@@ -19,7 +19,7 @@ import pytest
 
 import django_schedulinator
 from django_schedulinator import outcomes
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 
 from .support.doc_examples import DOCS, blocks, source
 from .support.doc_project import DocProject
@@ -292,7 +292,7 @@ def test_the_readme_wheel_installs_by_name_and_carries_the_license(tmp_path: Pat
     assert text.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, the django-schedulinator")
 
     run(install, "--no-deps", "--no-index", "--target", str(tmp_path / "site"))
-    assert (tmp_path / "site" / "django_schedulinator" / "lua" / "claim.lua").is_file()
+    assert (tmp_path / "site" / "django_schedulinator" / "index" / "lua" / "claim.lua").is_file()
 
 
 # -- the quick start (docs/quickstart.md) ------------------------------------------------------
@@ -834,7 +834,7 @@ def test_the_signals_pages_receiver_takes_what_run_finished_sends(built_index: D
     accepts the arguments the signal is sent with (a receiver that raised would only be
     logged, so the call is watched)."""
     from django_schedulinator import resync_schedules, signals
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     from .support.schedules import make_due
 
@@ -1296,8 +1296,8 @@ def test_a_receiver_verifies_the_webhook_as_the_page_shows(
 
     from django_schedulinator import resync_schedules
     from django_schedulinator.models import Schedule
+    from django_schedulinator.scheduler.worker import Worker
     from django_schedulinator.timing import truncate_ms
-    from django_schedulinator.worker import Worker
 
     from .support.doc_examples import example
 
@@ -1354,8 +1354,8 @@ def test_the_probe_bodies_have_the_fields_the_page_shows(built_index: DueIndex) 
     fields the probes answer with, and the status the page's example says."""
     import json
 
-    from django_schedulinator.probes import Readiness, health
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.operations.probes import Readiness, health
+    from django_schedulinator.scheduler.worker import Worker
 
     shown_health = json.loads(source("healthz-body", "metrics.md"))
     shown_ready = json.loads(source("readyz-body", "metrics.md"))

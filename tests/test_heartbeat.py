@@ -1,7 +1,7 @@
-"""Heartbeats (``django_schedulinator/heartbeat.py``) on the real Redis: what a record holds,
-its expiry, several schedulers, a Redis outage, a running loop, and real ``run_scheduler``
-processes seen by ``scheduler_status`` while they run, when SIGSTOPped, after SIGKILL and
-after a clean SIGTERM."""
+"""Heartbeats (``django_schedulinator/operations/heartbeat.py``) on the real Redis: what a record
+holds, its expiry, several schedulers, a Redis outage, a running loop, and real
+``run_scheduler`` processes seen by ``scheduler_status`` while they run, when SIGSTOPped, after
+SIGKILL and after a clean SIGTERM."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import pytest
 from django.utils import timezone
 
 from django_schedulinator import __version__, resync_schedules
-from django_schedulinator.heartbeat import (
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.operations.heartbeat import (
     Heartbeat,
     HeartbeatKeeper,
     LaneDepth,
@@ -27,9 +28,8 @@ from django_schedulinator.heartbeat import (
     record_key,
     registry_key,
 )
-from django_schedulinator.index import DueIndex
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import from_ms, to_ms
-from django_schedulinator.worker import Worker
 
 from .support.processes import (
     ROOT,

@@ -14,11 +14,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_schedulinator import ledger, resync_schedules
-from django_schedulinator.claiming import Claimer
 from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support.processes import looping, wait_for

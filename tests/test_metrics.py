@@ -24,14 +24,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from django_schedulinator import resync_schedules
-from django_schedulinator.claiming import Counters
-from django_schedulinator.health import check_drift, record_drift
-from django_schedulinator.index import DueIndex
-from django_schedulinator.metrics import COUNTERS, Metrics, serve
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.models import Schedule
-from django_schedulinator.probes import ProbeServer
-from django_schedulinator.reconcile import reconcile
-from django_schedulinator.worker import Worker
+from django_schedulinator.operations.health import check_drift, record_drift
+from django_schedulinator.operations.metrics import COUNTERS, Metrics, serve
+from django_schedulinator.operations.probes import ProbeServer
+from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Delivery
 from .support.processes import (
@@ -251,7 +251,7 @@ def test_without_prometheus_client_the_option_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
-    monkeypatch.delitem(sys.modules, "django_schedulinator.metrics", raising=False)
+    monkeypatch.delitem(sys.modules, "django_schedulinator.operations.metrics", raising=False)
     with pytest.raises(CommandError) as raised:
         call_command("run_scheduler", "--metrics-port", "0", "--once")
     assert str(raised.value) == (

@@ -20,9 +20,10 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import clock, models, services
+from django_schedulinator import models, services
 from django_schedulinator.conf import MAX_JSON_DEPTH
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index import clock
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.querysets import Advance
 from django_schedulinator.timing import to_ms, truncate_ms

@@ -19,12 +19,13 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_schedulinator import alerts, notify, signals
-from django_schedulinator.health import cluster_status
-from django_schedulinator.index import DueIndex
+from django_schedulinator import notify, signals
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Notification, Run, Schedule
+from django_schedulinator.operations import alerts
+from django_schedulinator.operations.health import cluster_status
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms, truncate_ms
-from django_schedulinator.worker import Worker
 
 from .support.commits import committed
 from .support.doc_examples import example

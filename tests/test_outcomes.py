@@ -15,10 +15,10 @@ from django.utils import timezone
 from django_schedulinator import outcomes, resync_schedules, services, streaks
 from django_schedulinator.dispatch import Outcome, dispatchers
 from django_schedulinator.errors import InvalidKey
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
 
 from .support.dispatchers import Flaky, HandOff
 from .support.schedules import make_schedule
@@ -270,7 +270,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
 
 
 def _leased(occurrences: Any, token: str) -> Any:
-    from django_schedulinator.leases import Leased
+    from django_schedulinator.scheduler.leases import Leased
 
     return Leased(occurrences, token, time.monotonic(), counted=True)  # a fresh claim
 

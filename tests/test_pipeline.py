@@ -13,9 +13,9 @@ from django.db import OperationalError
 from django.db.models import Count
 
 from django_schedulinator import resync_schedules, signals
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.processes import looping, wait_for
 from .support.schedules import make_due

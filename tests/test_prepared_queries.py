@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_schedulinator.claiming import HELD, RECHECK, ROW_FIELDS
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.scheduler.claiming import HELD, RECHECK, ROW_FIELDS
 
 from .support.schedules import make_schedule
 

@@ -14,7 +14,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 
 from .models import Delivery

@@ -1,4 +1,4 @@
-"""Rebuilding the index (``django_schedulinator/rebuild.py``) when the scheduler finds it
+"""Rebuilding the index (``django_schedulinator/index/rebuild.py``) when the scheduler finds it
 missing: a first build, or a lost one. ``manage.py rebuild_due_index`` is in
 ``test_commands.py``."""
 
@@ -16,12 +16,17 @@ from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from django_schedulinator import services
-from django_schedulinator.index import FORGET, SET, Change, DueIndex, Rebuilt
+from django_schedulinator.index.due import FORGET, SET, Change, DueIndex, Rebuilt
+from django_schedulinator.index.rebuild import (
+    RebuildReport,
+    index_rows,
+    missing_rows,
+    rebuild_index,
+)
+from django_schedulinator.index.sync import INDEX_FIELDS, keyset_pages
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.rebuild import RebuildReport, index_rows, missing_rows, rebuild_index
-from django_schedulinator.sync import INDEX_FIELDS, keyset_pages
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Worker
 
 from .support.redis_server import RedisServer
 from .support.schedules import make_due, make_schedule
@@ -33,7 +38,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real 
 
 
 def rebuild_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "django_schedulinator.rebuild"]
+    return [r for r in caplog.records if r.name == "django_schedulinator.index.rebuild"]
 
 
 @pytest.mark.parametrize("schedules", [0, 3])

@@ -1,6 +1,6 @@
-"""Reconcile (``django_schedulinator/reconcile.py``, run by the scheduler's loop): it heals index
-entries whose sync writes were lost, reading the rows changed since its watermark in bounded
-slices, and tells a lost index from missed writes."""
+"""Reconcile (``django_schedulinator/index/reconcile.py``, run by the scheduler's loop): it heals
+index entries whose sync writes were lost, reading the rows changed since its watermark in
+bounded slices, and tells a lost index from missed writes."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import time_machine
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import reconcile as reconcile_module
 from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.dbclock import DatabaseNow, database_now
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index import reconcile as reconcile_module
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.index.reconcile import lag, reconcile
 from django_schedulinator.models import Schedule
-from django_schedulinator.reconcile import lag, reconcile
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.processes import wait_for
 from .support.schedules import make_due, make_schedule

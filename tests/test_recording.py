@@ -15,13 +15,13 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator.claiming import Claimer
-from django_schedulinator.heartbeat import HeartbeatKeeper, RecorderBacklog, alive
-from django_schedulinator.index import get_index
-from django_schedulinator.leases import Leased
-from django_schedulinator.metrics import serve
+from django_schedulinator.index.due import get_index
 from django_schedulinator.models import Run
-from django_schedulinator.worker import Worker
+from django_schedulinator.operations.heartbeat import HeartbeatKeeper, RecorderBacklog, alive
+from django_schedulinator.operations.metrics import serve
+from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.leases import Leased
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.processes import get, wait_for
 from .support.schedules import make_schedule

@@ -26,10 +26,10 @@ from django.utils import timezone
 
 from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
-from django_schedulinator.connection import get_redis
-from django_schedulinator.index import DueIndex, ShardedIndex, get_index, shard_tag
+from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.due import DueIndex, ShardedIndex, get_index, shard_tag
 from django_schedulinator.models import Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Receipt, Redelivery
 from .support.processes import Schedulers, output, subprocess_env, wait_for

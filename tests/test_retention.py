@@ -1,4 +1,4 @@
-"""Retention (``django_schedulinator/retention.py``, ``manage.py prune_runs`` and the
+"""Retention (``django_schedulinator/operations/retention.py``, ``manage.py prune_runs`` and the
 schedulers' prune chore): old finished runs and change log entries go, in bounded batches;
 unfinished runs, each schedule's newest runs and what the app still reads stay."""
 
@@ -20,13 +20,14 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
-from django_schedulinator import alerts, ledger, outcomes, retention, services
+from django_schedulinator import ledger, outcomes, services
 from django_schedulinator.conf import app_settings
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.retention import Pruner, PruneReport, parse_age, prune
+from django_schedulinator.operations import alerts, retention
+from django_schedulinator.operations.retention import Pruner, PruneReport, parse_age, prune
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
 
 from .models import Delivery
 from .support.processes import Schedulers, output, subprocess_env, wait_for

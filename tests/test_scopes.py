@@ -24,7 +24,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_schedulinator import services, streaks
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 

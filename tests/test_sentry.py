@@ -28,9 +28,9 @@ from django_schedulinator.contrib.sentry import (
     monitor_config,
     monitor_slug,
 )
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.processes import Schedulers, output, subprocess_env, wait_for
 from .support.schedules import make_due

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from django_schedulinator import errors, services, streaks
 from django_schedulinator.changelog import Origin
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms
 

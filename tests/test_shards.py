@@ -18,8 +18,7 @@ from django.urls import reverse
 
 from django_schedulinator import services, signals, timing
 from django_schedulinator.errors import RebuildInProgress
-from django_schedulinator.health import check_drift, cluster_status, index_status, record_drift
-from django_schedulinator.index import (
+from django_schedulinator.index.due import (
     REMOVE,
     SET,
     Change,
@@ -28,10 +27,16 @@ from django_schedulinator.index import (
     get_index,
     shard_tag,
 )
-from django_schedulinator.metrics import ClusterCollector
+from django_schedulinator.index.rebuild import ensure_built, rebuild_index
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.rebuild import ensure_built, rebuild_index
-from django_schedulinator.worker import Worker
+from django_schedulinator.operations.health import (
+    check_drift,
+    cluster_status,
+    index_status,
+    record_drift,
+)
+from django_schedulinator.operations.metrics import ClusterCollector
+from django_schedulinator.scheduler.worker import Worker
 
 from .support.commits import committed
 from .support.schedules import make_due, make_schedule

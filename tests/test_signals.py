@@ -14,12 +14,12 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from django_schedulinator import outcomes, resync_schedules, services, signals
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.keys import occurrence_key
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.rebuild import rebuild_index
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
-from django_schedulinator.worker import Worker
 
 from .support.schedules import make_due, make_schedule
 

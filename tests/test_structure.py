@@ -108,14 +108,22 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
     graph = import_graph()
     models = graph[f"{PACKAGE}.models"]
-    for module in ("services", "streaks", "changelog", "ledger", "claiming", "sync"):
+    for module in (
+        "services",
+        "streaks",
+        "changelog",
+        "ledger",
+        "scheduler.claiming",
+        "index.sync",
+    ):
         assert f"{PACKAGE}.{module}" not in models
 
 
-# The scheduler loop's modules, and those of them each may import: the loop (worker) uses
-# its chores, its commit stage (pipeline) and its lanes; a lane hands a batch to its
-# dispatcher with a recorder (progress) while the lease keeper (leases) renews it. Nothing
-# points back up.
+# The scheduler loop's modules (in ``scheduler/``), and those of them each may import: the
+# loop (worker) uses its chores, its commit stage (pipeline) and its lanes; a lane hands a
+# batch to its dispatcher with a recorder (progress) while the lease keeper (leases) renews
+# it. Nothing points back up.
+LOOP_PACKAGE = f"{PACKAGE}.scheduler"
 LOOP = {
     "worker": {"chores", "pipeline", "lanes", "leases", "transient"},
     "chores": {"transient"},
@@ -131,14 +139,14 @@ LOOP = {
 def test_the_loops_modules_import_one_way() -> None:
     graph = import_graph()
     for name, allowed in LOOP.items():
-        imported = {m.removeprefix(f"{PACKAGE}.") for m in graph[f"{PACKAGE}.{name}"]}
+        imported = {m.removeprefix(f"{LOOP_PACKAGE}.") for m in graph[f"{LOOP_PACKAGE}.{name}"]}
         assert imported & set(LOOP) <= allowed, name
     # Outside the loop, only the command that runs it imports it.
     users = {
         module
         for module, imports in graph.items()
-        if module.removeprefix(f"{PACKAGE}.") not in LOOP
-        and imports & {f"{PACKAGE}.{name}" for name in LOOP}
+        if module.removeprefix(f"{LOOP_PACKAGE}.") not in LOOP
+        and imports & {f"{LOOP_PACKAGE}.{name}" for name in LOOP}
     }
     assert users == {f"{PACKAGE}.management.commands.run_scheduler"}
 
@@ -191,8 +199,9 @@ def test_the_counter_check_finds_an_unlocked_count(tmp_path: Path) -> None:
 
 def test_the_recorder_handed_to_dispatchers_holds_no_worker() -> None:
     # A dispatcher gets a narrow recorder (progress.BatchProgress), not the scheduler.
-    source = (ROOT / "progress.py").read_text("utf-8")
-    assert "worker" not in _imports(f"{PACKAGE}.progress", ROOT / "progress.py", set(_modules()))
+    path = ROOT / "scheduler" / "progress.py"
+    source = path.read_text("utf-8")
+    assert "worker" not in _imports(f"{LOOP_PACKAGE}.progress", path, set(_modules()))
     assert "Worker" not in source
 
 

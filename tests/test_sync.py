@@ -12,9 +12,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services
-from django_schedulinator.index import ApplyResult, Change, DueIndex
+from django_schedulinator.index.due import ApplyResult, Change, DueIndex
+from django_schedulinator.index.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.models import Schedule
-from django_schedulinator.sync import changes_for_ids, resync_on_commit
 from django_schedulinator.timing import to_ms
 
 from .support.commits import committed

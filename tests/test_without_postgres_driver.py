@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
     from django.core.management import call_command
     from django.utils import timezone
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
     call_command("migrate", run_syncdb=True, verbosity=0)  # the tests app has no migrations
     Schedule.objects.create(

@@ -1,5 +1,5 @@
-"""The scheduler's loop (``django_schedulinator/worker.py``): Redis and the database going away
-under a running scheduler, and its recovery from a failed pass."""
+"""The scheduler's loop (``django_schedulinator/scheduler/worker.py``): Redis and the database
+going away under a running scheduler, and its recovery from a failed pass."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from django.db.models import Count
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.worker import Worker
+from django_schedulinator.scheduler.worker import Worker
 
 from .models import Receipt, Redelivery
 from .support.processes import Lines, Schedulers, looping, output, subprocess_env, wait_for

@@ -47,7 +47,7 @@ class Schedulinator:
         django.setup()
 
     def _index(self) -> Any:
-        from django_schedulinator.index import DueIndex
+        from django_schedulinator.index.due import DueIndex
 
         return DueIndex()
 
@@ -59,9 +59,9 @@ class Schedulinator:
         from django.db import connection
 
         from django_schedulinator import services
+        from django_schedulinator.index.rebuild import rebuild_index
+        from django_schedulinator.index.reconcile import reconcile
         from django_schedulinator.models import Run, Schedule
-        from django_schedulinator.rebuild import rebuild_index
-        from django_schedulinator.reconcile import reconcile
 
         call_command("migrate", verbosity=0)
         self.clean()
@@ -110,8 +110,8 @@ class Schedulinator:
         from django.db.models import F
         from django.db.models.functions import Now
 
+        from django_schedulinator.index.sync import resync_schedules
         from django_schedulinator.models import Schedule
-        from django_schedulinator.sync import resync_schedules
 
         ids = list(Schedule.objects.order_by("pk").values_list("pk", flat=True)[:due])
         at = Now() - timedelta(seconds=DUE_AGO)
@@ -164,9 +164,9 @@ class Schedulinator:
         from django.utils import timezone
 
         from django_schedulinator import services
+        from django_schedulinator.index.sync import resync_schedules
         from django_schedulinator.models import Run, Schedule
         from django_schedulinator.querysets import Advance, NewRun
-        from django_schedulinator.sync import resync_schedules
 
         self.arm(due)
         index = self._index()
@@ -230,8 +230,8 @@ class Schedulinator:
         from django.db import transaction
         from django.db.models.signals import post_save
 
+        from django_schedulinator.index.receivers import schedule_changed
         from django_schedulinator.models import Schedule
-        from django_schedulinator.receivers import schedule_changed
 
         schedules = list(Schedule.objects.order_by("pk")[:rows])
         assert len(schedules) == rows, "setup first"

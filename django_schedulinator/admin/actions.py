@@ -17,7 +17,6 @@ from django.db import router, transaction
 from django.http import HttpRequest
 from django.utils.translation import gettext, ngettext
 
-from django_schedulinator import sync
 from django_schedulinator.admin.display import (
     NAMES_SHOWN,
     error_text,
@@ -26,6 +25,7 @@ from django_schedulinator.admin.display import (
     schedules_text,
 )
 from django_schedulinator.errors import ServiceError
+from django_schedulinator.index import sync
 from django_schedulinator.models import Schedule
 
 if TYPE_CHECKING:

@@ -21,9 +21,10 @@ from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_schedulinator import calendars, clock, scopes, services
+from django_schedulinator import calendars, scopes, services
 from django_schedulinator.admin.display import ExactTimes
 from django_schedulinator.changelog import Origin
+from django_schedulinator.index import clock
 from django_schedulinator.models import Calendar, Schedule, ScheduleChange
 
 WEEKDAYS = [

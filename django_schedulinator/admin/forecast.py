@@ -44,9 +44,10 @@ from django.db.models import BigIntegerField, Case, Count, DateTimeField, F, Q, 
 from django.db.models.functions import TruncMinute
 from django.utils.translation import gettext
 
-from django_schedulinator import clock, timing
+from django_schedulinator import timing
 from django_schedulinator.admin.display import exact_time
 from django_schedulinator.errors import TimingError
+from django_schedulinator.index import clock
 from django_schedulinator.models import Schedule, day_calendar
 from django_schedulinator.scopes import Scope, schedules_in
 

@@ -20,7 +20,7 @@ from django.db.models import BooleanField, DurationField, ExpressionWrapper, F, 
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
-from django_schedulinator import clock
+from django_schedulinator.index import clock
 from django_schedulinator.models import Run
 from django_schedulinator.scopes import Scope, runs_in
 

@@ -25,7 +25,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from django_schedulinator import declared, services, sync
+from django_schedulinator import declared, services
 from django_schedulinator.admin import lateness, pictures, views
 from django_schedulinator.admin.actions import (
     each,
@@ -56,6 +56,7 @@ from django_schedulinator.admin.filters import (
 )
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from django_schedulinator.changelog import Origin
+from django_schedulinator.index import sync
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.querysets import ScheduleQuerySet
 

@@ -28,7 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_schedulinator import calendars, clock, keys, outcomes, services, timing
+from django_schedulinator import calendars, keys, outcomes, services, timing
 from django_schedulinator.api import serializers as s
 from django_schedulinator.api.filters import (
     FilterBackend,
@@ -53,15 +53,16 @@ from django_schedulinator.errors import (
     ServiceError,
     VersionConflict,
 )
-from django_schedulinator.health import (
+from django_schedulinator.index import clock
+from django_schedulinator.index.due import get_index
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.operations.health import (
     DEFAULT_MAX_LAG_SECONDS,
     cluster_status,
     index_status,
     schedulers_as_dicts,
 )
-from django_schedulinator.heartbeat import alive
-from django_schedulinator.index import get_index
-from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.operations.heartbeat import alive
 from django_schedulinator.scopes import Scope
 from django_schedulinator.statuses import ReportedStatus
 

@@ -38,9 +38,10 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from django_schedulinator import clock, timing
+from django_schedulinator import timing
 from django_schedulinator.errors import SchedulinatorError
 from django_schedulinator.importers import Found, TaskNames
+from django_schedulinator.index import clock
 
 # The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
 CRON_FIELD_RANGES = (range(60), range(24), range(1, 32), range(1, 13), range(7))

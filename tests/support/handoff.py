@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
-from django_schedulinator.worker import Worker
 
 from .passes import scheduler_pass
 from .schedules import make_schedule

@@ -11,7 +11,7 @@ import django
 
 def main() -> None:
     django.setup()
-    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.scheduler.claiming import Claimer
 
     stage, limit = sys.argv[1], int(sys.argv[2])
     claimer = Claimer(worker_id="doomed", lease_seconds=2)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from django_schedulinator.heartbeat import Heartbeat, HeartbeatKeeper
-from django_schedulinator.index import DueIndex
-from django_schedulinator.worker import Worker
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.operations.heartbeat import Heartbeat, HeartbeatKeeper
+from django_schedulinator.scheduler.worker import Worker
 
 
 def beat(

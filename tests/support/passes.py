@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django_schedulinator import alerts, notify
-from django_schedulinator.worker import Worker
+from django_schedulinator import notify
+from django_schedulinator.operations import alerts
+from django_schedulinator.scheduler.worker import Worker
 
 from .commits import committed
 

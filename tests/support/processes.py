@@ -21,7 +21,7 @@ from django.db import connection
 from .handoff import run_in_thread
 
 if TYPE_CHECKING:
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
 
 def wait_for(condition, timeout: float = 60.0, interval: float = 0.1) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from django_schedulinator import clock
+from django_schedulinator.index import clock
 from django_schedulinator.models import Schedule
 
 from .commits import committed

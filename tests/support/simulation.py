@@ -15,10 +15,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import from_ms, to_ms
-from django_schedulinator.worker import Worker
 
 from .schedules import make_schedule
 

@@ -11,8 +11,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from django_schedulinator import calendars, clock, services
+from django_schedulinator import calendars, services
 from django_schedulinator.changelog import Origin
+from django_schedulinator.index import clock
 from django_schedulinator.models import Calendar, ScheduleChange
 
 

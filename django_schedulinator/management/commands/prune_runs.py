@@ -10,10 +10,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from tqdm import tqdm
 
-from django_schedulinator import clock
 from django_schedulinator.conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, app_settings
+from django_schedulinator.index import clock
 from django_schedulinator.management.commands.run_scheduler import whole_number_up_to
-from django_schedulinator.retention import PruneReport, parse_age, prune
+from django_schedulinator.operations.retention import PruneReport, parse_age, prune
 
 
 def age(value: str) -> timedelta:

@@ -10,9 +10,9 @@ from tqdm import tqdm
 
 from django_schedulinator.conf import MAX_CHUNK_SIZE, app_settings
 from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.management.commands.run_scheduler import positive_int
 from django_schedulinator.models import Schedule
-from django_schedulinator.rebuild import rebuild_index
 
 
 def chunk_size(value: str) -> int:

@@ -13,11 +13,11 @@ from django.core.management.base import BaseCommand, CommandError
 
 from django_schedulinator.conf import MAX_BATCH_SIZE
 from django_schedulinator.errors import OutdatedZoneRules
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.services import replan_for_zone_rules, sync_declared
-from django_schedulinator.worker import Worker
 
 if TYPE_CHECKING:
-    from django_schedulinator.probes import ProbeServer
+    from django_schedulinator.operations.probes import ProbeServer
 
 logger = logging.getLogger("django_schedulinator.declared")
 
@@ -192,7 +192,7 @@ class Command(BaseCommand):
 def serve_metrics(worker: Worker, port: int, addr: str) -> ProbeServer:
     """Start the metrics and probes server, or fail with what to do."""
     try:
-        from django_schedulinator.metrics import serve
+        from django_schedulinator.operations.metrics import serve
     except ImportError as exc:
         if (exc.name or "").partition(".")[0] != "prometheus_client":
             raise

@@ -21,9 +21,14 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_schedulinator import alerts, notify
-from django_schedulinator.health import DEFAULT_MAX_LAG_SECONDS, ClusterStatus, cluster_status
-from django_schedulinator.heartbeat import LaneDepth, RecorderBacklog
+from django_schedulinator import notify
+from django_schedulinator.operations import alerts
+from django_schedulinator.operations.health import (
+    DEFAULT_MAX_LAG_SECONDS,
+    ClusterStatus,
+    cluster_status,
+)
+from django_schedulinator.operations.heartbeat import LaneDepth, RecorderBacklog
 
 # Exit codes (docs/commands.md): 0 healthy, 1 unhealthy (or a usage mistake), 2 unreachable.
 UNHEALTHY = 1

@@ -14,8 +14,8 @@ from django.db import connection
 
 from django_schedulinator.dispatch import dispatchers
 from django_schedulinator.dispatch.tasks import TasksDispatcher
-from django_schedulinator.index import get_index
-from django_schedulinator.rebuild import RebuildInProgress, rebuild_index
+from django_schedulinator.index.due import get_index
+from django_schedulinator.index.rebuild import RebuildInProgress, rebuild_index
 from example_project import embedded_redis
 from example_project.commands import manage_py
 

@@ -18,7 +18,7 @@ from django.db.models import Q
 
 from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
-from django_schedulinator.index import (
+from django_schedulinator.index.due import (
     FORGET,
     REMOVE,
     SET,

@@ -22,7 +22,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_schedulinator import timing
-from django_schedulinator.connection import get_redis
+from django_schedulinator.index.connection import get_redis
 
 logger = logging.getLogger("django_schedulinator.clock")
 

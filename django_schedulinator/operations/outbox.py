@@ -37,7 +37,7 @@ from django_schedulinator.ledger import Retry
 from django_schedulinator.models import Notification
 
 if TYPE_CHECKING:
-    from django_schedulinator.alerts import Missed
+    from django_schedulinator.operations.alerts import Missed
 
 # Entries one claim takes at most: one message carries at most that many misses.
 CLAIM_BATCH = 5000

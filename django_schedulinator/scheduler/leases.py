@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from django_schedulinator.dispatch import Occurrence
-from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Claimer
-    from django_schedulinator.progress import BatchProgress
+    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.progress import BatchProgress
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -24,15 +24,15 @@ from django.db import connections
 
 from django_schedulinator import notify
 from django_schedulinator.dispatch import dispatchers
-from django_schedulinator.progress import record_while_leased
-from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.progress import record_while_leased
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Claimer
     from django_schedulinator.dispatch import BaseDispatcher, Outcome
-    from django_schedulinator.leases import LeaseKeeper
     from django_schedulinator.outcomes import Reported
-    from django_schedulinator.progress import BatchProgress
+    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.leases import LeaseKeeper
+    from django_schedulinator.scheduler.progress import BatchProgress
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -23,7 +23,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
 from django_schedulinator import notify
-from django_schedulinator.claiming import Counters
 from django_schedulinator.dispatch import (
     DEFAULT_ALIAS,
     BaseDispatcher,
@@ -32,15 +31,16 @@ from django_schedulinator.dispatch import (
     Progress,
     dispatchers,
 )
-from django_schedulinator.leases import Leased, LeaseKeeper
-from django_schedulinator.progress import BatchProgress
-from django_schedulinator.recording import OutcomeRecorder
+from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.scheduler.leases import Leased, LeaseKeeper
+from django_schedulinator.scheduler.progress import BatchProgress
+from django_schedulinator.scheduler.recording import OutcomeRecorder
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
 from django_schedulinator.statuses import OutcomeStatus
-from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Claimer
-    from django_schedulinator.metrics import Metrics
+    from django_schedulinator.operations.metrics import Metrics
+    from django_schedulinator.scheduler.claiming import Claimer
 
 logger = logging.getLogger("django_schedulinator.worker")
 

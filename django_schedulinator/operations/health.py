@@ -23,13 +23,14 @@ from typing import Any
 from django.db import router
 from django.db.models import Max, Min
 
-from django_schedulinator import outbox, timing
+from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
-from django_schedulinator.heartbeat import Heartbeat, alive
-from django_schedulinator.index import DueIndex, get_index
+from django_schedulinator.index.due import DueIndex, get_index
+from django_schedulinator.index.sync import IN_INDEX, change_for_row
 from django_schedulinator.management import run_command
+from django_schedulinator.operations import outbox
+from django_schedulinator.operations.heartbeat import Heartbeat, alive
 from django_schedulinator.scopes import Scope, runs_in, schedules_in, shown
-from django_schedulinator.sync import IN_INDEX, change_for_row
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")

@@ -29,21 +29,21 @@ from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator import notify
-from django_schedulinator.chores import Chores
-from django_schedulinator.claiming import Claimer, Counters, Plan
 from django_schedulinator.conf import MAX_BATCH_SIZE, app_settings
 from django_schedulinator.dispatch import BaseDispatcher, dispatchers
 from django_schedulinator.errors import OutdatedZoneRules
-from django_schedulinator.heartbeat import HeartbeatKeeper
-from django_schedulinator.index import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
-from django_schedulinator.lanes import STOP_RECORD_SECONDS, Lanes
-from django_schedulinator.leases import Leased
-from django_schedulinator.pipeline import CommitStage
-from django_schedulinator.rebuild import ensure_built, layout_message
-from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.index.due import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
+from django_schedulinator.index.rebuild import ensure_built, layout_message
+from django_schedulinator.operations.heartbeat import HeartbeatKeeper
+from django_schedulinator.scheduler.chores import Chores
+from django_schedulinator.scheduler.claiming import Claimer, Counters, Plan
+from django_schedulinator.scheduler.lanes import STOP_RECORD_SECONDS, Lanes
+from django_schedulinator.scheduler.leases import Leased
+from django_schedulinator.scheduler.pipeline import CommitStage
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.metrics import Metrics
+    from django_schedulinator.operations.metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.worker")
 

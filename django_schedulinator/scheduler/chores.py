@@ -17,20 +17,22 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django_schedulinator import alerts, clock, notify, retention, timing
-from django_schedulinator.claiming import Counters
+from django_schedulinator import notify, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
-from django_schedulinator.health import check_drift, eviction_risk, record_drift
+from django_schedulinator.index import clock
+from django_schedulinator.index.rebuild import rebuild_index
+from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
-from django_schedulinator.rebuild import rebuild_index
-from django_schedulinator.reconcile import reconcile
-from django_schedulinator.retention import Pruner, PruneReport
-from django_schedulinator.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.operations import alerts, retention
+from django_schedulinator.operations.health import check_drift, eviction_risk, record_drift
+from django_schedulinator.operations.retention import Pruner, PruneReport
+from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Claimer
-    from django_schedulinator.index import DueIndex
+    from django_schedulinator.index.due import DueIndex
+    from django_schedulinator.scheduler.claiming import Claimer
 
 logger = logging.getLogger("django_schedulinator.worker")
 

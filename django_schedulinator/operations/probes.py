@@ -28,12 +28,12 @@ from django.db import connections, router
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import SchedulinatorError
-from django_schedulinator.index import DueIndex
+from django_schedulinator.index.due import DueIndex
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.probes")
 

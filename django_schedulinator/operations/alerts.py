@@ -41,9 +41,11 @@ from django.db import router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Greatest
 
-from django_schedulinator import clock, ledger, outbox, services, signals
-from django_schedulinator.index import DueIndex, get_index
+from django_schedulinator import ledger, services, signals
+from django_schedulinator.index import clock
+from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.operations import outbox
 
 logger = logging.getLogger("django_schedulinator.alerts")
 

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_schedulinator.transient import bound_lock_waits
+from django_schedulinator.scheduler.transient import bound_lock_waits
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Plan
+    from django_schedulinator.scheduler.claiming import Plan
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django_schedulinator import __version__, timing
 from django_schedulinator.conf import app_settings
-from django_schedulinator.index import DueIndex, get_index
+from django_schedulinator.index.due import DueIndex, get_index
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Counters
+    from django_schedulinator.scheduler.claiming import Counters
 
 logger = logging.getLogger("django_schedulinator.heartbeat")
 

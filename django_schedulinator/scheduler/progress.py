@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
 from django_schedulinator.outcomes import Reported
-from django_schedulinator.transient import TRANSIENT_ERRORS
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
-    from django_schedulinator.claiming import Claimer
+    from django_schedulinator.scheduler.claiming import Claimer
 
 logger = logging.getLogger("django_schedulinator.worker")
 

@@ -35,7 +35,7 @@ from redis.exceptions import LockError
 from django_schedulinator import signals
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
-from django_schedulinator.index import (
+from django_schedulinator.index.due import (
     ADDED,
     FIXED,
     FORGET,
@@ -47,9 +47,9 @@ from django_schedulinator.index import (
     ShardedIndex,
     get_index,
 )
+from django_schedulinator.index.sync import INDEX_FIELDS, change_for_row, keyset_pages
 from django_schedulinator.management import run_command
 from django_schedulinator.querysets import _names, json_ids
-from django_schedulinator.sync import INDEX_FIELDS, change_for_row, keyset_pages
 
 logger = logging.getLogger("django_schedulinator.rebuild")
 

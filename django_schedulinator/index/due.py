@@ -32,8 +32,8 @@ from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.connection import get_redis
 from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.index.connection import get_redis
 
 logger = logging.getLogger("django_schedulinator.index")
 

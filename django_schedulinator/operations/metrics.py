@@ -39,15 +39,16 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from django_schedulinator import __version__, reconcile, timing
+from django_schedulinator import __version__, timing
 from django_schedulinator.conf import app_settings
-from django_schedulinator.health import DispatcherStatus, dispatcher_status
-from django_schedulinator.index import DueIndex
-from django_schedulinator.probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
+from django_schedulinator.index import reconcile
+from django_schedulinator.index.due import DueIndex
+from django_schedulinator.operations.health import DispatcherStatus, dispatcher_status
+from django_schedulinator.operations.probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch.base import Occurrence, Outcome
-    from django_schedulinator.worker import Worker
+    from django_schedulinator.scheduler.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.metrics")
 

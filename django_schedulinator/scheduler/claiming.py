@@ -32,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, connections, router
 
-from django_schedulinator import clock, ledger, outcomes, services, signals, timing, zonedata
+from django_schedulinator import ledger, outcomes, services, signals, timing, zonedata
 from django_schedulinator.conf import app_settings
 from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
-from django_schedulinator.index import (
+from django_schedulinator.index import clock
+from django_schedulinator.index.due import (
     FORGET,
     REMOVE,
     REQUEUE,
@@ -46,6 +47,7 @@ from django_schedulinator.index import (
     DueIndex,
     get_index,
 )
+from django_schedulinator.index.sync import belongs_in_index, change_for_row
 from django_schedulinator.keys import occurrence_key
 from django_schedulinator.models import (
     Run,
@@ -65,10 +67,9 @@ from django_schedulinator.querysets import (
     is_lock_timeout,
     json_ids,
 )
-from django_schedulinator.sync import belongs_in_index, change_for_row
 
 if TYPE_CHECKING:
-    from django_schedulinator.metrics import Metrics
+    from django_schedulinator.operations.metrics import Metrics
 
 logger = logging.getLogger("django_schedulinator.claiming")
 

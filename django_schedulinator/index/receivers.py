@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_schedulinator.sync import resync_on_commit
+from django_schedulinator.index.sync import resync_on_commit
 
 
 def schedule_changed(sender: Any, instance: Any, using: str, **kwargs: Any) -> None:

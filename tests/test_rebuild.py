@@ -38,7 +38,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real 
 
 
 def rebuild_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "django_schedulinator.index.rebuild"]
+    return [r for r in caplog.records if r.name == "django_schedulinator.rebuild"]
 
 
 @pytest.mark.parametrize("schedules", [0, 3])

@@ -32,7 +32,7 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.scheduler.worker import Worker
 
 from .models import Receipt, Redelivery
-from .support.processes import Schedulers, output, subprocess_env, wait_for
+from .support.processes import Schedulers, output, read_until, subprocess_env, wait_for
 from .support.redis_cluster import RedisClusterServers, redis_cluster
 from .support.redis_server import RedisServer, free_port
 from .support.schedules import make_schedule
@@ -329,12 +329,13 @@ def test_a_cluster_unreachable_at_the_start_is_an_outage_the_loop_waits_out(
     setting = {"URL": url, "CLUSTER": True, "OPTIONS": {"socket_connect_timeout": 1}}
     proc = start_scheduler(schedulers, key_prefix, setting)
     schedules = every_second(2)
-    time.sleep(3)  # the scheduler starts while no node answers
-    assert proc.poll() is None, output(proc)
+    # The scheduler starts while no node answers: its first pass fails, and it goes on.
+    log = read_until(proc, "Scheduler pass failed")
+    assert proc.poll() is None, log + output(proc)
     try:
         servers.start()
         wait_for(lambda: len(receipts_per_schedule()) == len(schedules), timeout=60)
-        log = stop(proc)
+        log += stop(proc)
     finally:
         servers.kill()
     assert log.count("Scheduler pass failed") == 1, log

@@ -36,6 +36,19 @@ def output(proc: subprocess.Popen[str]) -> str:
     return proc.stdout.read() if proc.stdout else ""
 
 
+def read_until(proc: subprocess.Popen[str], text: str) -> str:
+    """What ``proc`` printed up to the first line that holds ``text``, read as it comes: a
+    condition to wait on where a fixed sleep would race a loaded machine (``output`` reads
+    the rest). Fails if ``proc`` ends first."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while line := proc.stdout.readline():
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+    raise AssertionError(f"{text!r} never came; it printed:\n{''.join(seen)}")
+
+
 @contextmanager
 def looping(worker: Worker) -> Iterator[None]:
     """``worker.run()`` in a thread of its own, as ``run_scheduler`` runs it (its database

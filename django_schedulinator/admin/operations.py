@@ -17,9 +17,10 @@ which count every schedule, are not shown.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
@@ -37,16 +38,14 @@ from django_schedulinator.admin.display import exact_time, iso_text
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
+from django_schedulinator.models import Schedule
 from django_schedulinator.operations import health
-
-if TYPE_CHECKING:
-    from django_schedulinator.admin.schedules import ScheduleAdmin
 
 TEMPLATE = "django_schedulinator/admin/operations.html"
 DRIFT_SHOWN = 20  # late or missing schedules linked from the drift row
 
 
-def operations_view(request: HttpRequest, model_admin: ScheduleAdmin) -> HttpResponse:
+def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> HttpResponse:
     opts = model_admin.opts
     if not request.user.has_perm(f"{opts.app_label}.view_operations"):
         raise PermissionDenied
@@ -138,7 +137,7 @@ def scheduler_rows(report: health.ClusterStatus) -> list[dict[str, Any]]:
     return rows
 
 
-def ask_for_rebuild(request: HttpRequest, model_admin: ScheduleAdmin) -> None:
+def ask_for_rebuild(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> None:
     """Record the request; a scheduler performs it (see ``Worker._rebuild_if_asked``)."""
     by = f"admin:{request.user.get_username()}"
     try:

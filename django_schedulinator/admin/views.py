@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from datetime import UTC
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.admin import ModelAdmin
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
@@ -25,13 +26,10 @@ from django_schedulinator.admin.operations import operations_view
 from django_schedulinator.conf import app_settings
 from django_schedulinator.models import Schedule
 
-if TYPE_CHECKING:
-    from django_schedulinator.admin.schedules import ScheduleAdmin
-
 PREVIEW_TEMPLATE = "django_schedulinator/admin/preview.html"
 
 
-def urls(model_admin: ScheduleAdmin) -> list[URLPattern]:
+def urls(model_admin: ModelAdmin[Schedule]) -> list[URLPattern]:
     info = model_admin.opts.app_label, model_admin.opts.model_name
     admin_view = model_admin.admin_site.admin_view
     preview = admin_view(partial(preview_view, model_admin=model_admin))
@@ -47,7 +45,7 @@ def urls(model_admin: ScheduleAdmin) -> list[URLPattern]:
 
 
 def preview_view(
-    request: HttpRequest, object_id: str | None = None, *, model_admin: ScheduleAdmin
+    request: HttpRequest, object_id: str | None = None, *, model_admin: ModelAdmin[Schedule]
 ) -> HttpResponse:
     """The description and next runs of the timing in a posted add or change form, not
     saved: validated by the form's own rules (the model's), so what it shows is what

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import router, transaction
@@ -46,6 +45,7 @@ from django_schedulinator.index import clock
 from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.operations import outbox
+from django_schedulinator.operations.outbox import Missed
 
 logger = logging.getLogger("django_schedulinator.alerts")
 
@@ -71,17 +71,6 @@ REASONS = {
     "no_outcome": "it was handed off and its end was never reported",
     "failed": "its run failed: the task raised, or its hand-offs were given up on",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Missed:
-    """One occurrence raised: no successful run within its schedule's grace."""
-
-    schedule_id: int
-    scheduled_for: datetime  # its nominal time
-    run_id: int | None  # None: it never fired
-    reason: str
-    grace: timedelta
 
 
 def check(

@@ -28,14 +28,12 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from django_schedulinator import __version__, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex, get_index
-
-if TYPE_CHECKING:
-    from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.operations.observed import Observed
 
 logger = logging.getLogger("django_schedulinator.heartbeat")
 
@@ -212,30 +210,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-class Beating(Protocol):
-    """What a heartbeat reads from a scheduler (``worker.Worker``), from another thread:
-    attributes the loop sets and a snapshot of plain ints, never a lock the loop takes."""
-
-    worker_id: str
-    last_pass_at: float | None  # time.monotonic()
-    last_error: str
-    counters: Counters
-    metrics_port: int | None
-
-    def lane_depths(self) -> dict[str, tuple[int, float | None]]: ...
-
-    def recorder_backlog(self) -> tuple[int, int, float | None]: ...
-
-    def is_stopping(self) -> bool: ...
-
-
 class HeartbeatKeeper:
     """Writes a scheduler's record every ``HEARTBEAT_SECONDS`` from a thread of its own,
     from ``start()`` until ``stop()``, which removes it. A Redis that cannot be reached is
     logged once (and its return once) and tried again at the next beat: the thread, and the
     loop, go on."""
 
-    def __init__(self, source: Beating, index: DueIndex, every: float | None = None) -> None:
+    def __init__(self, source: Observed, index: DueIndex, every: float | None = None) -> None:
         self.source = source
         self.index = index
         self.every = app_settings.HEARTBEAT_SECONDS if every is None else every

@@ -24,7 +24,7 @@ import time
 from collections import Counter as Tally
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -44,11 +44,11 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.index import reconcile
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.operations.health import DispatcherStatus, dispatcher_status
+from django_schedulinator.operations.observed import Observed
 from django_schedulinator.operations.probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch.base import Occurrence, Outcome
-    from django_schedulinator.scheduler.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.metrics")
 
@@ -142,7 +142,7 @@ COUNTERS: dict[str, tuple[str, str]] = {
 class Metrics:
     """One scheduler's registry, and what its loop observes into it."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Observed) -> None:
         self.registry = CollectorRegistry()
         registry = self.registry
         # The process's own (CPU, memory, file descriptors, GC, Python version), as a
@@ -232,14 +232,14 @@ class Metrics:
 class WorkerCollector(Collector):
     """What the worker keeps anyway, read at scrape time."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Observed) -> None:
         self.worker = worker
 
     def collect(self) -> Iterator[Metric]:
         worker = self.worker
-        counters = worker.counters
+        counters = worker.counters.as_dict()
         for name, (metric, documentation) in COUNTERS.items():
-            yield CounterMetricFamily(metric, documentation, value=getattr(counters, name))
+            yield CounterMetricFamily(metric, documentation, value=counters[name])
         skipped = CounterMetricFamily(
             "schedulinator_occurrences_skipped",
             "Occurrences recorded as skipped, by reason: missed or expired (catch-up), dst "
@@ -476,14 +476,19 @@ def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=float(value))
 
 
-def serve(worker: Worker, *, port: int, addr: str) -> ProbeServer:
+class Measured(Observed, Protocol):
+    """A scheduler that observes its hot path into ``Metrics`` (``Worker`` is one)."""
+
+    def attach_metrics(self, metrics: Metrics, *, port: int | None = None) -> None: ...
+
+
+def serve(worker: Measured, *, port: int, addr: str) -> ProbeServer:
     """Serve ``/metrics``, ``/healthz`` and ``/readyz`` for ``worker`` on ``addr``:``port``
     (0: a free port, ``ProbeServer.port`` says which), from a thread, and switch its metrics
     on. ``OSError`` if the port cannot be bound; nothing is switched on then."""
     metrics = Metrics(worker)
     server = ProbeServer(worker, make_wsgi_app(metrics.registry), port=port, addr=addr)
-    worker.attach_metrics(metrics)
-    worker.metrics_port = server.port
+    worker.attach_metrics(metrics, port=server.port)
     server.start()
     logger.info(
         "Serving /metrics, /healthz and /readyz on %s (worker %s).", server.url, worker.worker_id

@@ -26,8 +26,8 @@ the next step, never a silent gap.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, F, Q
@@ -35,9 +35,6 @@ from django.db.models import Count, F, Q
 from django_schedulinator.conf import app_settings
 from django_schedulinator.ledger import Retry
 from django_schedulinator.models import Notification
-
-if TYPE_CHECKING:
-    from django_schedulinator.operations.alerts import Missed
 
 # Entries one claim takes at most: one message carries at most that many misses.
 CLAIM_BATCH = 5000
@@ -59,6 +56,18 @@ def notifier_for(kind: str) -> str | None:
     if config is None or kind not in config.events:
         return None
     return config.backend
+
+
+@dataclass(frozen=True, slots=True)
+class Missed:
+    """One occurrence raised (``alerts.check``): no successful run within its schedule's
+    grace."""
+
+    schedule_id: int
+    scheduled_for: datetime  # its nominal time
+    run_id: int | None  # None: it never fired
+    reason: str
+    grace: timedelta
 
 
 def add(missed: Sequence[Missed], *, notifier: str, raised_at: datetime, using: str) -> None:

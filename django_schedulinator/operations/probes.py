@@ -29,11 +29,11 @@ from django.db import connections, router
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import SchedulinatorError
 from django_schedulinator.index.due import DueIndex
+from django_schedulinator.operations.observed import Observed
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
 
-    from django_schedulinator.scheduler.worker import Worker
 
 logger = logging.getLogger("django_schedulinator.probes")
 
@@ -107,7 +107,7 @@ class Bounded(Generic[T]):
             call.done.set()
 
 
-def health(worker: Worker, *, since: float) -> tuple[bool, dict[str, Any]]:
+def health(worker: Observed, *, since: float) -> tuple[bool, dict[str, Any]]:
     """Whether the loop is live, and what says so. ``since``: when serving began (monotonic),
     which stands in for the loop's progress before its first pass."""
     now = time.monotonic()
@@ -155,7 +155,7 @@ def _redis(index: DueIndex) -> bool:
 class Readiness:
     """The checks behind ``/readyz``, each bounded by ``PROBE_TIMEOUT_SECONDS``."""
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: Observed) -> None:
         self.worker = worker
         self._database = Bounded(_database, "schedulinator-probe-database")
         self._redis = Bounded(lambda: _redis(worker.index), "schedulinator-probe-redis")
@@ -219,7 +219,7 @@ class ProbeServer:
     """Binds ``addr``:``port`` when made (``OSError`` if it cannot: in use, not an address of
     this host, a privileged port); ``start`` serves from a daemon thread; ``close`` stops."""
 
-    def __init__(self, worker: Worker, metrics_app: WSGIApplication, *, port: int, addr: str):
+    def __init__(self, worker: Observed, metrics_app: WSGIApplication, *, port: int, addr: str):
         self.worker = worker
         self.since = time.monotonic()
         self.readiness = Readiness(worker)

@@ -305,9 +305,11 @@ class Worker:
             self.skipped_by_reason.update(plan.skip_reasons)
         self.lanes.put(Leased(occurrences, token, leased_at, plan.buffering, counted=True))
 
-    def attach_metrics(self, metrics: Metrics) -> None:
-        """Observe the hot path into ``metrics`` from now on (metrics.py)."""
+    def attach_metrics(self, metrics: Metrics, *, port: int | None = None) -> None:
+        """Observe the hot path into ``metrics`` from now on (metrics.py); ``port``: where
+        they are served (the heartbeat says so)."""
         self.metrics = self.claimer.metrics = self.lanes.metrics = metrics
+        self.metrics_port = port
 
     def _moved_on(self, *args: Any) -> None:
         """A long step of the loop moved on (a chunk of a rebuild): it is not stuck."""

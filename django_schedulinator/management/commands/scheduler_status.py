@@ -22,7 +22,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_schedulinator import notify
-from django_schedulinator.operations import alerts
+from django_schedulinator.operations import alerts, outbox
 from django_schedulinator.operations.health import (
     DEFAULT_MAX_LAG_SECONDS,
     ClusterStatus,
@@ -155,7 +155,7 @@ class Raised:
     Redis cannot be reached), the missed runs; and what its delivery step sent."""
 
     no_scheduler: bool | None
-    missed: list[alerts.Missed]
+    missed: list[outbox.Missed]
     delivery: notify.Delivery
 
     def as_dict(self) -> dict[str, Any]:

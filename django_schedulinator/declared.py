@@ -187,9 +187,10 @@ def declared_names() -> set[str]:
 
 
 def candidate(declaration: Declaration) -> Schedule:
-    """The schedule a declaration stands for, validated by the model (``ValidationError``
-    or ``ImproperlyConfigured`` says what is wrong)."""
+    """The schedule a declaration stands for, validated (``ValidationError`` or
+    ``ImproperlyConfigured`` says what is wrong)."""
     from django_schedulinator.models import Schedule
+    from django_schedulinator.validation import validate
 
     schedule = Schedule(
         name=declaration.name, declared_in=declaration.declared_in, **declaration.fields()
@@ -197,15 +198,15 @@ def candidate(declaration: Declaration) -> Schedule:
     # Validated as a definition, not as a new row: a declared one-off stays valid after its
     # time has passed (the sync does not create one whose time has passed).
     schedule._state.adding = False
-    schedule.full_clean(validate_unique=False, validate_constraints=False)
+    validate(schedule)
     schedule._state.adding = True
     return schedule
 
 
 def validated(found: Declared | None = None) -> tuple[dict[str, Schedule], list[str]]:
     """The schedules declared (``found``, or what ``declared()`` finds), by name, each
-    validated by the model; and the problems of those left out (the system check reports
-    them as W030)."""
+    validated (``validation.validate``); and the problems of those left out (the system
+    check reports them as W030)."""
     usable, problems, _names = found or declared()
     problems = list(problems)
     wanted: dict[str, Schedule] = {}

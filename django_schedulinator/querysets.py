@@ -8,7 +8,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Self, TypeVar
 
 from django.db import connections, models, transaction
 from django.db.models import Case, F, Value, When
@@ -20,8 +20,10 @@ from django.utils.dateparse import parse_datetime
 from django_schedulinator.dbclock import DatabaseNow
 from django_schedulinator.statuses import UNFINISHED, RunStatus
 
-if TYPE_CHECKING:
-    from django_schedulinator.models import Run, Schedule  # noqa: F401 - named in strings below
+# The model a queryset class serves (models.py: Schedule, Run). Generic rather than named:
+# the models import their querysets, never the other way round, and ``self.model`` is the
+# model at run time.
+Row = TypeVar("Row", bound=models.Model)
 
 
 class Advance(NamedTuple):
@@ -326,7 +328,7 @@ def counters_moved() -> dict[str, Any]:
     }
 
 
-class ScheduleQuerySet(models.QuerySet["Schedule"]):
+class ScheduleQuerySet(models.QuerySet[Row]):
     def change(self, **fields: Any) -> int:
         """Write a change the caller decided to these schedules in one statement: ``fields``
         and the counters (``counters_moved``). Like every ``update()``, it sends no signal:
@@ -334,12 +336,13 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         changed."""
         return self.update(**fields, **counters_moved())
 
-    def with_missed_mark(self) -> ScheduleQuerySet:
+    def with_missed_mark(self) -> Self:
         """Annotated with ``missed_open``: whether the schedule's latest missed occurrence
         (``missed_at``) is not yet followed by a run at or after it that succeeded. The
         mark the admin and the API show; one subquery per row, which the unique (schedule,
         nominal time) index serves."""
         runs = self.model._meta.get_field("runs").related_model
+        assert isinstance(runs, type)  # Run, found through the relation: not imported here
         recovered = models.Exists(
             runs._default_manager.filter(
                 schedule=models.OuterRef("pk"),
@@ -557,20 +560,20 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return Advanced(moved, locked)
 
 
-class RunQuerySet(models.QuerySet["Run"]):
-    def pending(self) -> RunQuerySet:
+class RunQuerySet(models.QuerySet[Row]):
+    def pending(self) -> Self:
         return self.filter(status=RunStatus.PENDING)
 
-    def unfinished(self) -> RunQuerySet:
+    def unfinished(self) -> Self:
         """Pending or running: a process holds each under a lease."""
         return self.filter(status__in=UNFINISHED)
 
-    def held_by(self, claim_token: str, ids: Any) -> RunQuerySet:
+    def held_by(self, claim_token: str, ids: Any) -> Self:
         """The unfinished runs among ``ids`` that the claim ``claim_token`` still holds (a
         run taken over by another process carries that process's token)."""
         return self.unfinished().filter(pk__in=ids, claim_token=claim_token)
 
-    def in_progress(self, now: datetime) -> RunQuerySet:
+    def in_progress(self, now: datetime) -> Self:
         """Runs that hold back their schedule's next one (overlap): pending or buffered;
         running in a scheduler (under a lease); or handed off, or reported started, with
         their outcome still expected (``outcome_due_by`` not passed)."""
@@ -580,7 +583,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             | models.Q(status__in=(RunStatus.RUNNING, RunStatus.DISPATCHED), outcome_due_by__gt=now)
         )
 
-    def lease_expired(self, now: datetime) -> RunQuerySet:
+    def lease_expired(self, now: datetime) -> Self:
         """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
         return self.unfinished().filter(lease_expires_at__lte=now)
 
@@ -611,7 +614,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             cursor.execute(sql, [at, *wanted.params, at])
             return {int(pk): str(status) for pk, status in cursor.fetchall()}
 
-    def done(self, now: datetime) -> RunQuerySet:
+    def done(self, now: datetime) -> Self:
         """Runs nothing waits for any more (retention may delete them): succeeded, failed,
         skipped, or handed off with no outcome expected after ``now``, and none whose
         missed-run alert is still to come (``alert_at``: a grace may outlast retention).
@@ -627,7 +630,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             ~models.Q(alert_at__gte=NO_ALERT_BEFORE),
         )
 
-    def recorded_before(self, cutoff: datetime) -> RunQuerySet:
+    def recorded_before(self, cutoff: datetime) -> Self:
         """Runs last recorded before ``cutoff``: when they ended, else when they were handed
         off, else when they entered the ledger; not their nominal time (a backfill of last
         year is new)."""

@@ -72,6 +72,7 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.registry import registry
 from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.validation import validate
 
 __all__ = [
     "PYTHON",
@@ -97,6 +98,7 @@ __all__ = [
     "save_calendar",
     "sync_declared",
     "update",
+    "validate",
 ]
 
 logger = logging.getLogger("django_schedulinator.services")
@@ -133,8 +135,9 @@ def create(
     if not instance._state.adding:  # documented by Django (Model._state)
         raise ServiceError("This schedule is saved already: update it instead.")
     db = using or _db(instance)
-    instance.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
-    instance.set_first_run(clock.now())  # Redis TIME: what is due is the schedulers' clock's
+    now = clock.now()  # Redis TIME: what is due is the schedulers' clock's
+    validate(instance, now=now)  # before its timing
+    instance.set_first_run(now)
     with transaction.atomic(using=db):
         _lock_calendars(instance.calendars, db)
         instance.save(using=db)
@@ -197,10 +200,11 @@ def update(
         if not asked:
             _adopt(schedule, current, WRITTEN_BY_UPDATE)
             return False
-        current.full_clean(validate_unique=False, validate_constraints=False)  # before its timing
+        now = clock.now()
+        validate(current, now=now)  # before its timing
         if "calendars" in asked:
             _lock_calendars(current.calendars, db)
-        written = _decide_edit(current, set(asked), clock.now())
+        written = _decide_edit(current, set(asked), now)
         current.save(using=db, update_fields=written.fields)
         _record_paused_over(current, written.passed, paused_note, db)
         current.refresh_from_db(using=db)

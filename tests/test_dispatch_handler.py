@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 import pytest
 from django.core.exceptions import ImproperlyConfigured, ValidationError
 
+from django_schedulinator import services
 from django_schedulinator.dispatch import (
     BaseDispatcher,
     Call,
@@ -28,7 +29,6 @@ from django_schedulinator.models import Schedule
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.doc_examples import example
-from .support.schedules import make_schedule
 
 CLOSING = "tests.test_dispatch_handler.Closing"
 
@@ -158,9 +158,10 @@ def test_capabilities_are_declared_on_the_class() -> None:
 
 
 def schedule(**fields: Any) -> Schedule:
+    fields.setdefault("name", "s")
     fields.setdefault("kind", Schedule.Kind.INTERVAL)
     fields.setdefault("interval", timedelta(hours=1))
-    return Schedule(name="s", task="tests.record", **fields)
+    return Schedule(task="tests.record", **fields)
 
 
 def test_the_base_class_refuses_options_and_policies_it_cannot_serve() -> None:
@@ -193,7 +194,7 @@ def test_the_validate_schedule_example_of_the_docs_adds_its_own_check() -> None:
 
 
 @pytest.mark.django_db
-def test_a_schedules_clean_asks_its_dispatcher_through_the_handler(
+def test_a_schedules_validation_asks_its_dispatcher_through_the_handler(
     configure: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     configure(one={"BACKEND": CLOSING})
@@ -205,7 +206,7 @@ def test_a_schedules_clean_asks_its_dispatcher_through_the_handler(
 
     monkeypatch.setattr(Closing, "validate_schedule", validate_schedule)
     with pytest.raises(ValidationError) as caught:
-        make_schedule("mine", dispatcher="one")
+        services.create(schedule(name="mine", dispatcher="one"))
     assert caught.value.message_dict["dispatch_options"] == ["Refused by the dispatcher."]
     assert asked == [("one", "mine")]
 

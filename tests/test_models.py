@@ -67,7 +67,6 @@ from .support.simulation import Simulation, utc
         ({"kind": "interval", "interval": timedelta(0)}, "interval", "at least"),
         ({"kind": "interval", "interval": None}, "interval", "needs an interval"),
         ({"kind": "once", "run_at": None}, "run_at", "needs a time"),
-        ({"kind": "once", "run_at": timezone.now() - timedelta(days=1)}, "run_at", "future"),
         ({"kind": "weekly"}, "kind", "not a valid choice"),
     ],
 )
@@ -81,6 +80,21 @@ def test_bad_input_names_the_field_and_writes_nothing(
     assert any(fragment in message for message in errors[field]), errors
     assert not Schedule.objects.exists()
     assert index.client.zcard(index.due_key) == 0
+
+
+@pytest.mark.django_db
+def test_a_new_one_off_in_the_past_is_refused_by_the_services_and_save_reads_no_clock(
+    index: DueIndex,
+) -> None:
+    fields = model_fields(kind="once", run_at=timezone.now() - timedelta(days=1))
+    for path in (services.validate, services.create):
+        with pytest.raises(ValidationError) as caught:
+            path(Schedule(**fields))
+        assert_field_error(caught.value.message_dict, "run_at", "future")
+    assert not Schedule.objects.exists()
+    # The row's own rules hold it valid: whether its time has passed needs the
+    # schedulers' clock, which only the services read (docs/concepts.md).
+    Schedule(**fields).full_clean()
 
 
 @pytest.mark.django_db
@@ -265,22 +279,22 @@ def test_the_counters_move_in_one_place_and_the_advance_moves_the_revision_alone
 # -- validation: the bad-input matrix (tests/support/rejections.py) ------------------------------
 
 
-def save(schedule: Schedule) -> None:
-    schedule.save()
+def create(schedule: Schedule) -> None:
+    services.create(schedule)
 
 
-def full_clean(schedule: Schedule) -> None:
-    schedule.full_clean()
+def validate(schedule: Schedule) -> None:
+    services.validate(schedule)
 
 
 @pytest.mark.usefixtures("small_payload_limit")
 @pytest.mark.parametrize(
     "path",
     [
-        # save() commits: a sync to Redis (on commit) could happen, were anything saved.
-        pytest.param(save, id="save", marks=pytest.mark.django_db),
-        # full_clean() writes nothing by itself: a rolled-back test transaction will do.
-        pytest.param(full_clean, id="full_clean", marks=pytest.mark.django_db),
+        # create() commits: a sync to Redis (on commit) could happen, were anything saved.
+        pytest.param(create, id="create", marks=pytest.mark.django_db),
+        # validate() writes nothing by itself: a rolled-back test transaction will do.
+        pytest.param(validate, id="validate", marks=pytest.mark.django_db),
     ],
 )
 @pytest.mark.parametrize(("overrides", "field", "fragment"), MODEL_CASES)

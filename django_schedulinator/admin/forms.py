@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -9,6 +10,7 @@ from django import forms
 from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
+from django.forms.models import construct_instance
 from django.utils.translation import gettext_lazy as _
 
 from django_schedulinator import services
@@ -16,6 +18,7 @@ from django_schedulinator.dispatch import DEFAULT_ALIAS, dispatchers
 from django_schedulinator.errors import ScheduleDeleted, VersionConflict
 from django_schedulinator.models import Calendar, Schedule
 from django_schedulinator.registry import registry
+from django_schedulinator.validation import outside_errors
 from django_schedulinator.validators import json_text_too_deep, json_too_deep_error
 
 
@@ -161,6 +164,12 @@ class ScheduleForm(_ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
+        # What the row's own rules cannot tell (the dispatcher, a new one-off in the
+        # future), as every write path checks it (validation.validate); the row's own are
+        # the model's (full_clean, after this).
+        edited = construct_instance(self, copy.copy(self.instance))
+        for name, problem in outside_errors(edited, failed=self.errors.keys()).items():
+            self.add_error(name if name in self.fields else None, problem)
         if self.instance.pk is not None and "version" in self.fields:
             self._check_version(cleaned.get("version"))
         return cleaned

@@ -9,7 +9,7 @@ schedule's ``version`` travels with the form.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import NestedObjects, flatten_fieldsets, quote
@@ -163,11 +163,15 @@ class ScheduleAdmin(ExactTimes):
         # The most recent run of each schedule, as two subqueries served by the unique
         # (schedule, scheduled_for) index: a page costs the same queries whatever its size.
         latest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-scheduled_for")
-        schedules: QuerySet[Schedule] = super().get_queryset(request)
+        schedules = super().get_queryset(request)
         assert isinstance(schedules, ScheduleQuerySet)
-        return schedules.with_missed_mark().annotate(
-            last_run_status=Subquery(latest.values("status")[:1]),
-            last_run_time=Subquery(latest.values("scheduled_for")[:1]),
+        return (
+            cast("ScheduleQuerySet[Schedule]", schedules)
+            .with_missed_mark()
+            .annotate(
+                last_run_status=Subquery(latest.values("status")[:1]),
+                last_run_time=Subquery(latest.values("scheduled_for")[:1]),
+            )
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:

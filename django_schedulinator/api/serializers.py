@@ -1,5 +1,6 @@
-"""Serializers of the API. Validation is the model's own (``full_clean``): one set of rules
-for the admin, the API and code, and each error names its field."""
+"""Serializers of the API. Validation is ``services.validate``'s (the model's own rules and
+what the dispatcher and the clock decide): one set of rules for the admin, the API and
+code, and each error names its field."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from django_schedulinator.conf import MAX_PREVIEW_COUNT, app_settings
 from django_schedulinator.models import MAX_DAYS, Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.registry import registry
 from django_schedulinator.statuses import ReportedStatus
+from django_schedulinator.validation import validate
 from django_schedulinator.validators import json_text_too_deep, json_too_deep
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.
@@ -104,15 +106,13 @@ class DateTimeField(serializers.DateTimeField):
 def apply_model_validation(
     instance: Schedule, *, exclude_unique: bool = False, only: Collection[str] | None = None
 ) -> None:
-    """Run the model's full_clean; its errors become the API's, field by field. ``only``:
+    """Run ``services.validate``; its errors become the API's, field by field. ``only``:
     check and report just these fields (a timing preview has no name or task)."""
     exclude = None
     if only is not None:
         exclude = [f.name for f in Schedule._meta.fields if f.name not in only]
     try:
-        instance.full_clean(
-            exclude=exclude, validate_unique=not exclude_unique, validate_constraints=False
-        )
+        validate(instance, exclude=exclude, validate_unique=not exclude_unique)
     except DjangoValidationError as exc:
         errors = _as_drf_errors(exc)
         if only is not None:
@@ -396,7 +396,7 @@ class PreviewItemSerializer(serializers.Serializer[Any]):
 
 class TimingPreviewSerializer(serializers.ModelSerializer[Schedule]):
     """A timing to preview before a schedule is created or changed: the timing fields of a
-    schedule, validated by the model's own rules. Nothing is saved."""
+    schedule, validated by the same rules as a write. Nothing is saved."""
 
     serializer_field_mapping = ScheduleSerializer.serializer_field_mapping
     count = serializers.IntegerField(

@@ -219,7 +219,7 @@ class ScheduleViewSet(
     ConfiguredPermissionsMixin,
     viewsets.ModelViewSet[Schedule],
 ):
-    """Schedules: the canonical rows. Writes are validated by the model's own rules."""
+    """Schedules: the canonical rows. Writes are validated by ``services.validate``."""
 
     queryset = Schedule.objects.all().order_by("name")
     serializer_class = s.ScheduleSerializer

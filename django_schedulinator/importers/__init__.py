@@ -76,6 +76,7 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
     """Create the schedules found, in one transaction (none with ``dry_run``)."""
     from django_schedulinator import services
     from django_schedulinator.models import Schedule
+    from django_schedulinator.validation import validate
 
     result = ImportResult(dry_run=dry_run)
     found = list(found)
@@ -95,7 +96,7 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
                 continue
             schedule = Schedule(**item.fields)
             try:
-                schedule.full_clean(validate_unique=False, validate_constraints=False)
+                validate(schedule)
             except ValidationError as exc:
                 result.skipped.append((item.source, validation_message(exc)))
                 continue

@@ -5,8 +5,8 @@ Each rejected case proves three things: the error names the field, option or set
 says what is wrong; nothing reached SQL or Redis (``assert_nothing_written``); and no traceback
 reached the user. Each table is run by a test in the file of the module it reaches:
 
-- ``MODEL_CASES``: ``test_models.py::test_model_rejects_bad_input`` (``save()`` and
-  ``full_clean()``);
+- ``MODEL_CASES``: ``test_models.py::test_model_rejects_bad_input`` (``services.create``
+  and ``services.validate``);
 - ``ADMIN_CASES``: ``test_admin_forms.py::test_admin_form_rejects_bad_input`` (the add form);
 - ``COMMAND_CASES`` and ``SUBPROCESS_CASES``: ``test_commands.py::test_command_rejects_bad_options``
   and ``test_commands.py::test_command_line_rejects_bad_options_without_a_traceback``;
@@ -134,7 +134,7 @@ MODEL_CASES = [
     bad("interval-overflow", "interval", "too long", **interval(timedelta(days=999_999_999))),
     # one-offs
     bad("once-missing-run-at", "run_at", "needs a time", **once(None)),
-    bad("once-in-the-past", "run_at", "future", **once(PAST)),
+    bad("once-in-the-past", "run_at", "future", **once(PAST)),  # services.validate's
     bad("once-naive", "run_at", "with a time zone", **once(datetime(2100, 1, 1))),
     bad("once-garbage", "run_at", "invalid format", **once("tomorrow")),
     bad("once-int", "run_at", "Enter a date and time", **once(1234)),

@@ -105,8 +105,10 @@ def test_a_dispatcher_that_cannot_be_built_is_e004(
 
 
 def refusal(**fields: Any) -> dict[str, list[str]]:
+    fields.setdefault("kind", Schedule.Kind.INTERVAL)
+    fields.setdefault("interval", timedelta(hours=1))
     with pytest.raises(ValidationError) as caught:
-        make_schedule(**fields)
+        services.create(Schedule(name="refused", task="tests.record", **fields))
     return caught.value.message_dict
 
 

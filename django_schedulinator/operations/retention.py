@@ -480,32 +480,34 @@ class PruneThread:
         pruner: Pruner,
         *,
         on_batch: Callable[[PruneReport], None],
-        prepare: Callable[[], None] = lambda: None,
+        thread: Callable[[str, Callable[[], None]], threading.Thread],
     ) -> None:
+        """``thread(name, target)`` starts the thread, set up as its owner's threads are
+        (the scheduler's ``stage.stage_thread``: lock waits bounded, connections closed)."""
         self.pruner = pruner
         self._on_batch = on_batch
-        self._prepare = prepare  # the scheduler bounds this thread's lock waits, as its own
+        self._start_thread = thread
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="schedulinator-prune", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._thread = self._start_thread("schedulinator-prune", self._run)
 
     @property
     def running(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread is not None and self._thread.is_alive()
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        if self._thread is not None:
+            self._thread.join(timeout)
 
     def stop(self, timeout: float) -> None:
         """Stop after the batch in progress (each is its own short transaction)."""
         self._stopping.set()
-        self._thread.join(timeout)
+        self.join(timeout)
 
     def _run(self) -> None:
         try:
-            self._prepare()
             while not self.pruner.caught_up and not self._stopping.is_set():
                 started = time.monotonic()
                 self.pruner.step(
@@ -526,8 +528,6 @@ class PruneThread:
             )
         except Exception:
             logger.exception("The prune failed; the next period tries again.")
-        finally:
-            connections.close_all()  # this thread's
 
     def _log_done(self) -> None:
         total = self.pruner.total

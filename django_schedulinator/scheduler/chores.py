@@ -28,7 +28,8 @@ from django_schedulinator.operations import alerts, retention
 from django_schedulinator.operations.health import check_drift, eviction_risk, record_drift
 from django_schedulinator.operations.retention import Pruner, PruneReport
 from django_schedulinator.scheduler.claiming import Counters
-from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.stage import stage_thread
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
     from django_schedulinator.index.due import DueIndex
@@ -235,7 +236,7 @@ class Chores:
             # On the prune's thread, while the loop's threads count too: under the lock.
             self.counters.add(Counters(pruned=batch.runs))
 
-        self.prune_thread = retention.PruneThread(pruner, on_batch=count, prepare=bound_lock_waits)
+        self.prune_thread = retention.PruneThread(pruner, on_batch=count, thread=stage_thread)
         self.prune_thread.start()
 
     def drift_check(self) -> None:

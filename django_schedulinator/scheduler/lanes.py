@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import queue
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections
 
-from django_schedulinator import notify
 from django_schedulinator.dispatch import (
     DEFAULT_ALIAS,
     BaseDispatcher,
@@ -35,7 +32,8 @@ from django_schedulinator.scheduler.claiming import Counters
 from django_schedulinator.scheduler.leases import Leased, LeaseKeeper
 from django_schedulinator.scheduler.progress import BatchProgress
 from django_schedulinator.scheduler.recording import OutcomeRecorder
-from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.stage import Stage
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
@@ -52,8 +50,6 @@ DISPATCH_QUEUE_BATCHES = 2
 # runs are left to a take-over. A stop dispatches what a lane holds, within its grace.
 LANE_WAIT_SECONDS = 1.0
 LANE_BACKLOG_BATCHES = 8
-# How often an idle lane looks whether the scheduler is stopping.
-LANE_IDLE_SECONDS = 0.1
 # What a stop allows a lane, past its grace and its dispatcher's own bound on a hand-off in
 # progress, to record the outcomes it has.
 STOP_RECORD_SECONDS = 2.0
@@ -83,15 +79,14 @@ def build_dispatcher(alias: str) -> BaseDispatcher:
 
 @dataclass(eq=False, slots=True)
 class Lane:
-    """One dispatcher alias in a running scheduler: its dispatcher, the batches waiting for
-    it, and the thread that hands them over."""
+    """One dispatcher alias in a running scheduler: its dispatcher, and the stage (a queue
+    of the batches waiting for it, and the thread that hands them over) while running."""
 
     alias: str
     dispatcher: BaseDispatcher
-    outbox: queue.Queue[Leased] = field(
-        default_factory=lambda: queue.Queue(DISPATCH_QUEUE_BATCHES + LANE_BACKLOG_BATCHES)
-    )
-    thread: threading.Thread | None = None
+    stage: Stage[Leased] | None = None
+    # Runs a stop left for a take-over without handing them off (past its grace).
+    not_started: int = 0
     # A stop stopped waiting for it: its thread closes its dispatcher when it ends.
     left: bool = False
 
@@ -149,7 +144,7 @@ class Lanes:
                 occurrences, leased.token, leased.leased_at, leased.release, counted=leased.counted
             )
             lane = self.lane(alias)
-            if not self.running:
+            if lane.stage is None:
                 self.dispatch_now(lane, part)
                 continue
             # A lane that is behind slows the claim down (back-pressure), for a second at
@@ -157,12 +152,8 @@ class Lanes:
             # Only a lane that stays stuck fills up: then the runs stay pending, and once
             # their lease expires a take-over (here or in another scheduler) dispatches them
             # with the same keys.
-            deadline = time.monotonic() + self._wait
-            while lane.outbox.qsize() >= DISPATCH_QUEUE_BATCHES and time.monotonic() < deadline:
-                time.sleep(0.01)
-            try:
-                lane.outbox.put_nowait(part)
-            except queue.Full:
+            lane.stage.wait_below(DISPATCH_QUEUE_BATCHES, self._wait)
+            if not lane.stage.put(part, timeout=0):
                 self.counters.add(Counters(lane_full=len(occurrences)))
                 self._give_back_hand_offs(part)
                 logger.warning(
@@ -178,8 +169,7 @@ class Lanes:
         now = time.monotonic()
         depths: dict[str, tuple[int, float | None]] = {}
         for alias, lane in list(self._lanes.items()):
-            with lane.outbox.mutex:  # the lane's thread takes from it meanwhile
-                waiting = list(lane.outbox.queue)
+            waiting = [leased for leased, _put in lane.stage.waiting()] if lane.stage else []
             oldest = min((b.leased_at for b in waiting), default=None)
             depths[alias] = (len(waiting), None if oldest is None else now - oldest)
         return depths
@@ -198,13 +188,15 @@ class Lanes:
         return lane
 
     def _start(self, lane: Lane) -> None:
-        lane.thread = threading.Thread(
-            target=self._dispatch_loop,
-            args=(lane,),
-            name=f"schedulinator-dispatch-{lane.alias}",
-            daemon=True,
+        lane.not_started, lane.left = 0, False
+        lane.stage = Stage(
+            f"schedulinator-dispatch-{lane.alias}",
+            lambda batches: self._dispatch_batches(lane, batches),
+            capacity=DISPATCH_QUEUE_BATCHES + LANE_BACKLOG_BATCHES,
+            on_error=self._not_dispatched,
+            on_end=lambda: self._lane_ended(lane),
         )
-        lane.thread.start()
+        lane.stage.start()
 
     def close(self) -> None:
         """Close every dispatcher built or given (but those of lanes a stop left still
@@ -230,25 +222,22 @@ class Lanes:
         self.running = False
         self.stop_grace_ends = time.monotonic() + self.lease_seconds
         for lane in self._lanes.values():
-            if lane.thread is None:
+            if lane.stage is None:
                 continue
             bound = lane.dispatcher.hand_off_timeout or 0.0
-            lane.thread.join(
-                max(0.0, self.stop_grace_ends + bound + STOP_RECORD_SECONDS - time.monotonic())
+            if lane.stage.stop(self.stop_grace_ends + bound + STOP_RECORD_SECONDS):
+                lane.stage = None
+                continue
+            lane.left = True
+            logger.warning(
+                "Stopped without waiting longer for the dispatcher %r (a stop's grace is "
+                "LEASE_SECONDS, %gs, and a hand-off in progress gets %gs more): the runs it "
+                "has not recorded stay pending and are dispatched again, with the same "
+                "keys, once their lease expires.",
+                lane.alias,
+                self.lease_seconds,
+                bound,
             )
-            if lane.thread.is_alive():
-                lane.left = True
-                logger.warning(
-                    "Stopped without waiting longer for the dispatcher %r (a stop's grace is "
-                    "LEASE_SECONDS, %gs, and a hand-off in progress gets %gs more): the runs it "
-                    "has not recorded stay pending and are dispatched again, with the same "
-                    "keys, once their lease expires.",
-                    lane.alias,
-                    self.lease_seconds,
-                    bound,
-                )
-            else:
-                lane.thread = None
         if self.recorder is not None:
             # What the lanes handed over is recorded (within the grace, and a little more).
             self.recorder.stop(
@@ -260,53 +249,44 @@ class Lanes:
             self.recorder = None
         self.leases.close()
 
-    def _dispatch_loop(self, lane: Lane) -> None:
-        bound_lock_waits()
-        notify.courier.send_in_background()  # a failed run or an auto-pause may notify
-        not_started = 0
-        try:
-            while True:
-                try:
-                    leased = lane.outbox.get(timeout=LANE_IDLE_SECONDS)
-                except queue.Empty:
-                    if self.running:
-                        continue
-                    return  # stopped, and nothing left
-                if self.past_stop_grace():
-                    not_started += len(leased.occurrences)  # left for a take-over
-                    self._give_back_hand_offs(leased)
-                    continue
-                try:
-                    self.dispatch_now(lane, leased)
-                except TRANSIENT_ERRORS as exc:
-                    logger.warning(
-                        "Could not dispatch or record %d run(s) (%s); they stay pending and "
-                        "are dispatched again, with the same keys, once their lease expires.",
-                        len(leased.occurrences),
-                        exc,
-                    )
-                    connections.close_all()
-                except Exception:
-                    # The runs stay pending; once their lease expires they are taken over and
-                    # dispatched again with the same keys.
-                    logger.exception(
-                        "Dispatching or recording %d run(s) failed.", len(leased.occurrences)
-                    )
-                    connections.close_all()  # reconnect on the next batch
-        finally:
-            if not_started:
-                logger.warning(
-                    "Stopped before dispatching %d run(s) of the dispatcher %r (the stop's "
-                    "grace, LEASE_SECONDS, was over): they stay pending and are dispatched, "
-                    "with their keys, once their lease expires.",
-                    not_started,
-                    lane.alias,
-                )
-            if lane.left:
-                with contextlib.suppress(Exception):
-                    lane.dispatcher.close()
-            connections.close_all()  # this thread's connections
-            dispatchers.close_all()  # and its instances of the aliases (the Sentry hooks use one)
+    def _dispatch_batches(self, lane: Lane, batches: list[Leased]) -> None:
+        """On the lane's thread: each batch to its dispatcher, unless the stop's grace is
+        over (then it is left for a take-over)."""
+        for leased in batches:
+            if self.past_stop_grace():
+                lane.not_started += len(leased.occurrences)
+                self._give_back_hand_offs(leased)
+                continue
+            self.dispatch_now(lane, leased)
+
+    def _not_dispatched(self, batches: list[Leased], exc: Exception) -> bool:
+        """A batch failed to dispatch or record: its runs stay pending, and once their
+        lease expires they are taken over and dispatched again with the same keys."""
+        count = sum(len(leased.occurrences) for leased in batches)
+        if isinstance(exc, TRANSIENT_ERRORS):
+            logger.warning(
+                "Could not dispatch or record %d run(s) (%s); they stay pending and are "
+                "dispatched again, with the same keys, once their lease expires.",
+                count,
+                exc,
+            )
+        else:
+            logger.exception("Dispatching or recording %d run(s) failed.", count)
+        return True
+
+    def _lane_ended(self, lane: Lane) -> None:
+        """On the lane's thread, as it ends (however late after a stop)."""
+        if lane.not_started:
+            logger.warning(
+                "Stopped before dispatching %d run(s) of the dispatcher %r (the stop's "
+                "grace, LEASE_SECONDS, was over): they stay pending and are dispatched, "
+                "with their keys, once their lease expires.",
+                lane.not_started,
+                lane.alias,
+            )
+        if lane.left:
+            with contextlib.suppress(Exception):
+                lane.dispatcher.close()
 
     def dispatch_now(self, lane: Lane, leased: Leased) -> None:
         """Dispatch one batch in this thread and record its outcomes."""

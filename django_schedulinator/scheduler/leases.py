@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from django_schedulinator.dispatch import Occurrence
-from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.stage import stage_thread
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
     from django_schedulinator.scheduler.claiming import Claimer
@@ -58,10 +59,7 @@ class LeaseKeeper:
             if not self._closed:
                 self._batches.add(batch)
                 if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="schedulinator-leases", daemon=True
-                    )
-                    self._thread.start()
+                    self._thread = stage_thread("schedulinator-leases", self._run)
 
     def let_go(self, batch: BatchProgress) -> None:
         with self._changed:
@@ -77,13 +75,9 @@ class LeaseKeeper:
             self._changed.notify()
 
     def _run(self) -> None:
-        bound_lock_waits()
-        try:
-            while due := self._wait_for_due():
-                for batch in due:
-                    self._renew(batch)
-        finally:
-            connections.close_all()  # this thread's
+        while due := self._wait_for_due():
+            for batch in due:
+                self._renew(batch)
 
     def _wait_for_due(self) -> list[BatchProgress]:
         """The batches whose leases are due for renewal, once some are; [] when no batch

@@ -17,19 +17,13 @@ due set (as a failed pass does) and its error is raised in the loop by the next 
 
 from __future__ import annotations
 
-import logging
-import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django.db import connections
-
-from django_schedulinator.scheduler.transient import bound_lock_waits
+from django_schedulinator.scheduler.stage import Stage
 
 if TYPE_CHECKING:
     from django_schedulinator.scheduler.claiming import Plan
-
-logger = logging.getLogger("django_schedulinator.worker")
 
 # (plan, claim token, time.monotonic() when its lease began)
 Commit = tuple["Plan", str, float]
@@ -45,80 +39,42 @@ class CommitStage:
         entries of a plan whose commit failed to the due set."""
         self._commit = commit
         self._give_back = give_back
-        self._waiting: Commit | None = None
-        self._busy = False  # a commit in progress
-        self._error: BaseException | None = None
-        self._stopping = False
-        self._changed = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._stage: Stage[Commit] = Stage(
+            "schedulinator-commit",
+            self._commit_each,
+            capacity=1,
+            on_error=self._gave_back,
+            raise_errors=True,  # the loop backs off, as from any failed pass
+        )
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._stage.running
 
     def start(self) -> None:
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="schedulinator-commit", daemon=True)
-        self._thread.start()
+        self._stage.start()
 
     def put(self, plan: Plan, token: str, leased_at: float) -> None:
         """Commit ``plan`` on the stage's thread, once the commit before it has ended.
         Raises that commit's error instead (its batch given back; the caller gives this
         one back)."""
-        with self._changed:
-            self._wait_idle()
-            self._waiting = (plan, token, leased_at)
-            self._changed.notify_all()
+        self._stage.drain()
+        self._stage.put((plan, token, leased_at))
 
     def drain(self) -> None:
         """Wait for the commit in progress; raise its error, if it failed."""
-        with self._changed:
-            self._wait_idle()
+        self._stage.drain()
 
     def stop(self) -> None:
         """Finish the commit in progress, then end the thread. An error of that commit is
         logged: its batch went back to the due set."""
-        with self._changed:
-            self._stopping = True
-            self._changed.notify_all()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            thread.join()
-        if self._error is not None:
-            error, self._error = self._error, None
-            logger.warning("The last commit failed (%s: %s).", type(error).__name__, error)
+        self._stage.stop()
 
-    def _wait_idle(self) -> None:
-        while self._busy or self._waiting is not None:
-            self._changed.wait()
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
+    def _commit_each(self, commits: list[Commit]) -> None:
+        for plan, token, leased_at in commits:
+            self._commit(plan, token, leased_at)
 
-    def _run(self) -> None:
-        bound_lock_waits()
-        try:
-            while job := self._next():
-                plan, token, leased_at = job
-                try:
-                    self._commit(plan, token, leased_at)
-                except BaseException as exc:
-                    self._give_back(plan, token)
-                    # A broken connection stays broken: the next commit opens another.
-                    connections.close_all()
-                    with self._changed:
-                        self._error = exc
-                finally:
-                    with self._changed:
-                        self._busy = False
-                        self._changed.notify_all()
-        finally:
-            connections.close_all()  # this thread's
-
-    def _next(self) -> Commit | None:
-        with self._changed:
-            while self._waiting is None and not self._stopping:
-                self._changed.wait()
-            job, self._waiting = self._waiting, None
-            self._busy = job is not None
-            return job
+    def _gave_back(self, commits: list[Commit], _exc: Exception) -> bool:
+        for plan, token, _leased_at in commits:
+            self._give_back(plan, token)
+        return False  # and the error goes to the loop

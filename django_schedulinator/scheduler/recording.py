@@ -15,17 +15,14 @@ same keys, as when a scheduler dies). The queue is bounded: a recorder that fall
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import deque
 from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_schedulinator import notify
-from django_schedulinator.dispatch import dispatchers
 from django_schedulinator.scheduler.progress import record_while_leased
-from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS, bound_lock_waits
+from django_schedulinator.scheduler.stage import Stage, oldest
+from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch import BaseDispatcher, Outcome
@@ -41,112 +38,66 @@ RECORD_QUEUE_BATCHES = 64
 # The most batches one transaction records (a few thousand outcomes at the batch size).
 BATCHES_PER_WRITE = 16
 
+Handed = tuple["BatchProgress", list["Outcome"]]
+
 
 class OutcomeRecorder:
     def __init__(self, claimer: Claimer, leases: LeaseKeeper, lease_seconds: float) -> None:
         self.claimer = claimer
         self.leases = leases
         self.lease_seconds = lease_seconds
-        self._waiting: deque[tuple[BatchProgress, list[Outcome]]] = deque()
-        # When each waiting batch was handed over (time.monotonic()), in the same order.
-        self._handed: deque[float] = deque()
-        # The batches being written now: how many, their outcomes, when the oldest was
-        # handed over (the backlog counts them until they are written).
-        self._writing: tuple[int, int, float | None] = (0, 0, None)
-        self._changed = threading.Condition()
-        self._accepting = False
-        self._thread: threading.Thread | None = None
+        self._stage: Stage[Handed] = Stage(
+            "schedulinator-recorder",
+            self._record_group,
+            capacity=RECORD_QUEUE_BATCHES,
+            take=BATCHES_PER_WRITE,
+        )
 
     def start(self) -> None:
-        self._accepting = True
-        self._thread = threading.Thread(
-            target=self._run, name="schedulinator-recorder", daemon=True
-        )
-        self._thread.start()
+        self._stage.start()
 
     def put(self, progress: BatchProgress, outcomes: list[Outcome]) -> None:
         """Record ``outcomes`` of a dispatched batch whose leases ``self.leases`` holds,
         and let them go. Waits while the queue is full; once the recorder stopped, records
         them in this thread."""
-        with self._changed:
-            while self._accepting and len(self._waiting) >= RECORD_QUEUE_BATCHES:
-                self._changed.wait()
-            if self._accepting:
-                self._waiting.append((progress, outcomes))
-                self._handed.append(time.monotonic())
-                self._changed.notify_all()
-                return
-        # A lane that a stop left dispatching ends here, after the recorder.
-        self._record([(progress, outcomes)], progress.dispatcher)
+        if not self._stage.put((progress, outcomes)):
+            # A lane that a stop left dispatching ends here, after the recorder.
+            self._record([(progress, outcomes)], progress.dispatcher)
 
     def depth(self) -> int:
         """Batches waiting to be recorded."""
-        return len(self._waiting)
+        return len(self._stage.waiting())
 
     def backlog(self) -> tuple[int, int, float | None]:
         """What the lanes handed over and is not written yet (waiting, or being written):
         batches, their outcomes, and how long ago the oldest was handed over (seconds, None
         when nothing is left). A snapshot, read from any thread (heartbeats, metrics)."""
-        with self._changed:
-            batches, outcomes, oldest = self._writing
-            batches += len(self._waiting)
-            outcomes += sum(len(item[1]) for item in self._waiting)
-            if self._handed:
-                oldest = self._handed[0] if oldest is None else min(oldest, self._handed[0])
-        return batches, outcomes, None if oldest is None else time.monotonic() - oldest
+        handed = self._stage.handling() + self._stage.waiting()
+        outcomes = sum(len(item[1]) for item, _put in handed)
+        return len(handed), outcomes, oldest(handed)
 
     def stop(self, timeout: float) -> bool:
         """Record what waits (for ``timeout`` seconds at most), then end. Returns whether
         everything was recorded."""
-        with self._changed:
-            self._accepting = False
-            self._changed.notify_all()
-        thread, self._thread = self._thread, None
-        if thread is None:
+        if self._stage.stop(time.monotonic() + timeout):
             return True
-        thread.join(timeout)
-        if thread.is_alive():
-            logger.warning(
-                "Stopped without waiting longer for the outcomes of %d batch(es) waiting to "
-                "be recorded, and of the batches being written: their runs stay pending and "
-                "are dispatched again, with the same keys, once their lease expires.",
-                self.depth(),
-            )
-            return False
-        return True
+        logger.warning(
+            "Stopped without waiting longer for the outcomes of %d batch(es) waiting to "
+            "be recorded, and of the batches being written: their runs stay pending and "
+            "are dispatched again, with the same keys, once their lease expires.",
+            self.depth(),
+        )
+        return False
 
-    def _run(self) -> None:
-        bound_lock_waits()
-        notify.courier.send_in_background()  # a failed run or an auto-pause may notify
-        try:
-            while group := self._next_group():
-                by_dispatcher: dict[int, list[tuple[BatchProgress, list[Outcome]]]] = {}
-                for item in group:
-                    by_dispatcher.setdefault(id(item[0].dispatcher), []).append(item)
-                for items in by_dispatcher.values():
-                    self._record(items, items[0][0].dispatcher)
-                with self._changed:
-                    self._writing = (0, 0, None)
-        finally:
-            connections.close_all()  # this thread's
-            dispatchers.close_all()  # its instances of the aliases (outcomes' timeouts)
+    def _record_group(self, group: list[Handed]) -> None:
+        """Up to BATCHES_PER_WRITE batches that waited: one transaction per dispatcher."""
+        by_dispatcher: dict[int, list[Handed]] = {}
+        for item in group:
+            by_dispatcher.setdefault(id(item[0].dispatcher), []).append(item)
+        for items in by_dispatcher.values():
+            self._record(items, items[0][0].dispatcher)
 
-    def _next_group(self) -> list[tuple[BatchProgress, list[Outcome]]]:
-        """What waits (up to BATCHES_PER_WRITE batches), once something does; [] once
-        the recorder stopped and nothing is left."""
-        with self._changed:
-            while not self._waiting and self._accepting:
-                self._changed.wait()
-            taken = min(BATCHES_PER_WRITE, len(self._waiting))
-            group = [self._waiting.popleft() for _ in range(taken)]
-            handed = [self._handed.popleft() for _ in range(taken)]
-            self._writing = (taken, sum(len(o) for _p, o in group), min(handed, default=None))
-            self._changed.notify_all()  # room for a lane that waits
-            return group
-
-    def _record(
-        self, items: list[tuple[BatchProgress, list[Outcome]]], dispatcher: BaseDispatcher
-    ) -> None:
+    def _record(self, items: list[Handed], dispatcher: BaseDispatcher) -> None:
         """One transaction for the batches of one dispatcher, through a database blip
         while their leases last; then their leases go."""
         batches: list[tuple[BatchProgress, Reported]] = []

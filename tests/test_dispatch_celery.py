@@ -21,13 +21,13 @@ from .models import Delivery
 from .support import handoff
 from .support.handoff import fire, retry_until_failed, status_of, until
 from .support.redis_server import free_port
-from .support.schedules import make_schedule
 
 QUEUE = django_settings.TEST_QUEUE
 CELERY = "django_schedulinator.dispatch.celery.CeleryDispatcher"
 
 
 due = functools.partial(handoff.due, dispatcher="celery", dispatch_options={"queue": QUEUE})
+created = functools.partial(handoff.created, dispatcher="celery", dispatch_options={"queue": QUEUE})
 
 
 @pytest.mark.subprocess
@@ -124,7 +124,7 @@ def test_a_redelivery_carries_the_same_key_and_task_id_and_celery_runs_it_again(
     until(lambda: status_of(schedule) == "succeeded")
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     celery_alias: None, settings: Any
 ) -> None:
@@ -136,7 +136,7 @@ def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     lost = due(dispatcher="down", task="tests.celery.record", dispatch_options={})
     other = due(task="tests.celery.record")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     assert status_of(other) == "dispatched"
 
     retry_until_failed(worker, lost)
@@ -159,7 +159,7 @@ DOWN = _down_app()
 @pytest.mark.django_db
 def test_a_schedule_asking_what_celery_does_not_do_is_refused(celery_alias: None) -> None:
     with pytest.raises(ValidationError) as unknown:
-        due(dispatch_options={"queue": QUEUE, "timeout": 5})
+        created(dispatch_options={"queue": QUEUE, "timeout": 5})
     assert "has no option 'timeout' (options it takes: expires, priority, queue, routing_key)" in (
         str(unknown.value)
     )
@@ -174,7 +174,7 @@ def test_overlap_needs_the_workers_hook(settings: Any) -> None:
         },
     }
     with pytest.raises(ValidationError, match="never learns when a run ends"):
-        make_schedule(dispatcher="celery", task="tests.celery.record", overlap="skip")
+        handoff.created(dispatcher="celery", task="tests.celery.record", overlap="skip")
 
 
 def test_checks_name_a_missing_app_and_an_unreachable_broker(settings: Any) -> None:

@@ -49,6 +49,7 @@ def rqworker(schedulers: Schedulers) -> Callable[[], Any]:
 
 
 due = functools.partial(handoff.due, dispatcher="jobs")
+created = functools.partial(handoff.created, dispatcher="jobs")
 
 
 @pytest.mark.subprocess
@@ -91,7 +92,7 @@ def test_a_job_calls_its_task_as_the_inline_dispatcher_does(rq_alias: None, rqwo
     assert Delivery.objects.get(schedule_id=by_key.pk).payload == {"args": [1], "kwargs": {}}
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_run_that_cannot_be_called_fails_alone_and_is_not_enqueued(rq_alias: None) -> None:
     """Its task removed from the code, or its arguments broken by a bulk write: the run fails
     at once with its own error, and the rest of the batch is enqueued (issue 21, items 3-4)."""
@@ -111,7 +112,7 @@ def test_a_run_that_cannot_be_called_fails_alone_and_is_not_enqueued(rq_alias: N
     assert django_rq.get_queue(QUEUE).count == 2
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("mode", ["on_db_commit", "request_finished"])
 def test_a_job_is_enqueued_at_once_whatever_the_projects_commit_mode(
     rq_alias: None, settings: Any, mode: str
@@ -206,7 +207,7 @@ def test_a_redelivery_keeps_its_job_id_and_runs_once(rq_alias: None, rqworker: A
         status="pending", lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
     worker = Worker(worker_id="other")
-    worker.run_pass()
+    worker.step()
     worker.close()
     run.refresh_from_db()
     assert (run.attempts, run.external_id) == (2, job_id(run.idempotency_key))
@@ -235,7 +236,7 @@ def test_rq_alone_runs_a_second_enqueue_of_the_same_id_twice(rq_alias: None, rqw
     until(lambda: Delivery.objects.filter(key=run.idempotency_key).count() == 2)
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     rq_alias: None, settings: Any
 ) -> None:
@@ -246,7 +247,7 @@ def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
     lost = [due(dispatcher="down", task="tests.record") for _ in range(2)]
     other = due(task="tests.record")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     assert status_of(other) == "dispatched"
     assert {status_of(s) for s in lost} == {"pending"}  # waiting for their retry
 
@@ -261,10 +262,10 @@ def test_a_broker_that_is_down_retries_then_fails_while_others_fire(
 @pytest.mark.django_db
 def test_a_schedule_asking_what_rq_does_not_do_is_refused(rq_alias: None) -> None:
     with pytest.raises(ValidationError) as unknown:
-        due(dispatch_options={"priority": 5})
+        created(dispatch_options={"priority": 5})
     assert "has no option 'priority' (options it takes: queue, timeout)" in str(unknown.value)
     with pytest.raises(ValidationError) as queue:
-        due(dispatch_options={"queue": "nowhere"})
+        created(dispatch_options={"queue": "nowhere"})
     assert "The option 'queue' must be one of RQ_QUEUES (down, schedtest-" in str(queue.value)
 
 

@@ -53,6 +53,7 @@ def db_worker(schedulers: Schedulers) -> Callable[[], Any]:
 
 
 due = functools.partial(handoff.due, dispatcher="tasks")
+created = functools.partial(handoff.created, dispatcher="tasks")
 
 
 @pytest.mark.subprocess
@@ -134,7 +135,7 @@ def test_a_backend_that_runs_the_task_in_enqueue_gives_its_outcome_at_once(
     assert (status_of(ok), status_of(bad)) == ("succeeded", "failed")
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_backend_that_refuses_the_task_fails_its_runs_at_once_while_others_fire(
     tasks_alias: None, settings: Any
 ) -> None:
@@ -160,7 +161,7 @@ def test_a_backend_that_refuses_the_task_fails_its_runs_at_once_while_others_fir
     assert "gone" in run.error
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_task_removed_from_the_code_fails_its_runs_and_the_rest_of_the_batch_goes_on(
     tasks_alias: None,
 ) -> None:
@@ -188,23 +189,25 @@ def test_a_task_removed_from_the_code_fails_its_runs_and_the_rest_of_the_batch_g
 @pytest.mark.django_db
 def test_a_schedule_asking_what_the_backend_does_not_do_is_refused(tasks_alias: None) -> None:
     with pytest.raises(ValidationError) as unknown:
-        due(task="tests.django.plain", dispatch_options={"routing_key": "x"})
+        created(task="tests.django.plain", dispatch_options={"routing_key": "x"})
     assert "has no option 'routing_key' (options it takes: backend, priority, queue_name)" in (
         str(unknown.value)
     )
     with pytest.raises(ValidationError) as queue:
-        due(task="tests.django.plain", dispatch_options={"queue_name": "elsewhere"})
+        created(task="tests.django.plain", dispatch_options={"queue_name": "elsewhere"})
     assert "'queue_name' must be one of the backend's QUEUES (default, reports)" in str(queue.value)
     with pytest.raises(ValidationError) as priority:
-        due(task="tests.django.plain", dispatch_options={"priority": 5, "backend": "nopriority"})
+        created(
+            task="tests.django.plain", dispatch_options={"priority": 5, "backend": "nopriority"}
+        )
     assert "'priority' is not supported by the tasks backend 'nopriority'" in str(priority.value)
     with pytest.raises(ValidationError) as backend:
-        due(task="tests.django.plain", dispatch_options={"backend": "elsewhere"})
+        created(task="tests.django.plain", dispatch_options={"backend": "elsewhere"})
     assert "The tasks backend 'elsewhere' cannot be used: The connection" in str(backend.value)
-    due(task="tests.django.plain", dispatch_options={"queue_name": "reports", "priority": 5})
+    created(task="tests.django.plain", dispatch_options={"queue_name": "reports", "priority": 5})
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_task_that_is_not_a_django_task_fails_saying_so(tasks_alias: None) -> None:
     schedule = due(task="tests.record")
     fire()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from django.db import connections
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules
+from django_schedulinator import resync_schedules, services
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import truncate_ms
@@ -24,6 +25,16 @@ from .schedules import make_schedule
 def due(**fields: Any) -> Schedule:
     """A schedule due five seconds ago (each test file binds its dispatcher with partial)."""
     return make_schedule(next_run_at=timezone.now() - timedelta(seconds=5), **fields)
+
+
+def created(**fields: Any) -> Schedule:
+    """A schedule made through the write path (``services.create``: every rule checked, the
+    dispatcher's included); each test file binds its dispatcher with partial."""
+    fields.setdefault("name", f"s-{uuid.uuid4().hex[:10]}")
+    fields.setdefault("task", "tests.record")
+    fields.setdefault("kind", Schedule.Kind.INTERVAL)
+    fields.setdefault("interval", timedelta(hours=1))
+    return services.create(Schedule(**fields))
 
 
 def fire(schedule: Schedule | None = None, worker_id: str = "t") -> None:
@@ -72,7 +83,7 @@ def retry_until_failed(worker: Worker, schedule: Schedule, seconds: float = 30) 
     while status_of(schedule) != "failed":
         assert time.monotonic() < deadline, Run.objects.filter(schedule=schedule).last()
         worker._next_takeover = 0.0  # take over at every pass, not every quarter lease
-        worker.run_pass()
+        worker.step()
         time.sleep(0.05)
     return Run.objects.filter(schedule=schedule).latest("scheduled_for")
 

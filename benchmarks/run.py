@@ -357,12 +357,13 @@ def idle_samples(
 
         idle.attach_metrics(Metrics(idle))
     walls, cpus = [], []
-    for _ in range(ticks):
-        wall, cpu = time.perf_counter(), time.thread_time()
-        idle.run_pass()
-        cpus.append((time.thread_time() - cpu) * 1000)
-        walls.append((time.perf_counter() - wall) * 1000)
-    idle.dispatcher.close()
+    with idle.stages():  # running beside the passes, as in run_scheduler
+        for _ in range(ticks):
+            wall, cpu = time.perf_counter(), time.thread_time()
+            idle.run_pass()
+            cpus.append((time.thread_time() - cpu) * 1000)
+            walls.append((time.perf_counter() - wall) * 1000)
+    idle.close()
     return walls, cpus
 
 

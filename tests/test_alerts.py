@@ -98,6 +98,7 @@ def reasons(found: list[alerts.Missed]) -> dict[int, str]:
 # -- each reason -------------------------------------------------------------------------------
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_run_that_succeeds_in_time_is_never_raised(missed: Heard) -> None:
     schedule = due(task="tests.noop")
     fire()
@@ -111,6 +112,7 @@ def test_a_run_that_succeeds_in_time_is_never_raised(missed: Heard) -> None:
     assert schedule.missed_at is None
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_failed_run_is_raised_once_its_grace_has_passed(missed: Heard) -> None:
     schedule = due(task="tests.boom")
     fire()
@@ -140,6 +142,7 @@ def test_a_failed_run_is_raised_once_its_grace_has_passed(missed: Heard) -> None
     ]
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_handed_off_run_whose_end_is_never_reported_has_no_outcome() -> None:
     schedule = due(dispatcher="queue")
     fire()
@@ -147,6 +150,7 @@ def test_a_handed_off_run_whose_end_is_never_reported_has_no_outcome() -> None:
     assert reasons(check_alerts(after_grace())) == {schedule.pk: "no_outcome"}
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_run_reported_started_and_not_ended_is_running() -> None:
     schedule = due(dispatcher="queue")
     fire()
@@ -154,6 +158,7 @@ def test_a_run_reported_started_and_not_ended_is_running() -> None:
     assert reasons(check_alerts(after_grace())) == {schedule.pk: "running"}
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_reported_success_clears_the_wait_and_a_reported_failure_is_raised() -> None:
     ok, bad = due(dispatcher="queue"), due(dispatcher="queue")
     fire()
@@ -172,6 +177,7 @@ def test_a_run_claimed_and_never_handed_off_was_not_handed_off() -> None:
     assert reasons(check_alerts(after_grace())) == {schedule.pk: "not_handed_off"}
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_run_waiting_for_the_previous_one_is_buffered() -> None:
     schedule = due(dispatcher="queue", overlap="buffer")
     fire()
@@ -187,6 +193,7 @@ def test_a_run_waiting_for_the_previous_one_is_buffered() -> None:
     assert schedule.missed_at == second.scheduled_for  # the latest missed is the mark
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_an_occurrence_that_never_fired_is_raised_once(missed: Heard) -> None:
     """No scheduler ran: the schedule's next run passed its grace without a run."""
     schedule = due()
@@ -210,6 +217,7 @@ def test_an_occurrence_that_never_fired_is_raised_once(missed: Heard) -> None:
     assert (late.alert_at, late.missed_at is not None) == (None, True)
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_no_alert_for_schedules_without_a_grace_paused_or_finished() -> None:
     due(grace=None, task="tests.boom")
     paused = due()
@@ -220,6 +228,7 @@ def test_no_alert_for_schedules_without_a_grace_paused_or_finished() -> None:
     assert check_alerts(after_grace(timedelta(days=40))) == []
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_dispatcher_that_never_learns_outcomes_is_done_with_the_hand_off() -> None:
     schedule = due(dispatcher="fire-and-forget")
     fire()
@@ -228,6 +237,7 @@ def test_a_dispatcher_that_never_learns_outcomes_is_done_with_the_hand_off() -> 
     assert check_alerts(after_grace()) == []
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_clearing_the_grace_forgets_the_runs_that_waited(missed: Heard) -> None:
     schedule = due(task="tests.boom")
     fire()
@@ -279,6 +289,7 @@ def test_a_run_cancelled_by_a_pause_is_not_a_miss() -> None:
     assert check_alerts(after_grace()) == []
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_skipped_occurrences_wait_for_nothing() -> None:
     schedule = due(catch_up="skip")
     Schedule.objects.filter(pk=schedule.pk).update(  # none of them within the misfire grace

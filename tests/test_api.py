@@ -606,7 +606,7 @@ def test_a_schedule_firing_meanwhile_does_not_make_the_etag_stale(
     revision = Schedule.objects.get(pk=sid).revision
     worker = Worker(worker_id="api-tests", once=True)
     try:
-        worker.run_pass()
+        worker.step()
     finally:
         worker.dispatcher.close()
     fired = Schedule.objects.get(pk=sid)

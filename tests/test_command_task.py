@@ -80,6 +80,7 @@ def test_clearsessions_runs_and_its_exit_status_is_on_the_run() -> None:
     assert not Session.objects.filter(pk=expired.pk).exists()
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_failing_command_fails_its_run_with_its_status_and_kept_output() -> None:
     schedule = due_command("schedtest_echo", "hello world", "--status", "3")
 
@@ -91,6 +92,7 @@ def test_a_failing_command_fails_its_run_with_its_status_and_kept_output() -> No
     assert "hello world\nto stderr\nCommandError: asked to fail" in run.error
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_the_output_of_a_command_that_keeps_it_is_on_the_run() -> None:
     schedule = due_command("schedtest_echo", "a", "b")
     fire()
@@ -99,6 +101,7 @@ def test_the_output_of_a_command_that_keeps_it_is_on_the_run() -> None:
     )
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_long_output_keeps_its_first_line_and_its_end_in_4000_characters(settings: Any) -> None:
     allow(
         settings,
@@ -117,6 +120,7 @@ def test_a_long_output_keeps_its_first_line_and_its_end_in_4000_characters(setti
     assert output == header + ("y z\n" * 3000 + "to stderr\n")[-(4000 - len(header)) :]
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_listed_options_run_in_either_form() -> None:
     spaced = due_command("schedtest_echo", "x", "--status", "0")
     joined = due_command("schedtest_echo", "x", "--status=3")
@@ -142,6 +146,7 @@ def output_not_kept(settings: Any) -> None:
 NOT_KEPT = "(output not kept: SCHEDULINATOR['COMMANDS']['schedtest_echo'] does not set keep_output)"
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 @pytest.mark.usefixtures("output_not_kept")
 def test_output_is_not_kept_unless_the_entry_says_so() -> None:
     schedule = due_command("schedtest_echo", "a", "b")
@@ -151,6 +156,7 @@ def test_output_is_not_kept_unless_the_entry_says_so() -> None:
     assert run.output == f"manage.py schedtest_echo a b: exit status 0 {NOT_KEPT}"
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 @pytest.mark.usefixtures("output_not_kept")
 def test_the_error_of_a_failed_command_keeps_no_output_either() -> None:
     failing = due_command("schedtest_echo", "hello world", "--status", "3")
@@ -259,6 +265,7 @@ def test_an_option_listed_as_a_flag_that_takes_a_value_is_refused(settings: Any)
     assert message in " ".join(refused.value.message_dict["args"])
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_command_removed_from_the_allowlist_after_it_was_scheduled_does_not_run(
     settings: Any,
 ) -> None:
@@ -273,6 +280,7 @@ def test_a_command_removed_from_the_allowlist_after_it_was_scheduled_does_not_ru
     assert run.output == ""
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_an_argument_removed_from_the_allowlist_after_it_was_scheduled_does_not_run(
     settings: Any,
 ) -> None:

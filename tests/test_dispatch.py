@@ -179,7 +179,7 @@ def test_each_dispatcher_receives_its_own_schedules_with_their_options(
     b = due(dispatcher="bulk")
     inline = due(task="tests.record")
 
-    Worker(worker_id="t").run_pass()
+    Worker(worker_id="t").step()
 
     received = {o.schedule_id: (alias, o) for alias, o in HandOff.received}
     assert received[a.pk][0] == "reports"
@@ -199,13 +199,13 @@ def test_each_dispatcher_receives_its_own_schedules_with_their_options(
     assert Run.objects.get(schedule=b).outcome_due_by is None
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_run_whose_alias_is_gone_fails_saying_so(configure: Any, built_index: DueIndex) -> None:
     configure(queue={"BACKEND": HAND_OFF})
     schedule = due(dispatcher="queue")
     configure()
 
-    Worker(worker_id="t").run_pass()
+    Worker(worker_id="t").step()
 
     run = Run.objects.get(schedule=schedule)
     assert run.status == "failed"
@@ -250,11 +250,11 @@ def take_over_until_ended(worker: Worker, run: Run, seconds: float = 10) -> Run:
             return run
         assert time.monotonic() < deadline, f"still {run.status}: {run.error}"
         worker._next_takeover = 0.0  # take over at every pass, not every quarter lease
-        worker.run_pass()
+        worker.step()
         time.sleep(0.02)
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_failed_hand_off_is_retried_with_backoff_and_the_same_key(
     configure: Any, built_index: DueIndex
 ) -> None:
@@ -263,7 +263,7 @@ def test_a_failed_hand_off_is_retried_with_backoff_and_the_same_key(
     Flaky.failures = 2
     schedule = due(dispatcher="flaky")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
 
     run = Run.objects.get(schedule=schedule)
     # Waiting for its retry: pending, held by no process, its error shown.
@@ -276,7 +276,7 @@ def test_a_failed_hand_off_is_retried_with_backoff_and_the_same_key(
     assert Flaky.attempts == [(run.idempotency_key, attempt) for attempt in (1, 2, 3)]
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
     configure: Any, built_index: DueIndex
 ) -> None:
@@ -285,7 +285,7 @@ def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
     Flaky.failures = 99
     schedule = due(dispatcher="flaky")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
 
     run = take_over_until_ended(worker, Run.objects.get(schedule=schedule))
     assert run.status == "failed"
@@ -295,7 +295,7 @@ def test_a_hand_off_that_keeps_failing_fails_the_run_at_the_limit(
     )
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_dispatcher_that_raises_keeps_what_it_reported_and_retries_the_rest(
     configure: Any, built_index: DueIndex
 ) -> None:
@@ -307,7 +307,7 @@ def test_a_dispatcher_that_raises_keeps_what_it_reported_and_retries_the_rest(
     sent = due(name="ok-sent", dispatcher="breaks")
     unsent = due(name="unsent", dispatcher="breaks")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
 
     run = Run.objects.get(schedule=sent)
     assert (run.status, run.external_id) == ("dispatched", f"ext-{run.idempotency_key}")
@@ -321,7 +321,7 @@ def test_a_dispatcher_that_raises_keeps_what_it_reported_and_retries_the_rest(
     assert Run.objects.get(schedule=sent).attempts == 1
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_run_now_and_backfill_go_through_the_schedules_dispatcher(
     configure: Any, built_index: DueIndex
 ) -> None:
@@ -336,7 +336,7 @@ def test_run_now_and_backfill_go_through_the_schedules_dispatcher(
     now = timezone.now()
     services.backfill(schedule, now - timedelta(minutes=25), now - timedelta(minutes=1))
 
-    Worker(worker_id="t").run_pass()  # a take-over pass: it sends the queued runs
+    Worker(worker_id="t").step()  # a take-over pass: it sends the queued runs
 
     sent = {o.key: (alias, o.dispatch_options) for alias, o in HandOff.received}
     runs = Run.objects.filter(schedule=schedule).exclude(status="skipped")

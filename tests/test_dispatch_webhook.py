@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from standardwebhooks import Webhook
 
-from django_schedulinator import resync_schedules
+from django_schedulinator import resync_schedules, services
 from django_schedulinator.checks import check_settings
 from django_schedulinator.dispatch.webhook import sign
 from django_schedulinator.index.due import DueIndex
@@ -68,7 +68,7 @@ def until_ended(worker: Worker, schedule: Schedule, seconds: float = 15) -> Run:
             return run
         assert time.monotonic() < deadline, f"still {run.status}: {run.error}"
         worker._next_takeover = 0.0  # take over at every pass
-        worker.run_pass()
+        worker.step()
         time.sleep(0.05)
 
 
@@ -79,10 +79,11 @@ def test_the_signature_is_the_one_the_specification_library_computes() -> None:
     assert sign(SECRET, "12:34", int(at.timestamp()), body) == expected
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_an_occurrence_is_posted_signed_with_its_key(receiver: Receiver) -> None:
     schedule = due(args=[1, "a"], kwargs={"invoice": 7})
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
 
     run = Run.objects.get(schedule=schedule)
@@ -104,11 +105,12 @@ def test_an_occurrence_is_posted_signed_with_its_key(receiver: Receiver) -> None
     }
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_5xx_is_retried_with_the_same_key_until_it_passes(receiver: Receiver) -> None:
     receiver.answer("/hook", 503, 500)
     schedule = due()
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
 
     run = until_ended(worker, schedule)
     worker.close()
@@ -118,11 +120,12 @@ def test_a_5xx_is_retried_with_the_same_key_until_it_passes(receiver: Receiver) 
     assert [r.body["attempt"] for r in receiver.received] == [1, 2, 3]
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_4xx_fails_the_run_at_once(receiver: Receiver) -> None:
     receiver.answer("/hook", 422)
     schedule = due()
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
 
     run = Run.objects.get(schedule=schedule)
@@ -131,12 +134,13 @@ def test_a_4xx_fails_the_run_at_once(receiver: Receiver) -> None:
     assert len(receiver.received) == 1
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
     receiver.answer("/hook", 302)
     receiver.redirect_to = f"{receiver.url}/elsewhere"
     schedule = due()
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
 
     run = Run.objects.get(schedule=schedule)
@@ -145,6 +149,7 @@ def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
     assert receiver.keys("/elsewhere") == []
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_receiver_that_is_down_fails_its_runs_visibly_while_others_fire(
     settings: Any, built_index: DueIndex
 ) -> None:
@@ -160,7 +165,7 @@ def test_a_receiver_that_is_down_fails_its_runs_visibly_while_others_fire(
     schedule = due()
     other = due(dispatcher="queue", dispatch_options={})
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
 
     assert Run.objects.get(schedule=other).status == "dispatched"
     run = until_ended(worker, schedule)
@@ -170,15 +175,24 @@ def test_a_receiver_that_is_down_fails_its_runs_visibly_while_others_fire(
 
 
 def test_a_schedule_picks_a_target_by_name_never_a_url(receiver: Receiver) -> None:
+    def create(options: dict[str, Any]) -> None:
+        services.create(
+            Schedule(
+                name="hooked", task="tests.record", kind="interval",
+                interval=timedelta(hours=1), dispatcher="hooks", dispatch_options=options,
+            )
+        )  # fmt: skip
+
     with pytest.raises(ValidationError) as missing:
-        due(dispatch_options={})
+        create({})
     assert "'target' is required: one of billing, elsewhere" in str(missing.value)
     with pytest.raises(ValidationError) as unknown:
-        due(dispatch_options={"target": "https://attacker.example/"})
+        create({"target": "https://attacker.example/"})
     assert "must be one of billing, elsewhere" in str(unknown.value)
     with pytest.raises(ValidationError) as url:
-        due(dispatch_options={"target": "billing", "url": "https://attacker.example/"})
+        create({"target": "billing", "url": "https://attacker.example/"})
     assert "has no option 'url' (options it takes: target)" in str(url.value)
+    assert not Schedule.objects.exists()
 
 
 @pytest.mark.parametrize(
@@ -201,6 +215,7 @@ def test_bad_targets_are_e004(settings: Any, targets: Any, message: str) -> None
     assert message in error.msg
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_the_configuration_in_the_docs_works_as_written(
     settings: Any, built_index: DueIndex
 ) -> None:
@@ -218,7 +233,7 @@ def test_the_configuration_in_the_docs_works_as_written(
         )
         resync_schedules([schedule.pk])
         worker = Worker(worker_id="t")
-        worker.run_pass()
+        worker.step()
         worker.close()
 
     run = Run.objects.get(schedule=schedule)
@@ -228,6 +243,7 @@ def test_the_configuration_in_the_docs_works_as_written(
     assert request.body["task"] == "billing.invoice_run"
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
     receiver: Receiver, admin_user: Any
 ) -> None:
@@ -236,7 +252,7 @@ def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
     receiver.answer("/hook", 202)
     schedule = due(overlap="skip")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
     run = Run.objects.get(schedule=schedule)
     assert (run.status, run.response_status) == ("dispatched", 202)
@@ -256,6 +272,7 @@ def test_a_202_hands_the_run_off_until_the_receiver_reports_its_end(
     assert again.json()["changed"] is False
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_run_that_cannot_be_sent_fails_alone_and_is_not_posted(receiver: Receiver) -> None:
     """Its task removed from the code, or its arguments broken by a bulk write: the run fails
     at once with its own error, and the rest of the batch is posted (issue 21, items 3-4)."""
@@ -265,7 +282,7 @@ def test_a_run_that_cannot_be_sent_fails_alone_and_is_not_posted(receiver: Recei
     Schedule.objects.filter(pk=gone.pk).update(task="tests.removed")
     Schedule.objects.filter(pk=broken.pk).update(kwargs="not an object")
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
 
     assert Run.objects.get(schedule=healthy).status == "succeeded"
@@ -331,12 +348,13 @@ def test_a_stop_ends_within_its_grace_whatever_the_receiver_does(
     assert set(left.values_list("attempts", flat=True)) == {1}
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_huge_answer_is_read_only_as_far_as_it_is_kept(receiver: Receiver) -> None:
     """A 64 MiB error body was read whole to keep 2,000 characters of it."""
     receiver.huge.add("/hook")
     schedule = due()
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     worker.close()
 
     run = Run.objects.get(schedule=schedule)

@@ -1281,7 +1281,7 @@ def test_the_workers_reports_by_key_end_a_handed_off_run(
     assert run.status == "succeeded"
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_a_receiver_verifies_the_webhook_as_the_page_shows(
     settings: Any, built_index: DueIndex
 ) -> None:
@@ -1328,7 +1328,7 @@ def test_a_receiver_verifies_the_webhook_as_the_page_shows(
         )
         resync_schedules([schedule.pk])
         worker = Worker(worker_id="docs")
-        worker.run_pass()
+        worker.step()
         worker.close()
     finally:
         server.shutdown()

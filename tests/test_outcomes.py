@@ -43,7 +43,7 @@ def handed_off(**fields: Any) -> tuple[Schedule, Run]:
         next_run_at=timezone.now() - timedelta(seconds=5),
         **fields,
     )
-    Worker(worker_id="t").run_pass()
+    Worker(worker_id="t").step()
     return schedule, Run.objects.get(schedule=schedule)
 
 
@@ -55,10 +55,11 @@ def fire_again(schedule: Schedule) -> list[Run]:
         due_at=None,
     )
     resync_schedules([schedule.pk])
-    Worker(worker_id="t").run_pass()
+    Worker(worker_id="t").step()
     return list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_handed_off_run_reports_its_start_and_its_end_by_key() -> None:
     _schedule, run = handed_off()
     assert run.status == "dispatched"
@@ -77,6 +78,7 @@ def test_a_handed_off_run_reports_its_start_and_its_end_by_key() -> None:
     assert (run.status, run.error) == ("succeeded", "")
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_reported_error_with_a_nul_character_is_recorded() -> None:
     # PostgreSQL stores no NUL in text: the report failed, and the run stayed dispatched.
     _schedule, run = handed_off()
@@ -85,6 +87,7 @@ def test_a_reported_error_with_a_nul_character_is_recorded() -> None:
     assert (run.status, run.error) == ("failed", "bad\ufffdbyte")
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_reported_failure_counts_towards_auto_pause() -> None:
     schedule, run = handed_off(pause_after_failures=1)
 
@@ -108,7 +111,7 @@ def backfilled(schedule: Schedule, minutes: int) -> list[Run]:
         schedule, this_minute - timedelta(minutes=minutes), this_minute - timedelta(minutes=1)
     )
     assert report.queued == minutes
-    Worker(worker_id="t").run_pass()  # its first pass takes over what is queued
+    Worker(worker_id="t").step()  # its first pass takes over what is queued
     return list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
 
 
@@ -116,6 +119,7 @@ def every_minute(**fields: Any) -> Schedule:
     return make_schedule(kind="cron", cron="* * * * *", **fields)
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_failures_recorded_together_each_count_towards_auto_pause() -> None:
     """Five failed runs of one schedule in one batch are five failures in a row: they
     counted as one, and pause_after_failures=3 never paused after five failed backfills."""
@@ -130,6 +134,7 @@ def test_failures_recorded_together_each_count_towards_auto_pause() -> None:
     assert schedule.pause_note == outcomes.AUTO_PAUSE_NOTE
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_late_success_of_an_older_run_keeps_the_streak_of_the_newer_ones() -> None:
     """ "N times in a row" is the newest N runs by their nominal time: the three newest
     failed, so the late success of the oldest does not reset the count (it did)."""
@@ -145,6 +150,7 @@ def test_a_late_success_of_an_older_run_keeps_the_streak_of_the_newer_ones() -> 
     assert Schedule.objects.get(pk=schedule.pk).failure_streak == 3
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_late_failure_of_a_run_older_than_a_success_starts_no_streak() -> None:
     schedule = every_minute(dispatcher="queue", pause_after_failures=2)
     *older, newest = backfilled(schedule, 3)
@@ -157,6 +163,7 @@ def test_a_late_failure_of_a_run_older_than_a_success_starts_no_streak() -> None
     assert (schedule.failure_streak, schedule.enabled) == (0, True)
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_long_streak_is_counted_in_the_ledgers_order() -> None:
     """Past the newest runs the count reads (streaks.STREAK_WINDOW) it goes on from the
     stored count; a late outcome of a run older than those is counted from the ledger."""
@@ -177,6 +184,7 @@ def test_a_long_streak_is_counted_in_the_ledgers_order() -> None:
     assert streak() == 12  # older than the success
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_overlap_skip_waits_for_the_reported_end_of_a_handed_off_run() -> None:
     schedule, first = handed_off(overlap="skip")
 
@@ -188,6 +196,7 @@ def test_overlap_skip_waits_for_the_reported_end_of_a_handed_off_run() -> None:
     assert third.status == "dispatched"
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_overlap_buffer_releases_its_run_when_the_end_is_reported() -> None:
     schedule, first = handed_off(overlap="buffer")
     buffered = fire_again(schedule)[-1]
@@ -198,11 +207,12 @@ def test_overlap_buffer_releases_its_run_when_the_end_is_reported() -> None:
     buffered.refresh_from_db()
     assert buffered.status == "pending"  # queued for the next take-over
     worker = Worker(worker_id="t")
-    worker.run_pass()
+    worker.step()
     buffered.refresh_from_db()
     assert buffered.status == "dispatched"
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_run_never_reported_stops_holding_back_its_schedule_after_the_outcome_timeout(
     settings: Any,
 ) -> None:

@@ -77,7 +77,7 @@ def test_a_scheduler_building_the_index_moves_on_chunk_by_chunk(
         moments.append(worker.last_progress_at)
 
     worker._moved_on = moved_on  # type: ignore[method-assign]
-    worker.run_pass()
+    worker.step()
     assert index.is_built()
     # The look for another process's build, three chunks of rows (2, 2, 1), and the chunks
     # of entries looked at for orphans.

@@ -296,6 +296,7 @@ def test_a_skipped_run_a_backfill_queues_meanwhile_is_not_deleted(
     assert Run.objects.get(pk=skipped[1].pk).status == Run.Status.PENDING
 
 
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
 def test_a_prune_keeps_the_failures_in_a_row(settings: Any, built_index: DueIndex) -> None:
     """A schedule's failures in a row were counted from its newest ended runs in the ledger,
     and fewer than ten of them, all failed, meant no older run: after a prune, four
@@ -313,7 +314,7 @@ def test_a_prune_keeps_the_failures_in_a_row(settings: Any, built_index: DueInde
     services.backfill(
         schedule, this_minute - timedelta(minutes=6), this_minute - timedelta(minutes=1)
     )
-    Worker(worker_id="t").run_pass()  # hands the backfill off
+    Worker(worker_id="t").step()  # hands the backfill off
     runs = list(Run.objects.filter(schedule=schedule).order_by("scheduled_for"))
     for run in runs[:4]:
         assert outcomes.report_finished(run.idempotency_key, succeeded=False, error="boom")

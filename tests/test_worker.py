@@ -208,12 +208,12 @@ def test_a_pass_that_fails_after_its_claim_gives_the_entries_back_at_once(
 
     monkeypatch.setattr(worker.claimer, "recheck", connection_lost_first)
     with pytest.raises(OperationalError):
-        worker.run_pass()
+        worker.step()
 
     assert built_index.inflight_ids() == set()
     assert built_index.scores([schedule.pk]).get(schedule.pk) is not None  # due again
     connections.close_all()
-    worker.run_pass()  # the next pass fires it, well within the lease
+    worker.step()  # the next pass fires it, well within the lease
     worker.close()
     assert Schedule.objects.get(pk=schedule.pk).runs.count() == 1
 

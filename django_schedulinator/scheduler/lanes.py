@@ -94,8 +94,7 @@ class Lane:
 class Lanes:
     """Every lane of one scheduler. While ``running``, each lane's thread dispatches batch N
     while the loop claims and advances batch N+1 and the recorder writes the outcomes of
-    batch N-1 (the database and Python then overlap); otherwise ``put`` dispatches and
-    records at once (``Worker.run_pass`` on its own)."""
+    batch N-1 (the database and Python then overlap)."""
 
     def __init__(
         self,
@@ -113,8 +112,9 @@ class Lanes:
         self._lanes: dict[str, Lane] = {DEFAULT_ALIAS: Lane(DEFAULT_ALIAS, self.dispatcher)}
         self.running = False
         self.leases = LeaseKeeper(claimer, lease_seconds)
-        # Writes the outcomes of dispatched batches while ``running`` (recording.py).
-        self.recorder: OutcomeRecorder | None = None
+        # Writes the outcomes of dispatched batches (recording.py): on its thread while
+        # ``running``, and after a stop in the lane thread that hands them over.
+        self.recorder = OutcomeRecorder(claimer, self.leases, lease_seconds)
         # When the loop ended: from then the lanes dispatch what they hold for one lease
         # (the stop's grace), then start no more hand-offs.
         self.stop_grace_ends: float | None = None
@@ -145,8 +145,7 @@ class Lanes:
             )
             lane = self.lane(alias)
             if lane.stage is None:
-                self.dispatch_now(lane, part)
-                continue
+                raise RuntimeError("The lanes are not running: start the loop (or step).")
             # A lane that is behind slows the claim down (back-pressure), for a second at
             # most; past that the batch waits in the lane all the same, up to its capacity.
             # Only a lane that stays stuck fills up: then the runs stay pending, and once
@@ -175,9 +174,16 @@ class Lanes:
         return depths
 
     def recorder_backlog(self) -> tuple[int, int, float | None]:
-        """The recorder's backlog (``OutcomeRecorder.backlog``); nothing while not running."""
-        recorder = self.recorder
-        return (0, 0, None) if recorder is None else recorder.backlog()
+        """The recorder's backlog (``OutcomeRecorder.backlog``)."""
+        return self.recorder.backlog()
+
+    def drain(self) -> None:
+        """Wait until every lane has dispatched what it holds, then until the recorder has
+        written what they handed over."""
+        for lane in list(self._lanes.values()):
+            if lane.stage is not None:
+                lane.stage.drain()
+        self.recorder.drain()
 
     def lane(self, alias: str) -> Lane:
         lane = self._lanes.get(alias)
@@ -238,15 +244,11 @@ class Lanes:
                 self.lease_seconds,
                 bound,
             )
-        if self.recorder is not None:
-            # What the lanes handed over is recorded (within the grace, and a little more).
-            self.recorder.stop(
-                max(
-                    STOP_RECORD_SECONDS,
-                    self.stop_grace_ends + STOP_RECORD_SECONDS - time.monotonic(),
-                )
-            )
-            self.recorder = None
+        # What the lanes handed over is recorded (within the grace, and a little more); a
+        # lane a stop left behind records what it still hands over itself.
+        self.recorder.stop(
+            max(STOP_RECORD_SECONDS, self.stop_grace_ends + STOP_RECORD_SECONDS - time.monotonic())
+        )
         self.leases.close()
 
     def _dispatch_batches(self, lane: Lane, batches: list[Leased]) -> None:
@@ -318,7 +320,6 @@ class Lanes:
         )
         if self.metrics is not None and leased.counted:  # a fresh claim's first hand-offs
             self.metrics.handing_off(lane.alias, occurrences)
-        recorder = self.recorder  # None: not running (run_pass on its own) records here
         self.leases.hold(progress)
         try:
             try:
@@ -328,13 +329,9 @@ class Lanes:
         except BaseException:
             self.leases.let_go(progress)
             raise
-        if recorder is None:
-            self.leases.let_go(progress)
-            progress.record(outcomes, retry=True)
-        else:
-            # Off this thread, which goes on to its next batch; the leases stay held until
-            # the recorder has written the outcomes.
-            recorder.put(progress, outcomes)
+        # Off this thread, which goes on to its next batch; the leases stay held until the
+        # recorder has written the outcomes.
+        self.recorder.put(progress, outcomes)
         for o in occurrences:
             logger.debug("Fired %s (%s) key=%s", o.schedule_name, o.task, o.key)
 

@@ -59,7 +59,8 @@ class CommitStage:
         Raises that commit's error instead (its batch given back; the caller gives this
         one back)."""
         self._stage.drain()
-        self._stage.put((plan, token, leased_at))
+        if not self._stage.put((plan, token, leased_at)):
+            raise RuntimeError("The commit stage is not running: start the loop (or step).")
 
     def drain(self) -> None:
         """Wait for the commit in progress; raise its error, if it failed."""

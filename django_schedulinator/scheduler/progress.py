@@ -73,23 +73,20 @@ class BatchProgress(Progress):
 
     def finished(self, outcomes: Sequence[Outcome]) -> None:
         try:
-            self.record(outcomes, retry=False)
+            self.record(outcomes)
         except TRANSIENT_ERRORS as exc:
             # They are recorded with the rest of the batch when dispatch returns.
             connections.close_all()
             logger.warning("Could not record %d outcome(s) yet (%s).", len(outcomes), exc)
 
-    def record(self, outcomes: Sequence[Outcome], *, retry: bool) -> None:
-        """Record ``outcomes`` now, in this thread (``retry``: through a database blip,
-        while the leases last); the scheduler's lanes hand a finished batch to the
-        recorder instead (recording.py)."""
+    def record(self, outcomes: Sequence[Outcome]) -> None:
+        """Record ``outcomes`` now, in this thread: those a dispatcher reports as they end
+        (``finished``); the lanes hand a dispatched batch to the recorder instead
+        (recording.py)."""
         batch = self.to_record(outcomes)
         if batch is None:
             return
-        if retry:
-            ended = record_while_leased(self.claimer, [batch], self.dispatcher, self.lease_seconds)
-        else:
-            ended = self.claimer.record([batch], self.dispatcher)
+        ended = self.claimer.record([batch], self.dispatcher)
         if released := self.recorded_now(batch, ended):
             self.claimer.release_buffered(released)
 

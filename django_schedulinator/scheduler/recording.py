@@ -64,6 +64,10 @@ class OutcomeRecorder:
             # A lane that a stop left dispatching ends here, after the recorder.
             self._record([(progress, outcomes)], progress.dispatcher)
 
+    def drain(self) -> None:
+        """Wait until what waits is written."""
+        self._stage.drain()
+
     def depth(self) -> int:
         """Batches waiting to be recorded."""
         return len(self._stage.waiting())

@@ -19,7 +19,7 @@ import signal
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from types import FrameType
@@ -170,8 +170,7 @@ class Worker:
         self.started_at = timezone.now()
         self.last_pass_at, self.last_error = None, ""
         self.last_progress_at = time.monotonic()  # the loop starts: its first pass comes
-        self.lanes.start()
-        self.commits.start()
+        self._start_stages()
         bound_lock_waits()
         notify.courier.send_in_background()  # never on the claim path
         self.chores.warn_about_eviction()
@@ -211,8 +210,7 @@ class Worker:
                 self._sleep_between_passes(result)
         finally:
             self._log_stop_signal()
-            self.commits.stop()  # the batch it commits goes to its lane before the lanes stop
-            self.lanes.stop()
+            self._stop_stages()
             heartbeat.stop()  # after the lanes: until then, this scheduler still works
             self.chores.stop(timeout=STOP_RECORD_SECONDS)
             self.close()
@@ -252,13 +250,10 @@ class Worker:
             return PassResult(0, True, batch.now_ms, None)
         try:
             plan = self.claimer.recheck(batch)
-            if self.commits.running:
-                # Committed on the stage's thread while the next pass claims (pipeline.py).
-                self.commits.put(plan, token, leased_at)
-                if self.max_runs is not None:
-                    self.commits.drain()  # the limit counts what this batch fired
-            else:
-                self._commit(plan, token, leased_at)
+            # Committed on the stage's thread while the next pass claims (pipeline.py).
+            self.commits.put(plan, token, leased_at)
+            if self.max_runs is not None:
+                self.commits.drain()  # the limit counts what this batch fired
         except BaseException:
             self._give_back(batch, token)
             raise
@@ -281,7 +276,7 @@ class Worker:
             self.counters.add(taken_counters)
             self.lanes.put(Leased(taken, takeover, leased_at, counted=False))
         full = len(batch.entries) >= limit or more
-        if self.once and not full and self.commits.running:
+        if self.once and not full:
             # The last pass of --once: its chores (the summary line) count what it fired.
             self.commits.drain()
         self.chores.run()
@@ -333,11 +328,50 @@ class Worker:
         ago the oldest was handed over (recording.py)."""
         return self.lanes.recorder_backlog()
 
+    def step(self) -> PassResult:
+        """One pass, then wait until its stages are idle: what it fired is committed,
+        dispatched and its outcomes recorded when this returns. For driving the scheduler
+        pass by pass (tests, embedding); ``run`` is the same passes, without the waits."""
+        with self.stages():
+            result = self.run_pass()
+            self.drain()
+        return result
+
+    @contextlib.contextmanager
+    def stages(self) -> Iterator[None]:
+        """The stages running (the commit stage, the lanes and the recorder, each a thread
+        of its own), as the loop runs them, for passes driven one by one (``step``,
+        benchmarks); stopped on leaving, as at the loop's end. Already running: left so."""
+        if self.commits.running:
+            yield
+            return
+        self._start_stages()
+        try:
+            yield
+        finally:
+            self._stop_stages()
+
+    def drain(self) -> None:
+        """Wait until the stages are idle: the commit, then the lanes, then the recorder
+        (each hands to the next), then the notifications they raised. Raises a failed
+        commit's error (its batch given back)."""
+        self.commits.drain()
+        self.lanes.drain()
+        notify.courier.drain(NOTIFY_DRAIN_SECONDS)
+
     def close(self) -> None:
         """Close every dispatcher this scheduler built or was given (lanes.py), and this
         thread's instances of the aliases (``dispatchers``: validation and the status)."""
         self.lanes.close()
         dispatchers.close_all()
+
+    def _start_stages(self) -> None:
+        self.lanes.start()
+        self.commits.start()
+
+    def _stop_stages(self) -> None:
+        self.commits.stop()  # the batch it commits goes to its lane before the lanes stop
+        self.lanes.stop()
 
     def is_stopping(self) -> bool:
         """Told to stop, or its loop ended and its lanes finish what they hold."""

@@ -19,7 +19,7 @@ def scheduler_pass(worker_id: str = "t") -> None:
     worker = Worker(worker_id=worker_id)
     try:
         with committed():
-            worker.run_pass()
+            worker.step()
     finally:
         worker.close()
 

@@ -40,7 +40,7 @@ class Simulation:
         self.traveller.move_to(when)
 
     def step(self) -> Any:
-        return self.worker.run_pass()
+        return self.worker.step()
 
     def run_until(self, end: datetime) -> None:
         """Fire everything due up to ``end``, jumping from one due time to the next."""

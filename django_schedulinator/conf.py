@@ -310,8 +310,8 @@ class RedisConfig:
 
 
 class Settings:
-    """Every setting, in the order of docs/settings.md's table; ``app_settings.BATCH_SIZE``
-    reads settings.SCHEDULINATOR now."""
+    """Every setting (docs/settings.md has a row for each); ``app_settings.BATCH_SIZE`` reads
+    settings.SCHEDULINATOR now. ``validate()`` reports them in this order."""
 
     # Schedules declared in this setting, by name, each a dict of a schedule's fields
     # ({"task": ..., "cron": ..., ...}), synced into the table like those of @scheduled.

@@ -14,9 +14,12 @@ class SchedulinatorConfig(AppConfig):
         from django.db.models.signals import post_delete, post_migrate, post_save
         from django.utils.module_loading import autodiscover_modules
 
-        # Imported for what they register: the checks, and the built-in command task.
+        # Imported for what they register: the checks, the built-in command task, and the
+        # parsers of the nested settings (conf.Setting.parsed_by: the command task's, the
+        # Redis connection's, and those of dispatch, notify and contrib.sentry, below).
         from django_schedulinator import checks, command_task  # noqa: F401
         from django_schedulinator.conf import app_settings
+        from django_schedulinator.index import connection  # noqa: F401
         from django_schedulinator.index.receivers import (
             replan_after_migrate,
             schedule_changed,

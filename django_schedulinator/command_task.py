@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -32,7 +33,7 @@ from typing import Any
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import CommandError
 
-from django_schedulinator.conf import AllowedCommand, app_settings
+from django_schedulinator.conf import AllowedCommand, Setting, Settings, app_settings
 from django_schedulinator.errors import CommandFailed, CommandRefused
 from django_schedulinator.registry import task
 
@@ -40,6 +41,82 @@ NAME = "django_schedulinator.command"
 MAX_OUTPUT_CHARS = 4000
 
 logger = logging.getLogger("django_schedulinator.command_task")
+
+# An option in SCHEDULINATOR["COMMANDS"] is named in full, the way argparse matches it
+# exactly: no short form (-o), no value (=).
+LONG_OPTION_RE = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9_\-]*$")
+COMMAND_ENTRY_KEYS = ("args", "options", "keep_output")
+
+
+def parse_commands(
+    setting: Setting[dict[str, AllowedCommand]], value: Any
+) -> dict[str, AllowedCommand]:
+    """SCHEDULINATOR["COMMANDS"]: each allowed command with what its schedules may pass."""
+    if isinstance(value, list | tuple):  # the form before arguments were allowlisted
+        as_dict: dict[str, dict[str, Any]] = {n: {} for n in value if isinstance(n, str)}
+        raise setting.error(
+            f"is a list; it is now a dict of each command and what its schedules may pass "
+            f"({{}}: no arguments), for example {as_dict!r}; see docs/upgrading.md"
+        )
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k for k in value):
+        raise setting.error(
+            f"must be a dict of management command names, each with what its schedules "
+            f"may pass, got {value!r}"
+        )
+    return {name: _allowed_command(setting, name, entry) for name, entry in value.items()}
+
+
+def _allowed_command(setting: Setting[Any], name: str, entry: Any) -> AllowedCommand:
+    """One entry of COMMANDS, checked; the error names the entry and what is wrong with it."""
+    where = f"[{name!r}]"
+    if not isinstance(entry, dict):
+        raise setting.error(
+            f"{where} must be a dict of what its schedules may pass ({{}} for no arguments; "
+            f"keys: {', '.join(COMMAND_ENTRY_KEYS)}), got {entry!r}"
+        )
+    unknown = sorted(str(key) for key in set(entry) - set(COMMAND_ENTRY_KEYS))
+    if unknown:
+        raise setting.error(
+            f"{where} has unknown keys {', '.join(unknown)}; the keys are "
+            f"{', '.join(COMMAND_ENTRY_KEYS)}"
+        )
+    args = entry.get("args", [])
+    if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
+        raise setting.error(f"{where}['args'] must be a list of text, got {args!r}")
+    for arg in args:
+        if arg.startswith("-"):
+            raise setting.error(
+                f"{where}['args'] has {arg!r}, which starts with '-': an option goes in "
+                f"{where}['options'] with the values it may take"
+            )
+    options = entry.get("options", {})
+    if not isinstance(options, dict):
+        raise setting.error(f"{where}['options'] must be a dict, got {options!r}")
+    allowed: dict[str, tuple[str, ...] | None] = {}
+    for option, values in options.items():
+        if not isinstance(option, str) or not LONG_OPTION_RE.match(option):
+            raise setting.error(
+                f"{where}['options'] has {option!r}: name each option in full, as --name "
+                f"(no short form, no value)"
+            )
+        if values is True:
+            allowed[option] = None
+        elif (
+            isinstance(values, list | tuple) and values and all(isinstance(v, str) for v in values)
+        ):
+            allowed[option] = tuple(values)
+        else:
+            raise setting.error(
+                f"{where}['options'][{option!r}] must be True (a flag) or a non-empty list of "
+                f"the values it may take, got {values!r}"
+            )
+    keep_output = entry.get("keep_output", False)
+    if not isinstance(keep_output, bool):
+        raise setting.error(f"{where}['keep_output'] must be True or False, got {keep_output!r}")
+    return AllowedCommand(tuple(args), allowed, keep_output)
+
+
+Settings.COMMANDS.parsed_by(parse_commands)
 
 
 def check_args(args: Any, kwargs: Any) -> dict[str, str]:

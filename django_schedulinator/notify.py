@@ -38,6 +38,7 @@ import dataclasses
 import json
 import logging
 import queue
+import re
 import threading
 import time
 import uuid
@@ -54,7 +55,14 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_schedulinator import signals, timing
-from django_schedulinator.conf import SETTING_NAME, NotifyConfig, app_settings
+from django_schedulinator.conf import (
+    NOTIFY_EVENTS,
+    SETTING_NAME,
+    NotifyConfig,
+    Setting,
+    Settings,
+    app_settings,
+)
 from django_schedulinator.dispatch.base import Option
 from django_schedulinator.errors import NotifyError, TimingError
 from django_schedulinator.index import clock
@@ -344,6 +352,48 @@ def _target(alias: str, name: str) -> tuple[dict[str, str], float]:
             f"({', '.join(sorted(dispatcher.targets))})"
         )
     return target, float(dispatcher.settings["TIMEOUT_SECONDS"])
+
+
+# -- the setting ------------------------------------------------------------------------------
+
+NOTIFY_KEYS = ("BACKEND", "OPTIONS", "EVENTS", "BASE_URL")
+
+
+def parse_notify(setting: Setting[NotifyConfig | None], value: Any) -> NotifyConfig | None:
+    """SCHEDULINATOR["NOTIFY"]: the notifier's configuration, the defaults filled in; None:
+    no notifier."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - set(NOTIFY_KEYS):
+        raise setting.error(f"must be None or a dict with {', '.join(NOTIFY_KEYS)}, got {value!r}")
+    default = setting.default
+    backend = value.get("BACKEND", default["BACKEND"])
+    if not isinstance(backend, str) or not backend:
+        raise setting.error(f"['BACKEND'] must be a dotted path, got {backend!r}")
+    options = value.get("OPTIONS", {})
+    if not isinstance(options, dict):
+        raise setting.error(f"['OPTIONS'] must be a dict, got {options!r}")
+    events = value.get("EVENTS", default["EVENTS"])
+    if (
+        not isinstance(events, list | tuple)
+        or not all(isinstance(e, str) for e in events)
+        or set(events) - set(NOTIFY_EVENTS)
+    ):
+        raise setting.error(
+            f"['EVENTS'] must be a list of {', '.join(NOTIFY_EVENTS)}, got {events!r}"
+        )
+    base_url = value.get("BASE_URL", "")
+    if not isinstance(base_url, str) or (
+        base_url and not re.match(r"^https?://[^/\s]+(/\S*)?$", base_url)
+    ):
+        raise setting.error(
+            f"['BASE_URL'] must be an http:// or https:// address (the site's, for links "
+            f"to the admin) or empty, got {base_url!r}"
+        )
+    return NotifyConfig(backend, options, tuple(events), base_url.rstrip("/"))
+
+
+Settings.NOTIFY.parsed_by(parse_notify)
 
 
 # -- the notifier of the settings ------------------------------------------------------------

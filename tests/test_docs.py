@@ -4,6 +4,7 @@ as written in a new project (tests/support/doc_project.py), and the statements a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -201,16 +202,68 @@ SETTING_NAMED = re.compile(r"""SCHEDULINATOR\[["']([A-Z_]+)["']\]""")
 
 
 def test_the_docs_name_only_settings_that_exist() -> None:
-    from django_schedulinator.conf import DEFAULTS
+    from django_schedulinator.conf import TABLE
 
     pages = [p for p in sorted(DOCS.glob("*.md")) if p.name != "upgrading.md"]
     named = {
         f"{page.name}: {name}"
         for page in [*pages, DOCS.parent / "README.md"]
         for name in SETTING_NAMED.findall(page.read_text("utf-8"))
-        if name not in DEFAULTS
+        if name not in TABLE
     }
     assert sorted(named) == []
+
+
+# -- docs/settings.md's table: a row for each setting, its default and its bounds -------------
+
+EN_DASH = "\u2013"  # of the table's ranges (1-5000 with it)
+SETTING_ROW = re.compile(r"^\| `([A-Z_]+)` \| ([^|]+) \| ([^|]+) \| (.+) \|$", re.MULTILINE)
+
+
+def _number(value: int) -> str:
+    """A number as the table writes it: 5000, 10,000."""
+    return f"{value:,}" if value >= 10_000 else str(value)
+
+
+def _shown(default: Any) -> str | None:
+    """A default as the table's code span shows it; None: told in words (NOTIFY's)."""
+    if isinstance(default, dict) and default:
+        return None
+    if default is None or isinstance(default, bool):
+        return repr(default)
+    return json.dumps(default)
+
+
+def test_the_settings_table_has_a_row_for_each_setting_with_its_default_and_bounds() -> None:
+    """The descriptors of conf.Settings are the one place of each default and bound: the
+    table says what they say."""
+    from django_schedulinator import conf
+
+    rows = SETTING_ROW.findall((DOCS / "settings.md").read_text("utf-8"))
+    names = [name for name, *_ in rows]
+    assert len(names) == len(set(names)), "a setting with two rows"
+    assert sorted(names) == sorted(conf.TABLE)
+    kinds = {
+        conf.parse_whole_number: "int",
+        conf.parse_seconds: "int or float",
+        conf.parse_retention: "int, float or `None`",
+        conf.parse_text: "str",
+    }
+    for name, kind, default, limits in rows:
+        setting = conf.TABLE[name]
+        shown = _shown(setting.default)
+        if shown is not None:
+            assert default.startswith(f"`{shown}`"), (name, default)
+        if setting.parse in kinds:
+            assert kind == kinds[setting.parse], (name, kind)
+        if setting.parse is conf.parse_seconds:
+            assert limits.startswith("> 0"), (name, limits)
+        elif setting.parse is conf.parse_retention:
+            low, high = setting.bounds()
+            assert limits.startswith(f"{low} s to {high // 86_400:,} days"), (name, limits)
+        elif setting.parse is conf.parse_whole_number:
+            low, high = setting.bounds()
+            assert limits.startswith(f"{low}{EN_DASH}{_number(high)}"), (name, limits)
 
 
 # Writes of schedules that skip the service layer (no change log, no version check).

@@ -47,7 +47,7 @@ from django.dispatch import Signal
 from django.utils.text import slugify
 
 from django_schedulinator import signals, timing
-from django_schedulinator.conf import SENTRY_MAX_MINUTES, SETTING_NAME, SentryCrons, app_settings
+from django_schedulinator.conf import SETTING_NAME, SentryCrons, Setting, Settings, app_settings
 from django_schedulinator.dispatch import COMMON_OPTIONS, dispatchers
 from django_schedulinator.errors import SchedulinatorError, TimingError, UnknownTask
 from django_schedulinator.models import Schedule
@@ -92,6 +92,68 @@ PACE_SECONDS = 30.0
 PLAIN_FIELD = frozenset("0123456789*/,-")
 # Sentry's interval units that are exact durations (a month or a year is not).
 INTERVAL_UNITS = (("week", 604_800), ("day", 86_400), ("hour", 3_600), ("minute", 60))
+
+
+SENTRY_CRONS_KEYS = ("SCHEDULES", "EXCLUDE", "MONITOR_CONFIG")
+# What MONITOR_CONFIG may add to the monitor config derived from each schedule. Sentry takes
+# minutes up to 28 days (40,320) for the margin.
+SENTRY_MONITOR_KEYS = ("checkin_margin", "failure_issue_threshold", "recovery_threshold", "owner")
+SENTRY_MAX_MINUTES = 40_320
+
+
+def parse_sentry_crons(setting: Setting[SentryCrons | None], value: Any) -> SentryCrons | None:
+    """SCHEDULINATOR["SENTRY_CRONS"]: which schedules check in; None when it is off."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return SentryCrons()
+    if not isinstance(value, dict):
+        raise setting.error(
+            f"must be False, True (every recurring schedule) or a dict with the keys "
+            f"{', '.join(SENTRY_CRONS_KEYS)}, got {value!r}"
+        )
+    unknown = sorted(str(key) for key in set(value) - set(SENTRY_CRONS_KEYS))
+    if unknown:
+        raise setting.error(
+            f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(SENTRY_CRONS_KEYS)}"
+        )
+    schedules = value.get("SCHEDULES", "all")
+    chosen = None if schedules == "all" else _patterns(setting, "SCHEDULES", schedules)
+    exclude = _patterns(setting, "EXCLUDE", value.get("EXCLUDE", []))
+    extra = value.get("MONITOR_CONFIG", {})
+    if not isinstance(extra, dict):
+        raise setting.error(f"['MONITOR_CONFIG'] must be a dict, got {extra!r}")
+    for key, item in extra.items():
+        where = f"['MONITOR_CONFIG'][{key!r}]"
+        if key not in SENTRY_MONITOR_KEYS:
+            raise setting.error(
+                f"{where} is not taken; the keys are {', '.join(SENTRY_MONITOR_KEYS)} (the "
+                f"schedule, time zone and maximum runtime come from each schedule)"
+            )
+        if key == "owner":
+            if not isinstance(item, str) or not item:
+                raise setting.error(f"{where} must be 'user:<id>' or 'team:<id>', got {item!r}")
+        elif (
+            isinstance(item, bool)
+            or not isinstance(item, int)
+            or not 1 <= item <= SENTRY_MAX_MINUTES
+        ):
+            raise setting.error(
+                f"{where} must be a whole number from 1 to {SENTRY_MAX_MINUTES}, got {item!r}"
+            )
+    return SentryCrons(chosen, exclude, dict(extra))
+
+
+def _patterns(setting: Setting[Any], key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise setting.error(
+            f"[{key!r}] must be a list of schedule names and fnmatch patterns (such as "
+            f"'reports-*'), got {value!r}"
+        )
+    return tuple(value)
+
+
+Settings.SENTRY_CRONS.parsed_by(parse_sentry_crons)
 
 
 def available() -> bool:

@@ -10,6 +10,7 @@ each lane of a running scheduler builds its own (lanes.py).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from asgiref.local import Local
@@ -17,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured, ValidationError
 from django.utils.connection import BaseConnectionHandler
 from django.utils.module_loading import import_string
 
-from django_schedulinator.conf import app_settings
+from django_schedulinator.conf import Setting, Settings, app_settings
 from django_schedulinator.dispatch.base import (
     COMMON_OPTIONS,
     DEFAULT_ALIAS,
@@ -45,6 +46,43 @@ __all__ = [
     "Progress",
     "dispatchers",
 ]
+
+
+INLINE_DISPATCHER = "django_schedulinator.dispatch.inline.InlineDispatcher"
+DISPATCHER_ALIAS_RE = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
+
+
+def parse_dispatchers(
+    setting: Setting[dict[str, dict[str, Any]]], value: Any
+) -> dict[str, dict[str, Any]]:
+    """SCHEDULINATOR["DISPATCHERS"]: every alias with its BACKEND and OPTIONS; "default" is
+    always there (the inline dispatcher, unless the setting says otherwise)."""
+    if not isinstance(value, dict):
+        raise setting.error(f"must be a dict of aliases, got {value!r}")
+    aliases: dict[str, dict[str, Any]] = {
+        DEFAULT_ALIAS: {"BACKEND": INLINE_DISPATCHER, "OPTIONS": {}}
+    }
+    for alias, config in value.items():
+        if not isinstance(alias, str) or not DISPATCHER_ALIAS_RE.match(alias):
+            raise setting.error(
+                f"has the alias {alias!r}; an alias is 1-100 characters from A-Z a-z 0-9 _ -"
+            )
+        if not isinstance(config, dict) or set(config) - {"BACKEND", "OPTIONS"}:
+            raise setting.error(
+                f"[{alias!r}] must be a dict with BACKEND (a dotted path) and OPTIONS (a "
+                f"dict), got {config!r}"
+            )
+        backend = config.get("BACKEND")
+        options = config.get("OPTIONS", {})
+        if not isinstance(backend, str) or not backend:
+            raise setting.error(f"[{alias!r}]['BACKEND'] must be a dotted path")
+        if not isinstance(options, dict):
+            raise setting.error(f"[{alias!r}]['OPTIONS'] must be a dict")
+        aliases[alias] = {"BACKEND": backend, "OPTIONS": options}
+    return aliases
+
+
+Settings.DISPATCHERS.parsed_by(parse_dispatchers)
 
 
 if TYPE_CHECKING:

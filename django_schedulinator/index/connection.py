@@ -13,7 +13,115 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_schedulinator.conf import SETTING_NAME, RedisConfig, app_settings
+from django_schedulinator.conf import SETTING_NAME, RedisConfig, Setting, Settings, app_settings
+
+REDIS_KEYS = ("URL", "CLUSTER", "SENTINELS", "SERVICE_NAME", "OPTIONS", "SENTINEL_OPTIONS")
+
+
+def parse_redis(setting: Setting[RedisConfig | None], value: Any) -> RedisConfig | None:
+    """SCHEDULINATOR["REDIS"]: one server, a cluster, or a Sentinel service; None: the
+    cache alias's connection."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise setting.error(
+            f"must be None or a dict with the keys {', '.join(REDIS_KEYS)}, got {value!r}"
+        )
+    unknown = sorted(str(key) for key in set(value) - set(REDIS_KEYS))
+    if unknown:
+        raise setting.error(
+            f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(REDIS_KEYS)}"
+        )
+    for key in ("OPTIONS", "SENTINEL_OPTIONS"):
+        if not isinstance(value.get(key, {}), dict):
+            raise setting.error(f"[{key!r}] must be a dict of redis-py options, got {value[key]!r}")
+    cluster = value.get("CLUSTER", False)
+    if not isinstance(cluster, bool):
+        raise setting.error(f"['CLUSTER'] must be True or False, got {cluster!r}")
+    options, sentinel_options = value.get("OPTIONS", {}), value.get("SENTINEL_OPTIONS", {})
+    if "SENTINELS" in value:
+        sentinels = value["SENTINELS"]
+        if (
+            not isinstance(sentinels, list | tuple)
+            or not sentinels
+            or not all(
+                isinstance(s, list | tuple)
+                and len(s) == 2
+                and isinstance(s[0], str)
+                and isinstance(s[1], int)
+                and not isinstance(s[1], bool)
+                for s in sentinels
+            )
+        ):
+            raise setting.error(
+                f"['SENTINELS'] must be a non-empty list of [host, port] pairs, got {sentinels!r}"
+            )
+        service = value.get("SERVICE_NAME")
+        if not isinstance(service, str) or not service:
+            raise setting.error(
+                f"['SERVICE_NAME'] must name the Sentinel service (its master's name) when "
+                f"SENTINELS is given, got {service!r}"
+            )
+        if "URL" in value or cluster:
+            raise setting.error("takes SENTINELS and SERVICE_NAME, or URL (and CLUSTER), not both")
+        pairs = tuple((host, port) for host, port in sentinels)
+        return RedisConfig(None, False, (), pairs, service, options, sentinel_options)
+    if "SERVICE_NAME" in value:
+        raise setting.error("['SERVICE_NAME'] goes with SENTINELS, not with URL")
+    url = value.get("URL")
+    if isinstance(url, list | tuple):
+        first, others = _startup_nodes(setting, url, cluster)
+        return RedisConfig(first, cluster, others, (), None, options, sentinel_options)
+    if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        raise setting.error(
+            f"['URL'] must be a redis://, rediss:// or unix:// URL, or a list of a Redis "
+            f"Cluster's node URLs (or give SENTINELS and SERVICE_NAME), got {url!r}"
+        )
+    return RedisConfig(url, cluster, (), (), None, options, sentinel_options)
+
+
+def _startup_nodes(
+    setting: Setting[Any], urls: list[Any] | tuple[Any, ...], cluster: bool
+) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """A Redis Cluster's startup nodes, given as a list of URLs: the first URL (whose
+    credentials and options the client takes), and the others' hosts and ports. Every URL
+    must say the same but for its host and port."""
+    from redis.connection import parse_url
+
+    if not cluster:
+        raise setting.error(
+            "['URL'] is a list of startup nodes, which only a Redis Cluster takes (with "
+            "CLUSTER: True); give one URL for a single server"
+        )
+    if not urls:
+        raise setting.error("['URL'] must list at least one node's URL")
+    nodes: list[tuple[str, int]] = []
+    shared: dict[str, Any] | None = None
+    for position, url in enumerate(urls):
+        where = f"['URL'][{position}]"
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://")):
+            raise setting.error(
+                f"{where} must be a redis:// or rediss:// URL of a node, got {url!r}"
+            )
+        try:
+            parsed = parse_url(url)  # type: ignore[no-untyped-call]
+        except ValueError as exc:
+            raise setting.error(f"{where} cannot be read: {exc}") from None
+        host, port = parsed.pop("host", None), parsed.pop("port", 6379)
+        if not host:
+            raise setting.error(f"{where} names no host, got {url!r}")
+        if shared is None:
+            shared = parsed
+        elif parsed != shared:
+            raise setting.error(
+                f"{where} differs from ['URL'][0] in more than its host and port (the scheme, "
+                f"the credentials or the options): the client connects to every node alike"
+            )
+        nodes.append((str(host), int(port)))
+    return urls[0], tuple(nodes[1:])
+
+
+Settings.REDIS.parsed_by(parse_redis)
 
 _lock = threading.Lock()
 # The client built from SCHEDULINATOR["REDIS"], with the configuration it was built from:

@@ -10,9 +10,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 from tqdm import tqdm
 
-from django_schedulinator.conf import MAX_KEEP_LAST, MAX_PRUNE_BATCH_SIZE, app_settings
+from django_schedulinator.conf import Settings, app_settings
 from django_schedulinator.index import clock
-from django_schedulinator.management.commands.run_scheduler import whole_number_up_to
+from django_schedulinator.management.commands.run_scheduler import within
 from django_schedulinator.operations.retention import PruneReport, parse_age, prune
 
 
@@ -23,8 +23,8 @@ def age(value: str) -> timedelta:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-keep_last = whole_number_up_to(MAX_KEEP_LAST)
-batch_size = whole_number_up_to(MAX_PRUNE_BATCH_SIZE)
+keep_last = within(Settings.RUN_KEEP_LAST)
+batch_size = within(Settings.PRUNE_BATCH_SIZE)
 
 
 class Command(BaseCommand):
@@ -63,7 +63,8 @@ class Command(BaseCommand):
             type=batch_size,
             default=None,
             metavar="N",
-            help=f"Rows per batch, one short DELETE each, at most {MAX_PRUNE_BATCH_SIZE:,} "
+            help=f"Rows per batch, one short DELETE each, at most "
+            f"{Settings.PRUNE_BATCH_SIZE.bounds()[1]:,} "
             "(default: settings PRUNE_BATCH_SIZE).",
         )
         parser.add_argument(

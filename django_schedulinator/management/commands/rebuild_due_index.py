@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 from tqdm import tqdm
 
-from django_schedulinator.conf import MAX_CHUNK_SIZE, app_settings
+from django_schedulinator.conf import Settings, app_settings
 from django_schedulinator.errors import RebuildInProgress
 from django_schedulinator.index.rebuild import rebuild_index
-from django_schedulinator.management.commands.run_scheduler import positive_int
+from django_schedulinator.management.commands.run_scheduler import within
 from django_schedulinator.models import Schedule
 
-
-def chunk_size(value: str) -> int:
-    number = positive_int(value)
-    if number > MAX_CHUNK_SIZE:
-        raise argparse.ArgumentTypeError(f"must be at most {MAX_CHUNK_SIZE}, got {number}")
-    return number
+chunk_size = within(Settings.REBUILD_CHUNK_SIZE)
 
 
 class Command(BaseCommand):
@@ -53,11 +47,12 @@ class Command(BaseCommand):
             raise CommandError("--dry-run and --reset cannot be combined.")
         size = options["chunk_size"]
         # call_command(chunk_size=...) skips argparse; 0 would silently mean the default.
+        low, high = Settings.REBUILD_CHUNK_SIZE.bounds()
         if size is not None and (
-            isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_CHUNK_SIZE
+            isinstance(size, bool) or not isinstance(size, int) or not low <= size <= high
         ):
             raise CommandError(
-                f"--chunk-size must be a whole number from 1 to {MAX_CHUNK_SIZE}, got {size!r}."
+                f"--chunk-size must be a whole number from {low} to {high}, got {size!r}."
             )
         total = Schedule.objects.count()
         # tqdm hides itself when stderr is not a terminal (disable=None).

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from django_schedulinator.conf import MAX_BATCH_SIZE
+from django_schedulinator.conf import Setting, Settings
 from django_schedulinator.errors import OutdatedZoneRules
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.services import replan_for_zone_rules, sync_declared
@@ -72,7 +72,16 @@ def whole_number_up_to(maximum: int) -> Callable[[str], int]:
     return parse
 
 
-batch_size = whole_number_up_to(MAX_BATCH_SIZE)
+def within(setting: Setting[int]) -> Callable[[str], int]:
+    """An argparse type for an option that stands in for ``setting``, a whole number from 1:
+    the setting's own bounds."""
+    low, high = setting.bounds()
+    if low != 1:
+        raise TypeError(f"{setting.name} does not start at 1")
+    return whole_number_up_to(high)
+
+
+batch_size = within(Settings.BATCH_SIZE)
 
 
 # Options whose values call_command() passes through unconverted: the types they must have.

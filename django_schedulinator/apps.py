@@ -11,6 +11,7 @@ class SchedulinatorConfig(AppConfig):
     def ready(self) -> None:
         # Wiring only, no I/O: signals, system checks, and the apps' task modules.
         from django.core.signals import setting_changed
+        from django.db.backends.signals import connection_created
         from django.db.models.signals import post_delete, post_migrate, post_save
         from django.utils.module_loading import autodiscover_modules
 
@@ -36,6 +37,10 @@ class SchedulinatorConfig(AppConfig):
         )
         post_save.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_save")
         post_delete.connect(schedule_changed, sender=Schedule, dispatch_uid="schedulinator_delete")
+        # A scheduler's threads bound their row-lock waits on the connections they open too.
+        from django_schedulinator.scheduler.transient import bound_new_connections
+
+        connection_created.connect(bound_new_connections, dispatch_uid="schedulinator_lock_waits")
         # The notifier hears the signals of the events it is told of (NOTIFY's EVENTS).
         connect_receivers()
         setting_changed.connect(settings_changed, dispatch_uid="schedulinator_notify_settings")

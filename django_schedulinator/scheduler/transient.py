@@ -9,7 +9,6 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.signals import connection_created
 from redis import exceptions as redis_errors
 
 from django_schedulinator.conf import app_settings
@@ -43,7 +42,9 @@ def _set_lock_timeout(connection: BaseDatabaseWrapper, reset: bool = False) -> N
             cursor.execute("SELECT set_config('lock_timeout', %s, false)", [f"{ms}ms"])
 
 
-def _on_connection_created(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+def bound_new_connections(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
+    """``connection_created`` (connected in ``AppConfig.ready``): a connection a loop thread
+    opens waits on row locks for ``LOCK_TIMEOUT_SECONDS`` at most, as those it had."""
     if getattr(_loop_threads, "bounded", False):
         _set_lock_timeout(connection)
 
@@ -52,9 +53,7 @@ def bound_lock_waits(enabled: bool = True) -> None:
     """Bound (or stop bounding) how long this thread's database connections wait on row
     locks: those open now and those it opens later. A user's transaction that holds a row
     (an edit, a migration) must not stall the scheduler behind it for longer."""
-    _loop_threads.bounded = enabled
-    if enabled:
-        connection_created.connect(_on_connection_created, dispatch_uid=__name__)
+    _loop_threads.bounded = enabled  # and those it opens later: bound_new_connections
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:
             # Best effort: a dead connection reconnects (bounded then), and one in a failed

@@ -172,7 +172,7 @@ def test_a_run_claimed_and_never_handed_off_was_not_handed_off() -> None:
     schedule = due()
     claimer = Claimer(worker_id="stuck", lease_seconds=30)
     batch, token = claimer.claim(10)
-    claimer.advance(batch, token)  # committed, and never dispatched (a lane stuck)
+    claimer.commit(claimer.recheck(batch), token)  # committed, and never dispatched (a lane stuck)
     assert run_of(schedule).status == "pending"
     assert reasons(check_alerts(after_grace())) == {schedule.pk: "not_handed_off"}
 
@@ -281,9 +281,9 @@ def test_a_run_cancelled_by_a_pause_is_not_a_miss() -> None:
     schedule = due()
     claimer = Claimer(worker_id="t", lease_seconds=30)
     batch, token = claimer.claim(10)
-    [occurrence], _ = claimer.advance(batch, token)
+    [occurrence], _ = claimer.commit(claimer.recheck(batch), token)
     services.pause(schedule)
-    assert claimer.dispatchable([occurrence], token, counted=True) == ([], 1)
+    assert claimer.held_runs().dispatchable([occurrence], token, counted=True) == ([], 1)
     run = run_of(schedule)
     assert (run.status, run.alert_at) == ("skipped", None)
     assert check_alerts(after_grace()) == []

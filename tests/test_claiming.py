@@ -227,7 +227,8 @@ def test_a_pending_run_whose_dispatch_never_completed_is_redispatched_with_its_k
     resync_schedules([sid])
     doomed = Claimer(worker_id="doomed", lease_seconds=0.2)
     batch, token = doomed.claim(10)
-    [occurrence], _ = doomed.advance(batch, token)  # committed, then "crashed": no dispatch
+    # Committed, then "crashed": no dispatch.
+    [occurrence], _ = doomed.commit(doomed.recheck(batch), token)
     time.sleep(0.3)
 
     worker = run_once()
@@ -442,7 +443,7 @@ def test_a_schedule_deleted_or_paused_while_its_batch_waits_does_not_fire(
     resync_schedules()
     worker = Worker(worker_id="test")
     batch, token = worker.claimer.claim(10)
-    occurrences, _ = worker.claimer.advance(batch, token)
+    occurrences, _ = worker.claimer.commit(worker.claimer.recheck(batch), token)
     assert len(occurrences) == 3
     # While the batch waits for the dispatch thread:
     Schedule.objects.get(pk=deleted).delete()

@@ -237,11 +237,11 @@ def test_overlap_buffer_keeps_one_and_runs_it_when_the_previous_ends(sim: Simula
     assert [reason for _at, reason in skipped(schedule)] == ["overlap", "overlap"]
 
     # The running one ends (recorded by its scheduler), which releases the buffered run.
-    sim.worker.claimer.record(
+    sim.worker.held.record(
         [Reported([actions_outcome(busy.pk)], {busy.pk: schedule.pk}, timezone.now())],
         sim.worker.dispatcher,
     )
-    sim.worker.claimer.release_buffered({schedule.pk})
+    sim.worker.held.release_buffered({schedule.pk})
     sim.step()
     waiting.refresh_from_db()
     assert waiting.status == Run.Status.SUCCEEDED

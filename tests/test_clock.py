@@ -190,7 +190,7 @@ def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
     resync_schedules()
     claimer = Claimer(worker_id="test", lease_seconds=30, index=index)
     batch, token = claimer.claim(10)
-    occurrences, _ = claimer.advance(batch, token)
+    occurrences, _ = claimer.commit(claimer.recheck(batch), token)
     private_redis.client().acl_setuser(
         "no-time", enabled=True, nopass=True, keys=["*"], commands=["+@all", "-time"]
     )
@@ -199,7 +199,7 @@ def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
         worker_id="test", lease_seconds=30, index=DueIndex(client=refused, prefix=index.prefix)
     )
 
-    held = renewing.renew_leases([o.run_id for o in occurrences], token)
+    held = renewing.held_runs().renew_leases([o.run_id for o in occurrences], token)
 
     assert held == {o.run_id for o in occurrences}
     assert "this host's clock" in caplog.text

@@ -47,7 +47,7 @@ def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: Du
     resync_schedules()
     slow = Claimer(worker_id="slow", lease_seconds=0.2, index=built_index)
     batch, token = slow.claim(10)
-    occurrences, _ = slow.advance(batch, token)
+    occurrences, _ = slow.commit(slow.recheck(batch), token)
     assert len(occurrences) == 3
     time.sleep(0.3)  # the batch waited in "slow"'s queue past its lease
     fast = Claimer(worker_id="fast", lease_seconds=30, index=built_index)
@@ -131,7 +131,7 @@ def committed_runs(index: DueIndex, count: int) -> list[Occurrence]:
     resync_schedules()
     claimer = Claimer(worker_id="t", lease_seconds=30, index=index)
     batch, token = claimer.claim(count)
-    occurrences, _ = claimer.advance(batch, token)
+    occurrences, _ = claimer.commit(claimer.recheck(batch), token)
     assert len(occurrences) == count
     return occurrences
 

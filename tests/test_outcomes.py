@@ -275,7 +275,7 @@ def test_a_retry_answer_for_a_run_reported_started_keeps_it_running(settings: An
     run = Run.objects.get(schedule=schedule)
     assert (run.status, run.lease_expires_at) == ("running", None)
     time.sleep(0.05)  # past any backoff
-    assert worker.claimer.take_over_expired(worker.claimer.now_ms(), 10)[0] == []
+    assert worker.claimer.take_over_expired(worker.claimer.clock.now_ms(), 10)[0] == []
     assert Flaky.attempts == [(occurrence.key, 1)]  # handed off once
 
 

@@ -19,7 +19,7 @@ from django_schedulinator.index.due import get_index
 from django_schedulinator.models import Run
 from django_schedulinator.operations.heartbeat import HeartbeatKeeper, RecorderBacklog, alive
 from django_schedulinator.operations.metrics import serve
-from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.leases import Leased
 from django_schedulinator.scheduler.worker import Worker
 
@@ -44,16 +44,16 @@ def commit_batches(worker: Worker, count: int) -> list[Leased]:
     return batches
 
 
-def counting_writes(claimer: Claimer) -> list[int]:
-    """The number of batches each of the claimer's outcome writes carried, as they happen."""
+def counting_writes(held: HeldRuns) -> list[int]:
+    """The number of batches each outcome write of the held runs carried, as they happen."""
     writes: list[int] = []
-    record = claimer.record
+    record = held.record
 
     def counted(batches: Any, dispatcher: Any) -> set[int]:
         writes.append(len(batches))
         return record(batches, dispatcher)
 
-    claimer.record = counted  # type: ignore[method-assign]
+    held.record = counted  # type: ignore[method-assign]
     return writes
 
 
@@ -77,7 +77,7 @@ def test_batches_that_wait_for_a_held_up_recorder_are_written_together_and_stay_
 ) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOCK_TIMEOUT_SECONDS": 0.2}
     worker = Worker(worker_id="t")
-    writes = counting_writes(worker.claimer)
+    writes = counting_writes(worker.held)
     first, *rest = commit_batches(worker, 4)
     held = threading.Event()
     release = threading.Event()
@@ -104,7 +104,7 @@ def test_batches_that_wait_for_a_held_up_recorder_are_written_together_and_stay_
         wait_for(lambda: recorder.depth() == len(rest))
         # Not recorded yet, and still this scheduler's: no other can take them over.
         assert Run.objects.filter(status="pending").count() == 4
-        assert worker.claimer.take_over_expired(worker.claimer.now_ms(), 10)[0] == []
+        assert worker.claimer.take_over_expired(worker.claimer.clock.now_ms(), 10)[0] == []
     finally:
         release.set()
         holder.join(10)
@@ -121,14 +121,14 @@ def test_the_recorders_backlog_is_in_the_heartbeat_and_the_metrics() -> None:
     worker = Worker(worker_id="t")
     first, *rest = commit_batches(worker, 3)
     writing, release = threading.Event(), threading.Event()
-    record = worker.claimer.record
+    record = worker.held.record
 
     def held(batches: Any, dispatcher: Any) -> set[int]:
         writing.set()
         release.wait(30)  # the database is slow: the recorder waits in its write
         return record(batches, dispatcher)
 
-    worker.claimer.record = held  # type: ignore[method-assign]
+    worker.held.record = held  # type: ignore[method-assign]
     server = serve(worker, port=0, addr="127.0.0.1")
     index = get_index()
     keeper = HeartbeatKeeper(worker, index, every=60)

@@ -112,16 +112,20 @@ def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
 # The scheduler loop's modules (in ``scheduler/``), and those of them each may import: the
 # loop (worker) uses its chores, its commit stage (pipeline) and its lanes; a lane hands a
 # batch to its dispatcher with a recorder (progress) while the lease keeper (leases) renews
-# it; every thread beside the loop runs on the one stage (stage). Nothing points back up.
+# it, both through the runs the scheduler holds (held, on the loop's clock: now); every
+# thread beside the loop runs on the one stage (stage). Nothing points back up.
 LOOP_PACKAGE = f"{PACKAGE}.scheduler"
 LOOP = {
-    "worker": {"chores", "pipeline", "lanes", "leases", "transient"},
-    "chores": {"stage", "transient"},
-    "pipeline": {"stage"},
-    "lanes": {"leases", "progress", "recording", "stage", "transient"},
-    "recording": {"leases", "progress", "stage", "transient"},
-    "leases": {"progress", "stage", "transient"},
-    "progress": {"transient"},
+    "worker": {"chores", "claiming", "pipeline", "lanes", "leases", "transient"},
+    "chores": {"claiming", "stage", "transient"},
+    "claiming": {"held", "now"},
+    "pipeline": {"claiming", "stage"},
+    "lanes": {"claiming", "held", "leases", "progress", "recording", "stage", "transient"},
+    "recording": {"held", "leases", "progress", "stage", "transient"},
+    "leases": {"held", "progress", "stage", "transient"},
+    "progress": {"held", "transient"},
+    "held": {"now"},
+    "now": set(),
     "stage": {"transient"},
     "transient": set(),
 }

@@ -156,7 +156,7 @@ def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
     resync_schedules()
     worker = Worker(worker_id="test")
     batch, token = worker.claimer.claim(10)
-    occurrences, _ = worker.claimer.advance(batch, token)
+    occurrences, _ = worker.claimer.commit(worker.claimer.recheck(batch), token)
     run_ids = [o.run_id for o in occurrences]
     monkeypatch.setattr(worker, "_sleep", lambda seconds: None)  # no back-off pauses
     errors: list[BaseException] = []
@@ -168,7 +168,7 @@ def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
         try:
             while not done.is_set():
                 try:
-                    worker.claimer.renew_leases(run_ids, token)
+                    worker.held.renew_leases(run_ids, token)
                     renewals += 1
                 except Exception as exc:
                     errors.append(exc)

@@ -282,10 +282,6 @@ class Forecast:
     busiest: list[BusyMinute] = field(default_factory=list)
 
     @property
-    def estimated_from(self) -> int | None:
-        return next((minute for minute, guess in enumerate(self.estimated) if guess), None)
-
-    @property
     def totals(self) -> list[float]:
         return [n + s for n, s in zip(self.nominal, self.spread, strict=True)]
 

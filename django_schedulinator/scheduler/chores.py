@@ -17,10 +17,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django_schedulinator import notify, timing
+from django_schedulinator import notify
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
-from django_schedulinator.index import clock
 from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
@@ -210,7 +209,7 @@ class Chores:
 
     def _claim_clock(self) -> datetime:
         """Now, at the claim's clock (Redis time; the host's while Redis is away)."""
-        return clock.redis_or_host_time(lambda: timing.from_ms(self.claimer.now_ms()))
+        return self.claimer.clock.now()
 
     def missed_check(self) -> None:
         """Raise the occurrences with no success within their grace (``alerts.check``), at

@@ -21,22 +21,20 @@ advance plus the new runs) and one index script, whatever the batch size:
 
 from __future__ import annotations
 
-import heapq
 import logging
 import secrets
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import OperationalError, connections, router
 
-from django_schedulinator import ledger, outcomes, services, signals, timing, zonedata
+from django_schedulinator import ledger, services, signals, timing, zonedata
 from django_schedulinator.conf import app_settings
-from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
+from django_schedulinator.dispatch.base import Occurrence
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
-from django_schedulinator.index import clock
 from django_schedulinator.index.due import (
     FORGET,
     REMOVE,
@@ -58,7 +56,6 @@ from django_schedulinator.models import (
     day_calendar,
     load_calendars,
 )
-from django_schedulinator.outcomes import Reported
 from django_schedulinator.querysets import (
     Advance,
     ClaimedRuns,
@@ -67,9 +64,8 @@ from django_schedulinator.querysets import (
     is_lock_timeout,
     json_ids,
 )
-
-if TYPE_CHECKING:
-    from django_schedulinator.operations.metrics import Metrics
+from django_schedulinator.scheduler.held import HeldRuns
+from django_schedulinator.scheduler.now import LoopClock
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
@@ -87,14 +83,8 @@ RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
     "dispatch_options", "scheduled_for", "attempts",
 )  # fmt: skip
-# The two reads of every pass, compiled once (querysets.PreparedQuery): the claimed rows,
-# and the runs of a batch that its claim still holds, with their trigger and whether their
-# schedule is enabled.
+# The read of every pass, compiled once (querysets.PreparedQuery): the claimed rows.
 RECHECK = PreparedQuery(lambda ids: Schedule.objects.filter(pk__in=ids), ROW_FIELDS)
-HELD = PreparedQuery(
-    lambda ids, token: Run.objects.held_by(token, ids).order_by(),
-    ("pk", "trigger", "schedule__enabled"),
-)
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
@@ -148,44 +138,6 @@ class Counters:
 
     def as_dict(self) -> dict[str, int]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-class PlannedRetries:
-    """When the retries this process recorded are due (Redis time, epoch ms), so that it
-    takes them over then instead of at its next periodic take-over. Recorded by the thread
-    that records outcomes (the recorder's, or a lane's), read by the loop. If this process
-    dies, the periodic take-overs of the others send them."""
-
-    # Retries due within the same tenth of a second share one take-over.
-    GRAIN_MS = 100
-
-    def __init__(self) -> None:
-        self._due: list[int] = []  # a heap of the distinct moments in _planned
-        self._planned: set[int] = set()
-        self._lock = threading.Lock()
-
-    def add(self, moments: Iterable[datetime]) -> None:
-        with self._lock:
-            for at in moments:
-                # Rounded up: a take-over at that moment finds the run's lease ended.
-                ms = -(-timing.to_ms(timing.ceil_ms(at)) // self.GRAIN_MS) * self.GRAIN_MS
-                if ms not in self._planned:
-                    self._planned.add(ms)
-                    heapq.heappush(self._due, ms)
-
-    def take_due(self, now_ms: int) -> bool:
-        """Whether a retry is due at ``now_ms``; those due are forgotten (the take-over
-        that follows sends them)."""
-        with self._lock:
-            due = False
-            while self._due and self._due[0] <= now_ms:
-                self._planned.discard(heapq.heappop(self._due))
-                due = True
-            return due
-
-    def next_ms(self) -> int | None:
-        with self._lock:
-            return self._due[0] if self._due else None
 
 
 @dataclass(slots=True)
@@ -242,6 +194,10 @@ def _runs_of(due: Due) -> list[NewRun]:
 
 
 class Claimer:
+    """The fire path of a scheduler: claim due entries, re-check their rows, commit what
+    fires (``commit``), and take over the runs whose lease expired. What happens to the
+    runs it committed until their outcome is recorded is ``held.HeldRuns``'s."""
+
     def __init__(
         self,
         *,
@@ -249,35 +205,31 @@ class Claimer:
         lease_seconds: float,
         index: DueIndex | None = None,
         using: str | None = None,
-        clock: Callable[[], int] | None = None,
+        clock: LoopClock | Callable[[], int] | None = None,
     ) -> None:
-        """``clock`` (epoch ms) replaces Redis TIME for tests that control time."""
+        """``clock``: the scheduler's (``now.LoopClock``), or a function that returns "now"
+        in epoch ms in place of Redis TIME (tests that control time)."""
         self.worker_id = worker_id
         self.lease = timedelta(seconds=lease_seconds)
         self.index = index or get_index()
         self.db = using or router.db_for_write(Schedule)
-        self.clock = clock
-        self.retries = PlannedRetries()
-        self.metrics: Metrics | None = None  # the worker's, while metrics are on
+        self.clock = clock if isinstance(clock, LoopClock) else LoopClock(self.index, clock)
         # The tz database release this process plans with (None: it cannot tell).
         self.zone_rules = zonedata.release_in_use()
+
+    def held_runs(self) -> HeldRuns:
+        """What becomes of the runs this claimer commits, on the same clock and database."""
+        lease = self.lease.total_seconds()
+        return HeldRuns(clock=self.clock, lease_seconds=lease, index=self.index, using=self.db)
 
     # -- 1. claim -------------------------------------------------------------------------
 
     def claim(self, limit: int) -> tuple[ClaimedBatch, str]:
         token = new_token()
         lease_ms = int(self.lease.total_seconds() * 1000)
-        now_ms = self.clock() if self.clock else None
-        return self.index.claim(limit, lease_ms, token, now_ms), token
-
-    def now_ms(self) -> int:
-        return self.clock() if self.clock else self.index.now_ms()
+        return self.index.claim(limit, lease_ms, token, self.clock.claim_ms()), token
 
     # -- 2. re-check ----------------------------------------------------------------------
-
-    def advance(self, batch: ClaimedBatch, token: str) -> tuple[list[Occurrence], Counters]:
-        """Re-check the claimed rows, fire the due ones in SQL, and update the index."""
-        return self.commit(self.recheck(batch), token)
 
     def recheck(self, batch: ClaimedBatch) -> Plan:
         """Read the claimed rows in one query and decide what each entry calls for."""
@@ -600,119 +552,3 @@ class Claimer:
                 counters.redispatched,
             )
         return occurrences, token, counters
-
-    def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
-        """Extend the leases of the runs that ``token`` still holds; their ids.
-
-        Conditional on the token: a run whose lease expired and that another process took
-        over (with a token of its own) is not renewed, and the caller must not dispatch it.
-        Leases are on Redis TIME like the claims; while Redis is unreachable this host's
-        clock stands in, so work already committed is still dispatched.
-        """
-        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
-        return ledger.renew_leases(run_ids, token, until=now + self.lease, using=self.db)
-
-    def dispatchable(
-        self, occurrences: Sequence[Occurrence], token: str, *, counted: bool = False
-    ) -> tuple[list[Occurrence], int]:
-        """The occurrences still to dispatch, each with its hand-off counted, and how many
-        were cancelled; one statement when all of them go.
-
-        ``counted``: the batch's hand-offs were counted when it was claimed (its runs were
-        inserted with their first attempt), so the usual case writes nothing here; a run of
-        it that another process took over meanwhile gets its count back (that process
-        counts its own hand-off).
-
-        A committed batch may wait before its dispatch (in the dispatch queue, or behind a
-        slow batch). Meanwhile its schedule may have been deleted, which deletes its runs
-        (cascade), or paused: a scheduled run of a paused schedule is recorded as skipped
-        ("paused") instead. Runs queued by hand (run now, backfill) still run while paused,
-        as they would have been queued. Runs that another process took over are left to it.
-        """
-        if not occurrences:
-            return [], 0
-        ids = [o.run_id for o in occurrences]
-        # The usual case: every run is still held here and goes. Each occurrence's attempt
-        # is already the count this makes (the lease kept anyone else from changing it).
-        if not counted:
-            # A take-over: counted now, and each occurrence says which hand-off it is as
-            # the ledger has it now (a waiting batch may have given its count back since).
-            handed_off = ledger.count_hand_offs(ids, token, using=self.db)
-            attempts = ledger.attempts_held(ids, token, using=self.db)
-            occurrences = [
-                replace(o, attempt=attempts.get(o.run_id, o.attempt)) for o in occurrences
-            ]
-            if handed_off == len(ids):
-                return occurrences, 0
-        held = {pk: (trigger, enabled) for pk, trigger, enabled in HELD.rows(self.db, ids, token)}
-        paused = [
-            pk
-            for pk, (trigger, enabled) in held.items()
-            if not enabled and trigger == Run.Trigger.SCHEDULE
-        ]
-        ledger.cancel_paused(paused, token, using=self.db)
-        missing = set(ids) - held.keys()
-        deleted = set()
-        if missing:  # rare: gone with their schedule, or taken over (those still exist)
-            runs = Run.objects.using(self.db).filter(pk__in=sorted(missing))
-            deleted = missing - set(runs.values_list("pk", flat=True))
-        if paused or deleted:
-            logger.info(
-                "Not dispatching %d run(s) whose schedule was deleted (%d) or paused (%d) "
-                "after they were claimed.",
-                len(paused) + len(deleted),
-                len(deleted),
-                len(paused),
-            )
-        if len(missing) > len(deleted):
-            if counted:  # never handed off from here: the process that took them counts
-                ledger.give_back_hand_offs(sorted(missing - deleted), using=self.db)
-            logger.warning(
-                "%d run(s) were taken over by another scheduler while queued here; not "
-                "dispatching them twice.",
-                len(missing) - len(deleted),
-            )
-        wanted = held.keys() - set(paused)
-        return [o for o in occurrences if o.run_id in wanted], len(paused) + len(deleted)
-
-    def give_back_hand_offs(self, run_ids: Sequence[int], token: str) -> None:
-        """The runs of a claimed batch that will not be handed off from here after all (a
-        stuck lane refused it, a stop gave up on it): their counted hand-off is given back,
-        so that waiting never uses up attempts."""
-        ledger.give_back_hand_offs(run_ids, claim_token=token, using=self.db)
-
-    def mark_running(self, run_ids: Collection[int], token: str) -> None:
-        """Record that the dispatcher started these runs (those ``token`` still holds)."""
-        ledger.mark_running(run_ids, token, using=self.db)
-
-    # -- 4. record outcomes ---------------------------------------------------------------
-
-    def record(self, batches: Sequence[Reported], dispatcher: BaseDispatcher) -> set[int]:
-        """Store what ``dispatcher`` returned for these batches, in one transaction
-        (``outcomes.record``): the ledger, each schedule's failures in a row and auto-pause.
-        Plans a take-over for when each retry is due. Returns the schedules whose runs
-        ended."""
-        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
-        recorded = outcomes.record(
-            batches, dispatcher=dispatcher, now=now, using=self.db, index=self.index
-        )
-        self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
-        schedule_of = {run_id: sid for b in batches for run_id, sid in b.schedule_of.items()}
-        if self.metrics is not None:
-            self.metrics.recorded(
-                dispatcher.alias, [o for b in batches for o in b.outcomes], recorded.ended
-            )
-        return {schedule_of[o.run_id] for o in recorded.ended}
-
-    # -- overlap "buffer" -----------------------------------------------------------------
-
-    def release_buffered(self, schedule_ids: Collection[int] | None = None) -> int:
-        """Queue the buffered runs of schedules with no run in progress (of ``schedule_ids``,
-        or of all); the next claim dispatches them. Returns how many were released."""
-        now = clock.redis_or_host_time(lambda: timing.from_ms(self.now_ms()))
-        return outcomes.release_buffered(
-            None if schedule_ids is None else set(schedule_ids),
-            now=now,
-            using=self.db,
-            index=self.index,
-        )

@@ -38,7 +38,7 @@ from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
     from django_schedulinator.operations.metrics import Metrics
-    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.held import HeldRuns
 
 logger = logging.getLogger("django_schedulinator.worker")
 
@@ -98,12 +98,12 @@ class Lanes:
 
     def __init__(
         self,
-        claimer: Claimer,
+        held: HeldRuns,
         counters: Counters,
         lease_seconds: float,
         dispatcher: BaseDispatcher | None = None,
     ) -> None:
-        self.claimer = claimer
+        self.held = held
         self.counters = counters
         self.lease_seconds = lease_seconds
         # One dispatcher given (tests, benchmarks, embedding) serves every alias.
@@ -111,10 +111,10 @@ class Lanes:
         self.dispatcher = dispatcher or build_dispatcher(DEFAULT_ALIAS)
         self._lanes: dict[str, Lane] = {DEFAULT_ALIAS: Lane(DEFAULT_ALIAS, self.dispatcher)}
         self.running = False
-        self.leases = LeaseKeeper(claimer, lease_seconds)
+        self.leases = LeaseKeeper(held, lease_seconds)
         # Writes the outcomes of dispatched batches (recording.py): on its thread while
         # ``running``, and after a stop in the lane thread that hands them over.
-        self.recorder = OutcomeRecorder(claimer, self.leases, lease_seconds)
+        self.recorder = OutcomeRecorder(held, self.leases, lease_seconds)
         # When the loop ended: from then the lanes dispatch what they hold for one lease
         # (the stop's grace), then start no more hand-offs.
         self.stop_grace_ends: float | None = None
@@ -126,8 +126,8 @@ class Lanes:
         """Start a thread per lane; from now on ``put`` queues batches for them."""
         self.running = True
         self.stop_grace_ends = None
-        self.leases = LeaseKeeper(self.claimer, self.lease_seconds)  # a stop closes it
-        self.recorder = OutcomeRecorder(self.claimer, self.leases, self.lease_seconds)
+        self.leases = LeaseKeeper(self.held, self.lease_seconds)  # a stop closes it
+        self.recorder = OutcomeRecorder(self.held, self.leases, self.lease_seconds)
         self.recorder.start()
         for lane in self._lanes.values():
             self._start(lane)
@@ -298,7 +298,7 @@ class Lanes:
         if time.monotonic() - renewed >= renew_every:
             # The batch waited behind others: renew its leases first (a fresh batch skips
             # this: no lease of it can have expired yet).
-            self.claimer.renew_leases([o.run_id for o in occurrences], token)
+            self.held.renew_leases([o.run_id for o in occurrences], token)
             renewed = time.monotonic()
         # Leave out runs whose schedule was deleted or paused while the batch waited, and
         # runs another scheduler took over (it dispatches them: doing it here too would
@@ -309,7 +309,7 @@ class Lanes:
         if not occurrences:
             return
         progress = BatchProgress(
-            self.claimer,
+            self.held,
             lane.dispatcher,
             occurrences,
             token,
@@ -359,7 +359,7 @@ class Lanes:
         if not leased.counted:
             return
         try:
-            self.claimer.give_back_hand_offs([o.run_id for o in leased.occurrences], leased.token)
+            self.held.give_back_hand_offs([o.run_id for o in leased.occurrences], leased.token)
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             logger.warning(
@@ -372,16 +372,16 @@ class Lanes:
     def _dispatchable(
         self, occurrences: list[Occurrence], token: str, counted: bool = False
     ) -> tuple[list[Occurrence], int]:
-        """The claimer's check before dispatch, through a database blip: this thread's
+        """The held runs' check before dispatch, through a database blip: this thread's
         connection may have been dropped (a failover, pg_terminate_backend) since its last
         batch. Still failing, the batch is dispatched unchecked, as committed: it must not
         wait a whole lease for a check that only narrows a window."""
         try:
-            return self.claimer.dispatchable(occurrences, token, counted=counted)
+            return self.held.dispatchable(occurrences, token, counted=counted)
         except (OperationalError, InterfaceError):
             connections.close_all()  # this thread's: reconnect
         try:
-            return self.claimer.dispatchable(occurrences, token, counted=counted)
+            return self.held.dispatchable(occurrences, token, counted=counted)
         except (OperationalError, InterfaceError) as exc:
             connections.close_all()
             logger.warning(

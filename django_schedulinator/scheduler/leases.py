@@ -17,7 +17,7 @@ from django_schedulinator.scheduler.stage import stage_thread
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
-    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.held import HeldRuns
     from django_schedulinator.scheduler.progress import BatchProgress
 
 logger = logging.getLogger("django_schedulinator.worker")
@@ -45,8 +45,8 @@ class LeaseKeeper:
     ``enqueue()``, a receiver that answers slowly, one hand-off longer than a lease) keeps
     its runs, and no other scheduler takes them over and sends them a second time."""
 
-    def __init__(self, claimer: Claimer, lease_seconds: float) -> None:
-        self.claimer = claimer
+    def __init__(self, held: HeldRuns, lease_seconds: float) -> None:
+        self.held = held
         self.every = lease_seconds / 3
         self._batches: set[BatchProgress] = set()
         self._changed = threading.Condition()
@@ -96,7 +96,7 @@ class LeaseKeeper:
         batch.renewed = time.monotonic()
         run_ids = batch.unrecorded()
         try:
-            self.claimer.renew_leases(run_ids, batch.token)
+            self.held.renew_leases(run_ids, batch.token)
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             logger.warning(

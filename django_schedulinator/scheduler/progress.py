@@ -1,7 +1,7 @@
 """The recorder a dispatcher is handed with its batch (``dispatch.Progress``): it records
 runs that started as running and outcomes as the dispatcher reports them, through the
-claimer, and tells the dispatcher when a stop's grace is over. It holds the batch, the
-claimer and a stop flag: nothing else of the scheduler."""
+scheduler's held runs (held.py), and tells the dispatcher when a stop's grace is over. It
+holds the batch, the held runs and a stop flag: nothing else of the scheduler."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from django_schedulinator.outcomes import Reported
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
-    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.held import HeldRuns
 
 logger = logging.getLogger("django_schedulinator.worker")
 
@@ -30,7 +30,7 @@ class BatchProgress(Progress):
 
     def __init__(
         self,
-        claimer: Claimer,
+        held: HeldRuns,
         dispatcher: BaseDispatcher,
         occurrences: list[Occurrence],
         token: str,
@@ -40,7 +40,7 @@ class BatchProgress(Progress):
         lease_seconds: float,
         stopped: Callable[[], bool],
     ) -> None:
-        self.claimer = claimer
+        self.held = held
         self.dispatcher = dispatcher
         self.token = token
         self.release = release  # schedules whose buffered run waits for these runs
@@ -65,7 +65,7 @@ class BatchProgress(Progress):
         if not new:
             return
         try:
-            self.claimer.mark_running(new, self.token)
+            self.held.mark_running(new, self.token)
             self.marked_running |= new
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
@@ -86,9 +86,9 @@ class BatchProgress(Progress):
         batch = self.to_record(outcomes)
         if batch is None:
             return
-        ended = self.claimer.record([batch], self.dispatcher)
+        ended = self.held.record([batch], self.dispatcher)
         if released := self.recorded_now(batch, ended):
-            self.claimer.release_buffered(released)
+            self.held.release_buffered(released)
 
     def to_record(self, outcomes: Sequence[Outcome]) -> Reported | None:
         """Those of ``outcomes`` still to record (of this batch, not recorded yet)."""
@@ -110,7 +110,7 @@ class BatchProgress(Progress):
 
 
 def record_while_leased(
-    claimer: Claimer, batches: Sequence[Reported], dispatcher: BaseDispatcher, seconds: float
+    held: HeldRuns, batches: Sequence[Reported], dispatcher: BaseDispatcher, seconds: float
 ) -> set[int]:
     """Record outcomes, retrying through a database blip for ``seconds`` (a lease): every
     outcome recorded before the lease ends is a second delivery avoided. Returns the
@@ -119,7 +119,7 @@ def record_while_leased(
     attempt = 0
     while True:
         try:
-            return claimer.record(batches, dispatcher)
+            return held.record(batches, dispatcher)
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             attempt += 1

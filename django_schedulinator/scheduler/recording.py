@@ -27,7 +27,7 @@ from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 if TYPE_CHECKING:
     from django_schedulinator.dispatch import BaseDispatcher, Outcome
     from django_schedulinator.outcomes import Reported
-    from django_schedulinator.scheduler.claiming import Claimer
+    from django_schedulinator.scheduler.held import HeldRuns
     from django_schedulinator.scheduler.leases import LeaseKeeper
     from django_schedulinator.scheduler.progress import BatchProgress
 
@@ -42,8 +42,8 @@ Handed = tuple["BatchProgress", list["Outcome"]]
 
 
 class OutcomeRecorder:
-    def __init__(self, claimer: Claimer, leases: LeaseKeeper, lease_seconds: float) -> None:
-        self.claimer = claimer
+    def __init__(self, held: HeldRuns, leases: LeaseKeeper, lease_seconds: float) -> None:
+        self.held = held
         self.leases = leases
         self.lease_seconds = lease_seconds
         self._stage: Stage[Handed] = Stage(
@@ -113,13 +113,13 @@ class OutcomeRecorder:
             if not batches:
                 return
             ended = record_while_leased(
-                self.claimer, [b for _p, b in batches], dispatcher, self.lease_seconds
+                self.held, [b for _p, b in batches], dispatcher, self.lease_seconds
             )
             released: set[int] = set()
             for progress, batch in batches:
                 released |= progress.recorded_now(batch, ended)
             if released:
-                self.claimer.release_buffered(released)
+                self.held.release_buffered(released)
         except TRANSIENT_ERRORS as exc:
             logger.warning(
                 "Could not record %d outcome(s) (%s); their runs stay pending and are "

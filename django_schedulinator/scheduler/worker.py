@@ -107,7 +107,9 @@ class Worker:
             clock=clock,
         )
         self.counters = Counters()
-        self.lanes = Lanes(self.claimer, self.counters, self.lease_seconds, dispatcher)
+        # The runs it commits, from their commit to their recorded outcome (held.py).
+        self.held = self.claimer.held_runs()
+        self.lanes = Lanes(self.held, self.counters, self.lease_seconds, dispatcher)
         self.dispatcher = self.lanes.dispatcher
         # While the loop runs, batches commit on a thread of their own (pipeline.py).
         self.commits = CommitStage(
@@ -258,7 +260,7 @@ class Worker:
             self._give_back(batch, token)
             raise
         periodic = time.monotonic() >= self._next_takeover
-        retry_due = self.claimer.retries.take_due(batch.now_ms)
+        retry_due = self.held.retries.take_due(batch.now_ms)
         more = False
         if (
             periodic or batch.woken or self._takeover_more or retry_due
@@ -266,7 +268,7 @@ class Worker:
             if periodic:
                 self._next_takeover = time.monotonic() + self._takeover_every
                 # Buffered runs whose release was missed (their predecessor's process died).
-                self.claimer.release_buffered()
+                self.held.release_buffered()
             # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
             takeover_limit = self._claim_limit()
             taken, takeover, taken_counters = self.claimer.take_over_expired(
@@ -303,7 +305,7 @@ class Worker:
     def attach_metrics(self, metrics: Metrics, *, port: int | None = None) -> None:
         """Observe the hot path into ``metrics`` from now on (metrics.py); ``port``: where
         they are served (the heartbeat says so)."""
-        self.metrics = self.claimer.metrics = self.lanes.metrics = metrics
+        self.metrics = self.held.metrics = self.lanes.metrics = metrics
         self.metrics_port = port
 
     def _moved_on(self, *args: Any) -> None:
@@ -409,10 +411,10 @@ class Worker:
         """Sleep as ``_sleep_seconds`` says, or less: a lane that records a failed hand-off
         meanwhile plans its retry, and if that comes before any this sleep was computed
         for, the next pass comes now (and computes the sleep again)."""
-        planned = self.claimer.retries.next_ms()
+        planned = self.held.retries.next_ms()
 
         def earlier_retry() -> bool:
-            earliest = self.claimer.retries.next_ms()
+            earliest = self.held.retries.next_ms()
             return earliest is not None and (planned is None or earliest < planned)
 
         self._sleep(self._sleep_seconds(result, planned), wake=earlier_retry)

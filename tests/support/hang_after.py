@@ -17,7 +17,7 @@ def main() -> None:
     claimer = Claimer(worker_id="doomed", lease_seconds=2)
     batch, token = claimer.claim(limit)
     if stage == "advance":
-        occurrences, _ = claimer.advance(batch, token)
+        occurrences, _ = claimer.commit(claimer.recheck(batch), token)
         print(f"advanced {len(occurrences)}", flush=True)
     else:
         print(f"claimed {len(batch.entries)}", flush=True)

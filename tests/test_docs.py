@@ -171,7 +171,7 @@ def table_row(page: str, starts: str) -> str:
     return row
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("started", [True, False], ids=["start reported", "never reported"])
 def test_a_handed_off_run_keeps_its_status_when_its_outcome_timeout_passes(
     settings: Any, built_index: DueIndex, started: bool
@@ -1318,7 +1318,7 @@ def test_the_upgrade_pages_loop_finds_the_command_args_the_setting_refuses(
     assert printed[0].startswith("dump 'sessions' is not an argument")
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 def test_the_workers_reports_by_key_end_a_handed_off_run(
     settings: Any, built_index: DueIndex
 ) -> None:
@@ -1530,7 +1530,7 @@ def same_fields(got: Any, shown: Any) -> None:
         same_fields(got[0], shown[0])
 
 
-@pytest.mark.django_db
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("page_tasks")
 def test_the_api_pages_curl_session_runs_against_the_api(
     settings: Any, built_index: DueIndex, client: Any

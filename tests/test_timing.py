@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from django_schedulinator.errors import TimingError
 from django_schedulinator.timing import (
     CRON,
     INTERVAL,
     ONCE,
     CatchUp,
     Timing,
-    TimingError,
     first_run_at,
     from_ms,
     normalize_cron,

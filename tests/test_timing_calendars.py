@@ -15,7 +15,6 @@ from zoneinfo import ZoneInfo
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
     CAL_MOVED,
     CAL_SKIPPED,
@@ -24,6 +23,7 @@ from django_schedulinator.timing import (
     DayCalendar,
     Moment,
     Timing,
+    catchup,
     describe,
     occurrences,
     occurrences_before,
@@ -326,7 +326,7 @@ def test_the_quick_plan_is_the_plan(
     spec = Timing(kind="cron", cron=expr, timezone=zone, dst_gap=gap, calendar=calendar)
     moment = next(occurrences(spec, START + timedelta(minutes=start_minutes), include_skipped=True))
     now = moment.at + timedelta(minutes=late_minutes)
-    quick = timing_module._plan_one(spec, CatchUp(), moment.at, None, now, None)
+    quick = catchup._plan_one(spec, CatchUp(), moment.at, None, now, None)
     if quick is None:
         return
     walked = plan_due(

@@ -53,14 +53,12 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import islice, pairwise
 from typing import NamedTuple
-from unittest import mock
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 from hypothesis import Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
     CATCH_UP_ALL,
     CATCH_UP_LATEST,
@@ -98,7 +96,10 @@ from django_schedulinator.timing import (
     preview,
     to_ms,
     truncate_ms,
+    walks,
 )
+
+from .support.timing_calls import replaced
 
 # -- zones and their offset changes ----------------------------------------------------------
 
@@ -1203,10 +1204,7 @@ def test_a_huge_backlog_is_planned_quickly(
 
         return count
 
-    with (
-        mock.patch.object(timing_module, "following", counted(timing_module.following)),
-        mock.patch.object(timing_module, "preceding", counted(timing_module.preceding)),
-    ):
+    with replaced("following", counted), replaced("preceding", counted):
         plan = plan_due(
             timing,
             catch_up,
@@ -1287,22 +1285,24 @@ def test_a_dense_cron_near_an_offset_change_is_quick(
     planning it must not take seconds. (Under gap "shift" and fold "both" every
     whole UTC second is an occurrence, so the nominal time costs nothing to find.)"""
     zone, transition = change
-    timing_module._cron_next.cache_clear()  # a claim meets new instants: a cold cache
-    timing_module._cron_prev.cache_clear()
+    walks.cron_next.cache_clear()  # a claim meets new instants: a cold cache
+    walks.cron_prev.cache_clear()
     timing = Timing(kind=CRON, cron=cron, timezone=zone, dst_gap=GAP_SHIFT, dst_fold=FOLD_BOTH)
     now = transition.at + around
     step = 2 if cron.startswith("*/2") else 1
     nominal = now - outage
     nominal -= timedelta(seconds=nominal.second % step, microseconds=nominal.microsecond)
     examined = 0
-    moments_of_wall = timing_module._moments_of_wall
 
-    def counting(*args: object, **kwargs: object) -> object:
-        nonlocal examined
-        examined += 1
-        return moments_of_wall(*args, **kwargs)  # type: ignore[arg-type]
+    def counter(moments_of_wall: Callable[..., object]) -> Callable[..., object]:
+        def counting(*args: object, **kwargs: object) -> object:
+            nonlocal examined
+            examined += 1
+            return moments_of_wall(*args, **kwargs)
 
-    with mock.patch.object(timing_module, "_moments_of_wall", counting):
+        return counting
+
+    with replaced("moments_of_wall", counter):
         plan = plan_due(timing, CatchUp(), schedule_id=7, nominal=nominal, due_at=None, now=now)
     assert plan.fire
     assert len(plan.skips) <= 100

@@ -20,7 +20,8 @@ from django_schedulinator.importers import TaskNames, import_found
 from django_schedulinator.index import clock
 from django_schedulinator.management.commands.schedule import duration
 from django_schedulinator.models import ScheduleChange
-from django_schedulinator.timing import DAY_RULE_TEXT, DAYS_BOTH
+from django_schedulinator.timing.describe import DAY_RULE_TEXT
+from django_schedulinator.timing.vocabulary import DAYS_BOTH
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
 

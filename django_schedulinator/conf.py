@@ -15,6 +15,8 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from django_schedulinator.timing.vocabulary import CatchUpMode, NotifyEvent
+
 SETTING_NAME = "SCHEDULINATOR"
 
 DEFAULTS: dict[str, Any] = {
@@ -102,7 +104,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": {
         "BACKEND": "django_schedulinator.notify.MailNotifier",
         "OPTIONS": {},
-        "EVENTS": ["missed", "auto_paused", "no_scheduler"],
+        "EVENTS": [NotifyEvent.MISSED, NotifyEvent.AUTO_PAUSED, NotifyEvent.NO_SCHEDULER],
         "BASE_URL": "",
     },
     # Delivery of the missed runs raised (the outbox, docs/alerts.md): at most this many
@@ -136,7 +138,7 @@ DEFAULTS: dict[str, Any] = {
     # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
     # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
     # late (a schedule may set its own window), at most CATCH_UP_MAX_RUNS at once.
-    "CATCH_UP": "latest",
+    "CATCH_UP": CatchUpMode.LATEST,
     "CATCH_UP_WINDOW_SECONDS": 3600.0,
     "CATCH_UP_MAX_RUNS": 100,
     "MISFIRE_GRACE_SECONDS": 60.0,
@@ -160,7 +162,7 @@ DEFAULTS: dict[str, Any] = {
     "SENTRY_CRONS": False,
 }
 
-CATCH_UP_MODES = ("skip", "latest", "all")
+CATCH_UP_MODES = tuple(CatchUpMode)
 
 INLINE_DISPATCHER = "django_schedulinator.dispatch.inline.InlineDispatcher"
 DISPATCHER_ALIAS_RE = re.compile(r"^[A-Za-z0-9_\-]{1,100}$")
@@ -351,7 +353,7 @@ def _allowed_command(name: str, entry: Any) -> AllowedCommand:
 
 
 # What a notifier may be told of (SCHEDULINATOR["NOTIFY"]["EVENTS"]).
-NOTIFY_EVENTS = ("missed", "failed", "auto_paused", "no_scheduler")
+NOTIFY_EVENTS = tuple(NotifyEvent)
 NOTIFY_KEYS = ("BACKEND", "OPTIONS", "EVENTS", "BASE_URL")
 
 

@@ -1005,7 +1005,7 @@ def _replan_one(
     moves = timing.stored_moves(plan.decided)
     if moves != current.decided_moves:
         fields["decided_moves"] = moves
-    skipped = [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
+    skipped = [(m.at, timing.SkipReason.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
     if plan.late:
         policy = current.catch_up_policy
         fire = timing.late_to_fire(policy, plan.late, now)
@@ -1019,7 +1019,7 @@ def _replan_one(
                 "passed over too."
             )
         fired = set(fire)
-        skipped += [(at, timing.MISSED, passed) for at in plan.late if at not in fired]
+        skipped += [(at, timing.SkipReason.MISSED, passed) for at in plan.late if at not in fired]
         if fire:
             _wake_after_commit(db, current.pk)
     if skipped:
@@ -1227,9 +1227,9 @@ def _record_paused_over(
     ledger.record_skipped(
         schedule,
         [
-            (m.at, timing.DST_SKIPPED, timing.dst_note(spec, m))
+            (m.at, timing.SkipReason.DST, timing.dst_note(spec, m))
             if m.skipped
-            else (m.at, timing.PAUSED, note)
+            else (m.at, timing.SkipReason.PAUSED, note)
             for m in passed
         ],
         now=clock.now(),
@@ -1266,7 +1266,7 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, now: datetime, 
     note = f"Replaced by the run now at {replaced_by:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC."
     ledger.record_skipped(
         schedule,
-        [(nominal, timing.REPLACED, note)],
+        [(nominal, timing.SkipReason.REPLACED, note)],
         now=now,
         worker_id="run_now",
         using=db,

@@ -20,8 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_schedulinator.timing import (
-    CRON,
-    INTERVAL,
+    Kind,
     Moment,
     Timing,
     first_run_at,
@@ -56,7 +55,7 @@ def normalized(moments: Iterable[str]) -> list[str]:
 
 
 def cron_timing(zone: str, cron: str, gap: str = "shift", fold: str = "first") -> Timing:
-    return Timing(kind=CRON, cron=cron, timezone=zone, dst_gap=gap, dst_fold=fold)
+    return Timing(kind=Kind.CRON, cron=cron, timezone=zone, dst_gap=gap, dst_fold=fold)
 
 
 def policy_timing(zone: str, cron: str, policy: str) -> Timing:
@@ -778,7 +777,7 @@ INTERVALS = [
 def test_intervals_are_exact_durations_whatever_the_clocks_do(
     zone: str, interval: timedelta, anchor: str, runs: tuple[str, ...], walls: tuple[str, ...]
 ) -> None:
-    timing = Timing(kind=INTERVAL, interval=interval, timezone=zone, anchor_at=utc(anchor))
+    timing = Timing(kind=Kind.INTERVAL, interval=interval, timezone=zone, anchor_at=utc(anchor))
     got = forward(timing, utc(anchor) + ONE_MS, utc(runs[-1]) + ONE_MS)
     assert shown(got) == list(runs)
     assert [f"{m.at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M %Z}" for m in got] == list(walls)

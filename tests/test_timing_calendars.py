@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from django_schedulinator.timing import (
     CAL_MOVED,
     CAL_SKIPPED,
-    CALENDAR,
     CatchUp,
     DayCalendar,
     Moment,
+    SkipReason,
     Timing,
     catchup,
     describe,
@@ -145,7 +145,9 @@ def test_a_late_claim_fires_the_day_after_and_records_the_holiday() -> None:
         now=utc("2026-12-26T10:00"),
     )
     assert plan.fire == [utc("2026-12-26T09:00")]
-    assert [(s.at, s.reason) for s in plan.skips] == [(utc("2026-12-25T09:00"), CALENDAR)]
+    assert [(s.at, s.reason) for s in plan.skips] == [
+        (utc("2026-12-25T09:00"), SkipReason.CALENDAR)
+    ]
     assert "day 2026-12-25" in plan.skips[0].note
     assert plan.next_run_at == utc("2026-12-27T09:00")
 

@@ -38,7 +38,7 @@ from django_schedulinator.timing.plain import (
     plain_following,
     plain_preceding,
 )
-from django_schedulinator.timing.vocabulary import CRON, DAYS_EITHER, FOLD_BOTH, GAP_SHIFT, GAP_SKIP
+from django_schedulinator.timing.vocabulary import DayRule, DstFold, DstGap, Kind
 from django_schedulinator.timing.walks import (
     MAX_WALL_STEPS,
     OFFSET_SPAN,
@@ -151,7 +151,7 @@ def _first_moved(
                 return None
             beyond = marker.at > bound if forward else marker.at < bound
             return excluded_marker(marker, span) if beyond else None
-        if timing.kind == CRON and timing.end_at is None:
+        if timing.kind == Kind.CRON and timing.end_at is None:
             return _moved_by_cron(timing, span, days, bound, floor, forward=forward)
         placed, found = _shifted(
             timing, span, grid, days, bound, floor, include_skipped, forward=forward
@@ -202,7 +202,7 @@ def _moved_by_cron(
     floor_wall = None
     if floor is not None:
         floor_wall = floor.astimezone(zone).replace(tzinfo=None) + timedelta(days=days)
-        lowest = max(m.at for m in moments_of_wall(floor_wall, zone, GAP_SHIFT, FOLD_BOTH))
+        lowest = max(m.at for m in moments_of_wall(floor_wall, zone, DstGap.SHIFT, DstFold.BOTH))
     best: Moment | None = None
     for expr in cron_expressions(timing.cron):
         if not _matches_day(expr, timing.day_rule, day):
@@ -210,12 +210,12 @@ def _moved_by_cron(
         every_day = _every_day_expr(expr)
         if forward:
             found = cron_next(every_day, zone_name, timing.dst_gap, timing.dst_fold,
-                               DAYS_EITHER, max(bound, lowest))  # fmt: skip
+                               DayRule.EITHER, max(bound, lowest))  # fmt: skip
             if found.at >= end:
                 continue
         else:
             found = cron_prev(every_day, zone_name, timing.dst_gap, timing.dst_fold,
-                               DAYS_EITHER, min(bound, end))  # fmt: skip
+                               DayRule.EITHER, min(bound, end))  # fmt: skip
             if found.at < start or found.at <= lowest:
                 continue
         moved = Moment(found.at, found.dst, found.wall, CAL_MOVED, span.label)
@@ -250,14 +250,14 @@ def moves_by_whole_days(timing: TimingSpec) -> bool:
     calendar = timing.calendar
     assert calendar is not None
     return calendar.zones == {timing.timezone} and not (
-        timing.kind == CRON and timing.dst_gap == GAP_SKIP
+        timing.kind == Kind.CRON and timing.dst_gap == DstGap.SKIP
     )
 
 
 def _every_day(timing: TimingSpec) -> bool:
     """Whether the timing is a cron whose day, month and weekday fields are all ``*``: it
     matches the same wall times on every day."""
-    if timing.kind != CRON:
+    if timing.kind != Kind.CRON:
         return False
     return all(expr.split(" ")[-3:] == ["*", "*", "*"] for expr in cron_expressions(timing.cron))
 

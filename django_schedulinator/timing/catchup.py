@@ -25,25 +25,14 @@ from django_schedulinator.timing.spec import (
     occurrences,
     occurrences_before,
 )
-from django_schedulinator.timing.vocabulary import (
-    CALENDAR,
-    CATCH_UP_ALL,
-    CATCH_UP_LATEST,
-    CATCH_UP_SKIP,
-    CRON,
-    DST_SKIPPED,
-    EXPIRED,
-    GAP_SKIP,
-    MISSED,
-    ONCE,
-)
+from django_schedulinator.timing.vocabulary import CatchUpMode, DstGap, Kind, SkipReason
 
 
 @dataclass(frozen=True, slots=True)
 class CatchUp:
     """The catch-up policy in force for one schedule (its own, or the settings')."""
 
-    mode: str = CATCH_UP_LATEST
+    mode: str = CatchUpMode.LATEST
     window: timedelta = timedelta(hours=1)  # "all": missed occurrences older than this don't fire
     max_runs: int = 100  # "all" (and "skip"): at most this many fire in one go
     grace: timedelta = timedelta(minutes=1)  # later than this counts as missed
@@ -152,16 +141,16 @@ def _plan_one(
         return None
     if runs_left is not None and runs_left <= 0:
         return None
-    marks = (timing.kind == CRON and timing.dst_gap == GAP_SKIP) or has_calendar(timing)
+    marks = (timing.kind == Kind.CRON and timing.dst_gap == DstGap.SKIP) or has_calendar(timing)
     if marks and moment_at(timing, nominal).skipped:
         return None  # a skip to record
     after = following(timing, nominal, nominal, include_skipped=marks)
     if after is not None and after.at <= now:
         return None  # more than one moment is due: catch-up decides, skips are recorded
     late = now - (due_at or nominal)
-    if catch_up.mode == CATCH_UP_SKIP and late > catch_up.grace:
+    if catch_up.mode == CatchUpMode.SKIP and late > catch_up.grace:
         return None
-    if catch_up.mode == CATCH_UP_ALL and late > catch_up.window:
+    if catch_up.mode == CatchUpMode.ALL and late > catch_up.window:
         return None
     if after is None or runs_left == 1:
         return DuePlan(fire=[nominal], through=nominal)  # finished
@@ -195,9 +184,9 @@ def _pick(
     """The due occurrences that fire under the catch-up policy (ascending)."""
     if not occurred:
         return []
-    if catch_up.mode == CATCH_UP_SKIP:
+    if catch_up.mode == CatchUpMode.SKIP:
         fire = [(m, d) for m, d in occurred if now - d <= catch_up.grace]
-    elif catch_up.mode == CATCH_UP_ALL:
+    elif catch_up.mode == CatchUpMode.ALL:
         fire = [(m, d) for m, d in occurred if now - d <= catch_up.window]
     else:  # latest
         return occurred[-1:]
@@ -213,25 +202,25 @@ def late_to_fire(catch_up: CatchUp, late: Iterable[datetime], now: datetime) -> 
 
 def _skip(timing: Timing, catch_up: CatchUp, moment: Moment, late: timedelta) -> Skip:
     if moment.calendar == CAL_SKIPPED:
-        return Skip(moment.at, CALENDAR, calendar_note(moment))
+        return Skip(moment.at, SkipReason.CALENDAR, calendar_note(moment))
     if moment.skipped:
-        return Skip(moment.at, DST_SKIPPED, dst_note(timing, moment))
+        return Skip(moment.at, SkipReason.DST, dst_note(timing, moment))
     late_text = _duration(late)
-    if timing.kind == ONCE:
+    if timing.kind == Kind.ONCE:
         return Skip(
             moment.at,
-            EXPIRED,
-            f"The one-off was {late_text} late, more than catch-up {catch_up.mode!r} allows.",
+            SkipReason.EXPIRED,
+            f"The one-off was {late_text} late, more than catch-up '{catch_up.mode}' allows.",
         )
-    if catch_up.mode == CATCH_UP_LATEST:
+    if catch_up.mode == CatchUpMode.LATEST:
         why = "catch-up 'latest' fired only the most recent due occurrence"
-    elif catch_up.mode == CATCH_UP_SKIP:
+    elif catch_up.mode == CatchUpMode.SKIP:
         why = f"catch-up 'skip' fires nothing later than {_duration(catch_up.grace)}"
     else:
         why = (
             f"catch-up 'all' fires the last {catch_up.max_runs} within {_duration(catch_up.window)}"
         )
-    return Skip(moment.at, MISSED, f"Claimed {late_text} late; {why}.")
+    return Skip(moment.at, SkipReason.MISSED, f"Claimed {late_text} late; {why}.")
 
 
 def _duration(delta: timedelta) -> str:

@@ -18,7 +18,7 @@ from datetime import datetime
 from cronsim import CronSim, CronSimError
 
 from django_schedulinator.errors import TimingError
-from django_schedulinator.timing.vocabulary import DAYS_BOTH
+from django_schedulinator.timing.vocabulary import DayRule
 
 CRON_ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -114,7 +114,7 @@ def both_days_restricted(expr: str) -> bool:
 def check_matches_both(expr: str) -> None:
     """TimingError when no day matches both day fields (``0 0 30 2 1``: no 30 February)."""
     try:
-        next(cron_walls(expr, datetime(2000, 1, 1), DAYS_BOTH))
+        next(cron_walls(expr, datetime(2000, 1, 1), DayRule.BOTH))
     except StopIteration:
         raise TimingError(
             f"The cron expression {expr!r} never matches a date when both day fields must match."
@@ -148,7 +148,7 @@ def cron_walls(expr: str, start: datetime, day_rule: str, *, reverse: bool = Fal
     expression, so that cronsim's own matching (``L``, ``W``, ``#``) decides each day.
     """
     walls = CronSim(expr, start, reverse=reverse)
-    if day_rule == DAYS_BOTH:
+    if day_rule == DayRule.BOTH:
         if not isinstance(getattr(walls, "day_and", None), bool):  # never fire on wrong days
             raise TimingError("The installed cronsim has no day_and: the day rule 'both' needs it.")
         walls.day_and = True

@@ -16,11 +16,11 @@ from django_schedulinator.timing.instants import ONE_MS, get_zone
 from django_schedulinator.timing.jitter import with_due_times
 from django_schedulinator.timing.moments import DST_FIRST, DST_SHIFT, DST_SKIP, Moment
 from django_schedulinator.timing.spec import Timing, occurrences
-from django_schedulinator.timing.vocabulary import CRON, DAYS_BOTH, DAYS_EITHER, INTERVAL, ONCE
+from django_schedulinator.timing.vocabulary import DayRule, Kind
 
-DAY_RULE_TEXT = {
-    DAYS_EITHER: "on days that match either day field",
-    DAYS_BOTH: "on days that match both day fields",
+DAY_RULE_TEXT: dict[str, str] = {
+    DayRule.EITHER: "on days that match either day field",
+    DayRule.BOTH: "on days that match both day fields",
 }
 
 
@@ -102,7 +102,7 @@ def describe(timing: Timing) -> str:
     Cron expressions are described by cron-descriptor; an expression it cannot describe
     is shown as it is.
     """
-    if timing.kind == CRON:
+    if timing.kind == Kind.CRON:
         try:
             exprs = cron_expressions(timing.cron)
         except TimingError:
@@ -110,13 +110,13 @@ def describe(timing: Timing) -> str:
         first, *others = [_describe_cron(expr, timing.day_rule) for expr in exprs]
         text = first + "".join(f"; and {other[:1].lower()}{other[1:]}" for other in others)
         return f"{text} ({timing.timezone}){_calendar_text(timing)}"
-    if timing.kind == INTERVAL and isinstance(timing.interval, timedelta):
+    if timing.kind == Kind.INTERVAL and isinstance(timing.interval, timedelta):
         text = f"Every {_interval_text(timing.interval)}"
         anchor = timing.anchor_at or timing.start_at
         if anchor is not None:
             text += f", counted from {anchor.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
         return text + _calendar_text(timing)
-    if timing.kind == ONCE and isinstance(timing.run_at, datetime):
+    if timing.kind == Kind.ONCE and isinstance(timing.run_at, datetime):
         try:
             local = timing.run_at.astimezone(get_zone(timing.timezone))
         except OverflowError:  # a row saved before validate() refused such times
@@ -136,7 +136,7 @@ def _calendar_text(timing: Timing) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _describe_cron(expr: str, day_rule: str = DAYS_EITHER) -> str:
+def _describe_cron(expr: str, day_rule: str = DayRule.EITHER) -> str:
     from cron_descriptor import DescriptionTypeEnum, ExpressionDescriptor, Options
 
     try:
@@ -152,7 +152,7 @@ def _describe_cron(expr: str, day_rule: str = DAYS_EITHER) -> str:
         weekdays = str(descriptor.get_description(DescriptionTypeEnum.DAYOFWEEK))
         if weekdays.startswith(", ") and weekdays in described:
             which = weekdays[2:].removeprefix("only ").removeprefix("or ")
-            joined = f", but only {which}" if day_rule == DAYS_BOTH else f", or {which}"
+            joined = f", but only {which}" if day_rule == DayRule.BOTH else f", or {which}"
             return described.replace(weekdays, joined, 1)
         return f"{described}, {DAY_RULE_TEXT[day_rule]}"  # a locale that words it otherwise
     except Exception:  # a description is a nicety: never an error

@@ -26,7 +26,7 @@ from django_schedulinator.timing.cron import cron_expressions
 from django_schedulinator.timing.days import DayCalendar
 from django_schedulinator.timing.instants import EPOCH, ONE_MS, ceil_ms, from_ms, to_ms, truncate_ms
 from django_schedulinator.timing.moments import Moment
-from django_schedulinator.timing.vocabulary import INTERVAL, ONCE
+from django_schedulinator.timing.vocabulary import Kind
 from django_schedulinator.timing.walks import OFFSET_SPAN, crons_next, crons_prev
 
 MIN_INTERVAL = timedelta(seconds=1)
@@ -78,7 +78,7 @@ def plain_following(
     timing: TimingSpec, after: datetime, anchor: datetime, include_skipped: bool = False
 ) -> Moment | None:
     """``spec.following`` without the calendar."""
-    if timing.kind == ONCE:
+    if timing.kind == Kind.ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) > after:
             return Moment(truncate_ms(timing.run_at))
         return None
@@ -87,7 +87,7 @@ def plain_following(
         after = start - ONE_MS
     end = timing.end_at
     try:
-        if timing.kind == INTERVAL:
+        if timing.kind == Kind.INTERVAL:
             # Whole milliseconds, like every instant here: after truncation, each point is
             # still strictly after ``after``.
             step = interval_ms(timing)
@@ -116,7 +116,7 @@ def plain_preceding(
     timing: TimingSpec, before: datetime, anchor: datetime, include_skipped: bool = False
 ) -> Moment | None:
     """``spec.preceding`` without the calendar."""
-    if timing.kind == ONCE:
+    if timing.kind == Kind.ONCE:
         if timing.run_at is not None and truncate_ms(timing.run_at) < before:
             return Moment(truncate_ms(timing.run_at))
         return None
@@ -124,7 +124,7 @@ def plain_preceding(
         before = truncate_ms(timing.end_at) + ONE_MS
     start = window_start(timing)
     try:
-        if timing.kind == INTERVAL:
+        if timing.kind == Kind.INTERVAL:
             step = interval_ms(timing)
             base = to_ms(_anchor(timing, anchor))
             # The last grid point strictly before ``before`` (rounded up to a millisecond).
@@ -169,7 +169,7 @@ def _anchor(timing: TimingSpec, fallback: datetime) -> datetime:
 def grid_key(timing: TimingSpec, anchor: datetime) -> datetime:
     """What of ``anchor`` the plain timeline depends on: an interval's grid (the same
     points from any anchor on it), nothing for a cron or a one-off."""
-    if timing.kind != INTERVAL:
+    if timing.kind != Kind.INTERVAL:
         return EPOCH
     step = interval_ms(timing)
     return from_ms(to_ms(_anchor(timing, anchor)) % step)

@@ -21,7 +21,7 @@ from django_schedulinator.timing.instants import ONE_MS, get_zone
 from django_schedulinator.timing.moments import CAL_MOVED, Moment
 from django_schedulinator.timing.plain import plain_following, plain_preceding
 from django_schedulinator.timing.spec import Timing, following
-from django_schedulinator.timing.vocabulary import FOLD_BOTH, GAP_SHIFT
+from django_schedulinator.timing.vocabulary import DstFold, DstGap
 from django_schedulinator.timing.walks import MAX_WALL_STEPS, moments_of_wall
 
 
@@ -150,7 +150,9 @@ def _decided_in(
         if days is not None:  # moved: decided where it landed at or before the mark
             zone = get_zone(old.timezone)
             wall = mark.astimezone(zone).replace(tzinfo=None) - timedelta(days=days)
-            cut = min(last, max(m.at for m in moments_of_wall(wall, zone, GAP_SHIFT, FOLD_BOTH)))
+            cut = min(
+                last, max(m.at for m in moments_of_wall(wall, zone, DstGap.SHIFT, DstFold.BOTH))
+            )
         floor = decided_through(old, span)
         through = plain_preceding(base, cut + ONE_MS, anchor, True)
         ends = [at for at in (floor, through.at if through else None) if at is not None]
@@ -198,7 +200,9 @@ def _late_in(
                 return [], None, [excluded_marker(pending, span)]
             zone = get_zone(new.timezone)
             wall = mark.astimezone(zone).replace(tzinfo=None) - timedelta(days=days)
-            top = min(last, min(m.at for m in moments_of_wall(wall, zone, GAP_SHIFT, FOLD_BOTH)))
+            top = min(
+                last, min(m.at for m in moments_of_wall(wall, zone, DstGap.SHIFT, DstFold.BOTH))
+            )
         moment = plain_preceding(base, top + ONE_MS, anchor, True)
         while moment is not None and moment.at > cut:
             if len(late) >= LATE_RECORDED:

@@ -31,18 +31,7 @@ from django_schedulinator.timing.plain import (
     plain_preceding,
     window_start,
 )
-from django_schedulinator.timing.vocabulary import (
-    CRON,
-    DAYS_BOTH,
-    DAYS_EITHER,
-    FOLD_BOTH,
-    FOLD_FIRST,
-    FOLD_SECOND,
-    GAP_SHIFT,
-    GAP_SKIP,
-    INTERVAL,
-    ONCE,
-)
+from django_schedulinator.timing.vocabulary import DayRule, DstFold, DstGap, Kind
 
 MAX_JITTER = timedelta(days=1)
 
@@ -77,10 +66,10 @@ class Timing:
     start_at: datetime | None = None  # no occurrence before it
     end_at: datetime | None = None  # no occurrence after it
     anchor_at: datetime | None = None  # intervals: the grid is anchor_at + k * interval
-    dst_gap: str = GAP_SHIFT
-    dst_fold: str = FOLD_FIRST
+    dst_gap: str = DstGap.SHIFT
+    dst_fold: str = DstFold.FIRST
     jitter: timedelta | None = None  # the largest delay added to an occurrence
-    day_rule: str = DAYS_EITHER  # cron: which days match when both day fields are restricted
+    day_rule: str = DayRule.EITHER  # cron: which days match when both day fields are restricted
     calendar: DayCalendar | None = None  # the excluded days of the schedule's calendars
     # Moves already decided: (first, last) moments of the plain timeline, on days now
     # excluded, that ran or landed before a change of the excluded days (``replan_calendar``):
@@ -133,37 +122,37 @@ class Timing:
                     f"This time is too late: it has no local time in {self.timezone} "
                     "(past the year 9999)."
                 )
-        if self.dst_gap not in (GAP_SHIFT, GAP_SKIP):
+        if self.dst_gap not in (DstGap.SHIFT, DstGap.SKIP):
             errors["dst_gap"] = f"Unknown policy {self.dst_gap!r}; use shift or skip."
-        if self.dst_fold not in (FOLD_FIRST, FOLD_SECOND, FOLD_BOTH):
+        if self.dst_fold not in (DstFold.FIRST, DstFold.SECOND, DstFold.BOTH):
             errors["dst_fold"] = f"Unknown policy {self.dst_fold!r}; use first, second or both."
-        if self.day_rule not in (DAYS_EITHER, DAYS_BOTH):
+        if self.day_rule not in (DayRule.EITHER, DayRule.BOTH):
             errors["day_rule"] = f"Unknown day rule {self.day_rule!r}; use either or both."
         if self.jitter is not None:
             if not isinstance(self.jitter, timedelta):
                 errors["jitter"] = "Enter the jitter as a duration, for example 00:05:00."
             elif not timedelta(0) <= self.jitter <= MAX_JITTER:
                 errors["jitter"] = f"The jitter must be between 0 and {MAX_JITTER}."
-        if self.kind == CRON:
+        if self.kind == Kind.CRON:
             try:
                 for expr in cron_expressions(self.cron):
-                    if self.day_rule == DAYS_BOTH:
+                    if self.day_rule == DayRule.BOTH:
                         check_matches_both(expr)
             except TimingError as exc:
                 errors["cron"] = str(exc)
-        elif self.kind == INTERVAL:
+        elif self.kind == Kind.INTERVAL:
             if self.interval is None:
                 errors["interval"] = "An interval schedule needs an interval."
             elif not isinstance(self.interval, timedelta):
                 errors["interval"] = "Enter the interval as a duration, for example 01:00:00."
             elif self.interval < MIN_INTERVAL:
                 errors["interval"] = f"The interval must be at least {MIN_INTERVAL}."
-        elif self.kind == ONCE:
+        elif self.kind == Kind.ONCE:
             if self.run_at is None:
                 errors["run_at"] = "A one-off schedule needs a time to run at."
         else:
             errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
-        if self.anchor_at is not None and self.kind != INTERVAL and "anchor_at" not in errors:
+        if self.anchor_at is not None and self.kind != Kind.INTERVAL and "anchor_at" not in errors:
             errors["anchor_at"] = "An anchor applies to interval schedules only."
         window_ok = not {"start_at", "end_at"} & errors.keys()
         if window_ok and self.start_at and self.end_at and self.end_at <= self.start_at:
@@ -173,11 +162,15 @@ class Timing:
             try:
                 # Without an end, a cron or interval always has a next run, unless it would
                 # fall past datetime.max (the year 9999), where nothing can be stored.
-                if first_run_at(self, now) is None and self.end_at is None and self.kind != ONCE:
+                if (
+                    first_run_at(self, now) is None
+                    and self.end_at is None
+                    and self.kind != Kind.ONCE
+                ):
                     raise OverflowError
             except (OverflowError, TimingError):
                 # Past datetime.max (the year 9999): nothing could ever be stored or indexed.
-                if self.kind == INTERVAL:
+                if self.kind == Kind.INTERVAL:
                     errors["interval"] = (
                         "The interval is too long: its first run would fall after the year 9999."
                     )
@@ -256,13 +249,13 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
     cron starts at its first match after ``now`` (or from a future ``start_at`` on). The
     moment may be a skipped local time: the scheduler records the skip when it gets there.
     """
-    if timing.kind == ONCE:
+    if timing.kind == Kind.ONCE:
         return truncate_ms(timing.run_at) if timing.run_at else None
     # A start later than now, even within now's millisecond, is where the schedule starts.
     start = window_start(timing) if timing.start_at is not None and timing.start_at > now else None
-    if timing.kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+    if timing.kind == Kind.INTERVAL and timing.anchor_at is None and timing.start_at is None:
         return _within_end(timing, ceil_ms(now) + timedelta(milliseconds=interval_ms(timing)))
-    if timing.kind == INTERVAL and start is None:
+    if timing.kind == Kind.INTERVAL and start is None:
         # Anchored: the first grid point at or after now.
         after = ceil_ms(now) - ONE_MS
     else:
@@ -281,7 +274,7 @@ def moment_at(timing: Timing, at: datetime) -> Moment:
         span = timing.calendar.span_at(at)
         if span is not None:
             return excluded_marker(Moment(at), span)
-    if (timing.kind == CRON and timing.dst_gap == GAP_SKIP) or has_calendar(timing):
+    if (timing.kind == Kind.CRON and timing.dst_gap == DstGap.SKIP) or has_calendar(timing):
         found = following(timing, at - ONE_MS, at, include_skipped=True)
         if found is not None and found.at == at:
             return found

@@ -31,7 +31,7 @@ from django_schedulinator.timing.moments import (
     earlier,
     later,
 )
-from django_schedulinator.timing.vocabulary import FOLD_FIRST, FOLD_SECOND, GAP_SHIFT
+from django_schedulinator.timing.vocabulary import DstFold, DstGap
 
 # Offsets are sampled this far around an instant to bound the local times that can map
 # near it: further apart than any two transitions of a real zone.
@@ -107,14 +107,14 @@ def moments_of_wall(wall: datetime, zone: tzinfo, gap: str, fold: str) -> tuple[
     a, b = sorted((first.astimezone(UTC), second.astimezone(UTC)))
     if a.astimezone(zone).replace(tzinfo=None) == wall:
         # Both instants show this wall time: the clocks fell back over it.
-        if fold == FOLD_FIRST:
+        if fold == DstFold.FIRST:
             return (Moment(a, DST_FIRST, wall),)
-        if fold == FOLD_SECOND:
+        if fold == DstFold.SECOND:
             return (Moment(b, DST_SECOND, wall),)
         return (Moment(a, DST_FIRST, wall), Moment(b, DST_SECOND, wall))
     # Neither does: the clocks sprang forward over it. ``b`` is the wall time read with the
     # offset from before the change, which is the wall time moved forward by the gap.
-    return (Moment(b, DST_SHIFT if gap == GAP_SHIFT else DST_SKIP, wall),)
+    return (Moment(b, DST_SHIFT if gap == DstGap.SHIFT else DST_SKIP, wall),)
 
 
 def crons_next(

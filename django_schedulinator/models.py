@@ -7,7 +7,6 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -29,6 +28,7 @@ from django_schedulinator.keys import occurrence_key
 from django_schedulinator.querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from django_schedulinator.registry import registry
 from django_schedulinator.statuses import RunStatus
+from django_schedulinator.timing.days import LoadedCalendar, calendar_of
 from django_schedulinator.validators import (
     StrOrPromise,
     grace_errors,
@@ -1232,29 +1232,16 @@ class ExcludedDay(models.Model):
         return f"{self.day:%Y-%m-%d} {self.name}".strip()
 
 
-# -- the excluded days as the timing rules see them -----------------------------------------
+# -- the excluded days a process loaded ----------------------------------------------------
 #
 # Schedulers and web processes keep the days they loaded, keyed on each calendar's ``stamp``
 # (a new one on every change): a claim costs one small query for the stamps of the calendars
-# its schedules name, and reads the days again only after a change.
-
-MAX_DAYS = 5000  # in one calendar
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedCalendar:
-    """One calendar as a process loaded it."""
-
-    stamp: str
-    timezone: str
-    weekend: frozenset[int]
-    days: tuple[tuple[date, str], ...]
-
+# its schedules name, and reads the days again only after a change. What the timing rules
+# see of them (``DayCalendar``) is built from what was loaded, without a row
+# (``timing.days.calendar_of``).
 
 _loaded: dict[tuple[str, str], LoadedCalendar] = {}  # (database alias, name) -> the latest loaded
-_built: dict[tuple[Any, ...], timing.DayCalendar] = {}
 _lock = threading.Lock()
-MAX_BUILT = 1024
 
 
 def load_calendars(names: Iterable[str], *, using: str) -> dict[str, LoadedCalendar]:
@@ -1303,26 +1290,4 @@ def day_calendar(
     out: the schedule's validation says so), for the timing rules. ``loaded``: what a
     claim loaded for its whole batch (``load_calendars``)."""
     found = load_calendars(names, using=using) if loaded is None else loaded
-    present = [name for name in names if name in found]
-    key = (tuple((name, found[name].stamp) for name in present), rule)
-    calendar = _built.get(key)
-    if calendar is None:
-        calendar = timing.DayCalendar.of(
-            (
-                (found[name].timezone, day, _label(name, day, label))
-                for name in present
-                for day, label in found[name].days
-            ),
-            move=rule == timing.CalendarRule.MOVE,
-            weekends=[(found[name].timezone, found[name].weekend) for name in present],
-            names=present,
-        )
-        with _lock:
-            if len(_built) >= MAX_BUILT:
-                _built.clear()
-            _built[key] = calendar
-    return calendar
-
-
-def _label(name: str, day: date, label: str) -> str:
-    return f"{label + ', ' if label else ''}{day:%Y-%m-%d} (calendar {name})"
+    return calendar_of(found, names, rule)

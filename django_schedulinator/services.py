@@ -49,10 +49,8 @@ from django_schedulinator.errors import (
 from django_schedulinator.index import clock, sync
 from django_schedulinator.index.due import ApplyResult, get_index
 from django_schedulinator.models import (
-    MAX_DAYS,
     Calendar,
     ExcludedDay,
-    LoadedCalendar,
     PrunedRuns,
     Run,
     Schedule,
@@ -72,6 +70,8 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.registry import registry
 from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.timing.days import LoadedCalendar
+from django_schedulinator.validators import MAX_DAYS
 
 __all__ = [
     "PYTHON",

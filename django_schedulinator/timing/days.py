@@ -2,18 +2,24 @@
 each excluded day is a span of UTC time (the day in its calendar's zone), built from the
 days given (``DayCalendar.of``); nothing here reads a row. What the timeline does with a
 moment on one is ``calendars``'.
+
+A process keeps what it built: ``calendar_of`` builds a schedule's ``DayCalendar`` from its
+calendars as the process loaded them (``LoadedCalendar``: each one's days, under a stamp
+that changes with them; ``models.load_calendars`` reads the rows), once per stamps and rule.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from itertools import chain
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django_schedulinator.timing.instants import ONE_DAY, from_ms, get_zone, local_midnight, to_ms
+from django_schedulinator.timing.vocabulary import CalendarRule
 
 
 class ExcludedSpan(NamedTuple):
@@ -161,3 +167,52 @@ def decided_moves(stored: object) -> tuple[tuple[datetime, datetime], ...]:
 def stored_moves(decided: Iterable[tuple[datetime, datetime]]) -> list[list[int]]:
     """A schedule's ``decided_moves`` from ``Timing.decided``."""
     return [[to_ms(first), to_ms(last)] for first, last in decided]
+
+
+# -- what a process keeps ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedCalendar:
+    """One calendar as a process loaded it."""
+
+    stamp: str
+    timezone: str
+    weekend: frozenset[int]
+    days: tuple[tuple[date, str], ...]
+
+
+_built: dict[tuple[Any, ...], DayCalendar] = {}
+_lock = threading.Lock()
+MAX_BUILT = 1024
+
+
+def calendar_of(
+    loaded: Mapping[str, LoadedCalendar], names: Sequence[str], rule: str
+) -> DayCalendar:
+    """The excluded days of the calendars ``names`` as ``loaded`` has them (a name it does
+    not have is left out: the schedule's validation says so), under the calendar rule
+    ``rule``. Built once for the same stamps and rule."""
+    present = [name for name in names if name in loaded]
+    key = (tuple((name, loaded[name].stamp) for name in present), rule)
+    calendar = _built.get(key)
+    if calendar is None:
+        calendar = DayCalendar.of(
+            (
+                (loaded[name].timezone, day, _label(name, day, label))
+                for name in present
+                for day, label in loaded[name].days
+            ),
+            move=rule == CalendarRule.MOVE,
+            weekends=[(loaded[name].timezone, loaded[name].weekend) for name in present],
+            names=present,
+        )
+        with _lock:
+            if len(_built) >= MAX_BUILT:
+                _built.clear()
+            _built[key] = calendar
+    return calendar
+
+
+def _label(name: str, day: date, label: str) -> str:
+    return f"{label + ', ' if label else ''}{day:%Y-%m-%d} (calendar {name})"

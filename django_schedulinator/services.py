@@ -34,7 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from django_schedulinator import calendars, changelog, declared, ledger, signals, timing, zonedata
+from django_schedulinator import calendars, changelog, declared, ledger, signals, timing
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import (
@@ -70,6 +70,7 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.registry import registry
 from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.timing import zonedata
 from django_schedulinator.timing.days import LoadedCalendar
 from django_schedulinator.validators import MAX_DAYS
 

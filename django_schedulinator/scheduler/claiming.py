@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import OperationalError, connections, router
 
-from django_schedulinator import ledger, outcomes, services, signals, timing, zonedata
+from django_schedulinator import ledger, outcomes, services, signals, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
@@ -67,6 +67,7 @@ from django_schedulinator.querysets import (
     is_lock_timeout,
     json_ids,
 )
+from django_schedulinator.timing import zonedata
 
 if TYPE_CHECKING:
     from django_schedulinator.operations.metrics import Metrics

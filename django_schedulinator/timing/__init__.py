@@ -36,6 +36,9 @@ The modules, in the order a reader meets the rules (each imports only those abov
   all within a window, capped (``all``); each one that does not fire is a ``Skip`` with its
   reason, for the ledger.
 - ``describe``: previews, notes and descriptions, for people.
+- ``zonedata``: the time-zone database in use, the offsets it gives each zone, and where a
+  schedule's next run goes when the rules of its zone change (imported on its own:
+  ``from django_schedulinator.timing import zonedata``).
 
 The names below are the package's surface: ``from django_schedulinator import timing`` and
 ``timing.plan_due(...)``. Inside the app, a module imports a name from the module that

@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from django_schedulinator import zonedata
-from django_schedulinator.timing import instants, walks
+from django_schedulinator.timing import instants, walks, zonedata
 
 from .processes import ROOT
 

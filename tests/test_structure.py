@@ -163,6 +163,29 @@ def test_the_loops_modules_import_one_way() -> None:
     assert users == {f"{PACKAGE}.management.commands.run_scheduler"}
 
 
+# The timing rules (``timing/``), in the order its docstring reads them: each module imports
+# only those before it, and outside the package only the errors: no model, no setting, no
+# Redis. The calendars' days come in as days.
+TIMING_PACKAGE = f"{PACKAGE}.timing"
+TIMING = [
+    "vocabulary", "instants", "cron", "moments", "walks", "days", "plain", "calendars", "spec",
+    "replan", "jitter", "describe", "catchup", "zonedata",
+]  # fmt: skip
+
+
+def test_the_timing_rules_import_one_way_and_nothing_above_them() -> None:
+    graph = import_graph()
+    prefix = f"{TIMING_PACKAGE}."
+    modules = {module.removeprefix(prefix) for module in graph if module.startswith(prefix)}
+    assert modules == set(TIMING)
+    for position, name in enumerate(TIMING):
+        imported = graph[prefix + name]
+        inside = {module.removeprefix(prefix) for module in imported if module.startswith(prefix)}
+        outside = {module for module in imported if not module.startswith(prefix)}
+        assert inside <= set(TIMING[:position]), name
+        assert outside <= {f"{PACKAGE}.errors"}, name
+
+
 def _unlocked_counts(path: Path) -> list[str]:
     """``file:line: code`` for each write to a field of a scheduler's shared counters
     (``<anything>.counters.<field>``) in ``path`` that does not go through ``Counters.add``.

@@ -31,11 +31,11 @@ The modules, in the order a reader meets the rules (each imports only those abov
 - ``replan``: what a change of a calendar's days does to a schedule.
 - ``jitter``: an occurrence's delay, derived from its key: its *due time*; its *nominal
   time* (its identity, its key) does not move.
+- ``describe``: previews, notes and descriptions, for people.
 - ``catchup``: which due occurrences fire when a scheduler comes to a schedule late
   (``plan_due``): the latest one (default), none more than the grace late (``skip``), or
   all within a window, capped (``all``); each one that does not fire is a ``Skip`` with its
   reason, for the ledger.
-- ``describe``: previews, notes and descriptions, for people.
 - ``zonedata``: the time-zone database in use, the offsets it gives each zone, and where a
   schedule's next run goes when the rules of its zone change (imported on its own:
   ``from django_schedulinator.timing import zonedata``).

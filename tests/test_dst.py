@@ -4,7 +4,7 @@ Every expectation below is a literal UTC instant worked out by hand from the tra
 times in ``CHANGES`` (which ``test_the_changes_are_where_the_tables_say`` checks against
 tzdata). A moment is written ``"2026-03-08T07:30Z shifted"``: the instant, then its
 ``Moment.dst`` flag when it has one. The brute-force check at the end recomputes every
-transition minute by minute, independently of ``timing.py``.
+transition minute by minute, independently of ``timing``.
 """
 
 from __future__ import annotations

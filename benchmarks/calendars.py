@@ -78,12 +78,12 @@ def walks(closures: tuple[int, ...]) -> None:
             walls = count_walls()
 
             def plan(spec: timing.Timing = spec) -> None:
-                timing._cron_next.cache_clear()
+                timing.walks.cron_next.cache_clear()
                 timing.plan_due(spec, timing.CatchUp(), schedule_id=7, nominal=nominal,
                                 due_at=None, now=nominal + timedelta(minutes=1))  # fmt: skip
 
             def walk(spec: timing.Timing = spec) -> None:
-                timing._cron_next.cache_clear()
+                timing.walks.cron_next.cache_clear()
                 list(islice(timing.occurrences(spec, nominal), 1500))
 
             planned = median_seconds(plan)
@@ -97,21 +97,27 @@ def walks(closures: tuple[int, ...]) -> None:
 
 
 def count_walls() -> Callable[[], int]:
-    """Counts the wall times the timing module examines from now on (a call returns the
-    count so far, and starts again)."""
-    from django_schedulinator import timing
+    """Counts the wall times the timing rules examine from now on (a call returns the
+    count so far, and starts again): ``walks.moments_of_wall``, replaced in each module of
+    the timing package that calls it."""
+    from django_schedulinator.timing import calendars as calendar_rules
+    from django_schedulinator.timing import replan as replan_rules
+    from django_schedulinator.timing import walks as wall_walks
 
     counted = [0]
-    original = timing._moments_of_wall
+    original = wall_walks.moments_of_wall
+    callers = (wall_walks, calendar_rules, replan_rules)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         counted[0] += 1
         return original(*args, **kwargs)
 
-    timing._moments_of_wall = counting  # type: ignore[assignment]
+    for module in callers:
+        module.moments_of_wall = counting  # type: ignore[assignment]
 
     def read() -> int:
-        timing._moments_of_wall = original  # type: ignore[assignment]
+        for module in callers:
+            module.moments_of_wall = original  # type: ignore[assignment]
         value, counted[0] = counted[0], 0
         return value
 

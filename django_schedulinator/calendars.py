@@ -1,12 +1,15 @@
 """Where the days of a calendar of excluded days (holidays) come from.
 
 The rules (skip an occurrence on an excluded day, or move it to the next business day) are
-``timing``'s, on the ``timing.DayCalendar`` that ``models.day_calendar`` builds from the
-rows. The days come from the hand (the admin, the API, code), from the ``holidays`` package (its
-public holidays of a country and a subdivision, for a span of years), or from an iCalendar
-file (its events' days, recurring events within the same span: ``ical``). Every change
-goes through
-``services`` (``save_calendar`` and the functions around it).
+``timing.calendars``', on the ``timing.days.DayCalendar`` that ``models.day_calendar``
+builds from the days a process loaded. The days come from the hand (the admin, the API,
+code), from the ``holidays`` package (its public holidays of a country and a subdivision,
+for a span of years), or from an iCalendar file (its events' days, recurring events within
+the same span: ``ical``). Every change goes through ``services`` (``save_calendar`` and the
+functions around it).
+
+This module is the services' and the admin's: it reads and fills a ``Calendar`` row, above
+the models. The timing rules are given days, never rows.
 """
 
 from __future__ import annotations

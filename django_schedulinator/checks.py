@@ -268,7 +268,7 @@ def check_zone_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
     slim container) reads the package's instead, and computes other next runs for a zone
     whose rules differ between the two: a concern of hosts that run in production, not of a
     laptop's."""
-    from django_schedulinator import zonedata
+    from django_schedulinator.timing import zonedata
 
     system, package = zonedata.system(), zonedata.package()
     if system is None or package is None or system.version == package.version:

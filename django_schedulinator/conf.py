@@ -27,14 +27,16 @@ from typing import Any, Generic, Self, TypeVar, overload
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from django_schedulinator.timing.vocabulary import CatchUpMode, NotifyEvent
+
 SETTING_NAME = "SCHEDULINATOR"
 
 T = TypeVar("T")
 
 # The catch-up modes CATCH_UP takes.
-CATCH_UP_MODES = ("skip", "latest", "all")
+CATCH_UP_MODES = tuple(CatchUpMode)
 # What a notifier may be told of (SCHEDULINATOR["NOTIFY"]["EVENTS"]).
-NOTIFY_EVENTS = ("missed", "failed", "auto_paused", "no_scheduler")
+NOTIFY_EVENTS = tuple(NotifyEvent)
 
 # Settings that were replaced, and what replaced them: named in the error, not ignored.
 REPLACED = {"DISPATCHER": "DISPATCHERS (an alias 'default' with BACKEND and OPTIONS)"}
@@ -407,7 +409,7 @@ class Settings:
         {
             "BACKEND": "django_schedulinator.notify.MailNotifier",
             "OPTIONS": {},
-            "EVENTS": ["missed", "auto_paused", "no_scheduler"],
+            "EVENTS": [NotifyEvent.MISSED, NotifyEvent.AUTO_PAUSED, NotifyEvent.NO_SCHEDULER],
             "BASE_URL": "",
         },
         "django_schedulinator.notify",
@@ -443,7 +445,7 @@ class Settings:
     # when a scheduler comes to a schedule late. "latest": the most recent one; "skip": none
     # more than MISFIRE_GRACE_SECONDS late; "all": each one at most CATCH_UP_WINDOW_SECONDS
     # late (a schedule may set its own window), at most CATCH_UP_MAX_RUNS at once.
-    CATCH_UP = Setting("CATCH_UP", "latest", parse_catch_up)
+    CATCH_UP = Setting("CATCH_UP", CatchUpMode.LATEST, parse_catch_up)
     CATCH_UP_WINDOW_SECONDS = seconds("CATCH_UP_WINDOW_SECONDS", 3600.0)
     CATCH_UP_MAX_RUNS = whole("CATCH_UP_MAX_RUNS", 100, MAX_BATCH_SIZE)
     MISFIRE_GRACE_SECONDS = seconds("MISFIRE_GRACE_SECONDS", 60.0)

@@ -21,7 +21,7 @@ The bounds, each an error of the file that names the event at fault:
   the days it touches, but dateutil would produce each of its up to 86,400 instants a day.
 - ``MAX_OCCURRENCE_DAYS``: every occurrence produced counts (before the years read too,
   where COUNT needs them), and so does each further day an occurrence covers in them.
-- ``models.MAX_DAYS``: the distinct days, checked as each is added.
+- ``validators.MAX_DAYS``: the distinct days, checked as each is added.
 - ``MAX_WALK``: the periods (years, months, weeks, days) dateutil examines, weighted by what
   each costs, whether it finds an occurrence in them or not. A rule with no COUNT starts
   walking just before the years read (moved there by whole periods of the rule). A rule
@@ -43,7 +43,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from django_schedulinator.models import MAX_DAYS
+from django_schedulinator.validators import MAX_DAYS
 
 MAX_OCCURRENCE_DAYS = 100_000
 MAX_WALK = 500_000

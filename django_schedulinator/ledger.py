@@ -235,7 +235,7 @@ def cancel_paused(run_ids: Sequence[int], claim_token: str, *, using: str) -> in
         .held_by(claim_token, json_ids(run_ids, using))
         .update(
             status=Run.Status.SKIPPED,
-            skip_reason=timing.PAUSED,
+            skip_reason=timing.SkipReason.PAUSED,
             note="The schedule was paused after this run was claimed, before its dispatch.",
             lease_expires_at=None,
             alert_at=None,  # not missed: paused on purpose

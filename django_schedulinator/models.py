@@ -7,7 +7,6 @@ import dataclasses
 import threading
 import uuid
 from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
@@ -28,6 +27,7 @@ from django_schedulinator.keys import occurrence_key
 from django_schedulinator.querysets import COUNTERS, RunQuerySet, ScheduleQuerySet, counters_moved
 from django_schedulinator.registry import registry
 from django_schedulinator.statuses import RunStatus
+from django_schedulinator.timing.days import LoadedCalendar, calendar_of
 from django_schedulinator.validators import (
     StrOrPromise,
     grace_errors,
@@ -82,36 +82,36 @@ NOT_RESUMED = _(
 
 class Schedule(models.Model):
     class Kind(models.TextChoices):
-        CRON = timing.CRON, _("Cron")
-        INTERVAL = timing.INTERVAL, _("Interval")
-        ONCE = timing.ONCE, _("One-off")
+        CRON = timing.Kind.CRON, _("Cron")
+        INTERVAL = timing.Kind.INTERVAL, _("Interval")
+        ONCE = timing.Kind.ONCE, _("One-off")
 
     class DstGap(models.TextChoices):
-        SHIFT = timing.GAP_SHIFT, _("Shift it forward by the gap (02:30 runs at 03:30)")
-        SKIP = timing.GAP_SKIP, _("Skip it")
+        SHIFT = timing.DstGap.SHIFT, _("Shift it forward by the gap (02:30 runs at 03:30)")
+        SKIP = timing.DstGap.SKIP, _("Skip it")
 
     class DstFold(models.TextChoices):
-        FIRST = timing.FOLD_FIRST, _("Run at the first")
-        SECOND = timing.FOLD_SECOND, _("Run at the second")
-        BOTH = timing.FOLD_BOTH, _("Run at both")
+        FIRST = timing.DstFold.FIRST, _("Run at the first")
+        SECOND = timing.DstFold.SECOND, _("Run at the second")
+        BOTH = timing.DstFold.BOTH, _("Run at both")
 
     class DayRule(models.TextChoices):
-        EITHER = timing.DAYS_EITHER, _("Either may match (cron's rule)")
-        BOTH = timing.DAYS_BOTH, _("Both must match (Celery's rule)")
+        EITHER = timing.DayRule.EITHER, _("Either may match (cron's rule)")
+        BOTH = timing.DayRule.BOTH, _("Both must match (Celery's rule)")
 
     class CalendarRule(models.TextChoices):
-        SKIP = timing.CALENDAR_SKIP, _("Skip it")
-        MOVE = timing.CALENDAR_MOVE, _("Move it to the next business day")
+        SKIP = timing.CalendarRule.SKIP, _("Skip it")
+        MOVE = timing.CalendarRule.MOVE, _("Move it to the next business day")
 
     class CatchUp(models.TextChoices):
-        LATEST = timing.CATCH_UP_LATEST, _("Fire the latest missed occurrence once")
-        SKIP = timing.CATCH_UP_SKIP, _("Skip missed occurrences")
-        ALL = timing.CATCH_UP_ALL, _("Fire all missed within the catch-up window")
+        LATEST = timing.CatchUpMode.LATEST, _("Fire the latest missed occurrence once")
+        SKIP = timing.CatchUpMode.SKIP, _("Skip missed occurrences")
+        ALL = timing.CatchUpMode.ALL, _("Fire all missed within the catch-up window")
 
     class Overlap(models.TextChoices):
-        ALLOW = "allow", _("Allow: runs may overlap")
-        SKIP = "skip", _("Skip while the previous run is still running")
-        BUFFER = "buffer", _("Buffer one: run it when the previous run ends")
+        ALLOW = timing.Overlap.ALLOW, _("Allow: runs may overlap")
+        SKIP = timing.Overlap.SKIP, _("Skip while the previous run is still running")
+        BUFFER = timing.Overlap.BUFFER, _("Buffer one: run it when the previous run ends")
 
     name = models.CharField(_("name"), max_length=200, unique=True, validators=[validate_name])
     task = models.CharField(
@@ -595,7 +595,7 @@ class Schedule(models.Model):
         if not self.calendars:
             return None
         if not with_days:
-            move = self.calendar_rule == timing.CALENDAR_MOVE
+            move = self.calendar_rule == timing.CalendarRule.MOVE
             return timing.DayCalendar(move=move, names=tuple(self.calendars))
         db = self._state.db or router.db_for_read(Calendar)
         return day_calendar(self.calendars, self.calendar_rule, using=db)
@@ -825,13 +825,13 @@ class Run(models.Model):
         BACKFILL = "backfill", _("Backfill")
 
     class SkipReason(models.TextChoices):
-        MISSED = timing.MISSED, _("Missed (catch-up policy)")
-        EXPIRED = timing.EXPIRED, _("Expired (a one-off too late)")
-        DST = timing.DST_SKIPPED, _("Local time does not exist (DST policy)")
-        OVERLAP = timing.OVERLAP, _("Previous run still running (overlap policy)")
-        PAUSED = timing.PAUSED, _("Schedule paused")
-        REPLACED = timing.REPLACED, _("Replaced by a run now")
-        CALENDAR = timing.CALENDAR, _("Excluded day (calendar)")
+        MISSED = timing.SkipReason.MISSED, _("Missed (catch-up policy)")
+        EXPIRED = timing.SkipReason.EXPIRED, _("Expired (a one-off too late)")
+        DST = timing.SkipReason.DST, _("Local time does not exist (DST policy)")
+        OVERLAP = timing.SkipReason.OVERLAP, _("Previous run still running (overlap policy)")
+        PAUSED = timing.SkipReason.PAUSED, _("Schedule paused")
+        REPLACED = timing.SkipReason.REPLACED, _("Replaced by a run now")
+        CALENDAR = timing.SkipReason.CALENDAR, _("Excluded day (calendar)")
 
     # Unfinished: a process holds it under a lease; a take-over dispatches it if that lapses.
     UNFINISHED = statuses.UNFINISHED
@@ -1221,29 +1221,16 @@ class ExcludedDay(models.Model):
         return f"{self.day:%Y-%m-%d} {self.name}".strip()
 
 
-# -- the excluded days as the timing rules see them -----------------------------------------
+# -- the excluded days a process loaded ----------------------------------------------------
 #
 # Schedulers and web processes keep the days they loaded, keyed on each calendar's ``stamp``
 # (a new one on every change): a claim costs one small query for the stamps of the calendars
-# its schedules name, and reads the days again only after a change.
-
-MAX_DAYS = 5000  # in one calendar
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedCalendar:
-    """One calendar as a process loaded it."""
-
-    stamp: str
-    timezone: str
-    weekend: frozenset[int]
-    days: tuple[tuple[date, str], ...]
-
+# its schedules name, and reads the days again only after a change. What the timing rules
+# see of them (``DayCalendar``) is built from what was loaded, without a row
+# (``timing.days.calendar_of``).
 
 _loaded: dict[tuple[str, str], LoadedCalendar] = {}  # (database alias, name) -> the latest loaded
-_built: dict[tuple[Any, ...], timing.DayCalendar] = {}
 _lock = threading.Lock()
-MAX_BUILT = 1024
 
 
 def load_calendars(names: Iterable[str], *, using: str) -> dict[str, LoadedCalendar]:
@@ -1292,26 +1279,4 @@ def day_calendar(
     out: the schedule's validation says so), for the timing rules. ``loaded``: what a
     claim loaded for its whole batch (``load_calendars``)."""
     found = load_calendars(names, using=using) if loaded is None else loaded
-    present = [name for name in names if name in found]
-    key = (tuple((name, found[name].stamp) for name in present), rule)
-    calendar = _built.get(key)
-    if calendar is None:
-        calendar = timing.DayCalendar.of(
-            (
-                (found[name].timezone, day, _label(name, day, label))
-                for name in present
-                for day, label in found[name].days
-            ),
-            move=rule == timing.CALENDAR_MOVE,
-            weekends=[(found[name].timezone, found[name].weekend) for name in present],
-            names=present,
-        )
-        with _lock:
-            if len(_built) >= MAX_BUILT:
-                _built.clear()
-            _built[key] = calendar
-    return calendar
-
-
-def _label(name: str, day: date, label: str) -> str:
-    return f"{label + ', ' if label else ''}{day:%Y-%m-%d} (calendar {name})"
+    return calendar_of(found, names, rule)

@@ -70,6 +70,7 @@ from django_schedulinator.models import Notification, Schedule
 from django_schedulinator.operations import outbox
 from django_schedulinator.operations.alerts import REASONS
 from django_schedulinator.statuses import RunStatus
+from django_schedulinator.timing.vocabulary import NotifyEvent
 
 logger = logging.getLogger("django_schedulinator.notify")
 
@@ -105,8 +106,8 @@ class Event:
     def id(self) -> str:
         """The same for every notification of this event: receivers dedupe on it. A
         digest's names its first miss and how many more it counts."""
-        if self.kind == "no_scheduler":
-            return f"no_scheduler:{timing.to_ms(self.noticed_at)}"
+        if self.kind == NotifyEvent.NO_SCHEDULER:
+            return f"{NotifyEvent.NO_SCHEDULER}:{timing.to_ms(self.noticed_at)}"
         if self.kind == "digest":
             first = self.listed[0].id if self.listed else "none"
             return f"digest:{first}+{self.count - 1}"
@@ -130,11 +131,11 @@ class Event:
             names = list(dict.fromkeys(repr(e.schedule_name) for e in self.listed))
             shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
             return f"{self.count} missed runs: {shown}"
-        if self.kind == "missed":
+        if self.kind == NotifyEvent.MISSED:
             return f"Missed run of {name!r}, {at} ({self.reason})"
-        if self.kind == "failed":
+        if self.kind == NotifyEvent.FAILED:
             return f"Failed run of {name!r}, {at}"
-        if self.kind == "auto_paused":
+        if self.kind == NotifyEvent.AUTO_PAUSED:
             return f"{name!r} was paused after failures in a row"
         return f"No scheduler is running (noticed at {self.local(self.noticed_at)})"
 
@@ -156,14 +157,14 @@ class Event:
             ]
             if self.count > len(self.listed):
                 lines.append(f"... and {self.count - len(self.listed)} more.")
-        elif self.kind == "missed":
+        elif self.kind == NotifyEvent.MISSED:
             lines = [
                 f"The schedule {name!r} had no successful run within its grace of {self.grace}.",
                 "",
                 f"Occurrence: {self.local(at)}{utc}",
                 f"Reason: {REASONS.get(self.reason, self.reason)} ({self.reason})",
             ]
-        elif self.kind == "failed":
+        elif self.kind == NotifyEvent.FAILED:
             lines = [
                 f"A run of the schedule {name!r} failed.",
                 "",
@@ -171,7 +172,7 @@ class Event:
                 "Error:",
                 self.error.rstrip(),
             ]
-        elif self.kind == "auto_paused":
+        elif self.kind == NotifyEvent.AUTO_PAUSED:
             lines = [
                 f"The schedule {name!r} was paused: its runs failed too many times in a row "
                 "(pause_after_failures). It fires again once someone resumes it.",
@@ -560,7 +561,7 @@ def deliver_outbox(
     budget_seconds = app_settings.NOTIFY_DELIVERY_SECONDS if seconds is None else seconds
     deadline = time.monotonic() + budget_seconds
     report = Delivery()
-    name = outbox.notifier_for("missed")
+    name = outbox.notifier_for(NotifyEvent.MISSED)
     if name is None:
         return report  # nobody is told of misses: what waits, waits
     report.notifier = name
@@ -720,7 +721,7 @@ def _messages(
 
 def _miss(entry: Notification) -> Event:
     return Event(
-        "missed",
+        NotifyEvent.MISSED,
         entry.raised_at,
         schedule_id=entry.schedule_id,
         scheduled_for=entry.scheduled_for,
@@ -879,7 +880,7 @@ def _failed(
     if status == RunStatus.FAILED:
         courier.put(
             Event(
-                "failed",
+                NotifyEvent.FAILED,
                 timezone.now(),
                 schedule_id=schedule_id,
                 scheduled_for=scheduled_for,
@@ -891,18 +892,20 @@ def _failed(
 
 def _auto_paused(sender: Any, *, schedule_id: int, note: str, auto: bool, **kwargs: Any) -> None:
     if auto:
-        courier.put(Event("auto_paused", timezone.now(), schedule_id=schedule_id, note=note))
+        courier.put(
+            Event(NotifyEvent.AUTO_PAUSED, timezone.now(), schedule_id=schedule_id, note=note)
+        )
 
 
 def _schedulers_down(sender: Any, *, since: datetime, **kwargs: Any) -> None:
-    courier.put(Event("no_scheduler", since))
+    courier.put(Event(NotifyEvent.NO_SCHEDULER, since))
 
 
 # "missed" is told from the outbox (deliver_outbox), not from its signal.
 RECEIVERS: dict[str, tuple[Signal, Callable[..., None]]] = {
-    "failed": (signals.run_finished, _failed),
-    "auto_paused": (signals.schedule_paused, _auto_paused),
-    "no_scheduler": (signals.schedulers_down, _schedulers_down),
+    NotifyEvent.FAILED: (signals.run_finished, _failed),
+    NotifyEvent.AUTO_PAUSED: (signals.schedule_paused, _auto_paused),
+    NotifyEvent.NO_SCHEDULER: (signals.schedulers_down, _schedulers_down),
 }
 
 

@@ -686,7 +686,7 @@ class RunQuerySet(models.QuerySet[Row]):
         claim_token: str,
         lease_expires_at: datetime | None,
     ) -> dict[tuple[int, int], int]:
-        from django_schedulinator.timing import to_ms
+        from django_schedulinator.timing.instants import to_ms
 
         wanted = {(r.schedule_id, to_ms(r.scheduled_for)) for r in runs}
         before = set(self._ids_of(wanted).values())  # the ids of the runs there already
@@ -720,7 +720,7 @@ class RunQuerySet(models.QuerySet[Row]):
         return {k: v for k, v in self._ids_of(wanted).items() if v not in before}
 
     def _ids_of(self, wanted: set[tuple[int, int]]) -> dict[tuple[int, int], int]:
-        from django_schedulinator.timing import to_ms
+        from django_schedulinator.timing.instants import to_ms
 
         found = self.filter(schedule_id__in={sid for sid, _ms in wanted}).values_list(
             "schedule_id", "scheduled_for", "pk"
@@ -802,7 +802,7 @@ def _epoch_ms(connection: Any, column: str) -> str:
 
 def _returned_ms(connection: Any, value: Any) -> int:
     """Epoch ms of a timestamp read back by a raw RETURNING (see ``_epoch_ms``)."""
-    from django_schedulinator.timing import to_ms
+    from django_schedulinator.timing.instants import to_ms
 
     if isinstance(value, int | Decimal):
         return int(value)

@@ -34,7 +34,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 
-from django_schedulinator import calendars, changelog, declared, ledger, signals, timing, zonedata
+from django_schedulinator import calendars, changelog, declared, ledger, signals, timing
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import (
@@ -49,10 +49,8 @@ from django_schedulinator.errors import (
 from django_schedulinator.index import clock, sync
 from django_schedulinator.index.due import ApplyResult, get_index
 from django_schedulinator.models import (
-    MAX_DAYS,
     Calendar,
     ExcludedDay,
-    LoadedCalendar,
     PrunedRuns,
     Run,
     Schedule,
@@ -72,7 +70,10 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.registry import registry
 from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.timing import zonedata
+from django_schedulinator.timing.days import LoadedCalendar
 from django_schedulinator.validation import validate
+from django_schedulinator.validators import MAX_DAYS
 
 __all__ = [
     "PYTHON",
@@ -1009,7 +1010,7 @@ def _replan_one(
     moves = timing.stored_moves(plan.decided)
     if moves != current.decided_moves:
         fields["decided_moves"] = moves
-    skipped = [(m.at, timing.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
+    skipped = [(m.at, timing.SkipReason.CALENDAR, timing.calendar_note(m)) for m in plan.excluded]
     if plan.late:
         policy = current.catch_up_policy
         fire = timing.late_to_fire(policy, plan.late, now)
@@ -1023,7 +1024,7 @@ def _replan_one(
                 "passed over too."
             )
         fired = set(fire)
-        skipped += [(at, timing.MISSED, passed) for at in plan.late if at not in fired]
+        skipped += [(at, timing.SkipReason.MISSED, passed) for at in plan.late if at not in fired]
         if fire:
             _wake_after_commit(db, current.pk)
     if skipped:
@@ -1231,9 +1232,9 @@ def _record_paused_over(
     ledger.record_skipped(
         schedule,
         [
-            (m.at, timing.DST_SKIPPED, timing.dst_note(spec, m))
+            (m.at, timing.SkipReason.DST, timing.dst_note(spec, m))
             if m.skipped
-            else (m.at, timing.PAUSED, note)
+            else (m.at, timing.SkipReason.PAUSED, note)
             for m in passed
         ],
         now=clock.now(),
@@ -1270,7 +1271,7 @@ def _replace_next_run(schedule: Schedule, replaced_by: datetime, now: datetime, 
     note = f"Replaced by the run now at {replaced_by:%Y-%m-%d %H:%M:%S.%f}"[:-3] + " UTC."
     ledger.record_skipped(
         schedule,
-        [(nominal, timing.REPLACED, note)],
+        [(nominal, timing.SkipReason.REPLACED, note)],
         now=now,
         worker_id="run_now",
         using=db,

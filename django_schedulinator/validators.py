@@ -100,6 +100,7 @@ def validate_json_depth(value: Any) -> None:
 
 
 MAX_CALENDARS = 10  # on one schedule
+MAX_DAYS = 5000  # in one calendar
 CALENDAR_NAME = re.compile(r"^[-a-zA-Z0-9_]+\Z")
 
 

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from unittest import mock
 
 import pytest
 import time_machine
@@ -17,17 +16,17 @@ from django.db import DatabaseError, connection, connections
 from django.utils import timezone
 
 import django_schedulinator
-from django_schedulinator import timing as timing_module
 from django_schedulinator.index import clock
 from django_schedulinator.index.connection import get_redis
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.timing import truncate_ms
+from django_schedulinator.timing import truncate_ms, walks
 
 from .support import commits
 from .support.processes import Schedulers
 from .support.redis_server import RedisServer, lose_redis
 from .support.rejections import PAYLOAD_LIMIT
 from .support.rule_work import RuleWork, counting
+from .support.timing_calls import replaced
 from .support.walks import TooMuchWork
 
 if TYPE_CHECKING:
@@ -166,18 +165,20 @@ def small_payload_limit(settings: Any, key_prefix: str) -> None:
 @pytest.fixture
 def walls() -> Iterator[list[int]]:
     """Counts the wall times examined; a walk past 20,000 of them fails at once."""
-    timing_module._cron_next.cache_clear()  # a cold cache: count the real work
-    timing_module._cron_prev.cache_clear()
+    walks.cron_next.cache_clear()  # a cold cache: count the real work
+    walks.cron_prev.cache_clear()
     examined = [0]
-    moments_of_wall = timing_module._moments_of_wall
 
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        examined[0] += 1
-        if examined[0] > 20_000:
-            raise TooMuchWork("examined more than 20,000 wall times")
-        return moments_of_wall(*args, **kwargs)
+    def counter(moments_of_wall: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            examined[0] += 1
+            if examined[0] > 20_000:
+                raise TooMuchWork("examined more than 20,000 wall times")
+            return moments_of_wall(*args, **kwargs)
 
-    with mock.patch.object(timing_module, "_moments_of_wall", counting):
+        return counting
+
+    with replaced("moments_of_wall", counter):
         yield examined
 
 

@@ -1,7 +1,7 @@
 """Policies through the claim: a real scheduler (claim script, re-check, ledger, index) on a real
 Redis and database, driven by a controlled clock (``tests/support/simulation.py``), over days of
 schedules: DST gaps and folds, catch-up after downtime, overlap, jitter, limits and anchors
-(``django_schedulinator/scheduler/claiming.py`` applies them; ``timing.py`` computes them,
+(``django_schedulinator/scheduler/claiming.py`` applies them; ``timing/`` computes them,
 tested on its own in ``test_timing.py``). Each test asserts what reached the ledger: which
 occurrences fired, which were skipped and why."""
 

@@ -4,7 +4,7 @@ Every expectation below is a literal UTC instant worked out by hand from the tra
 times in ``CHANGES`` (which ``test_the_changes_are_where_the_tables_say`` checks against
 tzdata). A moment is written ``"2026-03-08T07:30Z shifted"``: the instant, then its
 ``Moment.dst`` flag when it has one. The brute-force check at the end recomputes every
-transition minute by minute, independently of ``timing.py``.
+transition minute by minute, independently of ``timing``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_schedulinator.timing import (
-    CRON,
-    INTERVAL,
+    Kind,
     Moment,
     Timing,
     first_run_at,
@@ -56,7 +55,7 @@ def normalized(moments: Iterable[str]) -> list[str]:
 
 
 def cron_timing(zone: str, cron: str, gap: str = "shift", fold: str = "first") -> Timing:
-    return Timing(kind=CRON, cron=cron, timezone=zone, dst_gap=gap, dst_fold=fold)
+    return Timing(kind=Kind.CRON, cron=cron, timezone=zone, dst_gap=gap, dst_fold=fold)
 
 
 def policy_timing(zone: str, cron: str, policy: str) -> Timing:
@@ -778,7 +777,7 @@ INTERVALS = [
 def test_intervals_are_exact_durations_whatever_the_clocks_do(
     zone: str, interval: timedelta, anchor: str, runs: tuple[str, ...], walls: tuple[str, ...]
 ) -> None:
-    timing = Timing(kind=INTERVAL, interval=interval, timezone=zone, anchor_at=utc(anchor))
+    timing = Timing(kind=Kind.INTERVAL, interval=interval, timezone=zone, anchor_at=utc(anchor))
     got = forward(timing, utc(anchor) + ONE_MS, utc(runs[-1]) + ONE_MS)
     assert shown(got) == list(runs)
     assert [f"{m.at.astimezone(ZoneInfo(zone)):%Y-%m-%d %H:%M %Z}" for m in got] == list(walls)

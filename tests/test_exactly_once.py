@@ -476,7 +476,7 @@ def test_run_scheduler_on_an_older_tz_release_exits_saying_what_to_install(
 
 
 def test_tz_version_order() -> None:
-    from django_schedulinator.zonedata import newer
+    from django_schedulinator.timing.zonedata import newer
 
     assert all(
         newer(a, b) for a, b in [("2025a", "2024b"), ("2024b", "2024a"), ("2024aa", "2024z")]

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from django_schedulinator import ical
 from django_schedulinator.calendars import icalendar_days
-from django_schedulinator.models import MAX_DAYS
 from django_schedulinator.timing import get_zone
+from django_schedulinator.validators import MAX_DAYS
 
 from .support.rule_work import RuleWork
 

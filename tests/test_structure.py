@@ -17,8 +17,20 @@ import pytest
 from django.core.management import call_command
 
 import django_schedulinator
-from django_schedulinator.models import Run
+from django_schedulinator.conf import CATCH_UP_MODES, NOTIFY_EVENTS
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus, RunStatus
+from django_schedulinator.timing.vocabulary import (
+    CalendarRule,
+    CatchUpMode,
+    DayRule,
+    DstFold,
+    DstGap,
+    Kind,
+    NotifyEvent,
+    Overlap,
+    SkipReason,
+)
 
 PACKAGE = "django_schedulinator"
 # The package as imported: the installed wheel when the suite runs against it.
@@ -146,6 +158,29 @@ def test_the_loops_modules_import_one_way() -> None:
     }
     assert users.pop(f"{PACKAGE}.apps") == {f"{LOOP_PACKAGE}.transient"}
     assert set(users) == {f"{PACKAGE}.management.commands.run_scheduler"}
+
+
+# The timing rules (``timing/``), in the order its docstring reads them: each module imports
+# only those before it, and outside the package only the errors: no model, no setting, no
+# Redis. The calendars' days come in as days.
+TIMING_PACKAGE = f"{PACKAGE}.timing"
+TIMING = [
+    "vocabulary", "instants", "cron", "moments", "walks", "days", "plain", "calendars", "spec",
+    "replan", "jitter", "describe", "catchup", "zonedata",
+]  # fmt: skip
+
+
+def test_the_timing_rules_import_one_way_and_nothing_above_them() -> None:
+    graph = import_graph()
+    prefix = f"{TIMING_PACKAGE}."
+    modules = {module.removeprefix(prefix) for module in graph if module.startswith(prefix)}
+    assert modules == set(TIMING)
+    for position, name in enumerate(TIMING):
+        imported = graph[prefix + name]
+        inside = {module.removeprefix(prefix) for module in imported if module.startswith(prefix)}
+        outside = {module for module in imported if not module.startswith(prefix)}
+        assert inside <= set(TIMING[:position]), name
+        assert outside <= {f"{PACKAGE}.errors"}, name
 
 
 def _unlocked_counts(path: Path) -> list[str]:
@@ -306,6 +341,27 @@ def test_the_outcome_and_report_statuses_are_run_statuses() -> None:
     assert {s.value for s in OutcomeStatus} - run_statuses == {"retry"}
     assert {s.value for s in ReportedStatus} - run_statuses == {"started"}
     assert Run.Status is RunStatus
+
+
+# Each vocabulary is spelled once, in timing/vocabulary.py: the models' choices and the
+# settings' accepted values are built from it, value for value.
+def test_the_choices_and_the_settings_are_built_from_the_vocabularies() -> None:
+    built = {
+        Schedule.Kind: Kind,
+        Schedule.DstGap: DstGap,
+        Schedule.DstFold: DstFold,
+        Schedule.DayRule: DayRule,
+        Schedule.CalendarRule: CalendarRule,
+        Schedule.CatchUp: CatchUpMode,
+        Schedule.Overlap: Overlap,
+        Run.SkipReason: SkipReason,
+    }
+    for choices, vocabulary in built.items():
+        assert sorted(choices.values) == sorted(vocabulary), choices.__qualname__
+        # Plain strings, as a migration writes them (a member would be written as itself).
+        assert {type(value) for value in choices.values} == {str}, choices.__qualname__
+    assert tuple(CatchUpMode) == CATCH_UP_MODES
+    assert tuple(NotifyEvent) == NOTIFY_EVENTS
 
 
 def test_the_write_check_finds_a_write(tmp_path: Path) -> None:

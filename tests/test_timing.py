@@ -7,13 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from django_schedulinator.errors import TimingError
 from django_schedulinator.timing import (
-    CRON,
-    INTERVAL,
-    ONCE,
     CatchUp,
+    Kind,
     Timing,
-    TimingError,
     first_run_at,
     from_ms,
     normalize_cron,
@@ -47,13 +45,13 @@ def test_invalid_cron_raises(bad: str) -> None:
 
 
 def test_cron_is_evaluated_in_the_schedules_zone_and_stored_in_utc() -> None:
-    spec = Timing(kind=CRON, cron="0 9 * * *", timezone="Europe/Berlin")
+    spec = Timing(kind=Kind.CRON, cron="0 9 * * *", timezone="Europe/Berlin")
     # 09:00 in Berlin in November (UTC+1) is 08:00 UTC.
     assert first_run_at(spec, NOW) == datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 
 
 def test_seconds_field_leads() -> None:
-    spec = Timing(kind=CRON, cron="*/10 * * * * *", timezone="UTC")
+    spec = Timing(kind=Kind.CRON, cron="*/10 * * * * *", timezone="UTC")
     assert first_run_at(spec, NOW) == datetime(2026, 11, 21, 12, 0, 10, tzinfo=UTC)
 
 
@@ -64,7 +62,7 @@ def plan(spec: Timing, nominal: datetime, now: datetime, **policy: object):
 
 
 def test_interval_stays_anchored_on_nominal_times_and_fires_the_latest_missed() -> None:
-    spec = Timing(kind=INTERVAL, interval=timedelta(minutes=5))
+    spec = Timing(kind=Kind.INTERVAL, interval=timedelta(minutes=5))
     nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
     # On time: it fires, and moves exactly one interval on.
     on_time = plan(spec, nominal, nominal + timedelta(seconds=3))
@@ -81,7 +79,7 @@ def test_interval_stays_anchored_on_nominal_times_and_fires_the_latest_missed() 
 
 
 def test_cron_after_downtime_fires_the_latest_then_moves_past_now() -> None:
-    spec = Timing(kind=CRON, cron="*/15 * * * *", timezone="UTC")
+    spec = Timing(kind=Kind.CRON, cron="*/15 * * * *", timezone="UTC")
     nominal = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
     result = plan(spec, nominal, NOW)
     assert result.fire == [datetime(2026, 11, 21, 12, 0, tzinfo=UTC)]
@@ -95,7 +93,7 @@ def test_cron_after_downtime_fires_the_latest_then_moves_past_now() -> None:
 )
 def test_catch_up_policies(mode: str, fired_minutes: list[int]) -> None:
     # Down from 09:00 to 12:00:00.123; "all" fires what is at most an hour late.
-    spec = Timing(kind=CRON, cron="*/15 * * * *", timezone="UTC")
+    spec = Timing(kind=Kind.CRON, cron="*/15 * * * *", timezone="UTC")
     nominal = datetime(2026, 11, 21, 9, 0, tzinfo=UTC)
     result = plan(spec, nominal, NOW, mode=mode, window=timedelta(hours=1))
     assert [at.minute for at in result.fire] == fired_minutes
@@ -103,7 +101,7 @@ def test_catch_up_policies(mode: str, fired_minutes: list[int]) -> None:
 
 
 def test_catch_up_skip_fires_nothing_missed() -> None:
-    spec = Timing(kind=CRON, cron="0 * * * *", timezone="UTC")
+    spec = Timing(kind=Kind.CRON, cron="0 * * * *", timezone="UTC")
     nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
     result = plan(spec, nominal, NOW.replace(minute=5), mode="skip")
     assert result.fire == []  # 12:00 is 5 minutes late, more than the 1 minute grace
@@ -112,7 +110,7 @@ def test_catch_up_skip_fires_nothing_missed() -> None:
 
 
 def test_a_one_off_runs_once_or_expires() -> None:
-    spec = Timing(kind=ONCE, run_at=NOW)
+    spec = Timing(kind=Kind.ONCE, run_at=NOW)
     assert first_run_at(spec, NOW - timedelta(hours=1)) == truncate_ms(NOW)
     on_time = plan(spec, truncate_ms(NOW), NOW)
     assert on_time.fire == [truncate_ms(NOW)]
@@ -123,7 +121,7 @@ def test_a_one_off_runs_once_or_expires() -> None:
 
 
 def test_max_runs_finishes_the_schedule() -> None:
-    spec = Timing(kind=INTERVAL, interval=timedelta(minutes=5))
+    spec = Timing(kind=Kind.INTERVAL, interval=timedelta(minutes=5))
     nominal = datetime(2026, 11, 21, 11, 0, tzinfo=UTC)
     last = plan_due(
         spec, CatchUp(), schedule_id=1, nominal=nominal, due_at=nominal, now=nominal,
@@ -135,7 +133,7 @@ def test_max_runs_finishes_the_schedule() -> None:
 
 def test_an_anchor_puts_intervals_on_its_grid() -> None:
     anchor = datetime(2026, 1, 1, 0, 15, tzinfo=UTC)
-    spec = Timing(kind=INTERVAL, interval=timedelta(hours=1), anchor_at=anchor)
+    spec = Timing(kind=Kind.INTERVAL, interval=timedelta(hours=1), anchor_at=anchor)
     assert first_run_at(spec, NOW) == datetime(2026, 11, 21, 12, 15, tzinfo=UTC)
 
 
@@ -150,7 +148,7 @@ def ms(text: str) -> datetime:
 
 
 def test_an_interval_starting_at_microseconds_starts_at_its_millisecond() -> None:
-    daily = Timing(kind=INTERVAL, interval=timedelta(days=1), start_at=START_US)
+    daily = Timing(kind=Kind.INTERVAL, interval=timedelta(days=1), start_at=START_US)
     # A start ahead of now: the first run is the start (it was a day later).
     assert first_run_at(daily, NOW) == ms("2026-11-21T12:00:24.701")
     # Read from before the start, forward and backward, the start is the first occurrence.
@@ -164,7 +162,7 @@ def test_an_interval_starting_at_microseconds_starts_at_its_millisecond() -> Non
 
 def test_a_window_with_microseconds_holds_whole_milliseconds() -> None:
     every_second = Timing(
-        kind=INTERVAL,
+        kind=Kind.INTERVAL,
         interval=timedelta(seconds=1),
         start_at=START_US,
         end_at=datetime(2026, 11, 21, 12, 0, 26, 701900, tzinfo=UTC),
@@ -176,7 +174,7 @@ def test_a_window_with_microseconds_holds_whole_milliseconds() -> None:
     ]
     # A cron (seconds field) whose match is the start's own millisecond starts there.
     at_24s = Timing(
-        kind=CRON,
+        kind=Kind.CRON,
         cron="24 0 12 * * *",
         timezone="UTC",
         start_at=datetime(2026, 11, 21, 12, 0, 24, 500, tzinfo=UTC),

@@ -15,15 +15,15 @@ from zoneinfo import ZoneInfo
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
     CAL_MOVED,
     CAL_SKIPPED,
-    CALENDAR,
     CatchUp,
     DayCalendar,
     Moment,
+    SkipReason,
     Timing,
+    catchup,
     describe,
     occurrences,
     occurrences_before,
@@ -145,7 +145,9 @@ def test_a_late_claim_fires_the_day_after_and_records_the_holiday() -> None:
         now=utc("2026-12-26T10:00"),
     )
     assert plan.fire == [utc("2026-12-26T09:00")]
-    assert [(s.at, s.reason) for s in plan.skips] == [(utc("2026-12-25T09:00"), CALENDAR)]
+    assert [(s.at, s.reason) for s in plan.skips] == [
+        (utc("2026-12-25T09:00"), SkipReason.CALENDAR)
+    ]
     assert "day 2026-12-25" in plan.skips[0].note
     assert plan.next_run_at == utc("2026-12-27T09:00")
 
@@ -326,7 +328,7 @@ def test_the_quick_plan_is_the_plan(
     spec = Timing(kind="cron", cron=expr, timezone=zone, dst_gap=gap, calendar=calendar)
     moment = next(occurrences(spec, START + timedelta(minutes=start_minutes), include_skipped=True))
     now = moment.at + timedelta(minutes=late_minutes)
-    quick = timing_module._plan_one(spec, CatchUp(), moment.at, None, now, None)
+    quick = catchup._plan_one(spec, CatchUp(), moment.at, None, now, None)
     if quick is None:
         return
     walked = plan_due(

@@ -15,9 +15,8 @@ from django.core.management import call_command
 
 from django_schedulinator.models import Schedule
 from django_schedulinator.timing import (
-    CRON,
-    DAYS_BOTH,
-    DAYS_EITHER,
+    DayRule,
+    Kind,
     Timing,
     describe,
     occurrences,
@@ -30,8 +29,8 @@ from .support.schedules import make_schedule
 from .support.simulation import Simulation, fired, utc
 
 BERLIN = "Europe/Berlin"
-FIRST_MONDAY = Timing(kind=CRON, cron="30 6 1-7 * 1", timezone=BERLIN, day_rule=DAYS_BOTH)
-FRIDAY_13TH = Timing(kind=CRON, cron="0 9 13 * 5", timezone=BERLIN, day_rule=DAYS_BOTH)
+FIRST_MONDAY = Timing(kind=Kind.CRON, cron="30 6 1-7 * 1", timezone=BERLIN, day_rule=DayRule.BOTH)
+FRIDAY_13TH = Timing(kind=Kind.CRON, cron="0 9 13 * 5", timezone=BERLIN, day_rule=DayRule.BOTH)
 
 
 def after(timing: Timing, start: datetime, count: int) -> list[datetime]:
@@ -58,8 +57,8 @@ def test_the_first_monday_of_the_month_across_both_berlin_changes() -> None:
 
 
 def test_cron_s_own_rule_fires_on_either_day_field() -> None:
-    either = Timing(kind=CRON, cron="30 6 1-7 * 1", timezone=BERLIN)
-    assert either.day_rule == DAYS_EITHER  # the default
+    either = Timing(kind=Kind.CRON, cron="30 6 1-7 * 1", timezone=BERLIN)
+    assert either.day_rule == DayRule.EITHER  # the default
     # Every Monday, and every day from the 1st to the 7th.
     assert after(either, utc("2027-01-15T00:00"), 4) == [
         utc("2027-01-18T05:30"),  # a Monday
@@ -81,7 +80,9 @@ def test_friday_the_13th() -> None:
 
 def test_both_fields_and_the_dst_policy_meet() -> None:
     # The last Sunday of March at 02:30 in Berlin: the very hour the clocks skip.
-    last_sunday = Timing(kind=CRON, cron="30 2 25-31 3 0", timezone=BERLIN, day_rule=DAYS_BOTH)
+    last_sunday = Timing(
+        kind=Kind.CRON, cron="30 2 25-31 3 0", timezone=BERLIN, day_rule=DayRule.BOTH
+    )
     assert after(last_sunday, utc("2027-01-01T00:00"), 2) == [
         utc("2027-03-28T01:30"),  # shifted to 03:30 CEST
         utc("2028-03-26T01:30"),
@@ -93,18 +94,18 @@ def test_both_fields_and_the_dst_policy_meet() -> None:
 
 @pytest.mark.parametrize("cron", ["30 6 * * 1", "30 6 1-7 * *", "*/20 6 */2 * 1-5", "@monthly"])
 def test_the_rule_changes_nothing_when_a_day_field_is_a_star(cron: str) -> None:
-    either = Timing(kind=CRON, cron=cron, timezone=BERLIN)
-    both = Timing(kind=CRON, cron=cron, timezone=BERLIN, day_rule=DAYS_BOTH)
+    either = Timing(kind=Kind.CRON, cron=cron, timezone=BERLIN)
+    both = Timing(kind=Kind.CRON, cron=cron, timezone=BERLIN, day_rule=DayRule.BOTH)
     start = utc("2027-01-01T00:00")
     assert after(both, start, 40) == after(either, start, 40)
     assert describe(both) == describe(either)
 
 
 def test_the_rule_is_validated() -> None:
-    assert Timing(kind=CRON, cron="0 0 30 2 1", timezone=BERLIN).validate() == {}
-    never = Timing(kind=CRON, cron="0 0 30 2 1", timezone=BERLIN, day_rule=DAYS_BOTH)
+    assert Timing(kind=Kind.CRON, cron="0 0 30 2 1", timezone=BERLIN).validate() == {}
+    never = Timing(kind=Kind.CRON, cron="0 0 30 2 1", timezone=BERLIN, day_rule=DayRule.BOTH)
     assert "never matches" in never.validate()["cron"]
-    unknown = Timing(kind=CRON, cron="0 0 1 * 1", timezone=BERLIN, day_rule="and")
+    unknown = Timing(kind=Kind.CRON, cron="0 0 1 * 1", timezone=BERLIN, day_rule="and")
     assert unknown.validate() == {"day_rule": "Unknown day rule 'and'; use either or both."}
 
 
@@ -113,21 +114,25 @@ def test_the_rule_is_validated() -> None:
     [
         (
             "30 6 1-7 * 1",
-            DAYS_BOTH,
+            DayRule.BOTH,
             "At 06:30, between day 1 and 7 of the month, but only on Monday",
         ),
-        ("30 6 1-7 * 1", DAYS_EITHER, "At 06:30, between day 1 and 7 of the month, or on Monday"),
-        ("0 9 13 * 5", DAYS_BOTH, "At 09:00, on day 13 of the month, but only on Friday"),
+        (
+            "30 6 1-7 * 1",
+            DayRule.EITHER,
+            "At 06:30, between day 1 and 7 of the month, or on Monday",
+        ),
+        ("0 9 13 * 5", DayRule.BOTH, "At 09:00, on day 13 of the month, but only on Friday"),
         (
             "0 9 1,15 * mon-fri",
-            DAYS_BOTH,
+            DayRule.BOTH,
             "At 09:00, on day 1 and 15 of the month, but only Monday through Friday",
         ),
-        ("0 6 * * 1-5", DAYS_BOTH, "At 06:00, Monday through Friday"),
+        ("0 6 * * 1-5", DayRule.BOTH, "At 06:00, Monday through Friday"),
     ],
 )
 def test_the_description_says_which_days(cron: str, rule: str, text: str) -> None:
-    timing = Timing(kind=CRON, cron=cron, timezone=BERLIN, day_rule=rule)
+    timing = Timing(kind=Kind.CRON, cron=cron, timezone=BERLIN, day_rule=rule)
     assert describe(timing) == f"{text} ({BERLIN})"
 
 

@@ -53,39 +53,27 @@ from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, time, timedelta
 from itertools import islice, pairwise
 from typing import NamedTuple
-from unittest import mock
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim
 from hypothesis import Phase, assume, example, given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import timing as timing_module
 from django_schedulinator.timing import (
-    CATCH_UP_ALL,
-    CATCH_UP_LATEST,
-    CATCH_UP_SKIP,
-    CRON,
-    DAYS_BOTH,
-    DAYS_EITHER,
     DST_FIRST,
     DST_SECOND,
     DST_SHIFT,
     DST_SKIP,
-    DST_SKIPPED,
-    EXPIRED,
-    FOLD_BOTH,
-    FOLD_FIRST,
-    FOLD_SECOND,
-    GAP_SHIFT,
-    GAP_SKIP,
-    INTERVAL,
     MAX_JITTER,
-    MISSED,
-    ONCE,
     ONE_MS,
     CatchUp,
+    CatchUpMode,
+    DayRule,
+    DstFold,
+    DstGap,
+    Kind,
     Moment,
+    SkipReason,
     Timing,
     due_time,
     first_run_at,
@@ -98,7 +86,10 @@ from django_schedulinator.timing import (
     preview,
     to_ms,
     truncate_ms,
+    walks,
 )
+
+from .support.timing_calls import replaced
 
 # -- zones and their offset changes ----------------------------------------------------------
 
@@ -431,19 +422,19 @@ def intervals() -> st.SearchStrategy[timedelta]:
     )
 
 
-gap_policies = st.sampled_from([GAP_SHIFT, GAP_SKIP])
-day_rules = st.sampled_from([DAYS_EITHER, DAYS_BOTH])
+gap_policies = st.sampled_from([DstGap.SHIFT, DstGap.SKIP])
+day_rules = st.sampled_from([DayRule.EITHER, DayRule.BOTH])
 
 
 def under_day_rule(spec: CronSpec, day_rule: str) -> CronSpec:
     """The spec under ``day_rule`` (assumed to match some day: "both" can match none)."""
-    if day_rule == DAYS_EITHER:
+    if day_rule == DayRule.EITHER:
         return spec
-    assume("cron" not in Timing(kind=CRON, cron=spec.text, day_rule=day_rule).validate())
+    assume("cron" not in Timing(kind=Kind.CRON, cron=spec.text, day_rule=day_rule).validate())
     return replace(spec, days_and=True)
 
 
-fold_policies = st.sampled_from([FOLD_FIRST, FOLD_SECOND, FOLD_BOTH])
+fold_policies = st.sampled_from([DstFold.FIRST, DstFold.SECOND, DstFold.BOTH])
 
 
 class Case(NamedTuple):
@@ -465,7 +456,7 @@ def cron_cases(draw: st.DrawFn, window: bool = True) -> Case:
     largest = HOUR if len(spec.text.split()) == 6 else DAY
     start = draw(instants(zone, largest_change=largest))
     timing = Timing(
-        kind=CRON,
+        kind=Kind.CRON,
         cron=spec.text,
         timezone=zone,
         dst_gap=draw(gap_policies),
@@ -491,7 +482,7 @@ def interval_cases(draw: st.DrawFn, window: bool = True) -> Case:
     start = draw(instants())
     anchor = start + timedelta(milliseconds=draw(st.integers(-(10**11), 10**11)))
     where = draw(st.sampled_from(["anchor_at", "start_at", "argument"]))
-    timing = Timing(kind=INTERVAL, interval=interval, timezone=draw(st.sampled_from(ZONES)))
+    timing = Timing(kind=Kind.INTERVAL, interval=interval, timezone=draw(st.sampled_from(ZONES)))
     if where == "anchor_at":
         timing = replace(timing, anchor_at=anchor)
     elif where == "start_at":
@@ -529,7 +520,7 @@ def dst_cron_cases(draw: st.DrawFn) -> Case:
         fields += [_every(1, 31), _every(1, 12), _every(0, 7)]
         spec = spec_of(f"{wall.minute} {hour_text} * * *", fields)
     timing = Timing(
-        kind=CRON,
+        kind=Kind.CRON,
         cron=spec.text,
         timezone=zone,
         dst_gap=draw(gap_policies),
@@ -599,14 +590,14 @@ def test_occurrences_strictly_increase(case: Case, count: int, include_skipped: 
 def _new_york_hourly(gap: str) -> Case:
     """Hourly in New York just after 02:00 was skipped (14 March 2010): the 02:00 marker
     and 03:00 share the instant 07:00 UTC."""
-    timing = Timing(kind=CRON, cron="@hourly", timezone="America/New_York", dst_gap=gap)
+    timing = Timing(kind=Kind.CRON, cron="@hourly", timezone="America/New_York", dst_gap=gap)
     return Case(timing, None, datetime(2010, 3, 14, 7, 30, tzinfo=UTC), None)
 
 
 @settings(max_examples=250, deadline=None, database=None)
 @given(case=timing_cases(), count=st.integers(1, 8), include_skipped=st.booleans())
-@example(case=_new_york_hourly(GAP_SKIP), count=1, include_skipped=False)
-@example(case=_new_york_hourly(GAP_SHIFT), count=1, include_skipped=False)
+@example(case=_new_york_hourly(DstGap.SKIP), count=1, include_skipped=False)
+@example(case=_new_york_hourly(DstGap.SHIFT), count=1, include_skipped=False)
 def test_occurrences_before_mirrors_occurrences(
     case: Case, count: int, include_skipped: bool
 ) -> None:
@@ -682,11 +673,11 @@ def lattice_spacing_bound(period: timedelta, zone_name: str, gap: str, fold: str
             continue
         if p > d:
             bound = min(bound, p - d)
-        elif gap == GAP_SKIP:
+        elif gap == DstGap.SKIP:
             bound = min(bound, p - r)
         else:
             bound = min(bound, r, p - r)
-    if fold == FOLD_BOTH:
+    if fold == DstFold.BOTH:
         for d in fold_lengths(zone_name):
             r = d % p
             if r:
@@ -742,7 +733,7 @@ def lattice_cases(draw: st.DrawFn) -> tuple[Timing, Lattice, datetime, int]:
     else:
         start = draw(instants(zone, near_changes=False))
     timing = Timing(
-        kind=CRON,
+        kind=Kind.CRON,
         cron=lattice.expr,
         timezone=zone,
         dst_gap=draw(gap_policies),
@@ -805,7 +796,7 @@ def test_cron_agrees_with_a_reference_away_from_offset_changes(
     assume(limit > start + HOUR)
     count = 12
     timing = Timing(
-        kind=CRON, cron=spec.text, timezone=zone, dst_gap=gap, dst_fold=fold, day_rule=day_rule
+        kind=Kind.CRON, cron=spec.text, timezone=zone, dst_gap=gap, dst_fold=fold, day_rule=day_rule
     )
     ours = []
     for moment in occurrences(timing, start):
@@ -874,7 +865,7 @@ def jittered_cases(draw: st.DrawFn) -> Case:
     case = draw(timing_cases(window=False))
     jitter = draw(jitter_lengths)
     timing = replace(case.timing, jitter=jitter)
-    if timing.kind == INTERVAL and case.anchor is not None and timing.anchor_at is None:
+    if timing.kind == Kind.INTERVAL and case.anchor is not None and timing.anchor_at is None:
         # due_time only knows the timing: give the grid its anchor.
         timing = replace(timing, anchor_at=timing.start_at or case.anchor)
     return case._replace(timing=timing)
@@ -884,10 +875,10 @@ def jittered_cases(draw: st.DrawFn) -> Case:
 # leaves a marker an hour after 01:30 but the next occurrence 23 hours after it.
 NEW_YORK_SKIPPED_0230 = Case(
     Timing(
-        kind=CRON,
+        kind=Kind.CRON,
         cron="30 1,2 * * *",
         timezone="America/New_York",
-        dst_gap=GAP_SKIP,
+        dst_gap=DstGap.SKIP,
         jitter=timedelta(hours=2),
     ),
     None,
@@ -961,27 +952,27 @@ def moments_before(timing: Timing, before: datetime, anchor: datetime, count: in
 
 @st.composite
 def plan_cases(draw: st.DrawFn) -> PlanCase:
-    kind = draw(st.sampled_from([CRON, CRON, INTERVAL, ONCE]))
+    kind = draw(st.sampled_from([Kind.CRON, Kind.CRON, Kind.INTERVAL, Kind.ONCE]))
     schedule_id = draw(st.integers(1, 10**6))
-    if kind == ONCE:
+    if kind == Kind.ONCE:
         zone = draw(st.sampled_from(ZONES))
         run_at = draw(instants(zone))
-        timing = Timing(kind=ONCE, run_at=run_at, timezone=zone)
+        timing = Timing(kind=Kind.ONCE, run_at=run_at, timezone=zone)
         nominal = run_at
     else:
-        if kind == CRON:
+        if kind == Kind.CRON:
             case = draw(st.one_of(cron_cases(window=False), dst_cron_cases()))
         else:
             case = draw(interval_cases(window=False))
         timing = case.timing
-        if kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+        if kind == Kind.INTERVAL and timing.anchor_at is None and timing.start_at is None:
             anchor = case.anchor  # a schedule's own nominal time anchors its grid
         else:
             anchor = None
         first = next(occurrences(timing, case.start, anchor=anchor, include_skipped=True))
         nominal = first.at
         if draw(st.integers(0, 3)) == 0 and timing.start_at is None:
-            if kind == CRON:
+            if kind == Kind.CRON:
                 back = timedelta(seconds=draw(st.integers(0, 10 * 86_400)))
             else:  # on the grid: a start_at without anchor_at anchors it
                 back = timing.interval * draw(st.integers(0, 5))  # type: ignore[operator]
@@ -1001,7 +992,7 @@ def plan_cases(draw: st.DrawFn) -> PlanCase:
     )
     now = (due_at or due_time(timing, schedule_id, nominal)) + timedelta(milliseconds=late)
     catch_up = CatchUp(
-        mode=draw(st.sampled_from([CATCH_UP_LATEST, CATCH_UP_SKIP, CATCH_UP_ALL])),
+        mode=draw(st.sampled_from([CatchUpMode.LATEST, CatchUpMode.SKIP, CatchUpMode.ALL])),
         window=timedelta(seconds=draw(st.integers(1, 2 * 86_400))),
         max_runs=draw(st.integers(1, 20)),
         grace=timedelta(milliseconds=draw(st.integers(0, 3_600_000))),
@@ -1020,9 +1011,9 @@ def plan_cases(draw: st.DrawFn) -> PlanCase:
 
 def _threshold(catch_up: CatchUp) -> timedelta | None:
     """How late an occurrence may fire: None for "latest" (any lateness)."""
-    if catch_up.mode == CATCH_UP_SKIP:
+    if catch_up.mode == CatchUpMode.SKIP:
         return catch_up.grace
-    if catch_up.mode == CATCH_UP_ALL:
+    if catch_up.mode == CatchUpMode.ALL:
         return catch_up.window
     return None
 
@@ -1056,7 +1047,7 @@ def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase)
         return due_time(timing, sid, moment.at, anchor=n0)
 
     # The caps.
-    cap = 1 if catch_up.mode == CATCH_UP_LATEST else catch_up.max_runs
+    cap = 1 if catch_up.mode == CatchUpMode.LATEST else catch_up.max_runs
     if case.runs_left is not None:
         cap = min(cap, case.runs_left)
     assert len(plan.fire) <= cap
@@ -1086,9 +1077,11 @@ def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase)
         assert moment is not None, skip
         assert due(moment) <= now, skip
         if moment.skipped:
-            assert skip.reason == DST_SKIPPED, skip
+            assert skip.reason == SkipReason.DST, skip
         else:
-            assert skip.reason == (EXPIRED if timing.kind == ONCE else MISSED), skip
+            assert skip.reason == (
+                SkipReason.EXPIRED if timing.kind == Kind.ONCE else SkipReason.MISSED
+            ), skip
 
     # Fired: the most recent due occurrences (a run of consecutive ones).
     candidates = [
@@ -1116,12 +1109,12 @@ def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase)
     if plan.next_run_at is None:
         assert (
             finished
-            or timing.kind == ONCE
+            or timing.kind == Kind.ONCE
             or next(occurrences(timing, now, anchor=n0, include_skipped=True), None) is None
         )
     else:
         assert not finished
-        assert timing.kind != ONCE
+        assert timing.kind != Kind.ONCE
         assert all(at < plan.next_run_at for at in handled)
         assert plan.due_at is not None
         assert plan.due_at > now
@@ -1158,7 +1151,7 @@ def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase)
     timing=st.one_of(
         st.builds(
             Timing,
-            kind=st.just(CRON),
+            kind=st.just(Kind.CRON),
             cron=st.sampled_from(["* * * * * *", "*/2 * * * * *", "* * * * *"]),
             timezone=st.sampled_from(ZONES),
             dst_gap=gap_policies,
@@ -1167,13 +1160,13 @@ def test_catch_up_fires_within_the_caps_and_only_due_occurrences(case: PlanCase)
         ),
         st.builds(
             Timing,
-            kind=st.just(INTERVAL),
+            kind=st.just(Kind.INTERVAL),
             interval=st.sampled_from([timedelta(seconds=1), timedelta(seconds=3)]),
         ),
     ),
     nominal=instants(near_changes=False),
     outage=st.integers(7 * 86_400, 30 * 86_400).map(lambda s: timedelta(seconds=s)),
-    mode=st.sampled_from([CATCH_UP_LATEST, CATCH_UP_SKIP, CATCH_UP_ALL]),
+    mode=st.sampled_from([CatchUpMode.LATEST, CatchUpMode.SKIP, CatchUpMode.ALL]),
     max_runs=st.integers(1, 1000),
     skips_recorded=st.integers(0, 1000),
 )
@@ -1203,10 +1196,7 @@ def test_a_huge_backlog_is_planned_quickly(
 
         return count
 
-    with (
-        mock.patch.object(timing_module, "following", counted(timing_module.following)),
-        mock.patch.object(timing_module, "preceding", counted(timing_module.preceding)),
-    ):
+    with replaced("following", counted), replaced("preceding", counted):
         plan = plan_due(
             timing,
             catch_up,
@@ -1219,11 +1209,11 @@ def test_a_huge_backlog_is_planned_quickly(
     # About two walks of the caps (forwards until "too many", then back from now), never
     # the backlog (at least 200,000 occurrences here).
     assert steps <= 3 * (max_runs + skips_recorded + 1) + 10
-    assert len(plan.fire) <= (1 if mode == CATCH_UP_LATEST else max_runs)
+    assert len(plan.fire) <= (1 if mode == CatchUpMode.LATEST else max_runs)
     assert len(plan.skips) <= skips_recorded
     # The most recent occurrence (at most a period and the jitter ago) fires, except under
     # "skip" when it is more than the grace (a minute) late.
-    assert (plan.fire and now - plan.fire[-1] < 2 * MINUTE) or mode == CATCH_UP_SKIP
+    assert (plan.fire and now - plan.fire[-1] < 2 * MINUTE) or mode == CatchUpMode.SKIP
     assert plan.next_run_at is not None
     assert plan.due_at is not None
     assert plan.due_at > now
@@ -1287,22 +1277,26 @@ def test_a_dense_cron_near_an_offset_change_is_quick(
     planning it must not take seconds. (Under gap "shift" and fold "both" every
     whole UTC second is an occurrence, so the nominal time costs nothing to find.)"""
     zone, transition = change
-    timing_module._cron_next.cache_clear()  # a claim meets new instants: a cold cache
-    timing_module._cron_prev.cache_clear()
-    timing = Timing(kind=CRON, cron=cron, timezone=zone, dst_gap=GAP_SHIFT, dst_fold=FOLD_BOTH)
+    walks.cron_next.cache_clear()  # a claim meets new instants: a cold cache
+    walks.cron_prev.cache_clear()
+    timing = Timing(
+        kind=Kind.CRON, cron=cron, timezone=zone, dst_gap=DstGap.SHIFT, dst_fold=DstFold.BOTH
+    )
     now = transition.at + around
     step = 2 if cron.startswith("*/2") else 1
     nominal = now - outage
     nominal -= timedelta(seconds=nominal.second % step, microseconds=nominal.microsecond)
     examined = 0
-    moments_of_wall = timing_module._moments_of_wall
 
-    def counting(*args: object, **kwargs: object) -> object:
-        nonlocal examined
-        examined += 1
-        return moments_of_wall(*args, **kwargs)  # type: ignore[arg-type]
+    def counter(moments_of_wall: Callable[..., object]) -> Callable[..., object]:
+        def counting(*args: object, **kwargs: object) -> object:
+            nonlocal examined
+            examined += 1
+            return moments_of_wall(*args, **kwargs)
 
-    with mock.patch.object(timing_module, "_moments_of_wall", counting):
+        return counting
+
+    with replaced("moments_of_wall", counter):
         plan = plan_due(timing, CatchUp(), schedule_id=7, nominal=nominal, due_at=None, now=now)
     assert plan.fire
     assert len(plan.skips) <= 100
@@ -1313,16 +1307,18 @@ def test_a_dense_cron_near_an_offset_change_is_quick(
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(data=st.data(), kind=st.sampled_from([CRON, INTERVAL, INTERVAL, ONCE]))
+@given(data=st.data(), kind=st.sampled_from([Kind.CRON, Kind.INTERVAL, Kind.INTERVAL, Kind.ONCE]))
 def test_first_run_respects_now_and_the_window(data: st.DataObject, kind: str) -> None:
-    if kind == ONCE:
+    if kind == Kind.ONCE:
         zone = data.draw(st.sampled_from(ZONES))
         run_at = data.draw(instants(zone))
         now = data.draw(instants(zone))
-        timing = Timing(kind=ONCE, run_at=run_at, timezone=zone)
+        timing = Timing(kind=Kind.ONCE, run_at=run_at, timezone=zone)
         assert first_run_at(timing, now) == run_at
         return
-    case = data.draw(cron_cases(window=False) if kind == CRON else interval_cases(window=False))
+    case = data.draw(
+        cron_cases(window=False) if kind == Kind.CRON else interval_cases(window=False)
+    )
     timing, now = case.timing, case.start
     if data.draw(st.booleans()):
         timing = replace(timing, anchor_at=None, start_at=None)  # an interval's plain grid
@@ -1346,7 +1342,7 @@ def test_first_run_respects_now_and_the_window(data: st.DataObject, kind: str) -
         return
     assert first == unbounded
     assert first >= now
-    if kind == CRON and (start_at is None or start_at <= now):
+    if kind == Kind.CRON and (start_at is None or start_at <= now):
         assert first > now  # a cron starts at its first match *after* now
     if start_at is not None:
         assert first >= start_at
@@ -1356,13 +1352,13 @@ def test_first_run_respects_now_and_the_window(data: st.DataObject, kind: str) -
 
     # It is a moment of the schedule, and the first from then on.
     floor = max(now, start_at) if start_at is not None else now
-    if kind == INTERVAL and timing.anchor_at is None and timing.start_at is None:
+    if kind == Kind.INTERVAL and timing.anchor_at is None and timing.start_at is None:
         assert first == truncate_ms(now + timing.interval)  # type: ignore[operator]
         return
     assert moment_of(timing, first, first) is not None
     previous = next(occurrences_before(timing, first, include_skipped=True), None)
     if previous is not None:
-        if kind == CRON and floor == now:
+        if kind == Kind.CRON and floor == now:
             assert previous.at <= now
         else:
             assert previous.at < floor

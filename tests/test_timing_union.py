@@ -14,11 +14,10 @@ from hypothesis import strategies as st
 
 from django_schedulinator.errors import TimingError
 from django_schedulinator.timing import (
-    DAYS_BOTH,
     DST_SHIFT,
-    GAP_SHIFT,
-    GAP_SKIP,
     MAX_CRON_EXPRESSIONS,
+    DayRule,
+    DstGap,
     Moment,
     Timing,
     cron_expressions,
@@ -71,7 +70,7 @@ def test_an_instant_two_expressions_match_is_one_occurrence() -> None:
     ]
 
 
-@pytest.mark.parametrize("gap", [GAP_SHIFT, GAP_SKIP])
+@pytest.mark.parametrize("gap", [DstGap.SHIFT, DstGap.SKIP])
 def test_a_shifted_or_skipped_time_landing_on_another_expressions_time_is_one(gap: str) -> None:
     # Berlin springs forward on Sunday 28 March 2027 at 01:00 UTC (02:00 CET -> 03:00 CEST):
     # 02:30 does not exist. Shifted it is 03:30 CEST, skipped it marks that instant; either
@@ -117,7 +116,7 @@ def test_a_fold_under_both_fires_each_instant_of_the_repeated_time() -> None:
 def test_an_expression_past_its_last_match_leaves_the_others_to_go_on() -> None:
     # cronsim looks a bounded number of years ahead: 29 February on a Monday is rare, the
     # daily time never ends.
-    union = cron("0 0 29 2 1; 0 6 * * *", day_rule=DAYS_BOTH)
+    union = cron("0 0 29 2 1; 0 6 * * *", day_rule=DayRule.BOTH)
     assert instants(first(union, utc("2026-11-26T12:00"), 2)) == [
         utc("2026-11-27T06:00"),
         utc("2026-11-28T06:00"),
@@ -164,7 +163,7 @@ def test_a_bad_expression_is_named_by_its_place(text: str, message: str) -> None
 
 
 def test_the_day_rule_applies_to_each_expression() -> None:
-    errors = cron("0 9 * * *; 0 0 30 2 1", day_rule=DAYS_BOTH).validate()
+    errors = cron("0 9 * * *; 0 0 30 2 1", day_rule=DayRule.BOTH).validate()
     assert "never matches a date when both day fields must match" in errors["cron"]
 
 

@@ -1,4 +1,4 @@
-"""Walks over a schedule's timeline in the timing module (``django_schedulinator/timing.py``)
+"""Walks over a schedule's timeline in the timing package (``django_schedulinator/timing/``)
 do bounded work, even for a cron whose matches are (nearly) all skipped times
 (``tests/support/walks.py`` says why; the ``walls`` fixture counts the work)."""
 

@@ -17,11 +17,11 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.core.management.sql import emit_post_migrate_signal
 
-from django_schedulinator import services, zonedata
+from django_schedulinator import services
 from django_schedulinator.checks import check_zone_database
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Schedule, ScheduleChange, ZoneRules
-from django_schedulinator.timing import Timing, first_run_at, to_ms
+from django_schedulinator.timing import Timing, first_run_at, to_ms, zonedata
 
 from .support import tz_databases
 from .support.commits import committed

@@ -77,15 +77,15 @@ class TimelineKey:
     kind: str
     cron: str = ""
     timezone: str = "UTC"
-    day_rule: str = timing.DAYS_EITHER
-    dst_gap: str = timing.GAP_SHIFT
-    dst_fold: str = timing.FOLD_FIRST
+    day_rule: str = timing.DayRule.EITHER
+    dst_gap: str = timing.DstGap.SHIFT
+    dst_fold: str = timing.DstFold.FIRST
     interval: timedelta | None = None
     # Intervals and one-offs: the minute of their next run (the phase of an interval).
     anchor: datetime | None = None
     # The calendars of excluded days it names, and what it does on their days.
     calendars: tuple[str, ...] = ()
-    calendar_rule: str = timing.CALENDAR_SKIP
+    calendar_rule: str = timing.CalendarRule.SKIP
 
     def spec(self) -> timing.Timing:
         calendar = None
@@ -96,7 +96,7 @@ class TimelineKey:
             kind=self.kind,
             cron=self.cron,
             interval=self.interval,
-            run_at=self.anchor if self.kind == timing.ONCE else None,
+            run_at=self.anchor if self.kind == timing.Kind.ONCE else None,
             timezone=self.timezone,
             dst_gap=self.dst_gap,
             dst_fold=self.dst_fold,
@@ -123,7 +123,7 @@ class Family:
         """The family in words, as the schedule list's filter names it."""
         parts = [self.describe()]
         key = self.timeline
-        if key.kind == timing.INTERVAL and key.anchor is not None:
+        if key.kind == timing.Kind.INTERVAL and key.anchor is not None:
             parts.append(
                 gettext("next run in the minute from %(time)s") % {"time": exact_time(key.anchor)}
             )
@@ -181,7 +181,7 @@ class Family:
         """The enabled schedules of this family (as ``forecast`` groups them)."""
         key = self.timeline
         found = Q(enabled=True, kind=key.kind)
-        if key.kind == timing.CRON:
+        if key.kind == timing.Kind.CRON:
             found &= Q(
                 cron=key.cron,
                 timezone=key.timezone,
@@ -232,7 +232,7 @@ class Timeline:
     def work(self, kind: str) -> float:
         """The occurrences and probes it took, in cron occurrences."""
         steps = len(self.times) + len(self.active)
-        return steps if kind == timing.CRON else steps * ARITHMETIC_COST
+        return steps if kind == timing.Kind.CRON else steps * ARITHMETIC_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,8 +412,8 @@ def _timeline_key(row: dict[str, Any]) -> TimelineKey:
     kind = row["kind"]
     names = row["calendars"]
     calendars = tuple(names) if isinstance(names, list) else ()
-    rule = row["calendar_rule"] if calendars else timing.CALENDAR_SKIP
-    if kind == timing.CRON:
+    rule = row["calendar_rule"] if calendars else timing.CalendarRule.SKIP
+    if kind == timing.Kind.CRON:
         key = TimelineKey(
             kind,
             cron=row["cron"],
@@ -422,7 +422,7 @@ def _timeline_key(row: dict[str, Any]) -> TimelineKey:
             dst_gap=row["dst_gap"],
             dst_fold=row["dst_fold"],
         )
-    elif kind == timing.INTERVAL:
+    elif kind == timing.Kind.INTERVAL:
         key = TimelineKey(kind, interval=row["interval"], anchor=row["start_minute"])
     else:
         key = TimelineKey(kind, anchor=row["start_minute"])

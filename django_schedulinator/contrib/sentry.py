@@ -303,7 +303,7 @@ def crontab(expr: str, day_rule: str) -> str:
         # starts with "*" ("*/2 * 1"), and the day rule "both" always does.
         if day.startswith("*") or weekday.startswith("*"):
             raise Inexpressible(f"croniter reads the day fields {day!r} and {weekday!r} apart")
-        if day_rule == timing.DAYS_BOTH:
+        if day_rule == timing.DayRule.BOTH:
             raise Inexpressible("its day rule 'both' has no crontab form")
     plain = []
     for position, field in enumerate(fields):
@@ -354,11 +354,11 @@ def monitor_config(facts: Facts, options: SentryCrons) -> dict[str, Any]:
             "cannot say"
         )
     try:
-        if facts.kind == timing.CRON:
+        if facts.kind == timing.Kind.CRON:
             timing.get_zone(facts.timezone)
             config["schedule"] = {"type": "crontab", "value": crontab(facts.cron, facts.day_rule)}
             config["timezone"] = facts.timezone
-        elif facts.kind == timing.INTERVAL:
+        elif facts.kind == timing.Kind.INTERVAL:
             config["schedule"] = interval(facts.interval)
         else:
             raise Inexpressible("a one-off has no schedule to watch")
@@ -426,7 +426,7 @@ def send(batch: Collection[CheckIn]) -> None:
     handed = 0
     for check_in in batch:
         facts = facts_of.get(check_in.schedule_id)
-        if facts is None or facts.kind == timing.ONCE or not options.monitors(facts.name):
+        if facts is None or facts.kind == timing.Kind.ONCE or not options.monitors(facts.name):
             continue
         if handed and handed % room == 0:
             sentry_sdk.flush(timeout=PACE_SECONDS)  # off the scheduler's path: it may wait

@@ -52,7 +52,7 @@ from django_schedulinator.dispatch.base import (
     Progress,
 )
 from django_schedulinator.statuses import OutcomeStatus
-from django_schedulinator.timing import to_ms
+from django_schedulinator.timing.instants import to_ms
 
 SECRET_PREFIX = "whsec_"
 # Statuses that say "try again later" rather than "no".

@@ -249,7 +249,7 @@ def _cron(schedule: Any, timezone: str) -> dict[str, Any]:
     return {
         "kind": "cron",
         "cron": cron,
-        "day_rule": timing.DAYS_BOTH if both else timing.DAYS_EITHER,
+        "day_rule": timing.DayRule.BOTH if both else timing.DayRule.EITHER,
         "timezone": timezone,
     }
 

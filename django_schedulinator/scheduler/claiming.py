@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import OperationalError, connections, router
 
-from django_schedulinator import ledger, services, signals, timing, zonedata
+from django_schedulinator import ledger, services, signals, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.dispatch.base import Occurrence
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
@@ -66,6 +66,7 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.now import LoopClock
+from django_schedulinator.timing import zonedata
 
 logger = logging.getLogger("django_schedulinator.claiming")
 
@@ -346,7 +347,7 @@ class Claimer:
     def _apply_overlap(self, plan: Plan) -> None:
         """Hold back what the overlap policies forbid: runs of schedules whose previous run
         is still in progress are skipped, or buffered (one)."""
-        guarded = [d for d in plan.due if d.row.overlap != "allow" and d.plan.fire]
+        guarded = [d for d in plan.due if d.row.overlap != timing.Overlap.ALLOW and d.plan.fire]
         if not guarded:
             return
         busy: set[int] = set()
@@ -361,7 +362,7 @@ class Claimer:
         for due in guarded:
             sid, fire = due.row.pk, list(due.plan.fire)
             run, held = ([], fire) if sid in busy else (fire[:1], fire[1:])
-            if due.row.overlap == "buffer":
+            if due.row.overlap == timing.Overlap.BUFFER:
                 if run:  # its buffered successor may go once this run is recorded
                     plan.buffering.add(sid)
                 if sid not in waiting and held:
@@ -370,7 +371,7 @@ class Claimer:
             note = (
                 f"The schedule's previous run was still in progress (overlap {due.row.overlap!r})."
             )
-            skips = [timing.Skip(at, timing.OVERLAP, note) for at in held]
+            skips = [timing.Skip(at, timing.SkipReason.OVERLAP, note) for at in held]
             # A new plan: rows with the same timing may share the old one.
             due.plan = replace(due.plan, fire=run, skips=sorted(due.plan.skips + skips))
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from django_schedulinator import timing, zonedata
+from django_schedulinator.timing import instants, walks, zonedata
 
 from .processes import ROOT
 
@@ -76,5 +76,5 @@ def switch(tzpath: list[str]) -> None:
     zoneinfo.ZoneInfo.clear_cache()
     # The app keeps zones and what it computed with them: a process that changes its
     # database starts afresh (a deploy restarts it).
-    for cached in (timing._zone, timing._cron_next, timing._cron_prev, zonedata.release_in_use):
+    for cached in (instants._zone, walks.cron_next, walks.cron_prev, zonedata.release_in_use):
         cached.cache_clear()

@@ -15,12 +15,12 @@ crons in ``test_services.py``, ``test_commands.py`` and ``test_api.py``.
 
 from __future__ import annotations
 
-from django_schedulinator.timing import CRON, Timing
+from django_schedulinator.timing import Kind, Timing
 
-NEVER = Timing(kind=CRON, cron="30 2 * 3 0L", timezone="Europe/Berlin", dst_gap="skip")
+NEVER = Timing(kind=Kind.CRON, cron="30 2 * 3 0L", timezone="Europe/Berlin", dst_gap="skip")
 
 
-NEVER_DENSE = Timing(kind=CRON, cron="* * 2 * 3 0L", timezone="Europe/Berlin", dst_gap="skip")
+NEVER_DENSE = Timing(kind=Kind.CRON, cron="* * 2 * 3 0L", timezone="Europe/Berlin", dst_gap="skip")
 
 
 class TooMuchWork(AssertionError):

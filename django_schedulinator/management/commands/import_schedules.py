@@ -20,7 +20,8 @@ from django_schedulinator.importers import TaskNames, import_found
 from django_schedulinator.index import clock
 from django_schedulinator.management.commands.schedule import duration
 from django_schedulinator.models import ScheduleChange
-from django_schedulinator.timing import DAY_RULE_TEXT, DAYS_BOTH
+from django_schedulinator.timing.describe import DAY_RULE_TEXT
+from django_schedulinator.timing.vocabulary import DayRule
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
 
@@ -162,7 +163,7 @@ def _mapping(pairs: list[str]) -> dict[str, str]:
 
 
 def _describe(schedule: Any) -> str:
-    days = ", " + DAY_RULE_TEXT[DAYS_BOTH] if schedule.day_rule == DAYS_BOTH else ""
+    days = ", " + DAY_RULE_TEXT[DayRule.BOTH] if schedule.day_rule == DayRule.BOTH else ""
     timing = {
         "cron": f"cron {schedule.cron!r} in {schedule.timezone}{days}",
         "interval": f"every {schedule.interval}",

@@ -30,7 +30,7 @@ from django_schedulinator.errors import ServiceError
 from django_schedulinator.management.commands.run_scheduler import positive_int
 from django_schedulinator.models import Schedule, ScheduleChange
 from django_schedulinator.services import backfill, pause, resume, run_now, update
-from django_schedulinator.timing import get_zone
+from django_schedulinator.timing.instants import get_zone
 
 MAX_PREVIEW = 1000
 # What clears a grace.

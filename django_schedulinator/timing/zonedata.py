@@ -25,8 +25,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
-from django_schedulinator import timing
 from django_schedulinator.errors import TimingError
+from django_schedulinator.timing.instants import ONE_MS, get_zone
+from django_schedulinator.timing.spec import Timing, occurrences
+from django_schedulinator.timing.walks import MAX_WALL_STEPS
 
 SYSTEM = "system"
 PACKAGE = "tzdata"
@@ -142,7 +144,7 @@ def offsets(names: set[str], start: datetime, end: datetime) -> Offsets:
     found: Offsets = {}
     for name in sorted(names):
         try:
-            zone = timing.get_zone(name)
+            zone = get_zone(name)
         except TimingError:
             continue
         entries = [[first, _offset(zone, first)]]
@@ -206,7 +208,7 @@ def _entry_at(entries: list[list[int]], at: datetime) -> int:
 
 
 def replanned(
-    spec: timing.Timing,
+    spec: Timing,
     next_run_at: datetime,
     old_entries: list[list[int]],
     *,
@@ -219,7 +221,7 @@ def replanned(
     Under the old rules ``next_run_at`` may sit just after a gap, shifted there from a wall
     time inside it: the local times of the gap did not exist, so nothing fired in them, and
     the new moment may be as early as the wall time it was shifted from."""
-    zone = timing.get_zone(spec.timezone)
+    zone = get_zone(spec.timezone)
     index = _entry_at(old_entries, next_run_at)
     changed_at, offset = old_entries[index]
     wall = (next_run_at + timedelta(seconds=offset)).replace(tzinfo=None)
@@ -232,11 +234,11 @@ def replanned(
     # (before a gap that swallows it, the first of two in a fold): the walk starts there,
     # or after the last fire, and takes the first moment at or past that local time.
     earliest = min(wall.replace(tzinfo=zone, fold=fold).astimezone(UTC) for fold in (0, 1))
-    after = earliest - timing.ONE_MS
+    after = earliest - ONE_MS
     if not_before is not None:
         after = max(after, not_before)
-    walk = timing.occurrences(spec, after, anchor=next_run_at)
-    for moment in islice(walk, timing.MAX_WALL_STEPS):
+    walk = occurrences(spec, after, anchor=next_run_at)
+    for moment in islice(walk, MAX_WALL_STEPS):
         if moment.at.astimezone(zone).replace(tzinfo=None) >= wall:
             return moment.at
     return None

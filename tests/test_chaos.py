@@ -454,6 +454,10 @@ def audit(
     result, lateness = Audit(), []
     result.doubled = [f"{sid}:{at} x{n}" for (sid, at), n in entered.items() if n > 1]
     result.pruned = sum(row.deleted for row in ledger)
+    # When the claim that fired each occurrence ran (Redis time, ms).
+    claimed_at = {
+        (row.schedule_id, row.nominal): row.claimed for row in ledger if row.status != "skipped"
+    }
     # Skipped occurrences: (schedule, nominal) -> when the claim that skipped them ran.
     skipped = {
         (row.schedule_id, row.nominal): row.claimed
@@ -482,7 +486,8 @@ def audit(
             lateness.append((at - nominal) / 1000)
             if at < nominal:
                 result.early.append(f"{sid}:{nominal}")
-            if calendar and not ran_as_its_day_allowed(calendar, nominal, at, closures):
+            claimed = claimed_at.get((sid, nominal), at)
+            if calendar and not ran_as_its_day_allowed(calendar, nominal, claimed, at, closures):
                 result.on_closed_days.append(f"{sid}:{nominal} (received at {at})")
         result.fired += len(got)
         if sid in enabled and final[sid] is not None and timing.to_ms(final[sid]) <= chaos_end_ms:
@@ -770,13 +775,19 @@ def chaos_clock() -> int:
 
 
 def ran_as_its_day_allowed(
-    calendar: str, nominal: int, received: int, closures: Sequence[Closure]
+    calendar: str, nominal: int, claimed: int, received: int, closures: Sequence[Closure]
 ) -> bool:
     """Whether an occurrence of a schedule naming ``calendar`` could run when it did: not
-    on a day closed when it was due, unless it was moved and ran once the day opened."""
+    on a day closed when it was due, unless it ran once the day had opened again: moved
+    (chaos-move), or, on a day that skips (chaos-skip), claimed after the day opened again,
+    before the claim that would have skipped it came (a scheduler behind): the re-plan of
+    the opening then handed the occurrences since the schedule's last run to its catch-up
+    policy, which may run the latest of them (docs/scheduling.md)."""
     for closure in closures:
         if closure.case(nominal) == "closed":
-            return calendar == "chaos-move" and received >= closure.opened[0]
+            if calendar == "chaos-move":
+                return received >= closure.opened[0]
+            return claimed >= closure.opened[0]
     return True
 
 

@@ -89,7 +89,8 @@ def measure(options: argparse.Namespace) -> None:
     from django.utils import timezone
 
     from django_schedulinator import timing
-    from django_schedulinator.admin import forecast, lateness, pictures
+    from django_schedulinator.admin.pictures import drawing as pictures
+    from django_schedulinator.admin.pictures import forecast, lateness
     from django_schedulinator.models import Run, Schedule
 
     rng = random.Random(22)

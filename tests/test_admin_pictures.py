@@ -17,9 +17,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_schedulinator import services, timing
-from django_schedulinator.admin import forecast as forecasting
-from django_schedulinator.admin import lateness, pictures
 from django_schedulinator.admin.display import changelist_url
+from django_schedulinator.admin.pictures import drawing as pictures
+from django_schedulinator.admin.pictures import forecast as forecasting
+from django_schedulinator.admin.pictures import lateness
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule
 

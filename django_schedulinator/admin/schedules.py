@@ -26,7 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
 from django_schedulinator import declared, services
-from django_schedulinator.admin import lateness, pictures, views
+from django_schedulinator.admin import views
 from django_schedulinator.admin.actions import (
     each,
     index_not_updated,
@@ -55,6 +55,8 @@ from django_schedulinator.admin.filters import (
     TimingGroupFilter,
 )
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
+from django_schedulinator.admin.pictures import drawing as pictures
+from django_schedulinator.admin.pictures import lateness
 from django_schedulinator.changelog import Origin
 from django_schedulinator.index import sync
 from django_schedulinator.models import Run, Schedule, ScheduleChange

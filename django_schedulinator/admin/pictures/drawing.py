@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext, ngettext
 
-from django_schedulinator.admin import forecast as forecasting
-from django_schedulinator.admin import lateness
 from django_schedulinator.admin.display import changelist_url, exact_time
+from django_schedulinator.admin.pictures import forecast as forecasting
+from django_schedulinator.admin.pictures import lateness
 from django_schedulinator.models import Run, Schedule
 
 FORECAST_TEMPLATE = "django_schedulinator/admin/pictures/forecast.html"

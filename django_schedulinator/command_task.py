@@ -74,12 +74,7 @@ def _allowed_command(setting: Setting[Any], name: str, entry: Any) -> AllowedCom
             f"{where} must be a dict of what its schedules may pass ({{}} for no arguments; "
             f"keys: {', '.join(COMMAND_ENTRY_KEYS)}), got {entry!r}"
         )
-    unknown = sorted(str(key) for key in set(entry) - set(COMMAND_ENTRY_KEYS))
-    if unknown:
-        raise setting.error(
-            f"{where} has unknown keys {', '.join(unknown)}; the keys are "
-            f"{', '.join(COMMAND_ENTRY_KEYS)}"
-        )
+    setting.refuse_unknown_keys(entry, COMMAND_ENTRY_KEYS, where)
     args = entry.get("args", [])
     if not isinstance(args, list | tuple) or not all(isinstance(a, str) for a in args):
         raise setting.error(f"{where}['args'] must be a list of text, got {args!r}")

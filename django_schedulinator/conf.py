@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Any, Generic, Self, TypeVar, overload
@@ -123,6 +123,18 @@ class Setting(Generic[T]):
 
     def error(self, problem: str) -> ImproperlyConfigured:
         return ImproperlyConfigured(f"{SETTING_NAME}[{self.name!r}] {problem}")
+
+    def refuse_unknown_keys(
+        self, value: dict[Any, Any], keys: Sequence[str], where: str = ""
+    ) -> None:
+        """Raise ``error`` naming the keys of ``value`` (a nested dict, ``where`` in the
+        setting) that are not ``keys``."""
+        unknown = sorted(str(key) for key in set(value) - set(keys))
+        if unknown:
+            raise self.error(
+                f"{where}{' ' if where else ''}has unknown keys {', '.join(unknown)}; the keys "
+                f"are {', '.join(keys)}"
+            )
 
     def parsed_by(self, parse: Callable[[Setting[T], Any], T]) -> None:
         """Hand a nested setting its parser (the module that uses the setting does, when

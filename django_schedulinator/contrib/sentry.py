@@ -112,11 +112,7 @@ def parse_sentry_crons(setting: Setting[SentryCrons | None], value: Any) -> Sent
             f"must be False, True (every recurring schedule) or a dict with the keys "
             f"{', '.join(SENTRY_CRONS_KEYS)}, got {value!r}"
         )
-    unknown = sorted(str(key) for key in set(value) - set(SENTRY_CRONS_KEYS))
-    if unknown:
-        raise setting.error(
-            f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(SENTRY_CRONS_KEYS)}"
-        )
+    setting.refuse_unknown_keys(value, SENTRY_CRONS_KEYS)
     schedules = value.get("SCHEDULES", "all")
     chosen = None if schedules == "all" else _patterns(setting, "SCHEDULES", schedules)
     exclude = _patterns(setting, "EXCLUDE", value.get("EXCLUDE", []))

@@ -27,11 +27,7 @@ def parse_redis(setting: Setting[RedisConfig | None], value: Any) -> RedisConfig
         raise setting.error(
             f"must be None or a dict with the keys {', '.join(REDIS_KEYS)}, got {value!r}"
         )
-    unknown = sorted(str(key) for key in set(value) - set(REDIS_KEYS))
-    if unknown:
-        raise setting.error(
-            f"has unknown keys {', '.join(unknown)}; the keys are {', '.join(REDIS_KEYS)}"
-        )
+    setting.refuse_unknown_keys(value, REDIS_KEYS)
     for key in ("OPTIONS", "SENTINEL_OPTIONS"):
         if not isinstance(value.get(key, {}), dict):
             raise setting.error(f"[{key!r}] must be a dict of redis-py options, got {value[key]!r}")

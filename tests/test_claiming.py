@@ -19,7 +19,8 @@ from django_schedulinator.index.rebuild import ensure_built
 from django_schedulinator.keys import occurrence_key
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.querysets import Advance, NewRun
-from django_schedulinator.scheduler.claiming import Claimer, PlannedRetries
+from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.held import PlannedRetries
 from django_schedulinator.scheduler.leases import Leased
 from django_schedulinator.scheduler.transient import bound_lock_waits
 from django_schedulinator.scheduler.worker import Worker

@@ -54,8 +54,9 @@ def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: Du
     taken, fast_token, _counters = fast.take_over_expired(built_index.now_ms(), 10)
     assert len(taken) == 3
 
-    assert slow.renew_leases([o.run_id for o in occurrences], token) == set()
-    assert fast.renew_leases([o.run_id for o in taken], fast_token) == {o.run_id for o in taken}
+    assert slow.held_runs().renew_leases([o.run_id for o in occurrences], token) == set()
+    renewed = fast.held_runs().renew_leases([o.run_id for o in taken], fast_token)
+    assert renewed == {o.run_id for o in taken}
 
 
 # -- attempts count hand-offs ----------------------------------------------------------------

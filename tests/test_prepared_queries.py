@@ -10,7 +10,8 @@ import pytest
 from django.utils import timezone
 
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.scheduler.claiming import HELD, RECHECK, ROW_FIELDS
+from django_schedulinator.scheduler.claiming import RECHECK, ROW_FIELDS
+from django_schedulinator.scheduler.held import HELD
 
 from .support.schedules import make_schedule
 

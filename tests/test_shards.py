@@ -23,7 +23,6 @@ from django_schedulinator.index.due import (
     SET,
     Change,
     DueIndex,
-    ShardedIndex,
     get_index,
     shard_tag,
 )
@@ -47,10 +46,10 @@ LEASE_MS = 30_000
 
 
 @pytest.fixture
-def sharded(settings: Any, key_prefix: str) -> ShardedIndex:
+def sharded(settings: Any, key_prefix: str) -> DueIndex:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "INDEX_SHARDS": 3}
     index = get_index()
-    assert isinstance(index, ShardedIndex)
+    assert sorted(index.parts) == [0, 1, 2]
     return index
 
 
@@ -68,11 +67,11 @@ def marker(index: DueIndex, shard: int) -> dict[str, Any]:
 
 def test_one_shard_is_the_single_index_of_before(settings: Any, key_prefix: str) -> None:
     index = get_index()
-    assert type(index) is DueIndex
+    assert list(index.parts) == [0]
     assert index.due_key == f"{{{key_prefix}}}:due"
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "INDEX_SHARDS": 3}
     sharded = get_index()
-    assert isinstance(sharded, ShardedIndex)
+    assert sorted(sharded.parts) == [0, 1, 2]
     # Shard 0 keeps the single index's keys (no rebuild to start sharding from them), and
     # the control keys; shard k has a hash tag of its own.
     assert [part.due_key for part in sharded.parts.values()] == [
@@ -83,7 +82,7 @@ def test_one_shard_is_the_single_index_of_before(settings: Any, key_prefix: str)
     assert sharded.lock_key == f"{{{key_prefix}}}:rebuild-lock"
 
 
-def test_apply_writes_each_schedule_to_its_shard(sharded: ShardedIndex) -> None:
+def test_apply_writes_each_schedule_to_its_shard(sharded: DueIndex) -> None:
     result = sharded.apply([Change(sid, 1, SET, 1_000 + sid) for sid in range(1, 10)])
     assert result.applied == result.changed == 9
     for shard in range(3):
@@ -95,7 +94,7 @@ def test_apply_writes_each_schedule_to_its_shard(sharded: ShardedIndex) -> None:
     assert sharded.apply([Change(5, 1, SET, 1)]).stale == 1  # revision-guarded, per shard
 
 
-def test_a_claim_takes_from_every_shard_at_one_now(sharded: ShardedIndex) -> None:
+def test_a_claim_takes_from_every_shard_at_one_now(sharded: DueIndex) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
     sharded.apply([Change(sid, 1, SET, now - 60_000 + sid) for sid in range(1, 91)])
@@ -118,7 +117,7 @@ def test_a_claim_takes_from_every_shard_at_one_now(sharded: ShardedIndex) -> Non
 
 
 def test_the_shard_that_gets_a_short_batch_turns_from_pass_to_pass(
-    sharded: ShardedIndex,
+    sharded: DueIndex,
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
@@ -129,7 +128,7 @@ def test_the_shard_that_gets_a_short_batch_turns_from_pass_to_pass(
 
 
 def test_a_share_a_shard_leaves_unused_goes_to_the_shards_with_more_due(
-    sharded: ShardedIndex,
+    sharded: DueIndex,
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
@@ -146,7 +145,7 @@ def test_a_share_a_shard_leaves_unused_goes_to_the_shards_with_more_due(
 
 
 def test_a_claim_that_fails_on_one_shard_gives_back_what_the_others_gave(
-    sharded: ShardedIndex,
+    sharded: DueIndex,
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
@@ -160,7 +159,7 @@ def test_a_claim_that_fails_on_one_shard_gives_back_what_the_others_gave(
     assert sharded.parts[0].counts()[1] == sharded.parts[1].counts()[1] == 0
 
 
-def test_each_shard_is_rebuilt_from_its_rows(sharded: ShardedIndex) -> None:
+def test_each_shard_is_rebuilt_from_its_rows(sharded: DueIndex) -> None:
     ids = make_due(10)
     report = rebuild_index(sharded)
     assert report.rows == 10
@@ -174,7 +173,7 @@ def test_each_shard_is_rebuilt_from_its_rows(sharded: ShardedIndex) -> None:
 
 
 def test_a_shard_that_lost_its_data_is_rebuilt_alone(
-    sharded: ShardedIndex, caplog: pytest.LogCaptureFixture
+    sharded: DueIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     ids = make_due(12)
     rebuild_index(sharded, built_by="first build")
@@ -200,7 +199,7 @@ def test_a_shard_that_lost_its_data_is_rebuilt_alone(
 
 
 @pytest.mark.django_db(transaction=True)  # the inline dispatcher's threads
-def test_a_scheduler_fires_the_due_schedules_of_every_shard(sharded: ShardedIndex) -> None:
+def test_a_scheduler_fires_the_due_schedules_of_every_shard(sharded: DueIndex) -> None:
     ids = make_due(9, task="tests.record")
     worker = Worker(once=True)
     worker.run()
@@ -211,7 +210,7 @@ def test_a_scheduler_fires_the_due_schedules_of_every_shard(sharded: ShardedInde
         assert members(sharded, shard) == {sid for sid in ids if sid % 3 == shard}
 
 
-def test_counts_health_and_metrics_add_the_shards_up(sharded: ShardedIndex) -> None:
+def test_counts_health_and_metrics_add_the_shards_up(sharded: DueIndex) -> None:
     ids = make_due(9)
     rebuild_index(sharded)
     status = index_status(sharded)
@@ -247,7 +246,7 @@ def test_counts_health_and_metrics_add_the_shards_up(sharded: ShardedIndex) -> N
     assert problems["index-not-built"].startswith("Shard(s) 2 of the due index are not built")
 
 
-def test_run_now_wakes_the_schedules_shard(sharded: ShardedIndex) -> None:
+def test_run_now_wakes_the_schedules_shard(sharded: DueIndex) -> None:
     schedule = make_schedule(task="tests.record")
     with committed():  # the wake goes on commit
         services.run_now(schedule)
@@ -304,7 +303,7 @@ def test_an_index_built_for_another_shard_count_is_reported_and_rebuilt_by_the_c
 
 
 def test_the_operations_page_shows_each_shard(
-    sharded: ShardedIndex, admin_client: Any, fast_password_hashing: None
+    sharded: DueIndex, admin_client: Any, fast_password_hashing: None
 ) -> None:
     make_due(3)
     rebuild_index(sharded)
@@ -313,7 +312,7 @@ def test_the_operations_page_shows_each_shard(
 
 
 def test_a_process_with_another_shard_count_writes_to_the_shards_of_the_index(
-    sharded: ShardedIndex, caplog: pytest.LogCaptureFixture
+    sharded: DueIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
@@ -329,7 +328,7 @@ def test_a_process_with_another_shard_count_writes_to_the_shards_of_the_index(
 
 
 def test_entries_a_process_with_another_shard_count_wrote_are_moved_to_their_shard(
-    sharded: ShardedIndex,
+    sharded: DueIndex,
 ) -> None:
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
@@ -362,7 +361,7 @@ def keys_of(index: DueIndex, shard: int) -> set[str]:
 
 @pytest.mark.django_db(transaction=True)  # the scheduler's threads commit
 def test_a_write_back_after_a_rebuild_for_another_shard_count_lands_in_the_new_layout(
-    sharded: ShardedIndex, key_prefix: str
+    sharded: DueIndex, key_prefix: str
 ) -> None:
     """A scheduler still on three shards claims a batch; INDEX_SHARDS becomes two and
     rebuild_due_index runs between its claim and its write-back (issue 32, item 21). Its
@@ -371,7 +370,7 @@ def test_a_write_back_after_a_rebuild_for_another_shard_count_lands_in_the_new_l
     truth: every schedule ends with one entry, in its new shard, at its row's next run."""
     ids = make_due(12)
     rebuild_index(sharded, built_by="three shards")
-    new = ShardedIndex(shards=2)
+    new = DueIndex(shards=2)
     rebuilt: list[Any] = []
 
     def rebuild_in_the_window(sender: Any, **kwargs: Any) -> None:
@@ -405,14 +404,14 @@ def test_a_write_back_after_a_rebuild_for_another_shard_count_lands_in_the_new_l
 
 
 def test_once_a_rebuild_records_a_new_layout_the_old_one_claims_nothing(
-    sharded: ShardedIndex,
+    sharded: DueIndex,
 ) -> None:
     """Between the moment a rebuild for another shard count records its layout and the
     moment it drops the old entries, the old markers still say three: the layout keys say
     two, and a claim routed by three takes nothing (what it took would be dropped under it)."""
     ids = make_due(6)
     rebuild_index(sharded)
-    ShardedIndex(shards=2).record_layout(dropped=3)
+    DueIndex(shards=2).record_layout(dropped=3)
     batch = sharded.claim(100, LEASE_MS, "t", None)
     assert (batch.built, batch.other_layout, batch.entries) == (False, 2, [])
     assert sharded.counts() == (len(ids), 0)
@@ -424,7 +423,7 @@ def test_once_a_rebuild_records_a_new_layout_the_old_one_claims_nothing(
 
 
 def test_changes_that_layouts_keep_refusing_are_left_to_the_rows(
-    sharded: ShardedIndex, caplog: pytest.LogCaptureFixture
+    sharded: DueIndex, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Layout keys that send a change round (shard 0 says two, shard 1 says one): it is
     # given up after a few hops, logged, and nothing is written anywhere.

@@ -44,7 +44,6 @@ from django_schedulinator.index.due import (
     Change,
     DueIndex,
     Rebuilt,
-    ShardedIndex,
     get_index,
 )
 from django_schedulinator.index.sync import INDEX_FIELDS, change_for_row, keyset_pages
@@ -112,7 +111,7 @@ def rebuild_index(
     ``lock``: the lock already taken by :func:`take_rebuild_lock` (released here)."""
     index = index or get_index()
     # Only a rebuild of every shard changes the layout (a shard rebuilt alone is one of it).
-    whole = not isinstance(index, ShardedIndex) or index.covers_all
+    whole = index.covers_all
     other = index.other_layout() if whole else None
     if dry_run:
         report = _rebuild(index, None, dry_run=True, chunk_size=chunk_size, progress=progress)
@@ -200,7 +199,7 @@ def ensure_built(
                 lock.release()
             return missing is not None
         target = index
-        if isinstance(index, ShardedIndex) and len(missing) < len(index.parts):
+        if len(missing) < len(index.parts):
             target = index.subset(missing)
             logger.warning(
                 "Shard(s) %s of the due index lost their data (a fail-over to a replica that "

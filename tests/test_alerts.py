@@ -434,7 +434,7 @@ def test_no_scheduler_alive_is_raised_once_per_outage(index: DueIndex) -> None:
 def test_a_running_scheduler_ends_the_outage(index: DueIndex) -> None:
     assert alerts.no_scheduler_alive(False, index=index)
     Worker(worker_id="t", index=index).chores.missed_check()
-    assert index.client.get(index.outage_key) is None
+    assert index.client.get(index.control.outage_key) is None
 
 
 def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
@@ -468,7 +468,7 @@ def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
 
         beat(built_index)  # a scheduler runs again: the outage is over
         assert "no scheduler alive: nothing new to raise" in status()  # (its entry is late)
-        assert built_index.client.get(built_index.outage_key) is None
+        assert built_index.client.get(built_index.control.outage_key) is None
     finally:
         signals.schedulers_down.disconnect(down)
 

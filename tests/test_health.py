@@ -52,7 +52,7 @@ def test_the_last_drift_check_is_kept_for_every_scheduler_to_report(
     assert record["early_or_orphaned"] == 0
     assert record["checked_at_ms"] >= before_ms
     # The scheduler that takes the drift chore's turn keeps it too.
-    built_index.client.delete(built_index.drift_key)
+    built_index.client.delete(built_index.control.drift_key)
     Worker(worker_id="drift").chores.drift_check()
     kept = built_index.drift_record()
     assert kept is not None

@@ -79,7 +79,7 @@ def test_one_shard_is_the_single_index_of_before(settings: Any, key_prefix: str)
         f"{{{key_prefix}:1}}:due",
         f"{{{key_prefix}:2}}:due",
     ]
-    assert sharded.lock_key == f"{{{key_prefix}}}:rebuild-lock"
+    assert sharded.control.lock_key == f"{{{key_prefix}}}:rebuild-lock"
 
 
 def test_apply_writes_each_schedule_to_its_shard(sharded: DueIndex) -> None:

@@ -138,7 +138,7 @@ class DueIndex:
             self._client = get_redis()
         return self._client
 
-    # Shard 0's keys, and the control keys, by the names callers know them by.
+    # Shard 0's keys that callers read by name (the others: ``self.home``, ``self.control``).
 
     @property
     def tag(self) -> str:
@@ -156,36 +156,6 @@ class DueIndex:
     @property
     def revisions_key(self) -> str:
         return self.home.revisions_key
-
-    @property
-    def marker_key(self) -> str:
-        return self.home.marker_key
-
-    @property
-    def layout_key(self) -> str:
-        return self.home.layout_key
-
-    @property
-    def wake_key(self) -> str:
-        return self.home.wake_key
-
-    @property
-    def lock_key(self) -> str:
-        return self.control.lock_key
-
-    @property
-    def outage_key(self) -> str:
-        return self.control.outage_key
-
-    @property
-    def drift_key(self) -> str:
-        return self.control.drift_key
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        """Every key of the shards this covers, and with shard 0 the control keys."""
-        keys = tuple(key for part in self.parts.values() for key in _shard_keys(part))
-        return (*keys, *self.control.keys) if 0 in self.parts else keys
 
     # -- the shards -----------------------------------------------------------------------
 
@@ -561,10 +531,6 @@ class DueIndex:
 
     def end_outage(self) -> str | None:
         return self.control.end_outage()
-
-
-def _shard_keys(part: Shard) -> tuple[str, ...]:
-    return (*part.data_keys, part.layout_key)
 
 
 def _joined(first: ClaimedBatch, more: ClaimedBatch) -> ClaimedBatch:

@@ -82,6 +82,26 @@ def test_one_shard_is_the_single_index_of_before(settings: Any, key_prefix: str)
     assert sharded.control.lock_key == f"{{{key_prefix}}}:rebuild-lock"
 
 
+def test_one_shard_claims_with_one_script_call(
+    built_index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim is the hot path: with one shard, a pass's claim is one round trip."""
+    built_index.apply([Change(sid, 1, SET, 1_000) for sid in (1, 2)])
+    built_index.claim(1, LEASE_MS, "warm", None)  # the script loaded (SCRIPT LOAD) once
+    client = built_index.client
+    sent: list[str] = []
+    real = client.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return real(*args, **options)
+
+    monkeypatch.setattr(client, "execute_command", counted)
+    batch = get_index().claim(10, LEASE_MS, "t", None)
+    assert [sid for sid, _ in batch.entries] == [2]
+    assert sent == ["EVALSHA"]
+
+
 def test_apply_writes_each_schedule_to_its_shard(sharded: DueIndex) -> None:
     result = sharded.apply([Change(sid, 1, SET, 1_000 + sid) for sid in range(1, 10)])
     assert result.applied == result.changed == 9

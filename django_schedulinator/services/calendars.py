@@ -32,8 +32,6 @@ from django_schedulinator.services.writes import PYTHON, _wake_after_commit, log
 from django_schedulinator.timing.days import LoadedCalendar
 from django_schedulinator.validators import MAX_DAYS
 
-# -- calendars of excluded days ---------------------------------------------------------------
-
 
 def save_calendar(
     calendar: Calendar,

@@ -19,9 +19,6 @@ from django_schedulinator.services.writes import _db
 CODE = Origin(None, ScheduleChange.Source.CODE)
 
 
-# -- schedules declared in code -------------------------------------------------------------
-
-
 def sync_declared(*, dry_run: bool = False) -> declared.Plan:
     """Make the table match the schedules declared in code (``declared``): create, update,
     resume and pause, each in a transaction of its own, recorded with the source "code".

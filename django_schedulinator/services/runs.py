@@ -293,6 +293,9 @@ def _pruned_message(unknown: list[datetime], through: datetime) -> str:
     )
 
 
+# -- helpers -------------------------------------------------------------------------------
+
+
 def _occurrence_at(schedule: Schedule, at: datetime, pruned_through: datetime | None) -> bool:
     """Whether ``at`` is the nominal time of an occurrence whose key a run now must not
     take: one the schedule has yet to reach (its next run or later: the claim that reaches

@@ -237,6 +237,9 @@ def resync(schedules: Sequence[Schedule], *, origin: Origin = PYTHON) -> ApplyRe
     return result
 
 
+# -- helpers -------------------------------------------------------------------------------
+
+
 def _check_not_declared(
     current: Schedule, changes: Mapping[str, Any] | None, origin: Origin
 ) -> None:

@@ -22,9 +22,6 @@ from django_schedulinator.timing import zonedata
 TZDATA = Origin(None, ScheduleChange.Source.TZDATA)
 
 
-# -- time-zone rule changes -----------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class ZoneRulesReport:
     """What ``replan_for_zone_rules`` found: the database recorded before (None: none was)

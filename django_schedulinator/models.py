@@ -412,7 +412,7 @@ class Schedule(models.Model):
         """Validate (``full_clean``) and write the row: nothing more.
 
         It decides no state, and reads no clock to decide (only ``clean()`` does, to refuse
-        a new one-off whose time has passed). The services (``services.py``) decide every
+        a new one-off whose time has passed). The services (``services``) decide every
         transition at the "now" they take (a new schedule's first run, re-timing, pause,
         resume, run now), set the fields, and save them with ``update_fields``. What it does
         keep protects the data, whoever saves:

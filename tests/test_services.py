@@ -1,4 +1,4 @@
-"""The service layer (``django_schedulinator/services.py``): every change to a schedule, with
+"""The service layer (``django_schedulinator/services/``): every change to a schedule, with
 its change-log entry and the index following once the transaction commits.
 
 First what each service guarantees on its own; then pause, resume, the failure count, run now

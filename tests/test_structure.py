@@ -17,6 +17,7 @@ import pytest
 from django.core.management import call_command
 
 import django_schedulinator
+from django_schedulinator import services
 from django_schedulinator.conf import CATCH_UP_MODES, NOTIFY_EVENTS
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus, RunStatus
@@ -33,6 +34,7 @@ from django_schedulinator.timing.vocabulary import (
 )
 
 PACKAGE = "django_schedulinator"
+SERVICES = f"{PACKAGE}.services"
 # The package as imported: the installed wheel when the suite runs against it.
 ROOT = Path(django_schedulinator.__file__).resolve().parent
 PROJECT = Path(__file__).resolve().parent.parent  # the clone: tests, docs
@@ -119,6 +121,41 @@ def test_the_models_import_neither_the_services_nor_the_change_log() -> None:
         "index.sync",
     ):
         assert f"{PACKAGE}.{module}" not in models
+    assert not {m for m in models if m.startswith(f"{SERVICES}.")}  # nor any of its modules
+
+
+# The services' modules (in ``services/``), and those of them each may import: the sync of
+# the declarations goes through the schedules' services, which lock the calendars a schedule
+# names (calendars); the re-plans of a calendar's days and of the zone rules write through
+# replans; all write with writes. Nothing points back up, and only the package's __init__
+# imports them all.
+SERVICE_MODULES = {
+    "declared": {"schedules", "writes"},
+    "schedules": {"calendars", "writes"},
+    "runs": {"writes"},
+    "calendars": {"replans", "writes"},
+    "zones": {"replans", "writes"},
+    "replans": set(),
+    "writes": set(),
+}
+
+
+def test_the_services_modules_import_one_way() -> None:
+    graph = import_graph()
+    modules = {name for name in graph if name.startswith(f"{SERVICES}.")}
+    assert modules == {f"{SERVICES}.{name}" for name in SERVICE_MODULES}
+    for name, allowed in SERVICE_MODULES.items():
+        imported = {m.removeprefix(f"{SERVICES}.") for m in graph[f"{SERVICES}.{name}"]}
+        assert SERVICES not in graph[f"{SERVICES}.{name}"], name  # the package: a circle
+        assert imported & set(SERVICE_MODULES) <= allowed, name
+    # Outside the package, the services are imported as the package (its public names),
+    # never from one of its modules: the layout inside stays the package's own.
+    outside = {
+        module: imports & modules
+        for module, imports in graph.items()
+        if module != SERVICES and module not in modules and imports & modules
+    }
+    assert outside == {}
 
 
 # The scheduler loop's modules (in ``scheduler/``), and those of them each may import: the
@@ -283,6 +320,30 @@ def test_the_admin_and_the_api_write_only_through_the_services() -> None:
     assert sources
     writes = [line for path in sources for line in _writes(path)]
     assert writes == []
+    # ``services.<name>(...)`` is let through above: the names are the package's public
+    # ones (its ``__all__``), not a helper of one of its modules.
+    used = {name for path in sources for name in _service_names(path)}
+    assert used
+    assert used <= set(services.__all__)
+
+
+def _service_names(path: Path) -> set[str]:
+    """The names ``path`` takes from the services: ``services.<name>``, and what it imports
+    from the package or one of its modules."""
+    tree = ast.parse(path.read_text("utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "services"
+        ):
+            names.add(node.attr)
+        elif isinstance(node, ast.ImportFrom) and node.module == SERVICES:
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(f"{SERVICES}."):
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
 
 
 # Every status the app compares, by its enumeration (statuses.py): a literal compared with a
@@ -362,6 +423,24 @@ def test_the_choices_and_the_settings_are_built_from_the_vocabularies() -> None:
         assert {type(value) for value in choices.values} == {str}, choices.__qualname__
     assert tuple(CatchUpMode) == CATCH_UP_MODES
     assert tuple(NotifyEvent) == NOTIFY_EVENTS
+
+
+def test_the_service_name_check_finds_a_module_of_the_package(tmp_path: Path) -> None:
+    # The check of the names the admin and the API take from the services must be able to
+    # fail.
+    source = tmp_path / "module.py"
+    source.write_text(
+        "from django_schedulinator.services import pause\n"
+        "from django_schedulinator.services.schedules import update\n"
+        "services.create(s)\nservices.writes._locked(s, db)\n"
+    )
+    names = _service_names(source)
+    assert names == {
+        "pause", "django_schedulinator.services.schedules.update", "create", "writes",
+    }  # fmt: skip
+    assert names - set(services.__all__) == {
+        "django_schedulinator.services.schedules.update", "writes",
+    }  # fmt: skip
 
 
 def test_the_write_check_finds_a_write(tmp_path: Path) -> None:

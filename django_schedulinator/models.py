@@ -409,10 +409,11 @@ class Schedule(models.Model):
         return self.name
 
     def save(self, *args: Any, **kwargs: Any) -> None:
-        """Validate (``full_clean``) and write the row: nothing more.
+        """Check the row's own rules (``full_clean``) and write the row: nothing more.
 
-        It decides no state, and reads no clock to decide (only ``clean()`` does, to refuse
-        a new one-off whose time has passed). The services (``services``) decide every
+        It decides no state, and reads no clock; what needs the clock or the dispatchers
+        (a new one-off whose time has passed, an alias that cannot serve the schedule) is
+        ``services.validate``'s, which the services call. The services decide every
         transition at the "now" they take (a new schedule's first run, re-timing, pause,
         resume, run now), set the fields, and save them with ``update_fields``. What it does
         keep protects the data, whoever saves:

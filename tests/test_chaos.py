@@ -375,8 +375,8 @@ def keep_deleted_runs() -> None:
     """A trigger of the test's own keeps a copy of every ledger row deleted (by retention,
     or with its schedule), so that the audit reads all the ledger ever held."""
     table = Run._meta.db_table
+    stop_keeping_deleted_runs()  # what a run that failed before its cleanup left behind
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP TABLE IF EXISTS {ARCHIVE}")
         cursor.execute(f"CREATE TABLE {ARCHIVE} (LIKE {table})")
         cursor.execute(
             f"CREATE OR REPLACE FUNCTION {ARCHIVE}_keep() RETURNS trigger LANGUAGE plpgsql AS "

@@ -61,7 +61,8 @@ def outside_errors(
     """The errors by field that the row alone cannot tell (the fields in ``exclude`` left
     out); ``failed``: the fields the row's own rules refused already."""
     errors: dict[str, Any] = {}
-    left_out = {*failed, *(exclude or ())}
+    excluded = set(exclude or ())
+    left_out = {*failed, *excluded}
     new_one_off = schedule.kind == Schedule.Kind.ONCE and schedule._state.adding
     if new_one_off and not left_out & {"run_at", "end_at", "max_runs"} and schedule.run_at:
         # A time passed is a mistake in a one-off that would still run (it would fire at
@@ -78,4 +79,4 @@ def outside_errors(
     except ValidationError as exc:
         for name, messages in exc.message_dict.items():
             errors.setdefault(name, messages[0])
-    return {name: error for name, error in errors.items() if name not in set(exclude or ())}
+    return {name: error for name, error in errors.items() if name not in excluded}

@@ -14,7 +14,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from django_schedulinator import notify
@@ -207,17 +206,13 @@ class Chores:
         parts += [f"{name.replace('_', ' ')} {n:,}" for name, n in counters.items() if n]
         logger.info("Scheduler %s: %s.", self.worker_id, ", ".join(parts))
 
-    def _claim_clock(self) -> datetime:
-        """Now, at the claim's clock (Redis time; the host's while Redis is away)."""
-        return self.claimer.clock.now()
-
     def missed_check(self) -> None:
         """Raise the occurrences with no success within their grace (``alerts.check``), at
         the claim's clock, then have the outbox delivered (on the notifications' own
         thread: ``notify.Courier``); and, this scheduler being alive, end an outage noticed
         while none was."""
         alerts.no_scheduler_alive(True, index=self.index)
-        missed = alerts.check(self._claim_clock(), using=self.claimer.db)
+        missed = alerts.check(self.claimer.clock.now(), using=self.claimer.db)
         self.counters.add(Counters(missed=len(missed)))
         # Every period, not only after a miss: what waits for its back-off goes again.
         notify.courier.deliver_outbox(using=self.claimer.db)
@@ -227,7 +222,7 @@ class Chores:
         firing while it deletes. One still running from the last period goes on instead."""
         if self.prune_thread is not None and self.prune_thread.running:
             return
-        pruner = Pruner.from_settings(self._claim_clock(), using=self.claimer.db)
+        pruner = Pruner.from_settings(self.claimer.clock.now(), using=self.claimer.db)
         if pruner is None:
             return  # the settings keep everything
 

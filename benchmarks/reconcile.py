@@ -41,10 +41,10 @@ def main() -> None:
     from django.utils import timezone
 
     from django_schedulinator.conf import app_settings
-    from django_schedulinator.dbclock import DatabaseNow
     from django_schedulinator.index.rebuild import rebuild_index
     from django_schedulinator.index.reconcile import SETTLE, reconcile
     from django_schedulinator.models import Schedule
+    from django_schedulinator.models.dbclock import DatabaseNow
 
     later = timezone.now() + timedelta(days=1)
     chunk = 20_000

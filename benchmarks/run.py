@@ -278,7 +278,7 @@ def holidays_calendar(now: datetime) -> str:
     """A calendar of twelve years of England's public holidays, through the services, minus
     today and tomorrow (so that every due schedule fires); its name."""
     from django_schedulinator import services
-    from django_schedulinator.calendars import default_years, public_holidays
+    from django_schedulinator.importers.days import default_years, public_holidays
     from django_schedulinator.models import Calendar
 
     Calendar.objects.filter(name="bench-holidays").delete()

@@ -25,7 +25,7 @@ def __getattr__(name: str) -> Any:
 
         return resync_schedules
     if name == "DatabaseNow":
-        from django_schedulinator.dbclock import DatabaseNow
+        from django_schedulinator.models.dbclock import DatabaseNow
 
         return DatabaseNow
     raise AttributeError(name)

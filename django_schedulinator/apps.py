@@ -18,7 +18,6 @@ class SchedulinatorConfig(AppConfig):
         # Imported for what they register: the checks, the built-in command task, and the
         # parsers of the nested settings (conf.Setting.parsed_by: the command task's, the
         # Redis connection's, and those of dispatch, notify and contrib.sentry, below).
-        from django_schedulinator import checks, command_task  # noqa: F401
         from django_schedulinator.conf import app_settings
         from django_schedulinator.index import connection  # noqa: F401
         from django_schedulinator.index.receivers import (
@@ -26,6 +25,7 @@ class SchedulinatorConfig(AppConfig):
             schedule_changed,
             sync_after_migrate,
         )
+        from django_schedulinator.management import task as command_task  # noqa: F401
         from django_schedulinator.models import Schedule
         from django_schedulinator.notify import connect_receivers, settings_changed
 

@@ -195,10 +195,10 @@ def check_declared(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     migrate) of all the others; the sync leaves it out and logs it, and
     ``sync_schedules --dry-run`` exits 1 on it, to gate a deploy. A clash with a schedule
     made by hand needs the database: that command finds it too."""
-    from django_schedulinator.declared import validated
+    from django_schedulinator.services import validated_declarations
 
     try:
-        _, problems = validated()
+        _, problems = validated_declarations()
     except ImproperlyConfigured as exc:  # SCHEDULES is not a dict: E001 says so
         return [Warning(str(exc), id="schedulinator.W030")]
     return [
@@ -213,7 +213,7 @@ def check_commands(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     an option the command does not take, a flag listed for an option that takes a value
     (or values for a flag). Warnings, like W030: the schedules that use such an entry are
     refused when saved and when run, and the schedulers of all the others go on."""
-    from django_schedulinator.command_task import disagreements
+    from django_schedulinator.management.task import disagreements
 
     try:
         commands = app_settings.COMMANDS

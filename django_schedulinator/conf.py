@@ -335,7 +335,7 @@ class Settings:
     # "options": {"--indent": ["2"]}, "keep_output": False}}. Nothing else can be run
     # through it, whatever a schedule's args say.
     COMMANDS: Setting[dict[str, AllowedCommand]] = nested(
-        "COMMANDS", {}, "django_schedulinator.command_task"
+        "COMMANDS", {}, "django_schedulinator.management.task"
     )
     # The django-redis cache alias whose connection holds the due index.
     CACHE_ALIAS = text("CACHE_ALIAS", "default")

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, NamedTuple, ParamSpec, TypeVar
 
 from django.db import InterfaceError, OperationalError, connections, router, transaction
 
-from django_schedulinator import ledger, signals, streaks
+from django_schedulinator import signals
 from django_schedulinator.index import clock
-from django_schedulinator.keys import occurrence_key, parse_key
 from django_schedulinator.models import Run
-from django_schedulinator.querysets import json_ids
+from django_schedulinator.models.keys import occurrence_key, parse_key
+from django_schedulinator.models.querysets import json_ids
+from django_schedulinator.services import ledger, streaks
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
 if TYPE_CHECKING:

@@ -18,13 +18,13 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import services, streaks
+from django_schedulinator import services
 from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
-from django_schedulinator.changelog import Origin
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
 from django_schedulinator.scheduler.worker import Worker
+from django_schedulinator.services import Origin, streaks
 from django_schedulinator.timing import to_ms
 
 from .support.admin_pages import change_url, edit_data, form_data

@@ -37,12 +37,12 @@ from django.db.models import F
 from django.utils import timezone
 from rest_framework.permissions import IsAuthenticated
 
-from django_schedulinator import changelog, services
-from django_schedulinator.changelog import Origin
+from django_schedulinator import services
 from django_schedulinator.conf import MAX_JSON_DEPTH, app_settings
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.scheduler.worker import Worker
+from django_schedulinator.services import Origin, changelog
 from django_schedulinator.timing import to_ms
 
 from .support.commits import APIClient

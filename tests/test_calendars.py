@@ -18,7 +18,7 @@ from django.core.management.base import CommandError
 
 from django_schedulinator import services
 from django_schedulinator.admin.display import summarise_changes
-from django_schedulinator.calendars import icalendar_days, public_holidays
+from django_schedulinator.importers.days import icalendar_days, public_holidays
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.timing import to_ms

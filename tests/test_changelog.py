@@ -14,9 +14,9 @@ from django.core.management import call_command
 from django.db import transaction
 from django.utils import timezone
 
-from django_schedulinator import changelog, services
-from django_schedulinator.changelog import Origin
+from django_schedulinator import services
 from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import Origin, changelog
 
 from .support.admin_pages import change_url, edit_data
 from .support.commits import APIClient, Client

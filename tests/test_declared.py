@@ -22,10 +22,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_schedulinator import declared, scheduled, services, task
-from django_schedulinator.changelog import Origin
 from django_schedulinator.checks import check_declared
 from django_schedulinator.errors import DeclaredInCode
 from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import Origin
 
 from .support.admin_pages import change_url
 from .support.commits import APIClient, Client
@@ -98,7 +98,7 @@ def test_a_declared_grace_is_a_duration_or_seconds(settings: Any) -> None:
 
     declare(settings, nightly={**NIGHTLY, "grace": 1800}, hourly={"task": "tests.noop",
             "interval": 3600, "grace": 0.5})  # fmt: skip
-    _, problems = declared.validated()
+    _, problems = services.validated_declarations()
     assert problems == [
         "The schedule 'hourly' declared in SCHEDULINATOR['SCHEDULES']['hourly'] is not valid: "
         "grace: The grace must be at least 1 second."
@@ -474,9 +474,9 @@ def test_a_schedule_deleted_while_the_sync_runs_is_a_problem_not_a_crash(
 ) -> None:
     synced_nightly(settings)
     declare(settings, nightly={**NIGHTLY, "cron": "0 4 * * *"}, other=NIGHTLY)
-    stale = declared.plan()  # what a process computed before ...
+    stale = services.declared.plan()  # what a process computed before ...
     Schedule.objects.filter(name="nightly").delete()  # ... another deleted the row
-    monkeypatch.setattr(declared, "plan", lambda: stale)
+    monkeypatch.setattr(services.declared, "plan", lambda: stale)
 
     result = services.sync_declared()
 

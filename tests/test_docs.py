@@ -1297,7 +1297,7 @@ def test_the_upgrade_pages_loop_finds_the_command_args_the_setting_refuses(
     refuses are printed, with the reason."""
     from datetime import timedelta
 
-    from django_schedulinator.command_task import NAME
+    from django_schedulinator.management.task import NAME
     from django_schedulinator.models import Schedule
 
     from .support.doc_examples import example

@@ -16,10 +16,10 @@ from django.core.exceptions import ValidationError
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import ical
-from django_schedulinator.calendars import icalendar_days
+from django_schedulinator.importers import ical
+from django_schedulinator.importers.days import icalendar_days
+from django_schedulinator.models.validators import MAX_DAYS
 from django_schedulinator.timing import get_zone
-from django_schedulinator.validators import MAX_DAYS
 
 from .support.rule_work import RuleWork
 

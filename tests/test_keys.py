@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_schedulinator import keys, timing
+from django_schedulinator import timing
 from django_schedulinator.errors import InvalidKey
-from django_schedulinator.keys import occurrence_key, parse_key
+from django_schedulinator.models import keys
+from django_schedulinator.models.keys import occurrence_key, parse_key
 
 # Nominal times are whole milliseconds (timing keeps them so), within the datetimes Python has.
 moments = st.datetimes(

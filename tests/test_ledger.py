@@ -1,4 +1,4 @@
-"""The ledger (``django_schedulinator/ledger.py``): every write of ``Run`` rows, seen through
+"""The ledger (``services/ledger.py``): every write of ``Run`` rows, seen through
 the scheduler that makes them."""
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import ledger, resync_schedules
+from django_schedulinator import resync_schedules
 from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.scheduler.worker import Worker
+from django_schedulinator.services import ledger
 
 from .models import Delivery
 from .support.processes import looping, wait_for

@@ -12,12 +12,13 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_schedulinator import outcomes, resync_schedules, services, streaks
+from django_schedulinator import outcomes, resync_schedules, services
 from django_schedulinator.dispatch import Outcome, dispatchers
 from django_schedulinator.errors import InvalidKey
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.scheduler.worker import Worker
+from django_schedulinator.services import streaks
 from django_schedulinator.timing import truncate_ms
 
 from .support.dispatchers import Flaky, HandOff

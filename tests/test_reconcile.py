@@ -16,11 +16,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_schedulinator import resync_schedules, services, timing
-from django_schedulinator.dbclock import DatabaseNow, database_now
 from django_schedulinator.index import reconcile as reconcile_module
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.index.reconcile import lag, reconcile
 from django_schedulinator.models import Schedule
+from django_schedulinator.models.dbclock import DatabaseNow, database_now
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.processes import wait_for

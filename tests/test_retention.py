@@ -20,13 +20,14 @@ from django.core.management.base import CommandError
 from django.db import OperationalError, connection, connections, transaction
 from django.utils import timezone
 
-from django_schedulinator import ledger, outcomes, services
+from django_schedulinator import outcomes, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
 from django_schedulinator.operations import alerts, retention
 from django_schedulinator.operations.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.scheduler.worker import Worker
+from django_schedulinator.services import ledger
 from django_schedulinator.timing import truncate_ms
 
 from .models import Delivery

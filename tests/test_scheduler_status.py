@@ -18,11 +18,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
-from django_schedulinator import resync_schedules, services, streaks
+from django_schedulinator import resync_schedules, services
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.operations.health import cluster_status
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
+from django_schedulinator.services import streaks
 
 from .support.heartbeats import beat
 from .support.processes import ROOT, subprocess_env

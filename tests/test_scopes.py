@@ -23,10 +23,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from django_schedulinator import services, streaks
+from django_schedulinator import services
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
+from django_schedulinator.services import streaks
 
 from .support.commits import APIClient, committed
 from .support.doc_examples import source

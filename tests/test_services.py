@@ -19,10 +19,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_schedulinator import errors, services, streaks
-from django_schedulinator.changelog import Origin
+from django_schedulinator import errors, services
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.services import Origin, streaks
 from django_schedulinator.timing import to_ms
 
 from .models import Delivery

@@ -16,8 +16,8 @@ from django.utils import timezone
 from django_schedulinator import outcomes, resync_schedules, services, signals
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.index.rebuild import rebuild_index
-from django_schedulinator.keys import occurrence_key
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.keys import occurrence_key
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
 

@@ -9,8 +9,8 @@ import inspect
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_schedulinator import models, validators
-from django_schedulinator.models import Schedule
+from django_schedulinator import models
+from django_schedulinator.models import Schedule, validators
 
 MOVED = (
     "validate_registered_task", "validate_name", "validate_json_list", "validate_json_object",

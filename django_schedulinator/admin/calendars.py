@@ -21,11 +21,12 @@ from django.http import HttpRequest
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from django_schedulinator import calendars, scopes, services
+from django_schedulinator import services
 from django_schedulinator.admin.display import ExactTimes
-from django_schedulinator.changelog import Origin
+from django_schedulinator.importers import days as calendars
 from django_schedulinator.index import clock
-from django_schedulinator.models import Calendar, Schedule, ScheduleChange
+from django_schedulinator.models import Calendar, Schedule, ScheduleChange, scopes
+from django_schedulinator.services import Origin
 
 WEEKDAYS = [
     (1, _("Monday")), (2, _("Tuesday")), (3, _("Wednesday")), (4, _("Thursday")),

@@ -17,9 +17,9 @@ from django_schedulinator import services
 from django_schedulinator.dispatch import DEFAULT_ALIAS, dispatchers
 from django_schedulinator.errors import ScheduleDeleted, VersionConflict
 from django_schedulinator.models import Calendar, Schedule
+from django_schedulinator.models.validators import json_text_too_deep, json_too_deep_error
 from django_schedulinator.registry import registry
-from django_schedulinator.validation import outside_errors
-from django_schedulinator.validators import json_text_too_deep, json_too_deep_error
+from django_schedulinator.services import outside_errors
 
 
 class PrettyJSONField(forms.JSONField):

@@ -32,14 +32,13 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from django_schedulinator import scopes
 from django_schedulinator.admin.display import exact_time, iso_text
 from django_schedulinator.admin.pictures import drawing as pictures
 from django_schedulinator.admin.pictures import forecast, lateness
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Schedule, scopes
 from django_schedulinator.operations import health
 
 TEMPLATE = "django_schedulinator/admin/operations.html"

@@ -57,10 +57,10 @@ from django_schedulinator.admin.filters import (
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from django_schedulinator.admin.pictures import drawing as pictures
 from django_schedulinator.admin.pictures import lateness
-from django_schedulinator.changelog import Origin
 from django_schedulinator.index import sync
 from django_schedulinator.models import Run, Schedule, ScheduleChange
-from django_schedulinator.querysets import ScheduleQuerySet
+from django_schedulinator.models.querysets import ScheduleQuerySet
+from django_schedulinator.services import Origin
 
 logger = logging.getLogger("django_schedulinator.admin")
 

@@ -17,7 +17,7 @@ from rest_framework import parsers, renderers
 from rest_framework.exceptions import ParseError, ValidationError
 
 from django_schedulinator.conf import MAX_JSON_DEPTH
-from django_schedulinator.validators import JSON_TOO_DEEP, json_text_too_deep
+from django_schedulinator.models.validators import JSON_TOO_DEEP, json_text_too_deep
 
 
 def too_deep_message() -> str:

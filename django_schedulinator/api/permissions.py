@@ -24,7 +24,7 @@ from rest_framework.request import Request
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.models import Schedule
-from django_schedulinator.scopes import Scope
+from django_schedulinator.models.scopes import Scope
 
 # Model permissions for each HTTP method, like the admin's: reading needs "view".
 METHOD_ACTIONS = {

@@ -22,10 +22,10 @@ from django_schedulinator import outcomes
 from django_schedulinator.api.negotiation import too_deep_message
 from django_schedulinator.conf import MAX_PREVIEW_COUNT, app_settings
 from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.models.validators import MAX_DAYS, json_text_too_deep, json_too_deep
 from django_schedulinator.registry import registry
+from django_schedulinator.services import validate
 from django_schedulinator.statuses import ReportedStatus
-from django_schedulinator.validation import validate
-from django_schedulinator.validators import MAX_DAYS, json_text_too_deep, json_too_deep
 
 # Python's datetime and timedelta overflow past these: a clear error instead of a crash.
 DURATION_LIMIT = timedelta(days=999_999)

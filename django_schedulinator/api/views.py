@@ -28,7 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from django_schedulinator import calendars, keys, outcomes, services, timing
+from django_schedulinator import outcomes, services, timing
 from django_schedulinator.api import serializers as s
 from django_schedulinator.api.filters import (
     FilterBackend,
@@ -44,7 +44,6 @@ from django_schedulinator.api.permissions import (
     ScopedByPermissionsMixin,
 )
 from django_schedulinator.api.schema import DescribedBySpectacular, extend_schema
-from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import (
     InvalidKey,
@@ -53,9 +52,11 @@ from django_schedulinator.errors import (
     ServiceError,
     VersionConflict,
 )
+from django_schedulinator.importers import days as calendars
 from django_schedulinator.index import clock
 from django_schedulinator.index.due import get_index
-from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange, keys
+from django_schedulinator.models.scopes import Scope
 from django_schedulinator.operations.health import (
     DEFAULT_MAX_LAG_SECONDS,
     cluster_status,
@@ -63,7 +64,7 @@ from django_schedulinator.operations.health import (
     schedulers_as_dicts,
 )
 from django_schedulinator.operations.heartbeat import alive
-from django_schedulinator.scopes import Scope
+from django_schedulinator.services import Origin
 from django_schedulinator.statuses import ReportedStatus
 
 CHANGE = "django_schedulinator.change_schedule"

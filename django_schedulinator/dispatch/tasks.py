@@ -205,7 +205,7 @@ def _key_of(result_id: str) -> str | None:
             .first()
         )
         if found is not None:
-            from django_schedulinator.keys import occurrence_key
+            from django_schedulinator.models.keys import occurrence_key
 
             return occurrence_key(*found)
         if time.monotonic() >= deadline:

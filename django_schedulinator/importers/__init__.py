@@ -26,8 +26,8 @@ from django_schedulinator.errors import ServiceError, validation_message
 from django_schedulinator.registry import registry
 
 if TYPE_CHECKING:
-    from django_schedulinator.changelog import Origin
     from django_schedulinator.models import Schedule
+    from django_schedulinator.services import Origin
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def import_found(found: Iterable[Found], *, origin: Origin, dry_run: bool) -> Im
     """Create the schedules found, in one transaction (none with ``dry_run``)."""
     from django_schedulinator import services
     from django_schedulinator.models import Schedule
-    from django_schedulinator.validation import validate
+    from django_schedulinator.services import validate
 
     result = ImportResult(dry_run=dry_run)
     found = list(found)

@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from django_schedulinator.command_task import NAME as COMMAND_TASK
-from django_schedulinator.command_task import refusal
 from django_schedulinator.conf import app_settings
 from django_schedulinator.importers import Found
+from django_schedulinator.management.task import NAME as COMMAND_TASK
+from django_schedulinator.management.task import refusal
 
 MACROS = {
     "@hourly": "0 * * * *",

@@ -48,7 +48,7 @@ from django_schedulinator.index.due import (
 )
 from django_schedulinator.index.sync import INDEX_FIELDS, change_for_row, keyset_pages
 from django_schedulinator.management import run_command
-from django_schedulinator.querysets import _names, json_ids
+from django_schedulinator.models.querysets import _names, json_ids
 
 logger = logging.getLogger("django_schedulinator.rebuild")
 

@@ -31,7 +31,6 @@ from django.db import router
 from django.db.models import Q
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.dbclock import database_now
 from django_schedulinator.index.due import (
     HEAL_REMOVE,
     HEAL_SET,
@@ -41,6 +40,7 @@ from django_schedulinator.index.due import (
     get_index,
 )
 from django_schedulinator.index.sync import INDEX_FIELDS, change_for_row
+from django_schedulinator.models.dbclock import database_now
 
 # Where updated_at is in the rows read: after the fields of the index entry.
 UPDATED_AT = len(INDEX_FIELDS)

@@ -1,5 +1,5 @@
-"""The app's tables. The development versions' migrations 0001-0005 were squashed into this
-one before the first release; their schema is the same (docs/upgrading.md)."""
+"""The schema of the first release: the development versions' migrations, squashed into one
+(docs/upgrading.md says what a database migrated by one of them needs: nothing)."""
 
 import django.core.validators
 import django.db.models.deletion
@@ -7,9 +7,9 @@ import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
 
-import django_schedulinator.dbclock
-import django_schedulinator.models
-import django_schedulinator.validators
+import django_schedulinator.models.calendar
+import django_schedulinator.models.dbclock
+import django_schedulinator.models.validators
 
 
 class Migration(migrations.Migration):
@@ -20,6 +20,95 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.CreateModel(
+            name="Calendar",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.SlugField(
+                        help_text="How schedules name it: letters, digits, - and _.",
+                        max_length=100,
+                        unique=True,
+                        verbose_name="name",
+                    ),
+                ),
+                (
+                    "description",
+                    models.CharField(blank=True, max_length=500, verbose_name="description"),
+                ),
+                (
+                    "timezone",
+                    models.CharField(
+                        default=django_schedulinator.models.calendar.default_timezone,
+                        help_text="IANA zone whose midnights start and end its days.",
+                        max_length=64,
+                        verbose_name="timezone",
+                    ),
+                ),
+                (
+                    "weekend",
+                    models.JSONField(
+                        blank=True,
+                        default=django_schedulinator.models.calendar.default_weekend,
+                        help_text="ISO weekdays (1 is Monday, 7 Sunday) that are not business days: an occurrence is never moved onto one.",
+                        validators=[django_schedulinator.models.validators.validate_weekend],
+                        verbose_name="weekend",
+                    ),
+                ),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("manual", "By hand"),
+                            ("holidays", "Public holidays (the holidays package)"),
+                            ("ical", "An iCalendar file"),
+                        ],
+                        default="manual",
+                        max_length=16,
+                        verbose_name="source",
+                    ),
+                ),
+                (
+                    "country",
+                    models.CharField(
+                        blank=True,
+                        help_text="Public holidays: an ISO 3166 country code, such as GB or US.",
+                        max_length=8,
+                        verbose_name="country",
+                    ),
+                ),
+                (
+                    "subdivision",
+                    models.CharField(
+                        blank=True,
+                        help_text="Public holidays: a region the holidays package knows, such as ENG or CA.",
+                        max_length=16,
+                        verbose_name="subdivision",
+                    ),
+                ),
+                (
+                    "stamp",
+                    models.CharField(
+                        default=django_schedulinator.models.calendar.new_stamp,
+                        editable=False,
+                        max_length=32,
+                        verbose_name="stamp",
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True, verbose_name="updated at")),
+            ],
+            options={
+                "verbose_name": "calendar",
+                "verbose_name_plural": "calendars",
+                "ordering": ("name",),
+            },
+        ),
         migrations.CreateModel(
             name="Schedule",
             fields=[
@@ -34,7 +123,7 @@ class Migration(migrations.Migration):
                     models.CharField(
                         max_length=200,
                         unique=True,
-                        validators=[django_schedulinator.validators.validate_name],
+                        validators=[django_schedulinator.models.validators.validate_name],
                         verbose_name="name",
                     ),
                 ),
@@ -43,7 +132,9 @@ class Migration(migrations.Migration):
                     models.CharField(
                         help_text="A task registered with @django_schedulinator.task.",
                         max_length=200,
-                        validators=[django_schedulinator.validators.validate_registered_task],
+                        validators=[
+                            django_schedulinator.models.validators.validate_registered_task
+                        ],
                         verbose_name="task",
                     ),
                 ),
@@ -52,7 +143,7 @@ class Migration(migrations.Migration):
                     models.JSONField(
                         blank=True,
                         default=list,
-                        validators=[django_schedulinator.validators.validate_json_list],
+                        validators=[django_schedulinator.models.validators.validate_json_list],
                         verbose_name="args",
                     ),
                 ),
@@ -61,7 +152,7 @@ class Migration(migrations.Migration):
                     models.JSONField(
                         blank=True,
                         default=dict,
-                        validators=[django_schedulinator.validators.validate_json_object],
+                        validators=[django_schedulinator.models.validators.validate_json_object],
                         verbose_name="kwargs",
                     ),
                 ),
@@ -78,9 +169,22 @@ class Migration(migrations.Migration):
                     "cron",
                     models.CharField(
                         blank=True,
-                        help_text="5 fields (minute hour day month weekday), an optional leading seconds field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually.",
-                        max_length=200,
+                        help_text="5 fields (minute hour day month weekday), an optional leading seconds field, or @hourly, @daily, @midnight, @weekly, @monthly, @yearly, @annually. Several expressions separated by ; fire at each time any of them matches.",
+                        max_length=1000,
                         verbose_name="cron",
+                    ),
+                ),
+                (
+                    "day_rule",
+                    models.CharField(
+                        choices=[
+                            ("either", "Either may match (cron's rule)"),
+                            ("both", "Both must match (Celery's rule)"),
+                        ],
+                        default="either",
+                        help_text="Cron, when both the day of the month and the day of the week are restricted: '1-7 * 1' is every Monday and days 1-7 (either), or the first Monday (both).",
+                        max_length=8,
+                        verbose_name="day rule",
                     ),
                 ),
                 ("interval", models.DurationField(blank=True, null=True, verbose_name="interval")),
@@ -96,7 +200,7 @@ class Migration(migrations.Migration):
                 (
                     "timezone",
                     models.CharField(
-                        default=django_schedulinator.models.default_timezone,
+                        default=django_schedulinator.models.calendar.default_timezone,
                         help_text="IANA zone in which the cron expression is evaluated.",
                         max_length=64,
                         verbose_name="timezone",
@@ -127,6 +231,35 @@ class Migration(migrations.Migration):
                         help_text="Cron: the clocks fall back over it (01:30 when 02:00 goes back to 01:00).",
                         max_length=8,
                         verbose_name="when a local time occurs twice",
+                    ),
+                ),
+                (
+                    "calendars",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="Names of calendars of excluded days (holidays): no occurrence fires on them.",
+                        validators=[django_schedulinator.models.validators.validate_calendar_names],
+                        verbose_name="calendars",
+                    ),
+                ),
+                (
+                    "calendar_rule",
+                    models.CharField(
+                        choices=[
+                            ("skip", "Skip it"),
+                            ("next_business_day", "Move it to the next business day"),
+                        ],
+                        default="skip",
+                        help_text="An occurrence on a day one of the calendars excludes is skipped, or moved to the same local time on the next business day.",
+                        max_length=24,
+                        verbose_name="on an excluded day",
+                    ),
+                ),
+                (
+                    "decided_moves",
+                    models.JSONField(
+                        blank=True, default=list, editable=False, verbose_name="decided moves"
                     ),
                 ),
                 (
@@ -239,6 +372,43 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 (
+                    "grace",
+                    models.DurationField(
+                        blank=True,
+                        help_text="Raise a missed-run alert when an occurrence has no successful run this long after its nominal time (blank: no alert).",
+                        null=True,
+                        verbose_name="grace",
+                    ),
+                ),
+                (
+                    "dispatcher",
+                    models.CharField(
+                        default="default",
+                        help_text="The alias in SCHEDULINATOR['DISPATCHERS'] that runs or hands off its occurrences.",
+                        max_length=100,
+                        verbose_name="dispatcher",
+                    ),
+                ),
+                (
+                    "dispatch_options",
+                    models.JSONField(
+                        blank=True,
+                        default=dict,
+                        help_text='What the dispatcher supports, such as {"queue": "reports", "priority": 5}.',
+                        verbose_name="dispatch options",
+                    ),
+                ),
+                (
+                    "declared_in",
+                    models.CharField(
+                        blank=True,
+                        editable=False,
+                        help_text="Where the code declares this schedule; empty for one made by hand.",
+                        max_length=300,
+                        verbose_name="declared in",
+                    ),
+                ),
+                (
                     "next_run_at",
                     models.DateTimeField(
                         blank=True,
@@ -263,6 +433,26 @@ class Migration(migrations.Migration):
                     "last_run_at",
                     models.DateTimeField(
                         blank=True, editable=False, null=True, verbose_name="last run at"
+                    ),
+                ),
+                (
+                    "fired_through",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="Every occurrence at or before this time has fired or was passed over; none of them fires again.",
+                        null=True,
+                        verbose_name="fired through",
+                    ),
+                ),
+                (
+                    "missed_at",
+                    models.DateTimeField(
+                        blank=True,
+                        editable=False,
+                        help_text="The nominal time of the last occurrence that had no successful run within the grace.",
+                        null=True,
+                        verbose_name="missed",
                     ),
                 ),
                 (
@@ -301,7 +491,9 @@ class Migration(migrations.Migration):
                 ("created_at", models.DateTimeField(auto_now_add=True, verbose_name="created at")),
                 (
                     "updated_at",
-                    django_schedulinator.dbclock.DatabaseClockField(verbose_name="updated at"),
+                    django_schedulinator.models.dbclock.DatabaseClockField(
+                        verbose_name="updated at"
+                    ),
                 ),
             ],
             options={
@@ -314,9 +506,6 @@ class Migration(migrations.Migration):
                         "Can view the scheduler's operations page and index health",
                     ),
                     ("rebuild_index", "Can rebuild the due index"),
-                ],
-                "indexes": [
-                    models.Index(fields=["updated_at", "id"], name="schedulinator_changed")
                 ],
             },
         ),
@@ -377,6 +566,7 @@ class Migration(migrations.Migration):
                             ("overlap", "Previous run still running (overlap policy)"),
                             ("paused", "Schedule paused"),
                             ("replaced", "Replaced by a run now"),
+                            ("calendar", "Excluded day (calendar)"),
                         ],
                         max_length=16,
                         verbose_name="skip reason",
@@ -385,6 +575,14 @@ class Migration(migrations.Migration):
                 ("task", models.CharField(max_length=200, verbose_name="task")),
                 ("args", models.JSONField(default=list, verbose_name="args")),
                 ("kwargs", models.JSONField(default=dict, verbose_name="kwargs")),
+                (
+                    "dispatcher",
+                    models.CharField(default="default", max_length=100, verbose_name="dispatcher"),
+                ),
+                (
+                    "dispatch_options",
+                    models.JSONField(default=dict, verbose_name="dispatch options"),
+                ),
                 ("claimed_at", models.DateTimeField(verbose_name="claimed at")),
                 (
                     "dispatched_at",
@@ -401,6 +599,33 @@ class Migration(migrations.Migration):
                     models.DateTimeField(blank=True, null=True, verbose_name="lease expires at"),
                 ),
                 ("attempts", models.PositiveIntegerField(default=1, verbose_name="attempts")),
+                (
+                    "output",
+                    models.TextField(
+                        blank=True,
+                        help_text="What the task returned as text (a management command: its exit status and output), its last 4,000 characters.",
+                        verbose_name="output",
+                    ),
+                ),
+                (
+                    "external_id",
+                    models.CharField(
+                        blank=True,
+                        help_text="The id the receiving system gave it: a task result id, a job id.",
+                        max_length=255,
+                        verbose_name="external id",
+                    ),
+                ),
+                (
+                    "response_status",
+                    models.PositiveSmallIntegerField(
+                        blank=True, null=True, verbose_name="response status"
+                    ),
+                ),
+                (
+                    "outcome_due_by",
+                    models.DateTimeField(blank=True, null=True, verbose_name="outcome due by"),
+                ),
                 ("error", models.TextField(blank=True, verbose_name="error")),
                 (
                     "note",
@@ -410,14 +635,14 @@ class Migration(migrations.Migration):
                         verbose_name="note",
                     ),
                 ),
+                ("alert_at", models.DateTimeField(blank=True, null=True, verbose_name="alert at")),
                 (
-                    "schedule",
-                    models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.CASCADE,
-                        related_name="runs",
-                        to="django_schedulinator.schedule",
-                        verbose_name="schedule",
+                    "missed_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When the missed-run check found it had no success within the grace.",
+                        null=True,
+                        verbose_name="missed at",
                     ),
                 ),
             ],
@@ -425,22 +650,8 @@ class Migration(migrations.Migration):
                 "verbose_name": "run",
                 "verbose_name_plural": "runs",
                 "ordering": ("-scheduled_for",),
-                "indexes": [
-                    models.Index(
-                        condition=models.Q(("status__in", ["pending", "running"])),
-                        fields=["lease_expires_at"],
-                        name="schedulinator_run_lease",
-                    ),
-                    models.Index(
-                        condition=models.Q(("status__in", ["pending", "running", "buffered"])),
-                        fields=["schedule"],
-                        name="schedulinator_run_active",
-                    ),
-                ],
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("schedule", "scheduled_for"), name="schedulinator_run_once"
-                    )
+                "permissions": [
+                    ("report_run", "Can report the outcome of handed-off runs (worker services)")
                 ],
             },
         ),
@@ -467,6 +678,8 @@ class Migration(migrations.Migration):
                             ("command", "Management command"),
                             ("scheduler", "Scheduler"),
                             ("python", "Python code"),
+                            ("code", "Declared in code"),
+                            ("tzdata", "Time-zone database"),
                         ],
                         max_length=16,
                         verbose_name="source",
@@ -484,6 +697,7 @@ class Migration(migrations.Migration):
                             ("run_now", "Run now"),
                             ("backfill", "Backfill"),
                             ("resynced", "Index resynced"),
+                            ("replanned", "Re-planned"),
                         ],
                         max_length=16,
                         verbose_name="action",
@@ -505,36 +719,255 @@ class Migration(migrations.Migration):
                         db_index=True, default=django.utils.timezone.now, verbose_name="at"
                     ),
                 ),
-                (
-                    "actor",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="+",
-                        to=settings.AUTH_USER_MODEL,
-                        verbose_name="actor",
-                    ),
-                ),
-                (
-                    "schedule",
-                    models.ForeignKey(
-                        blank=True,
-                        null=True,
-                        on_delete=django.db.models.deletion.SET_NULL,
-                        related_name="changes",
-                        to="django_schedulinator.schedule",
-                        verbose_name="schedule",
-                    ),
-                ),
             ],
             options={
                 "verbose_name": "schedule change",
                 "verbose_name_plural": "schedule changes",
                 "ordering": ("-at", "-id"),
+            },
+        ),
+        migrations.CreateModel(
+            name="ZoneRules",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("version", models.CharField(max_length=32, verbose_name="version")),
+                ("source", models.CharField(max_length=16, verbose_name="source")),
+                ("location", models.CharField(blank=True, max_length=500, verbose_name="location")),
+                ("start", models.DateTimeField(verbose_name="from")),
+                ("end", models.DateTimeField(verbose_name="until")),
+                ("offsets", models.JSONField(default=dict, verbose_name="offsets")),
+                ("recorded_at", models.DateTimeField(verbose_name="recorded at")),
+            ],
+            options={
+                "verbose_name": "time-zone rules",
+                "verbose_name_plural": "time-zone rules",
+            },
+        ),
+        migrations.CreateModel(
+            name="ExcludedDay",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("day", models.DateField(verbose_name="day")),
+                ("name", models.CharField(blank=True, max_length=200, verbose_name="name")),
+                (
+                    "calendar",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="days",
+                        to="django_schedulinator.calendar",
+                        verbose_name="calendar",
+                    ),
+                ),
+            ],
+            options={
+                "verbose_name": "excluded day",
+                "verbose_name_plural": "excluded days",
+                "ordering": ("day",),
+            },
+        ),
+        migrations.CreateModel(
+            name="Notification",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("notifier", models.CharField(max_length=200, verbose_name="notifier")),
+                ("kind", models.CharField(default="missed", max_length=16, verbose_name="kind")),
+                ("schedule_id", models.BigIntegerField(verbose_name="schedule id")),
+                ("scheduled_for", models.DateTimeField(verbose_name="scheduled for")),
+                ("run_id", models.BigIntegerField(blank=True, null=True, verbose_name="run id")),
+                ("reason", models.CharField(max_length=32, verbose_name="reason")),
+                ("grace", models.DurationField(blank=True, null=True, verbose_name="grace")),
+                ("raised_at", models.DateTimeField(verbose_name="raised at")),
+                (
+                    "next_attempt_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="next attempt at"),
+                ),
+                ("attempts", models.PositiveIntegerField(default=0, verbose_name="attempts")),
+                (
+                    "claimed_by",
+                    models.CharField(blank=True, max_length=40, verbose_name="claimed by"),
+                ),
+                (
+                    "claimed_until",
+                    models.DateTimeField(blank=True, null=True, verbose_name="claimed until"),
+                ),
+                ("message", models.CharField(blank=True, max_length=200, verbose_name="message")),
+                ("last_error", models.TextField(blank=True, verbose_name="last error")),
+                (
+                    "delivered_at",
+                    models.DateTimeField(blank=True, null=True, verbose_name="delivered at"),
+                ),
+            ],
+            options={
+                "verbose_name": "notification",
+                "verbose_name_plural": "notifications",
+                "ordering": ("-id",),
                 "indexes": [
-                    models.Index(fields=["schedule", "-at"], name="schedulinator_change_of")
+                    models.Index(
+                        condition=models.Q(("delivered_at__isnull", True)),
+                        fields=["notifier", "id"],
+                        name="schedulinator_note_pending",
+                    ),
+                    models.Index(
+                        condition=models.Q(("delivered_at__isnull", False)),
+                        fields=["delivered_at"],
+                        name="schedulinator_note_delivered",
+                    ),
                 ],
             },
+        ),
+        migrations.CreateModel(
+            name="PrunedRuns",
+            fields=[
+                (
+                    "schedule",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="pruned_runs",
+                        serialize=False,
+                        to="django_schedulinator.schedule",
+                        verbose_name="schedule",
+                    ),
+                ),
+                (
+                    "through",
+                    models.DateTimeField(
+                        help_text="The latest nominal time of a run retention deleted.",
+                        verbose_name="pruned through",
+                    ),
+                ),
+                ("runs", models.PositiveBigIntegerField(default=0, verbose_name="runs pruned")),
+                ("pruned_at", models.DateTimeField(verbose_name="last pruned at")),
+            ],
+            options={
+                "verbose_name": "pruned runs",
+                "verbose_name_plural": "pruned runs",
+            },
+        ),
+        migrations.AddIndex(
+            model_name="schedule",
+            index=models.Index(fields=["updated_at", "id"], name="schedulinator_changed"),
+        ),
+        migrations.AddConstraint(
+            model_name="schedule",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("next_run_at__isnull", True),
+                    ("fired_through__isnull", True),
+                    ("next_run_at__gt", models.F("fired_through")),
+                    _connector="OR",
+                ),
+                name="schedulinator_next_after_fired",
+            ),
+        ),
+        migrations.AddField(
+            model_name="run",
+            name="schedule",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="runs",
+                to="django_schedulinator.schedule",
+                verbose_name="schedule",
+            ),
+        ),
+        migrations.AddField(
+            model_name="schedulechange",
+            name="actor",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+                verbose_name="actor",
+            ),
+        ),
+        migrations.AddField(
+            model_name="schedulechange",
+            name="schedule",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="changes",
+                to="django_schedulinator.schedule",
+                verbose_name="schedule",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="excludedday",
+            constraint=models.UniqueConstraint(
+                fields=("calendar", "day"), name="schedulinator_day_once"
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("status__in", ["pending", "running"])),
+                fields=["lease_expires_at"],
+                name="schedulinator_run_lease",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("status__in", ["pending", "running", "buffered"]),
+                    models.Q(("outcome_due_by__isnull", False), ("status", "dispatched")),
+                    _connector="OR",
+                ),
+                fields=["schedule"],
+                name="schedulinator_run_active",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("alert_at__isnull", False)),
+                fields=["alert_at"],
+                name="schedulinator_run_alert",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("missed_at__isnull", False)),
+                fields=["id"],
+                name="schedulinator_run_missed",
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(("external_id", ""), _negated=True),
+                fields=["external_id"],
+                name="schedulinator_run_external",
+            ),
+        ),
+        migrations.AddConstraint(
+            model_name="run",
+            constraint=models.UniqueConstraint(
+                fields=("schedule", "scheduled_for"), name="schedulinator_run_once"
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="schedulechange",
+            index=models.Index(fields=["schedule", "-at"], name="schedulinator_change_of"),
         ),
     ]

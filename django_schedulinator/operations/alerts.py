@@ -40,12 +40,13 @@ from django.db import router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 from django.db.models.functions import Greatest
 
-from django_schedulinator import ledger, services, signals
+from django_schedulinator import services, signals
 from django_schedulinator.index import clock
 from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.operations import outbox
 from django_schedulinator.operations.outbox import Missed
+from django_schedulinator.services import ledger
 
 logger = logging.getLogger("django_schedulinator.alerts")
 

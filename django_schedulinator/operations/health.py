@@ -28,9 +28,9 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.index.sync import IN_INDEX, change_for_row
 from django_schedulinator.management import run_command
+from django_schedulinator.models.scopes import Scope, runs_in, schedules_in, shown
 from django_schedulinator.operations import outbox
 from django_schedulinator.operations.heartbeat import Heartbeat, alive
-from django_schedulinator.scopes import Scope, runs_in, schedules_in, shown
 
 # Redis policies that may evict keys without a TTL, such as every key of the index.
 EVICTING_POLICIES = ("allkeys-lru", "allkeys-lfu", "allkeys-random")

@@ -33,8 +33,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, F, Q
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.ledger import Retry
 from django_schedulinator.models import Notification
+from django_schedulinator.services.ledger import Retry
 
 # Entries one claim takes at most: one message carries at most that many misses.
 CLAIM_BATCH = 5000

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import OperationalError, connections, router
 
-from django_schedulinator import ledger, services, signals, timing
+from django_schedulinator import services, signals, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.dispatch.base import Occurrence
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
@@ -46,7 +46,6 @@ from django_schedulinator.index.due import (
     get_index,
 )
 from django_schedulinator.index.sync import belongs_in_index, change_for_row
-from django_schedulinator.keys import occurrence_key
 from django_schedulinator.models import (
     Run,
     Schedule,
@@ -56,7 +55,8 @@ from django_schedulinator.models import (
     day_calendar,
     load_calendars,
 )
-from django_schedulinator.querysets import (
+from django_schedulinator.models.keys import occurrence_key
+from django_schedulinator.models.querysets import (
     Advance,
     ClaimedRuns,
     NewRun,
@@ -66,6 +66,7 @@ from django_schedulinator.querysets import (
 )
 from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.now import LoopClock
+from django_schedulinator.services import ledger
 from django_schedulinator.timing import zonedata
 
 logger = logging.getLogger("django_schedulinator.claiming")

@@ -19,13 +19,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from django_schedulinator import ledger, outcomes, timing
+from django_schedulinator import outcomes, timing
 from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
+from django_schedulinator.models.querysets import PreparedQuery
 from django_schedulinator.outcomes import Reported
-from django_schedulinator.querysets import PreparedQuery
 from django_schedulinator.scheduler.now import LoopClock
+from django_schedulinator.services import ledger
 
 if TYPE_CHECKING:
     from django_schedulinator.operations.metrics import Metrics

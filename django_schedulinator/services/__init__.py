@@ -13,8 +13,10 @@ caller's instance: that copy may predate a concurrent edit, which writing it bac
 (and a run queued from it would carry stale arguments). The caller's instance then takes
 what was written.
 
-Failures in a row and the auto-pause they lead to are in ``streaks`` (a part of this
-layer). Runs are written by ``ledger``. The model itself (``models.Schedule``) only
+The runs are written by ``services.ledger`` (the run ledger: every write of a ``Run``);
+failures in a row and the auto-pause they lead to by ``services.streaks``; the change log by
+``services.changelog``; every rule of a schedule is checked by ``services.validation``
+before a write. The model itself (``models.Schedule``) only
 validates and writes: each function here decides the transition (a first run,
 re-timing, pause, resume, a next run replaced) at the "now" it takes from the schedulers'
 clock, sets the fields, and saves them with ``update_fields``, which moves the counters.
@@ -29,9 +31,6 @@ package is where they are called from: ``services.create(...)``.
 
 from __future__ import annotations
 
-# Origin and the errors are documented with the services (docs/python-api.md), as before
-# they moved to changelog and errors.
-from django_schedulinator.changelog import Origin as Origin
 from django_schedulinator.errors import ServiceError as ServiceError
 from django_schedulinator.errors import VersionConflict as VersionConflict
 from django_schedulinator.services.calendars import (
@@ -41,7 +40,8 @@ from django_schedulinator.services.calendars import (
     fill_calendar,
     save_calendar,
 )
-from django_schedulinator.services.declared import sync_declared
+from django_schedulinator.services.changelog import Origin
+from django_schedulinator.services.declared import sync_declared, validated_declarations
 from django_schedulinator.services.runs import (
     BackfillReport,
     advance,
@@ -60,13 +60,16 @@ from django_schedulinator.services.schedules import (
     resync,
     update,
 )
+from django_schedulinator.services.validation import outside_errors, validate
 from django_schedulinator.services.writes import PYTHON
 from django_schedulinator.services.zones import ZoneRulesReport, replan_for_zone_rules
-from django_schedulinator.validation import validate
 
+# The errors are documented with the services (docs/python-api.md), as before they moved to
+# errors; they are not the package's own names.
 __all__ = [
     "PYTHON",
     "BackfillReport",
+    "Origin",
     "ZoneRulesReport",
     "advance",
     "backfill",
@@ -80,6 +83,7 @@ __all__ = [
     "lock_for_edit",
     "mark_missed",
     "mark_not_fired",
+    "outside_errors",
     "pause",
     "replan_for_zone_rules",
     "resume",
@@ -89,4 +93,5 @@ __all__ = [
     "sync_declared",
     "update",
     "validate",
+    "validated_declarations",
 ]

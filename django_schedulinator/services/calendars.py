@@ -13,9 +13,9 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import connections, router, transaction
 
-from django_schedulinator import calendars, changelog, ledger, timing
-from django_schedulinator.changelog import Origin
+from django_schedulinator import timing
 from django_schedulinator.errors import TimingError
+from django_schedulinator.importers import days as calendars
 from django_schedulinator.index import clock
 from django_schedulinator.models import (
     Calendar,
@@ -25,12 +25,14 @@ from django_schedulinator.models import (
     load_calendars,
     new_stamp,
 )
-from django_schedulinator.querysets import json_ids
-from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.models.querysets import json_ids
+from django_schedulinator.models.scopes import Scope, schedules_in
+from django_schedulinator.models.validators import MAX_DAYS
+from django_schedulinator.services import changelog, ledger
+from django_schedulinator.services.changelog import Origin
 from django_schedulinator.services.replans import _ids_naming, _Replanned, _write_replanned
 from django_schedulinator.services.writes import PYTHON, _wake_after_commit, logger
 from django_schedulinator.timing.days import LoadedCalendar
-from django_schedulinator.validators import MAX_DAYS
 
 
 def save_calendar(

@@ -13,11 +13,11 @@ from typing import Any
 from django.db import connections
 from django.db.models import F
 
-from django_schedulinator import changelog
-from django_schedulinator.changelog import Origin
 from django_schedulinator.index import sync
 from django_schedulinator.models import Schedule, ScheduleChange
-from django_schedulinator.querysets import json_ids, json_time, per_row
+from django_schedulinator.models.querysets import json_ids, json_time, per_row
+from django_schedulinator.services import changelog
+from django_schedulinator.services.changelog import Origin
 
 
 @dataclass(slots=True)

@@ -14,14 +14,20 @@ from functools import reduce
 from django.db import transaction
 from django.db.models import Case, F, Q, Value, When
 
-from django_schedulinator import ledger, timing
-from django_schedulinator.changelog import Origin
+from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import PrunedRange, ScheduleDeleted, ServiceError, TimingError
 from django_schedulinator.index import clock
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.querysets import Advance, Advanced, ClaimedRuns, advances_in_one_statement
+from django_schedulinator.models.querysets import (
+    Advance,
+    Advanced,
+    ClaimedRuns,
+    advances_in_one_statement,
+)
 from django_schedulinator.registry import registry
+from django_schedulinator.services import ledger
+from django_schedulinator.services.changelog import Origin
 from django_schedulinator.services.writes import (
     PYTHON,
     WRITTEN_BY_ACTIONS,

@@ -12,13 +12,15 @@ from typing import Any
 
 from django.db import router, transaction
 
-from django_schedulinator import changelog, declared, ledger, signals, timing
-from django_schedulinator.changelog import Origin
+from django_schedulinator import declared, signals, timing
 from django_schedulinator.errors import DeclaredInCode, ServiceError
 from django_schedulinator.index import clock, sync
 from django_schedulinator.index.due import ApplyResult
 from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import changelog, ledger
 from django_schedulinator.services.calendars import _lock_calendars
+from django_schedulinator.services.changelog import Origin
+from django_schedulinator.services.validation import validate
 from django_schedulinator.services.writes import (
     PYTHON,
     WRITTEN_BY_ACTIONS,
@@ -29,7 +31,6 @@ from django_schedulinator.services.writes import (
     _locked,
     _record,
 )
-from django_schedulinator.validation import validate
 
 # -- create, update, delete ----------------------------------------------------------------
 

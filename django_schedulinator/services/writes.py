@@ -12,11 +12,11 @@ from typing import Any
 
 from django.db import router, transaction
 
-from django_schedulinator import changelog
-from django_schedulinator.changelog import Origin
 from django_schedulinator.errors import ScheduleDeleted, VersionConflict
 from django_schedulinator.index.due import get_index
 from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import changelog
+from django_schedulinator.services.changelog import Origin
 
 logger = logging.getLogger("django_schedulinator.services")
 

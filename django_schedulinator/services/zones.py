@@ -9,11 +9,11 @@ from datetime import timedelta
 
 from django.db import router, transaction
 
-from django_schedulinator import changelog
-from django_schedulinator.changelog import Origin
 from django_schedulinator.errors import OutdatedZoneRules, TimingError
 from django_schedulinator.index import clock
 from django_schedulinator.models import Calendar, Schedule, ScheduleChange, ZoneRules
+from django_schedulinator.services import changelog
+from django_schedulinator.services.changelog import Origin
 from django_schedulinator.services.replans import _ids_naming, _Replanned, _write_replanned
 from django_schedulinator.services.writes import logger
 from django_schedulinator.timing import zonedata

@@ -49,7 +49,7 @@ from django_schedulinator.admin.display import exact_time
 from django_schedulinator.errors import TimingError
 from django_schedulinator.index import clock
 from django_schedulinator.models import Schedule, day_calendar
-from django_schedulinator.scopes import Scope, schedules_in
+from django_schedulinator.models.scopes import Scope, schedules_in
 
 WINDOW_MINUTES = 24 * 60
 MINUTE_MS = 60_000

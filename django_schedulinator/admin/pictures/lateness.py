@@ -22,7 +22,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_schedulinator.index import clock
 from django_schedulinator.models import Run
-from django_schedulinator.scopes import Scope, runs_in
+from django_schedulinator.models.scopes import Scope, runs_in
 
 RECENT = timedelta(hours=1)
 RECENT_RUNS = 10_000  # the histogram reads the last runs, at most this many

@@ -11,10 +11,11 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from django_schedulinator import calendars, services
-from django_schedulinator.changelog import Origin
+from django_schedulinator import services
+from django_schedulinator.importers import days as calendars
 from django_schedulinator.index import clock
 from django_schedulinator.models import Calendar, ScheduleChange
+from django_schedulinator.services import Origin
 
 
 def years(value: str) -> range:

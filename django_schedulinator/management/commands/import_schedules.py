@@ -13,13 +13,13 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.module_loading import import_string
 
-from django_schedulinator.changelog import Origin
 from django_schedulinator.dispatch import DEFAULT_ALIAS
 from django_schedulinator.errors import ServiceError, validation_message
 from django_schedulinator.importers import TaskNames, import_found
 from django_schedulinator.index import clock
 from django_schedulinator.management.commands.schedule import duration
 from django_schedulinator.models import ScheduleChange
+from django_schedulinator.services import Origin
 from django_schedulinator.timing.describe import DAY_RULE_TEXT
 from django_schedulinator.timing.vocabulary import DayRule
 

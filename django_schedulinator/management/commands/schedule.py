@@ -25,11 +25,10 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.utils.dateparse import parse_datetime, parse_duration
 
-from django_schedulinator.changelog import Origin
 from django_schedulinator.errors import ServiceError
 from django_schedulinator.management.commands.run_scheduler import positive_int
 from django_schedulinator.models import Schedule, ScheduleChange
-from django_schedulinator.services import backfill, pause, resume, run_now, update
+from django_schedulinator.services import Origin, backfill, pause, resume, run_now, update
 from django_schedulinator.timing.instants import get_zone
 
 MAX_PREVIEW = 1000

@@ -12,8 +12,8 @@ from django.core.management.base import BaseCommand
 from django.utils import timezone
 
 from django_schedulinator import services
-from django_schedulinator.changelog import Origin
 from django_schedulinator.models import Schedule, ScheduleChange
+from django_schedulinator.services import Origin
 
 ONE_OFF_DELAY = timedelta(seconds=15)
 COMMAND = Origin(None, ScheduleChange.Source.COMMAND)

@@ -43,7 +43,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 
-from django_schedulinator.validators import MAX_DAYS
+from django_schedulinator.models.validators import MAX_DAYS
 
 MAX_OCCURRENCE_DAYS = 100_000
 MAX_WALK = 500_000

@@ -33,7 +33,7 @@ from django.db.models.functions import Coalesce
 
 from django_schedulinator import timing
 from django_schedulinator.models import Run, Schedule, alert_time
-from django_schedulinator.querysets import NewRun, json_ids, per_row
+from django_schedulinator.models.querysets import NewRun, json_ids, per_row
 from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:

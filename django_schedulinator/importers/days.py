@@ -18,8 +18,9 @@ from datetime import UTC, date, tzinfo
 
 from django.core.exceptions import ValidationError
 
-from django_schedulinator import ical, timing
+from django_schedulinator import timing
 from django_schedulinator.errors import TimingError
+from django_schedulinator.importers import ical
 from django_schedulinator.models import Calendar
 
 # Filling a calendar from a source: the years it covers by default, around the current one.

@@ -17,7 +17,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.utils import create_namedtuple_class
 from django.utils.dateparse import parse_datetime
 
-from django_schedulinator.dbclock import DatabaseNow
+from django_schedulinator.models.dbclock import DatabaseNow
 from django_schedulinator.statuses import UNFINISHED, RunStatus
 
 # The model a queryset class serves (models.py: Schedule, Run). Generic rather than named:

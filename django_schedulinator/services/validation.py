@@ -3,11 +3,6 @@
 know: the schedulers' clock (a new one-off in the future) and the dispatchers (what the
 alias a schedule names can serve). ``services.validate`` is this function; the admin's form,
 the API, imports and the schedules declared in code call it too.
-
-It sits below the services, not in their package: ``declared`` validates the schedules in
-code with it, and the services' sync (``services.declared``) imports ``declared``; in the
-package, importing it would run the package's ``__init__``, which imports that sync: a
-circle.
 """
 
 from __future__ import annotations

@@ -1,17 +1,33 @@
-"""What the views share: pages sized from the settings, and the origin that the change log
-records for a change made through the API."""
+"""What the views share: pages sized from the settings, the logs of the schedules' history
+(the ledger and the change log), and the origin that the change log records for a change
+made through the API."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from rest_framework import pagination
+from django.db import models
+from drf_spectacular.utils import OpenApiResponse, extend_schema_view
+from rest_framework import pagination, serializers, viewsets
 from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 
+from django_schedulinator.api.filters import FilterBackend
+from django_schedulinator.api.negotiation import NegotiationMixin
+from django_schedulinator.api.permissions import (
+    ConfiguredPermissionsMixin,
+    SchedulesFilteredByPermissionsMixin,
+)
+from django_schedulinator.api.schema import DescribedBySpectacular, extend_schema
+from django_schedulinator.api.serializers.errors import ErrorSerializer
+from django_schedulinator.api.views.errors import INVALID, NO_PAGE, REFUSED
 from django_schedulinator.changelog import Origin
 from django_schedulinator.conf import app_settings
 from django_schedulinator.models import ScheduleChange
+
+Entry = TypeVar("Entry", bound=models.Model)
+View = TypeVar("View", bound=Callable[..., Any])
 
 
 class SizedFromSettings:
@@ -46,6 +62,37 @@ class NewestFirstCursorPagination(SizedFromSettings, pagination.CursorPagination
             except (TypeError, ValueError):
                 raise NotFound(self.invalid_cursor_message) from None
         return cursor
+
+
+class ScheduleLogViewSet(
+    DescribedBySpectacular,
+    NegotiationMixin,
+    SchedulesFilteredByPermissionsMixin,
+    ConfiguredPermissionsMixin,
+    viewsets.ReadOnlyModelViewSet[Entry],
+):
+    """A log of the schedules' history, read-only: its entries of the schedules the user
+    may see (by their ``schedule``), filtered by its ``filterset_class``, newest first."""
+
+    schedule_lookup = "schedule"
+    pagination_class = NewestFirstCursorPagination
+    filter_backends = [FilterBackend]
+
+
+def log_schema(
+    serializer: type[serializers.Serializer[Any]], missing: str
+) -> Callable[[View], View]:
+    """The answers a log documents: its list and one entry (``missing``: the 404's words)."""
+    return extend_schema_view(
+        list=extend_schema(responses={200: serializer, **INVALID, **NO_PAGE, **REFUSED}),
+        retrieve=extend_schema(
+            responses={
+                200: serializer,
+                404: OpenApiResponse(ErrorSerializer, description=missing),
+                **REFUSED,
+            }
+        ),
+    )
 
 
 def api_origin(request: Request) -> Origin:

@@ -3,59 +3,35 @@ of workers that are not Python on the runs handed off to them."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema_view
-from rest_framework import viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from django_schedulinator import keys, outcomes
-from django_schedulinator.api.filters import FilterBackend, RunFilter
+from django_schedulinator.api.filters import RunFilter
 from django_schedulinator.api.negotiation import NegotiationMixin
-from django_schedulinator.api.permissions import (
-    ConfiguredPermissionsMixin,
-    SchedulesFilteredByPermissionsMixin,
-)
+from django_schedulinator.api.permissions import ConfiguredPermissionsMixin
 from django_schedulinator.api.schema import DescribedBySpectacular, extend_schema
-from django_schedulinator.api.serializers.errors import ErrorSerializer
 from django_schedulinator.api.serializers.runs import (
     OutcomeReceiptSerializer,
     OutcomeReportSerializer,
     RunSerializer,
 )
-from django_schedulinator.api.views.common import NewestFirstCursorPagination
-from django_schedulinator.api.views.errors import INVALID, NO_PAGE, REFUSED
+from django_schedulinator.api.views.common import ScheduleLogViewSet, log_schema
+from django_schedulinator.api.views.errors import INVALID, REFUSED
 from django_schedulinator.errors import InvalidKey
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.statuses import ReportedStatus
 
 
 @extend_schema(tags=["runs"])
-@extend_schema_view(
-    list=extend_schema(responses={200: RunSerializer, **INVALID, **NO_PAGE, **REFUSED}),
-    retrieve=extend_schema(
-        responses={
-            200: RunSerializer,
-            404: OpenApiResponse(ErrorSerializer, description="No such run."),
-            **REFUSED,
-        }
-    ),
-)
-class RunViewSet(
-    DescribedBySpectacular,
-    NegotiationMixin,
-    SchedulesFilteredByPermissionsMixin,
-    ConfiguredPermissionsMixin,
-    viewsets.ReadOnlyModelViewSet[Run],
-):
+@log_schema(RunSerializer, "No such run.")
+class RunViewSet(ScheduleLogViewSet[Run]):
     """The ledger: one row per occurrence, fired or skipped (with the reason)."""
 
     queryset = Run.objects.all()
-    schedule_lookup = "schedule"
     serializer_class = RunSerializer
-    pagination_class = NewestFirstCursorPagination
-    filter_backends = [FilterBackend]
     filterset_class = RunFilter
 
 

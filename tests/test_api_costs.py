@@ -17,6 +17,7 @@ from rest_framework import serializers as drf
 from django_schedulinator import services
 from django_schedulinator.api import filters as api_filters
 from django_schedulinator.api import serializers as s
+from django_schedulinator.api.serializers.fields import _copy_of
 from django_schedulinator.models import Calendar, Schedule
 
 from .support.commits import APIClient, committed
@@ -145,10 +146,10 @@ def test_a_field_with_a_child_is_copied_with_its_child() -> None:
     """A plain field is copied shallowly; one with a child (a list field, a nested or
     many-related field) deeply, so the copy's child is bound to the copy, not the class's."""
     listed = drf.ListField(child=drf.IntegerField())
-    copied = s._copy_of(listed)
+    copied = _copy_of(listed)
     assert copied.child is not listed.child
     assert copied.child.parent is copied
     plain = drf.CharField(max_length=5)
-    shallow = s._copy_of(plain)
+    shallow = _copy_of(plain)
     assert shallow is not plain
     assert shallow.max_length == 5

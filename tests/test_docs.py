@@ -309,6 +309,20 @@ def test_the_links_between_the_pages_land_on_headings_that_exist() -> None:
     assert broken == []
 
 
+def test_the_changelogs_links_land_on_pages_and_headings_that_exist() -> None:
+    """CHANGELOG.md (outside the docs site, read on the forge) links each note to its page."""
+    changelog = DOCS.parent / "CHANGELOG.md"
+    links = re.findall(r"\]\((?!https?:)([^)#\s]+)(?:#([\w-]+))?\)", changelog.read_text("utf-8"))
+    assert links
+    broken = [
+        f"{target}#{anchor}" if anchor else target
+        for target, anchor in links
+        if not (changelog.parent / target).is_file()
+        or (anchor and anchor not in heading_anchors(changelog.parent / target))
+    ]
+    assert broken == []
+
+
 # -- installing before a release (README.md) ---------------------------------------------------
 
 ROOT = DOCS.parent

@@ -86,10 +86,16 @@ def test_the_classifiers_name_each_tested_version_and_no_other() -> None:
 
 
 def test_the_changelog_opens_with_the_version_in_the_making() -> None:
-    """The first section is the release being prepared, "## 0.1.0 (unreleased)" while the
-    version is 0.1.0.devN: what a user gets, before the development log."""
+    """The changelog is Keep a Changelog's: while the version is X.Y.Z.devN, its first section
+    is ``## [Unreleased]``, the notes of the release being prepared, which name X.Y.Z; once
+    released, a section ``## [X.Y.Z]`` exists."""
     text = (PROJECT / "CHANGELOG.md").read_text("utf-8")
-    first = re.search(r"^## (.*)$", text, re.MULTILINE)
-    assert first
+    sections = re.split(r"^## ", text, flags=re.MULTILINE)[1:]
+    assert sections
+    headings = [section.partition("\n")[0] for section in sections]
     in_the_making = re.sub(r"\.dev\d+$", "", django_schedulinator.__version__)
-    assert first[1] == f"{in_the_making} (unreleased)"
+    if in_the_making != django_schedulinator.__version__:
+        assert headings[0] == "[Unreleased]"
+        assert re.search(rf"\b{re.escape(in_the_making)}\b", sections[0])
+    else:
+        assert any(heading.startswith(f"[{in_the_making}]") for heading in headings)

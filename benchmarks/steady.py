@@ -299,7 +299,7 @@ def measure_write(batch: int, rounds: int = 200, pairs: int = 3) -> dict[str, An
 
     from django_schedulinator import services
     from django_schedulinator.models import Run, Schedule
-    from django_schedulinator.models.querysets import Advance, ClaimedRuns, NewRun
+    from django_schedulinator.models.batches import Advance, ClaimedRuns, NewRun
     from django_schedulinator.services import ledger
 
     rows = list(Schedule.objects.order_by("pk").values_list("pk", "revision")[:batch])

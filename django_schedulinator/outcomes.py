@@ -23,8 +23,8 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 from django_schedulinator import signals
 from django_schedulinator.index import clock
 from django_schedulinator.models import Run
+from django_schedulinator.models.batches import json_ids
 from django_schedulinator.models.keys import occurrence_key, parse_key
-from django_schedulinator.models.querysets import json_ids
 from django_schedulinator.services import ledger, streaks
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 

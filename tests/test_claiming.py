@@ -17,8 +17,8 @@ from django_schedulinator import resync_schedules, services, timing
 from django_schedulinator.index.due import SET, Change, DueIndex
 from django_schedulinator.index.rebuild import ensure_built
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.batches import Advance, NewRun
 from django_schedulinator.models.keys import occurrence_key
-from django_schedulinator.models.querysets import Advance, NewRun
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.scheduler.held import PlannedRetries
 from django_schedulinator.scheduler.leases import Leased

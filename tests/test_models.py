@@ -25,7 +25,7 @@ from django_schedulinator.conf import MAX_JSON_DEPTH
 from django_schedulinator.index import clock
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
-from django_schedulinator.models.querysets import Advance
+from django_schedulinator.models.batches import Advance
 from django_schedulinator.timing import to_ms, truncate_ms
 
 from .support.commits import Client, committed

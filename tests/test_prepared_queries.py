@@ -1,4 +1,4 @@
-"""The reads of every pass, compiled once (``querysets.PreparedQuery``): the same rows as
+"""The reads of every pass, compiled once (``batches.PreparedQuery``): the same rows as
 the ORM gives, converted the same way, for any batch of ids and any value."""
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ class Schedulinator:
         from django_schedulinator import services
         from django_schedulinator.index.sync import resync_schedules
         from django_schedulinator.models import Run, Schedule
-        from django_schedulinator.models.querysets import Advance, NewRun
+        from django_schedulinator.models.batches import Advance, NewRun
 
         self.arm(due)
         index = self._index()

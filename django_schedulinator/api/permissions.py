@@ -111,7 +111,7 @@ def visible_schedules(request: Request, view: Any, *, listing: bool) -> QuerySet
 class ScopedByPermissionsMixin:
     """A view whose answers count or name schedules (the status, the index health, the
     schedulers, a calendar's refusals): what it reads is kept to the schedules the
-    permission classes let the user see (``scopes.py``)."""
+    permission classes let the user see (``models/scopes.py``)."""
 
     def scope(self) -> Scope:
         view: Any = self  # a DRF view: it has the request

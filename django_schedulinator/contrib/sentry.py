@@ -51,7 +51,7 @@ from django_schedulinator.conf import SETTING_NAME, SentryCrons, Setting, Settin
 from django_schedulinator.dispatch import COMMON_OPTIONS, dispatchers
 from django_schedulinator.errors import SchedulinatorError, TimingError, UnknownTask
 from django_schedulinator.models import Schedule
-from django_schedulinator.models.querysets import json_ids
+from django_schedulinator.models.batches import json_ids
 from django_schedulinator.registry import registry
 from django_schedulinator.statuses import RunStatus
 

@@ -48,7 +48,7 @@ from django_schedulinator.index.due import (
 )
 from django_schedulinator.index.sync import INDEX_FIELDS, change_for_row, keyset_pages
 from django_schedulinator.management import run_command
-from django_schedulinator.models.querysets import _names, json_ids
+from django_schedulinator.models.batches import json_ids, table_and_columns
 
 logger = logging.getLogger("django_schedulinator.rebuild")
 
@@ -366,7 +366,7 @@ def index_rows(db: str, size: int) -> Iterator[list[tuple[Any, ...]]]:
     if connection.vendor != "postgresql" or not _psycopg3():
         yield from keyset_pages(Schedule.objects.using(db), INDEX_FIELDS, size)
         return
-    table, column = _names(Schedule, connection)
+    table, column = table_and_columns(Schedule, connection)
     pk = column["id"]
     columns = ", ".join(column["id" if name == "pk" else name] for name in INDEX_FIELDS)
     select = f"SELECT {columns} FROM {table}"
@@ -408,7 +408,7 @@ def missing_rows(db: str, ids: list[int]) -> list[int]:
             Schedule.objects.using(db).filter(pk__in=json_ids(ids, db)).values_list("pk", flat=True)
         )
         return [sid for sid in ids if sid not in existing]
-    table, column = _names(Schedule, connection)
+    table, column = table_and_columns(Schedule, connection)
     rows = _fetch_binary(
         connection,
         f"SELECT u.id FROM unnest(%s::bigint[]) AS u(id) "

@@ -7,7 +7,7 @@ and a random sample compared in both directions (entries against their rows, row
 their entries). What it flags is re-read once before it is reported, so a row that merely
 fired between the two reads is not called drift.
 
-Each report takes a ``scope`` (``scopes.py``): the schedules its reader may see. Under one,
+Each report takes a ``scope`` (``models/scopes.py``): the schedules its reader may see. Under one,
 it counts and names those only, and leaves out (None) the figures only the whole fleet has:
 the index's entries (due, due now, in flight, per shard), the rows of the last rebuild, the
 schedulers' counters.

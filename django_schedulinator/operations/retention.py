@@ -58,7 +58,7 @@ from django_schedulinator.conf import (
     app_settings,
 )
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.models.querysets import is_lock_timeout, json_ids, json_rows, json_time
+from django_schedulinator.models.batches import is_lock_timeout, json_ids, json_rows, json_time
 
 logger = logging.getLogger("django_schedulinator.retention")
 

@@ -55,8 +55,7 @@ from django_schedulinator.models import (
     day_calendar,
     load_calendars,
 )
-from django_schedulinator.models.keys import occurrence_key
-from django_schedulinator.models.querysets import (
+from django_schedulinator.models.batches import (
     Advance,
     ClaimedRuns,
     NewRun,
@@ -64,6 +63,7 @@ from django_schedulinator.models.querysets import (
     is_lock_timeout,
     json_ids,
 )
+from django_schedulinator.models.keys import occurrence_key
 from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.now import LoopClock
 from django_schedulinator.services import ledger
@@ -85,7 +85,7 @@ RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
     "dispatch_options", "scheduled_for", "attempts",
 )  # fmt: skip
-# The read of every pass, compiled once (querysets.PreparedQuery): the claimed rows.
+# The read of every pass, compiled once (batches.PreparedQuery): the claimed rows.
 RECHECK = PreparedQuery(lambda ids: Schedule.objects.filter(pk__in=ids), ROW_FIELDS)
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.

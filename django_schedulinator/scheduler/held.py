@@ -23,7 +23,7 @@ from django_schedulinator import outcomes, timing
 from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
-from django_schedulinator.models.querysets import PreparedQuery
+from django_schedulinator.models.batches import PreparedQuery
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.scheduler.now import LoopClock
 from django_schedulinator.services import ledger
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_schedulinator.claiming")
 
 # The runs of a batch that its claim still holds, with their trigger and whether their
-# schedule is enabled: read before each dispatch, compiled once (querysets.PreparedQuery).
+# schedule is enabled: read before each dispatch, compiled once (batches.PreparedQuery).
 HELD = PreparedQuery(
     lambda ids, token: Run.objects.held_by(token, ids).order_by(),
     ("pk", "trigger", "schedule__enabled"),

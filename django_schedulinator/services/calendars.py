@@ -25,7 +25,7 @@ from django_schedulinator.models import (
     load_calendars,
     new_stamp,
 )
-from django_schedulinator.models.querysets import json_ids
+from django_schedulinator.models.batches import json_ids
 from django_schedulinator.models.scopes import Scope, schedules_in
 from django_schedulinator.models.validators import MAX_DAYS
 from django_schedulinator.services import changelog, ledger

@@ -33,7 +33,7 @@ from django.db.models.functions import Coalesce
 
 from django_schedulinator import timing
 from django_schedulinator.models import Run, Schedule, alert_time
-from django_schedulinator.models.querysets import NewRun, json_ids, per_row
+from django_schedulinator.models.batches import NewRun, json_ids, per_row
 from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
@@ -428,7 +428,7 @@ def record_outcomes(
 def _receipts(outcomes: Sequence[Outcome], using: str) -> dict[str, Any]:
     """What the receivers said of these runs (their ids, HTTP statuses, the tasks' output),
     as the fields of the one UPDATE that also sets the runs' status ({} when they said
-    nothing): each run's own values, looked up by its pk (``querysets.per_row``).
+    nothing): each run's own values, looked up by its pk (``batches.per_row``).
 
     A row is written once per transaction: PostgreSQL checks the foreign key of a row the
     transaction already wrote, at commit, by locking the schedule's row. A schedule being

@@ -15,7 +15,7 @@ from django.db.models import F
 
 from django_schedulinator.index import sync
 from django_schedulinator.models import Schedule, ScheduleChange
-from django_schedulinator.models.querysets import json_ids, json_time, per_row
+from django_schedulinator.models.batches import json_ids, json_time, per_row
 from django_schedulinator.services import changelog
 from django_schedulinator.services.changelog import Origin
 

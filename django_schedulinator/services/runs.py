@@ -19,7 +19,7 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import PrunedRange, ScheduleDeleted, ServiceError, TimingError
 from django_schedulinator.index import clock
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.models.querysets import (
+from django_schedulinator.models.batches import (
     Advance,
     Advanced,
     ClaimedRuns,
@@ -60,7 +60,7 @@ def advance(
 
     With ``runs``, the runs of the schedules that moved enter the ledger in the same
     transaction (``inserted``): on PostgreSQL in the advance's own statement, one round
-    trip (``querysets.advances_in_one_statement``); elsewhere ``ledger.record_claimed``
+    trip (``batches.advances_in_one_statement``); elsewhere ``ledger.record_claimed``
     after it, in a transaction of the two."""
     schedules = Schedule.objects.using(using)
     if runs is None:

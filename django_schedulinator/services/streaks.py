@@ -20,7 +20,7 @@ from django_schedulinator import signals
 from django_schedulinator.index import sync
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
-from django_schedulinator.models.querysets import json_ids
+from django_schedulinator.models.batches import json_ids
 
 
 def lock_streaks(succeeded: Collection[int], failing: Collection[int], *, using: str) -> list[int]:

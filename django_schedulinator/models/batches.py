@@ -1,0 +1,304 @@
+"""The SQL of a batch: the shapes of the rows a claim advances and records (``Advance``,
+``NewRun``), a batch's rows carried as one JSON parameter (``json_ids``, ``json_rows``,
+``per_row``), the prepared statements the hot path reuses (``PreparedQuery``), and how the
+advance tells a lock wait that ran out. The querysets (``querysets``) build their statements
+from these; the services and the scheduler give their batches in these shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from django.db import connections, models
+from django.db.models import Case, F, Value, When
+from django.db.models.expressions import RawSQL
+from django.db.models.utils import create_namedtuple_class
+
+from django_schedulinator.statuses import RunStatus
+
+
+class Advance(NamedTuple):
+    """Move one schedule past its due occurrences, if its row still holds ``revision``."""
+
+    schedule_id: int
+    revision: int
+    next_run_at: datetime | None
+    due_at: datetime | None
+    fired: int  # occurrences that fire (or wait, buffered): added to run_count
+    # The latest occurrence the claim decided: ``Schedule.fired_through`` moves up to it.
+    through: datetime | None = None
+
+
+class NewRun(NamedTuple):
+    """One occurrence to enter the ledger, with what will be (or would have been) run."""
+
+    schedule_id: int
+    scheduled_for: datetime
+    task: str
+    args: Any
+    kwargs: Any
+    dispatcher: str
+    dispatch_options: Any
+    status: str = RunStatus.PENDING
+    trigger: str = "schedule"
+    skip_reason: str = ""
+    note: str = ""
+    attempts: int = 1
+    # Pending runs only: the lease of the process that dispatches them. A run queued for
+    # any scheduler to take (run now, backfill) carries one that has already expired.
+    lease_expires_at: datetime | None = None
+    # Runs of a schedule with a grace (not skipped ones): when the run is missed unless it
+    # has succeeded (Run.alert_at).
+    alert_at: datetime | None = None
+
+    @classmethod
+    def of(cls, source: Any, at: datetime, **fields: Any) -> NewRun:
+        """A run of ``source`` (a Schedule, or a row with its pk, task, args, kwargs,
+        dispatcher and dispatch options) at ``at``: what it runs, and where, is a snapshot
+        of the schedule's."""
+        return cls(
+            source.pk,
+            at,
+            source.task,
+            source.args,
+            source.kwargs,
+            source.dispatcher,
+            source.dispatch_options,
+            **fields,
+        )
+
+
+# The defaults of NewRun's fields after kwargs: a run that has them all is sent short.
+PLAIN_RUN = (RunStatus.PENDING, "schedule", "", "", 1, None, None)
+
+
+# Backends whose batches travel as one JSON parameter: the SQL text stays short and constant
+# (the driver parses it once), whatever the batch size, and nothing is quoted per value.
+JSON_BATCH_VENDORS = ("postgresql", "sqlite")
+
+
+def batches_as_json(connection: Any) -> bool:
+    # RETURNING arrived in SQLite 3.35; Django's flag tracks it for both backends.
+    return (
+        connection.vendor in JSON_BATCH_VENDORS
+        and connection.features.can_return_columns_from_insert
+    )
+
+
+# Earlier than any run's alert_at (RunQuerySet.done).
+NO_ALERT_BEFORE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def json_ids(ids: Sequence[int], using: str) -> RawSQL:
+    """A subquery yielding ``ids``, for ``filter(pk__in=json_ids(...))`` on large batches."""
+    connection = connections[using]
+    if connection.vendor in IDS_SQL:
+        return RawSQL(IDS_SQL[connection.vendor], [_ids_param(connection, ids)])
+    return RawSQL(", ".join(["%s"] * len(ids)), list(ids))  # plain IN list elsewhere
+
+
+def per_row(
+    model: type[models.Model], field_name: str, values: Mapping[int, Any], using: str
+) -> Any:
+    """The value of ``field_name`` in one UPDATE of ``model``'s rows: ``values[pk]`` for
+    the rows it names, the column's own value for the others. On PostgreSQL and SQLite the
+    values are one JSON parameter looked up by each row's pk; a CASE with a WHEN per row
+    cost Django about a millisecond a row to build and compile (and the database one
+    comparison per WHEN per row), and it remains the way elsewhere."""
+    connection = connections[using]
+    field = model._meta.get_field(field_name)
+    assert isinstance(field, models.Field)  # a column, not a relation's reverse side
+    if connection.vendor not in ("postgresql", "sqlite"):
+        whens = [When(pk=pk, then=Value(value)) for pk, value in values.items()]
+        return Case(*whens, default=F(field_name), output_field=field)
+    qn = connection.ops.quote_name
+    table = qn(model._meta.db_table)
+    pk_field = model._meta.pk
+    assert pk_field is not None
+    assert pk_field.column is not None
+    assert field.column is not None
+    pk = f"{table}.{qn(pk_field.column)}"
+    column = f"{table}.{qn(field.column)}"
+    payload = json.dumps({str(key): value for key, value in values.items()})
+    if connection.vendor == "postgresql":
+        # -> gives SQL NULL for a pk it does not name, JSON null for a value that is None.
+        cast = field.db_type(connection)
+        sql = (
+            f"CASE WHEN (%s::jsonb -> {pk}::text) IS NOT NULL "
+            f"THEN (%s::jsonb ->> {pk}::text)::{cast} ELSE {column} END"
+        )
+    else:  # SQLite: json_type is NULL for a missing key, 'null' for a value that is None.
+        path = f"'$.\"' || {pk} || '\"'"
+        sql = (
+            f"CASE WHEN json_type(%s, {path}) IS NOT NULL "
+            f"THEN json_extract(%s, {path}) ELSE {column} END"
+        )
+    return RawSQL(sql, [payload, payload], output_field=field)
+
+
+# The subquery of ids as one parameter. PostgreSQL: an array, not JSON: the planner knows
+# how many rows unnest() of it yields (it guessed 100 for a JSON array, and joined them
+# against every unfinished run).
+IDS_SQL = {"postgresql": "SELECT unnest(%s::bigint[])", "sqlite": "SELECT value FROM json_each(%s)"}
+
+
+def _ids_param(connection: Any, ids: Sequence[int]) -> Any:
+    return list(ids) if connection.vendor == "postgresql" else json.dumps(list(ids))
+
+
+class _Compiled(NamedTuple):
+    connection: Any
+    compiler: Any
+    sql: str
+    params: tuple[Any, ...]
+    slots: tuple[int, ...]  # the positions of the ids, then of each value, among the params
+    converters: dict[int, Any]
+    row: Any  # the named tuple class of a row
+
+
+class PreparedQuery:
+    """A ``values_list(*fields, named=True)`` query over a batch of ids, compiled by Django
+    once per thread and database, then only executed with the next batch's ids: Django's
+    compiler costs about a millisecond of CPU whatever the batch's size, which a scheduler
+    paid twice per pass (the re-check, the dispatch check). ``build(ids, *values)`` makes
+    the queryset from the ids' subquery and the values ``rows`` is given (each used once,
+    as a parameter of its own); the rows come back as Django gives them, converted.
+    Databases other than PostgreSQL and SQLite run the query through the ORM each time."""
+
+    def __init__(self, build: Any, fields: Sequence[str]) -> None:
+        self.build = build
+        self.fields = tuple(fields)
+        self._compiled = threading.local()
+
+    def rows(self, using: str, ids: Sequence[int], *values: Any) -> list[Any]:
+        connection = connections[using]
+        if connection.vendor not in IDS_SQL:
+            queryset = self.build(json_ids(ids, using), *values).using(using)
+            return list(queryset.values_list(*self.fields, named=True))
+        compiled = self._compiled.__dict__.get(using)
+        if compiled is None or compiled.connection is not connection:
+            compiled = self._compile(connection, using, len(values))
+            self._compiled.__dict__[using] = compiled
+        params = list(compiled.params)
+        for slot, value in zip(compiled.slots, (_ids_param(connection, ids), *values), strict=True):
+            params[slot] = value
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows: Any = cursor.fetchall()
+        if compiled.converters:
+            rows = compiled.compiler.apply_converters(rows, compiled.converters)
+        return [compiled.row._make(r) for r in rows]
+
+    def _compile(self, connection: Any, using: str, count: int) -> _Compiled:
+        # Stand-ins for the ids and the values until each execution, found by equality
+        # among the compiled parameters (a field's preparation may copy a value).
+        markers = [f"\x00schedulinator-prepared-{i}" for i in range(count + 1)]
+        queryset = self.build(RawSQL(IDS_SQL[connection.vendor], [markers[0]]), *markers[1:])
+        compiler = (
+            queryset.using(using).values_list(*self.fields, named=True).query.get_compiler(using)
+        )
+        sql, params = compiler.as_sql()
+        slots = tuple(params.index(marker) for marker in markers)
+        columns = [column for column, _alias, _annotation in compiler.select[: compiler.col_count]]
+        return _Compiled(
+            connection,
+            compiler,
+            sql,
+            tuple(params),
+            slots,
+            compiler.get_converters(columns),
+            create_namedtuple_class(*self.fields),
+        )
+
+
+def json_rows(connection: Any, *types: str) -> str:
+    """SQL that turns a JSON array of arrays (one parameter) into typed rows."""
+    if connection.vendor == "postgresql":
+        pg = {"bigint": "bigint", "timestamp": "timestamptz", "text": "text"}
+        columns = [
+            f"e->{i}" if kind == "json" else f"(e->>{i})::{pg[kind]}"
+            for i, kind in enumerate(types)
+        ]
+        return f"SELECT {', '.join(columns)} FROM jsonb_array_elements(%s::jsonb) AS e"
+    # SQLite: json_extract returns arrays and objects as JSON text, which is how Django
+    # stores a JSONField there, but a string as bare text: json_quote makes any value JSON
+    # again (it leaves arrays and objects as they are), or a bulk-written args "abc" would
+    # fail the JSON check of the whole batch's insert.
+    columns = [
+        f"json_quote(json_extract(value, '$[{i}]'))"
+        if kind == "json"
+        else f"json_extract(value, '$[{i}]')"
+        for i, kind in enumerate(types)
+    ]
+    return f"SELECT {', '.join(columns)} FROM json_each(%s)"
+
+
+def json_time(connection: Any, value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if connection.vendor == "postgresql":
+        return value.isoformat()
+    return str(connection.ops.adapt_datetimefield_value(value))  # Django's SQLite text form
+
+
+def table_and_columns(model: Any, connection: Any) -> tuple[str, dict[str, str]]:
+    qn = connection.ops.quote_name
+    meta = model._meta
+    return qn(meta.db_table), {f.name: qn(f.column) for f in meta.concrete_fields}
+
+
+# The JSON row types of NewRun, in field order.
+INSERT_TYPES = (
+    "bigint", "timestamp", "text", "json", "json", "text", "json", "text", "text", "text",
+    "text", "bigint", "timestamp", "timestamp",
+)  # fmt: skip
+# Where NewRun's fields after the snapshot of the schedule begin.
+PLAIN_FROM = 7
+
+
+# How long the advance waits for a row lock before it skips the rows that are held, and
+# PostgreSQL's code for that wait running out (lock_not_available).
+FIRST_LOCK_WAIT_MS = 100
+LOCK_NOT_AVAILABLE = "55P03"
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """Whether a database error is a lock wait that ran out (``lock_timeout``)."""
+    return getattr(exc.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+
+
+class Advanced(NamedTuple):
+    moved: dict[int, int]  # schedule id -> new revision, for the rows that moved
+    locked: set[int]  # rows another transaction held: skipped, not moved
+    # The runs the same statement inserted, {(schedule id, epoch ms): run id}, when it was
+    # given runs to insert (``ClaimedRuns``).
+    inserted: dict[tuple[int, int], int] | None = None
+
+
+class ClaimedRuns(NamedTuple):
+    """The runs a claim records for each schedule it advances (those of a schedule that
+    does not move are left out), and the claim they are leased to."""
+
+    runs: dict[int, list[NewRun]]  # by schedule id
+    claimed_at: datetime
+    worker_id: str
+    claim_token: str
+    lease_expires_at: datetime
+
+
+def advances_in_one_statement(connection: Any) -> bool:
+    """Whether the claim's advance and its runs go in one statement that is its own
+    transaction: on PostgreSQL through psycopg 3's client-side binding (Django's default),
+    which sends the transaction's ``lock_timeout`` and the statement in one round trip.
+    Elsewhere (SQLite, server-side binding, psycopg 2) two statements in a transaction."""
+    if connection.vendor != "postgresql":
+        return False  # asked before the driver: a SQLite project installs none
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3) and (
+        connection.settings_dict["OPTIONS"].get("server_side_binding") is not True
+    )

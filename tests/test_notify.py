@@ -1,7 +1,8 @@
-"""Notifications (``notify.py``): mail to ADMINS, a webhook target, your own class; each
-told of an event once, from the signal that announced it; a notifier that raises or hangs
-is logged and holds nothing up. In this process notifications are sent before the signal
-returns; in a scheduler's threads, by a background thread."""
+"""Notifications (``operations/``: ``notifiers``, ``delivery``, ``courier``, ``receivers``):
+mail to ADMINS, a webhook target, your own class; each told of an event once, from the
+signal that announced it; a notifier that raises or hangs is logged and holds nothing up.
+In this process notifications are sent before the signal returns; in a scheduler's
+threads, by a background thread."""
 
 from __future__ import annotations
 
@@ -19,11 +20,15 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_schedulinator import notify, signals
+from django_schedulinator import signals
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.operations import alerts
+from django_schedulinator.operations.courier import Courier
+from django_schedulinator.operations.delivery import deliver_outbox
+from django_schedulinator.operations.events import Event
 from django_schedulinator.operations.health import cluster_status
+from django_schedulinator.operations.notifiers import deliver
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms, truncate_ms
 
@@ -146,9 +151,9 @@ def test_mail_to_nobody_reads_nothing(
 ) -> None:
     """Without ADMINS the default notifier wants nothing: not even the schedule's name."""
     settings.ADMINS = []
-    event = notify.Event("missed", timezone.now(), schedule_id=1, reason="failed")
+    event = Event("missed", timezone.now(), schedule_id=1, reason="failed")
     with django_assert_num_queries(0):
-        notify.deliver(event)
+        deliver(event)
     assert mailoutbox == []
 
 
@@ -241,7 +246,7 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         assert "answered HTTP 500" in entry.last_error
         assert entry.next_attempt_at is not None
         assert entry.next_attempt_at > timezone.now()
-        assert notify.deliver_outbox().messages == 0  # backing off: not due yet
+        assert deliver_outbox().messages == 0  # backing off: not due yet
         assert len(receiver.received) == 1
 
         [warning] = cluster_status(drift=False).warnings  # scheduler_status says so
@@ -250,13 +255,13 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         assert "answered HTTP 500" in warning.message
 
         Notification.objects.update(next_attempt_at=timezone.now())  # the back-off ends
-        report = notify.deliver_outbox()
+        report = deliver_outbox()
         assert (report.messages, report.told, report.waiting) == (1, 1, 0)
         event_id = f"missed:{schedule.pk}:{to_ms(run.scheduled_for)}"
         assert [r.headers["webhook-id"] for r in receiver.received] == [event_id, event_id]
         entry.refresh_from_db()
         assert entry.delivered_at is not None
-        assert notify.deliver_outbox().messages == 0  # delivered once
+        assert deliver_outbox().messages == 0  # delivered once
         assert not cluster_status(drift=False).warnings
 
 
@@ -284,12 +289,12 @@ def test_a_storm_goes_as_one_digest_and_the_rate_limit_holds_the_rest(
 
     make_due(1, grace=GRACE)
     [_late] = check_alerts(after_grace())
-    report = notify.deliver_outbox()
+    report = deliver_outbox()
     assert (report.rate_limited, report.waiting, len(mailoutbox)) == (True, 1, 3)
 
     minute_ago = timezone.now() - timedelta(minutes=1, seconds=1)
     Notification.objects.exclude(delivered_at=None).update(delivered_at=minute_ago)
-    assert notify.deliver_outbox().messages == 1  # the next minute's
+    assert deliver_outbox().messages == 1  # the next minute's
     assert len(mailoutbox) == 4
 
 
@@ -319,7 +324,7 @@ def test_several_deliverers_at_once_tell_each_miss_once(settings: Any) -> None:
     def deliverer() -> None:
         try:
             start.wait()
-            notify.deliver_outbox()
+            deliver_outbox()
         finally:
             connections.close_all()
 
@@ -337,11 +342,11 @@ def test_a_deadline_between_sends_leaves_the_rest_to_the_next_step(settings: Any
     notify_with(settings, BACKEND="tests.support.notifiers.Keep")
     make_due(5, grace=GRACE)
     alerts.check(after_grace())
-    report = notify.deliver_outbox(should_stop=lambda: len(Keep.told) >= 2)
+    report = deliver_outbox(should_stop=lambda: len(Keep.told) >= 2)
     assert (report.messages, report.stopped, report.waiting) == (2, True, 3)
     # Released at once, not held until a claim expires: the next step takes them.
     assert not Notification.objects.filter(delivered_at=None).exclude(claimed_by="").exists()
-    assert notify.deliver_outbox().messages == 3
+    assert deliver_outbox().messages == 3
     assert len({e.id for e in Keep.told}) == len(Keep.told) == 5
 
 
@@ -458,15 +463,15 @@ def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureF
     notify_with(settings, BACKEND="tests.support.notifiers.Hang")
     Hang.release.clear()
     Hang.entered.clear()
-    box = notify.Courier(size=1)
+    box = Courier(size=1)
     box.send_in_background()
     try:
         at = timezone.now()
         with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
-            box.put(notify.Event("no_scheduler", at))  # taken by the thread, which hangs
+            box.put(Event("no_scheduler", at))  # taken by the thread, which hangs
             assert Hang.entered.wait(10)
-            box.put(notify.Event("no_scheduler", at + timedelta(seconds=1)))  # queued
-            box.put(notify.Event("no_scheduler", at + timedelta(seconds=2)))  # dropped
+            box.put(Event("no_scheduler", at + timedelta(seconds=1)))  # queued
+            box.put(Event("no_scheduler", at + timedelta(seconds=2)))  # dropped
         assert box.dropped == 1
         assert "1 notification(s) dropped so far" in caplog.text
         assert not box.drain(0.2)  # bounded: the hung one is not waited for
@@ -509,5 +514,5 @@ def test_the_mail_example_mails_each_event_it_lists(
 def test_the_custom_example_is_a_notifier(caplog: pytest.LogCaptureFixture) -> None:
     on_call_log = example("notify-custom", "alerts.md")["OnCallLog"]
     with caplog.at_level(logging.CRITICAL, logger="myproject.oncall"):
-        on_call_log({}).notify(notify.Event("no_scheduler", timezone.now()))
+        on_call_log({}).notify(Event("no_scheduler", timezone.now()))
     assert "No scheduler is running" in caplog.text

@@ -7,7 +7,8 @@ from __future__ import annotations
 import threading
 from typing import ClassVar
 
-from django_schedulinator.notify import BaseNotifier, Event
+from django_schedulinator.operations.events import Event
+from django_schedulinator.operations.notifiers import BaseNotifier
 
 
 class Keep(BaseNotifier):

@@ -24,18 +24,19 @@ from django_schedulinator import signals
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.operations import alerts
-from django_schedulinator.operations.courier import Courier
+from django_schedulinator.operations.courier import Courier, courier
 from django_schedulinator.operations.delivery import deliver_outbox
 from django_schedulinator.operations.events import Event
 from django_schedulinator.operations.health import cluster_status
 from django_schedulinator.operations.notifiers import deliver
+from django_schedulinator.operations.stage import stage_thread
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms, truncate_ms
 
 from .support.commits import committed
 from .support.doc_examples import example
 from .support.handoff import fire
-from .support.notifiers import Hang, Keep
+from .support.notifiers import Hang, Keep, Relay
 from .support.passes import check_alerts
 from .support.processes import looping, wait_for
 from .support.redis_server import lose_redis
@@ -60,6 +61,9 @@ def setup(settings: Any, built_index: DueIndex) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
     Keep.told.clear()
     Keep.threads.clear()
+    Keep.connections.clear()
+    for kept in (Relay.told, Relay.done, Relay.threads):
+        kept.clear()
 
 
 def notify_with(settings: Any, **config: Any) -> None:
@@ -479,6 +483,62 @@ def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureF
         Hang.release.set()
         box.send_in_background(False)
     assert box.drain(10)
+
+
+@pytest.mark.django_db(transaction=True)  # the courier's thread reads the schedule
+def test_the_couriers_thread_closes_its_connections_after_each_send(settings: Any) -> None:
+    """The courier's thread lives as long as the process (a stage that is drained, never
+    stopped): the connection it opened to complete an event is closed once it is sent."""
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep", EVENTS=["failed"])
+    schedule = due(name="mine")
+    box = Courier()
+    box.send_in_background()
+    try:
+        box.put(Event("failed", timezone.now(), schedule_id=schedule.pk, error="boom"))
+        assert box.drain(10)
+    finally:
+        box.send_in_background(False)
+    [told] = Keep.told
+    assert told.schedule_name == "mine"  # read on the courier's thread
+    assert Keep.threads == ["schedulinator-notify"]
+    [connection] = Keep.connections
+    assert connection.connection is None
+
+
+@pytest.mark.django_db(transaction=True)  # the courier's thread reads the schedule
+def test_an_event_raised_on_the_couriers_thread_is_sent_at_once_not_queued(
+    settings: Any,
+) -> None:
+    """A notifier that raises another event, on the courier's thread, has it sent there and
+    then (nested in its own), never queued behind itself: nothing to wait on, no loop."""
+    notify_with(settings, BACKEND="tests.support.notifiers.Relay", EVENTS=["failed"])
+    schedule = due(name="relayed")
+    event = Event("failed", timezone.now(), schedule_id=schedule.pk, error="boom")
+    stage_thread("raises", lambda: courier.put(event)).join(10)  # queued: a stage thread
+    assert courier.drain(10)
+    assert Relay.threads == ["schedulinator-notify", "schedulinator-notify"]
+    assert Relay.told == ["failed", "no_scheduler"]
+    assert Relay.done == ["no_scheduler", "failed"]  # nested: sent before the first ended
+
+
+def test_a_built_in_notifiers_former_path_keeps_its_waiting_entries(
+    settings: Any, mailoutbox: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Entries that wait under the mail notifier's former path (written before it moved
+    from django_schedulinator.notify) are its own: sent, with no word of a notifier gone."""
+    notify_with(settings, BACKEND="django_schedulinator.notify.MailNotifier")
+    make_due(2, grace=GRACE)
+    alerts.check(after_grace())
+    Notification.objects.update(notifier="django_schedulinator.notify.MailNotifier")
+    with caplog.at_level(logging.WARNING, logger="django_schedulinator.notify"):
+        report = deliver_outbox()
+    assert (report.notifier, report.messages, report.waiting) == (
+        "django_schedulinator.operations.notifiers.MailNotifier",
+        2,
+        0,
+    )
+    assert len(mailoutbox) == 2
+    assert "no longer configured" not in caplog.text
 
 
 # -- the examples of docs/alerts.md, as written --------------------------------------------------

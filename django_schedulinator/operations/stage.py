@@ -1,7 +1,7 @@
 """The one way a thread runs beside a scheduler's loop: ``stage_thread``, the thread every
 one of them runs on (the commit stage, the lanes, the recorder, the lease keeper, the prune,
-the heartbeat, the probe server, the notifications' courier); and ``Stage``, such a thread
-that handles what is put in its bounded queue, in order.
+the heartbeat, the probe server with its requests and checks, the notifications' courier);
+and ``Stage``, such a thread that handles what is put in its bounded queue, in order.
 
 Every such thread is set up and torn down the same way, which is why there is one place for
 it: it is marked as a stage thread (``on_stage_thread``), so that its database connections
@@ -11,11 +11,12 @@ courier's thread (``operations.courier``: it never waits on a notifier); and whe
 closes its database connections and its instances of the dispatcher aliases (each thread
 has its own).
 
-Why a marker, and why here: the scheduler imports the operations, whose heartbeat, probes
-and courier run threads too, so the primitive sits below both and imports neither; those
-who decide something per thread read the mark (it calls into nobody). Handing a thread
-factory down instead, as the prune once was, cannot reach the courier: a module-wide object
-that every stage thread hands notifications to, and itself a stage.
+Why here, and why a mark: the scheduler imports the operations, whose heartbeat, probes and
+courier run threads too, so the primitive sits below both and imports neither (not even the
+notifications it routes); what is decided per thread is decided by whoever reads the mark,
+and the primitive calls into nobody. Handing a thread factory down from the scheduler
+instead would not reach the courier, a module-wide object that every stage thread hands
+notifications to and that is itself a stage, nor the probes, which the command starts.
 
 A stage is bounded: ``put`` waits for room (or says there is none), so a stage that falls
 behind holds back the one that feeds it, and through it the claim. ``stop`` takes nothing

@@ -17,7 +17,7 @@ class SchedulinatorConfig(AppConfig):
 
         # Imported for what they register: the checks, the built-in command task, and the
         # parsers of the nested settings (conf.Setting.parsed_by: the command task's, the
-        # Redis connection's, and those of dispatch, notify and contrib.sentry, below).
+        # Redis connection's, and those of dispatch, the notifiers and contrib.sentry, below).
         from django_schedulinator.conf import app_settings
         from django_schedulinator.index import connection  # noqa: F401
         from django_schedulinator.index.receivers import (
@@ -27,7 +27,8 @@ class SchedulinatorConfig(AppConfig):
         )
         from django_schedulinator.management import task as command_task  # noqa: F401
         from django_schedulinator.models import Schedule
-        from django_schedulinator.notify import connect_receivers, settings_changed
+        from django_schedulinator.operations import notifiers  # noqa: F401
+        from django_schedulinator.operations.receivers import connect_receivers, settings_changed
 
         post_migrate.connect(
             replan_after_migrate, sender=self, dispatch_uid="schedulinator_zone_rules"

@@ -153,7 +153,7 @@ def check_notify(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """The notifier of missed runs: a BACKEND that cannot be used (E050), OPTIONS it does
     not take or that name what is not configured, such as a webhook target (E051); a mail
     notifier set up explicitly with nobody in ADMINS (W050)."""
-    from django_schedulinator.notify import WHERE, MailNotifier, backend_class
+    from django_schedulinator.operations.notifiers import WHERE, MailNotifier, backend_class
 
     try:
         config = app_settings.NOTIFY
@@ -167,9 +167,9 @@ def check_notify(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
         return [
             Error(
                 str(exc),
-                hint="Name a subclass of django_schedulinator.notify.BaseNotifier, such as "
-                "django_schedulinator.notify.MailNotifier or "
-                "django_schedulinator.notify.WebhookNotifier.",
+                hint="Name a subclass of django_schedulinator.operations.notifiers.BaseNotifier, "
+                "such as django_schedulinator.operations.notifiers.MailNotifier or "
+                "django_schedulinator.operations.notifiers.WebhookNotifier.",
                 id="schedulinator.E050",
             )
         ]

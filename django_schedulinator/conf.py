@@ -412,19 +412,19 @@ class Settings:
     # within their schedule's grace (missed-run alerts, docs/alerts.md).
     MISSED_CHECK_SECONDS = seconds("MISSED_CHECK_SECONDS", 10.0)
     # Who is told of missed runs (and, as EVENTS says, failed runs, auto-pauses and no
-    # scheduler alive): BACKEND, a dotted path of a notify.BaseNotifier subclass; its
+    # scheduler alive): BACKEND, a dotted path of an operations.notifiers.BaseNotifier subclass; its
     # OPTIONS; EVENTS, those it is told of; BASE_URL, the site's address, for links to the
     # admin. None: nobody (the signals are still sent). Parsed: the notifier's configuration,
     # the defaults filled in; None: no notifier.
     NOTIFY: Setting[NotifyConfig | None] = nested(
         "NOTIFY",
         {
-            "BACKEND": "django_schedulinator.notify.MailNotifier",
+            "BACKEND": "django_schedulinator.operations.notifiers.MailNotifier",
             "OPTIONS": {},
             "EVENTS": [NotifyEvent.MISSED, NotifyEvent.AUTO_PAUSED, NotifyEvent.NO_SCHEDULER],
             "BASE_URL": "",
         },
-        "django_schedulinator.notify",
+        "django_schedulinator.operations.notifiers",
     )
     # Delivery of the missed runs raised (the outbox, docs/alerts.md): at most this many
     # messages a minute to the notifier; when more misses wait than that lets through one

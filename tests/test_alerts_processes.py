@@ -74,7 +74,7 @@ def test_runs_no_worker_takes_are_notified_exactly_once_and_none_while_workers_r
             },
         }
         notify = {
-            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "BACKEND": "django_schedulinator.operations.notifiers.WebhookNotifier",
             "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
         }
         settings.SCHEDULINATOR = {
@@ -152,7 +152,7 @@ def test_scheduler_status_notify_from_cron_tells_of_the_outage_once(
             }
         }
         notify = {
-            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "BACKEND": "django_schedulinator.operations.notifiers.WebhookNotifier",
             "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
         }
         settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": dispatchers}
@@ -215,7 +215,7 @@ def test_a_storm_is_told_as_one_digest_by_cron_checks_killed_at_their_deadline(
             }
         }
         notify = {
-            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "BACKEND": "django_schedulinator.operations.notifiers.WebhookNotifier",
             "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
             "EVENTS": ["missed"],
         }

@@ -254,7 +254,7 @@ def test_e051_a_webhook_target_that_does_not_exist(settings: Any) -> None:
             }
         },
     }
-    notifier = "django_schedulinator.notify.WebhookNotifier"
+    notifier = "django_schedulinator.operations.notifiers.WebhookNotifier"
     [error] = notify_messages(
         settings, {"BACKEND": notifier, "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "pager"}}
     )
@@ -273,7 +273,8 @@ def test_e051_a_webhook_target_that_does_not_exist(settings: Any) -> None:
 
 def test_w050_mail_to_nobody(settings: Any) -> None:
     settings.ADMINS = []
-    [warning] = notify_messages(settings, {"BACKEND": "django_schedulinator.notify.MailNotifier"})
+    mail = "django_schedulinator.operations.notifiers.MailNotifier"
+    [warning] = notify_messages(settings, {"BACKEND": mail})
     assert warning.id == "schedulinator.W050"
     assert "ADMINS, which is empty" in warning.msg
     settings.ADMINS = [("Ops", "ops@example.com")]

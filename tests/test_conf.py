@@ -51,3 +51,24 @@ def test_a_setting_is_read_at_every_access(settings: Any) -> None:
     assert app_settings.BATCH_SIZE == 7
     settings.SCHEDULINATOR = {k: v for k, v in settings.SCHEDULINATOR.items() if k != "BATCH_SIZE"}
     assert app_settings.BATCH_SIZE == Settings.BATCH_SIZE.default == conf.DEFAULTS["BATCH_SIZE"]
+
+
+@pytest.mark.parametrize("name", ["MailNotifier", "WebhookNotifier"])
+def test_a_built_in_notifiers_former_path_is_read_as_its_path_now(settings: Any, name: str) -> None:
+    # The notifiers moved from django_schedulinator.notify: a BACKEND that names one where
+    # it was still works, and is the notifier where it is.
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "NOTIFY": {"BACKEND": f"django_schedulinator.notify.{name}"},
+    }
+    config = app_settings.NOTIFY
+    assert config is not None
+    assert config.backend == f"{PACKAGE}.operations.notifiers.{name}"
+    # Any other path is taken as written.
+    settings.SCHEDULINATOR = {
+        **settings.SCHEDULINATOR,
+        "NOTIFY": {"BACKEND": "django_schedulinator.notify.Other"},
+    }
+    config = app_settings.NOTIFY
+    assert config is not None
+    assert config.backend == "django_schedulinator.notify.Other"

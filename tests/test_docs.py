@@ -1006,7 +1006,7 @@ def test_the_alert_body_is_what_the_webhook_notifier_sends() -> None:
     import json
     from datetime import datetime, timedelta
 
-    from django_schedulinator.notify import Event
+    from django_schedulinator.operations.events import Event
 
     shown = json.loads(source("alert-body", "alerts.md"))
     event = Event(
@@ -1029,7 +1029,7 @@ def test_the_digest_body_is_what_the_webhook_notifier_sends() -> None:
     import json
     from datetime import datetime, timedelta
 
-    from django_schedulinator.notify import Event
+    from django_schedulinator.operations.events import Event
 
     shown = json.loads(source("alert-digest-body", "alerts.md"))
     listed = tuple(

@@ -44,6 +44,7 @@ from .support.processes import (
 )
 from .support.redis_server import RedisServer
 from .support.schedules import make_due, make_schedule
+from .support.threads import Opened
 
 pytestmark = pytest.mark.django_db(transaction=True)  # scheduler threads: real commits
 
@@ -163,6 +164,33 @@ def test_the_thread_beats_until_a_stop_removes_the_record_at_once(index: DueInde
     assert alive(index) == []
     assert not index.client.exists(keeper.key)
     assert index.client.zscore(registry_key(index), keeper.token) is None
+
+
+class Querying(Worker):
+    """A scheduler whose lane depths are read with a query (on the heartbeat's thread)."""
+
+    def __init__(self, opened: Opened, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.opened = opened
+
+    def lane_depths(self) -> dict[str, tuple[int, float | None]]:
+        self.opened()
+        return super().lane_depths()
+
+
+def test_the_thread_closes_its_database_connections_when_it_ends(index: DueIndex) -> None:
+    """A stage thread (stage.py): whatever a beat opened is closed once a stop ended it."""
+    opened = Opened()
+    source = Querying(opened, worker_id="w1", index=index)
+    source.close()  # its dispatcher's pool: only read
+    keeper = HeartbeatKeeper(source, index, every=0.05)
+    keeper.start()
+    try:
+        wait_for(lambda: bool(opened.seen), timeout=30)
+    finally:
+        keeper.stop()
+    assert opened.thread_names() == {"schedulinator-heartbeat"}
+    assert opened.still_open() == []
 
 
 def wait_for_beat(index: DueIndex) -> Heartbeat:

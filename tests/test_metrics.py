@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,7 +30,7 @@ from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.models import Schedule
 from django_schedulinator.operations.health import check_drift, record_drift
 from django_schedulinator.operations.metrics import COUNTERS, Metrics, serve
-from django_schedulinator.operations.probes import ProbeServer
+from django_schedulinator.operations.probes import Bounded, ProbeServer
 from django_schedulinator.scheduler.claiming import Counters
 from django_schedulinator.scheduler.worker import Worker
 
@@ -46,6 +47,7 @@ from .support.processes import (
 )
 from .support.redis_server import RedisServer, lose_redis
 from .support.schedules import make_due, make_schedule
+from .support.threads import Opened
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -275,6 +277,35 @@ def serving(worker: Worker, probes: list[ProbeServer]) -> int:
     server = serve(worker, port=0, addr="127.0.0.1")
     probes.append(server)
     return server.port
+
+
+@pytest.mark.django_db(transaction=True)  # the requests' threads query the database
+def test_the_probe_servers_threads_close_their_database_connections_when_they_end(
+    index: DueIndex,
+) -> None:
+    """Each request's thread and each bounded check's are stage threads (stage.py): what they
+    opened is closed once they end; the server's own thread ends at the close."""
+    opened = Opened()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        opened()  # on the request's thread
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok\n"]
+
+    worker = Worker(worker_id="probed")
+    worker.close()  # its dispatcher's pool: only read
+    server = ProbeServer(worker, app, port=0, addr="127.0.0.1")
+    server.start()
+    try:
+        assert get(server.port, "/metrics").text == "ok\n"
+        assert get(server.port, "/readyz").json()["database"] == "ok"
+        Bounded(opened, "schedulinator-probe-check")(10)
+    finally:
+        server.close()
+    assert opened.thread_names() == {"schedulinator-metrics-request", "schedulinator-probe-check"}
+    assert opened.still_open() == []
+    serving = [t for t in threading.enumerate() if t.name == "schedulinator-metrics"]
+    assert [t for t in serving if t.is_alive()] == []
 
 
 @pytest.mark.django_db

@@ -1,7 +1,8 @@
-"""Notifications (``notify.py``): mail to ADMINS, a webhook target, your own class; each
-told of an event once, from the signal that announced it; a notifier that raises or hangs
-is logged and holds nothing up. In this process notifications are sent before the signal
-returns; in a scheduler's threads, by a background thread."""
+"""Notifications (``operations/``: ``notifiers``, ``delivery``, ``courier``, ``receivers``):
+mail to ADMINS, a webhook target, your own class; each told of an event once, from the
+signal that announced it; a notifier that raises or hangs is logged and holds nothing up.
+In this process notifications are sent before the signal returns; in a scheduler's
+threads, by a background thread."""
 
 from __future__ import annotations
 
@@ -19,18 +20,23 @@ from django.core.management.base import CommandError
 from django.db import connections
 from django.utils import timezone
 
-from django_schedulinator import notify, signals
+from django_schedulinator import signals
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Notification, Run, Schedule
 from django_schedulinator.operations import alerts
+from django_schedulinator.operations.courier import Courier, courier
+from django_schedulinator.operations.delivery import deliver_outbox
+from django_schedulinator.operations.events import Event
 from django_schedulinator.operations.health import cluster_status
+from django_schedulinator.operations.notifiers import deliver
+from django_schedulinator.operations.stage import stage_thread
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms, truncate_ms
 
 from .support.commits import committed
 from .support.doc_examples import example
 from .support.handoff import fire
-from .support.notifiers import Hang, Keep
+from .support.notifiers import Hang, Keep, Relay
 from .support.passes import check_alerts
 from .support.processes import looping, wait_for
 from .support.redis_server import lose_redis
@@ -55,6 +61,9 @@ def setup(settings: Any, built_index: DueIndex) -> None:
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "DISPATCHERS": {"queue": REPORTING}}
     Keep.told.clear()
     Keep.threads.clear()
+    Keep.connections.clear()
+    for kept in (Relay.told, Relay.done, Relay.threads):
+        kept.clear()
 
 
 def notify_with(settings: Any, **config: Any) -> None:
@@ -146,9 +155,9 @@ def test_mail_to_nobody_reads_nothing(
 ) -> None:
     """Without ADMINS the default notifier wants nothing: not even the schedule's name."""
     settings.ADMINS = []
-    event = notify.Event("missed", timezone.now(), schedule_id=1, reason="failed")
+    event = Event("missed", timezone.now(), schedule_id=1, reason="failed")
     with django_assert_num_queries(0):
-        notify.deliver(event)
+        deliver(event)
     assert mailoutbox == []
 
 
@@ -241,7 +250,7 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         assert "answered HTTP 500" in entry.last_error
         assert entry.next_attempt_at is not None
         assert entry.next_attempt_at > timezone.now()
-        assert notify.deliver_outbox().messages == 0  # backing off: not due yet
+        assert deliver_outbox().messages == 0  # backing off: not due yet
         assert len(receiver.received) == 1
 
         [warning] = cluster_status(drift=False).warnings  # scheduler_status says so
@@ -250,13 +259,13 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
         assert "answered HTTP 500" in warning.message
 
         Notification.objects.update(next_attempt_at=timezone.now())  # the back-off ends
-        report = notify.deliver_outbox()
+        report = deliver_outbox()
         assert (report.messages, report.told, report.waiting) == (1, 1, 0)
         event_id = f"missed:{schedule.pk}:{to_ms(run.scheduled_for)}"
         assert [r.headers["webhook-id"] for r in receiver.received] == [event_id, event_id]
         entry.refresh_from_db()
         assert entry.delivered_at is not None
-        assert notify.deliver_outbox().messages == 0  # delivered once
+        assert deliver_outbox().messages == 0  # delivered once
         assert not cluster_status(drift=False).warnings
 
 
@@ -284,12 +293,12 @@ def test_a_storm_goes_as_one_digest_and_the_rate_limit_holds_the_rest(
 
     make_due(1, grace=GRACE)
     [_late] = check_alerts(after_grace())
-    report = notify.deliver_outbox()
+    report = deliver_outbox()
     assert (report.rate_limited, report.waiting, len(mailoutbox)) == (True, 1, 3)
 
     minute_ago = timezone.now() - timedelta(minutes=1, seconds=1)
     Notification.objects.exclude(delivered_at=None).update(delivered_at=minute_ago)
-    assert notify.deliver_outbox().messages == 1  # the next minute's
+    assert deliver_outbox().messages == 1  # the next minute's
     assert len(mailoutbox) == 4
 
 
@@ -319,7 +328,7 @@ def test_several_deliverers_at_once_tell_each_miss_once(settings: Any) -> None:
     def deliverer() -> None:
         try:
             start.wait()
-            notify.deliver_outbox()
+            deliver_outbox()
         finally:
             connections.close_all()
 
@@ -337,11 +346,11 @@ def test_a_deadline_between_sends_leaves_the_rest_to_the_next_step(settings: Any
     notify_with(settings, BACKEND="tests.support.notifiers.Keep")
     make_due(5, grace=GRACE)
     alerts.check(after_grace())
-    report = notify.deliver_outbox(should_stop=lambda: len(Keep.told) >= 2)
+    report = deliver_outbox(should_stop=lambda: len(Keep.told) >= 2)
     assert (report.messages, report.stopped, report.waiting) == (2, True, 3)
     # Released at once, not held until a claim expires: the next step takes them.
     assert not Notification.objects.filter(delivered_at=None).exclude(claimed_by="").exists()
-    assert notify.deliver_outbox().messages == 3
+    assert deliver_outbox().messages == 3
     assert len({e.id for e in Keep.told}) == len(Keep.told) == 5
 
 
@@ -458,15 +467,15 @@ def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureF
     notify_with(settings, BACKEND="tests.support.notifiers.Hang")
     Hang.release.clear()
     Hang.entered.clear()
-    box = notify.Courier(size=1)
+    box = Courier(size=1)
     box.send_in_background()
     try:
         at = timezone.now()
         with caplog.at_level(logging.ERROR, logger="django_schedulinator.notify"):
-            box.put(notify.Event("no_scheduler", at))  # taken by the thread, which hangs
+            box.put(Event("no_scheduler", at))  # taken by the thread, which hangs
             assert Hang.entered.wait(10)
-            box.put(notify.Event("no_scheduler", at + timedelta(seconds=1)))  # queued
-            box.put(notify.Event("no_scheduler", at + timedelta(seconds=2)))  # dropped
+            box.put(Event("no_scheduler", at + timedelta(seconds=1)))  # queued
+            box.put(Event("no_scheduler", at + timedelta(seconds=2)))  # dropped
         assert box.dropped == 1
         assert "1 notification(s) dropped so far" in caplog.text
         assert not box.drain(0.2)  # bounded: the hung one is not waited for
@@ -474,6 +483,62 @@ def test_a_full_queue_drops_with_a_log(settings: Any, caplog: pytest.LogCaptureF
         Hang.release.set()
         box.send_in_background(False)
     assert box.drain(10)
+
+
+@pytest.mark.django_db(transaction=True)  # the courier's thread reads the schedule
+def test_the_couriers_thread_closes_its_connections_after_each_send(settings: Any) -> None:
+    """The courier's thread lives as long as the process (a stage that is drained, never
+    stopped): the connection it opened to complete an event is closed once it is sent."""
+    notify_with(settings, BACKEND="tests.support.notifiers.Keep", EVENTS=["failed"])
+    schedule = due(name="mine")
+    box = Courier()
+    box.send_in_background()
+    try:
+        box.put(Event("failed", timezone.now(), schedule_id=schedule.pk, error="boom"))
+        assert box.drain(10)
+    finally:
+        box.send_in_background(False)
+    [told] = Keep.told
+    assert told.schedule_name == "mine"  # read on the courier's thread
+    assert Keep.threads == ["schedulinator-notify"]
+    [connection] = Keep.connections
+    assert connection.connection is None
+
+
+@pytest.mark.django_db(transaction=True)  # the courier's thread reads the schedule
+def test_an_event_raised_on_the_couriers_thread_is_sent_at_once_not_queued(
+    settings: Any,
+) -> None:
+    """A notifier that raises another event, on the courier's thread, has it sent there and
+    then (nested in its own), never queued behind itself: nothing to wait on, no loop."""
+    notify_with(settings, BACKEND="tests.support.notifiers.Relay", EVENTS=["failed"])
+    schedule = due(name="relayed")
+    event = Event("failed", timezone.now(), schedule_id=schedule.pk, error="boom")
+    stage_thread("raises", lambda: courier.put(event)).join(10)  # queued: a stage thread
+    assert courier.drain(10)
+    assert Relay.threads == ["schedulinator-notify", "schedulinator-notify"]
+    assert Relay.told == ["failed", "no_scheduler"]
+    assert Relay.done == ["no_scheduler", "failed"]  # nested: sent before the first ended
+
+
+def test_a_built_in_notifiers_former_path_keeps_its_waiting_entries(
+    settings: Any, mailoutbox: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Entries that wait under the mail notifier's former path (written before it moved
+    from django_schedulinator.notify) are its own: sent, with no word of a notifier gone."""
+    notify_with(settings, BACKEND="django_schedulinator.notify.MailNotifier")
+    make_due(2, grace=GRACE)
+    alerts.check(after_grace())
+    Notification.objects.update(notifier="django_schedulinator.notify.MailNotifier")
+    with caplog.at_level(logging.WARNING, logger="django_schedulinator.notify"):
+        report = deliver_outbox()
+    assert (report.notifier, report.messages, report.waiting) == (
+        "django_schedulinator.operations.notifiers.MailNotifier",
+        2,
+        0,
+    )
+    assert len(mailoutbox) == 2
+    assert "no longer configured" not in caplog.text
 
 
 # -- the examples of docs/alerts.md, as written --------------------------------------------------
@@ -509,5 +574,5 @@ def test_the_mail_example_mails_each_event_it_lists(
 def test_the_custom_example_is_a_notifier(caplog: pytest.LogCaptureFixture) -> None:
     on_call_log = example("notify-custom", "alerts.md")["OnCallLog"]
     with caplog.at_level(logging.CRITICAL, logger="myproject.oncall"):
-        on_call_log({}).notify(notify.Event("no_scheduler", timezone.now()))
+        on_call_log({}).notify(Event("no_scheduler", timezone.now()))
     assert "No scheduler is running" in caplog.text

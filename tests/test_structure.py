@@ -186,22 +186,23 @@ def test_the_services_modules_import_one_way() -> None:
 # loop (worker) uses its chores, its commit stage (pipeline) and its lanes; a lane hands a
 # batch to its dispatcher with a recorder (progress) while the lease keeper (leases) renews
 # it, both through the runs the scheduler holds (held, on the loop's clock: now); every
-# thread beside the loop runs on the one stage (stage). Nothing points back up.
+# thread beside the loop runs on the one stage (operations.stage, below the loop: see
+# test_every_thread_beside_the_loop_runs_on_one_stage_below_it). Nothing points back up.
 LOOP_PACKAGE = f"{PACKAGE}.scheduler"
 LOOP = {
     "worker": {"chores", "claiming", "pipeline", "lanes", "leases", "transient"},
-    "chores": {"claiming", "stage", "transient"},
+    "chores": {"claiming", "transient"},
     "claiming": {"held", "now"},
-    "pipeline": {"claiming", "stage"},
-    "lanes": {"claiming", "held", "leases", "progress", "recording", "stage", "transient"},
-    "recording": {"held", "leases", "progress", "stage", "transient"},
-    "leases": {"held", "progress", "stage", "transient"},
+    "pipeline": {"claiming"},
+    "lanes": {"claiming", "held", "leases", "progress", "recording", "transient"},
+    "recording": {"held", "leases", "progress", "transient"},
+    "leases": {"held", "progress", "transient"},
     "progress": {"held", "transient"},
     "held": {"now"},
     "now": set(),
-    "stage": {"transient"},
     "transient": set(),
 }
+STAGE = f"{PACKAGE}.operations.stage"
 
 
 def test_the_loops_modules_import_one_way() -> None:
@@ -219,6 +220,23 @@ def test_the_loops_modules_import_one_way() -> None:
     }
     assert users.pop(f"{PACKAGE}.apps") == {f"{LOOP_PACKAGE}.transient"}
     assert set(users) == {f"{PACKAGE}.management.commands.run_scheduler"}
+
+
+def test_every_thread_beside_the_loop_runs_on_one_stage_below_it() -> None:
+    # The primitive (bounded, stopped by a deadline, connections closed) is below both the
+    # loop and the operations that run threads of their own (the heartbeat, the probes, the
+    # courier, the prune): it imports neither, nor the notifications it routes (they read
+    # its mark), so neither package ever imports the other back.
+    graph = import_graph()
+    above = {m for m in graph if m.startswith((f"{LOOP_PACKAGE}.", f"{PACKAGE}.operations."))}
+    assert graph[STAGE] & above == set()
+    users = {f"{LOOP_PACKAGE}.{name}" for name in ("pipeline", "lanes", "recording", "leases")} | {
+        f"{PACKAGE}.operations.{name}" for name in ("heartbeat", "probes", "courier", "retention")
+    }
+    assert {m for m in users if STAGE not in graph[m]} == set()
+    # The operations import nothing of the loop (the loop imports them).
+    operations = {m for m in graph if m.startswith(f"{PACKAGE}.operations")}
+    assert {m for m in operations if {i for i in graph[m] if i.startswith(LOOP_PACKAGE)}} == set()
 
 
 # The timing rules (``timing/``), in the order its docstring reads them: each module imports

@@ -15,7 +15,7 @@ from django_schedulinator.models.schedule import Schedule
 class Notification(models.Model):
     """A missed run someone must be told of: an entry of the outbox (``outbox.py``) until
     its notifier accepted it. Written in the transaction that marks the miss, one per
-    notifier; sent, alone or in a digest, by the delivery step (``notify.deliver_outbox``),
+    notifier; sent, alone or in a digest, by the delivery step (``delivery.deliver_outbox``),
     and kept a while once delivered."""
 
     # NOTIFY's BACKEND (a dotted path) it is for.

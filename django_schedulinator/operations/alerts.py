@@ -22,7 +22,7 @@ the API's mark) and added to the outbox for the notifier (``outbox.py``), in one
 transaction with the marks on the runs: a miss is never marked without its pending
 notification. It is then announced with the ``run_missed`` signal once that commits,
 logged, and counted by the scheduler that raised it (``Counters.missed``); the delivery
-step (``notify.deliver_outbox``) tells the notifier. A scheduler runs ``check`` between its
+step (``delivery.deliver_outbox``) tells the notifier. A scheduler runs ``check`` between its
 passes, one scheduler of the fleet per period (``MISSED_CHECK_SECONDS``), then a delivery
 step. When every scheduler is down nothing runs them: ``no_scheduler_alive`` raises that
 once per outage, and ``scheduler_status --notify`` runs all three from a plain process (a
@@ -85,7 +85,7 @@ def check(
     edit, a migration) are skipped (``FOR UPDATE SKIP LOCKED`` on PostgreSQL), and their
     misses are raised by a check after the lock ends. Should anything fail, nothing of the
     call is kept: the next check raises it all. Telling the notifier is the delivery
-    step's (``notify.deliver_outbox``)."""
+    step's (``delivery.deliver_outbox``)."""
     db = using or router.db_for_write(Run)
     now = now or clock.now()
     notifier = outbox.notifier_for("missed")

@@ -1,9 +1,10 @@
 """Heartbeats: each ``run_scheduler`` says in Redis that it is alive, and what it is doing.
 
-A small thread of the scheduler's own writes a record every ``HEARTBEAT_SECONDS`` that
-expires after three of them. A loop stuck in a call still beats (alive, its last pass growing
-old: stale); a process killed or stopped (SIGKILL, SIGSTOP) stops beating and drops off the
-list when its record expires. A clean stop removes the record at once.
+A small thread of the scheduler's own (a stage thread, ``stage.py``) writes a record every
+``HEARTBEAT_SECONDS`` that expires after three of them. A loop stuck in a call still beats
+(alive, its last pass growing old: stale); a process killed or stopped (SIGKILL, SIGSTOP)
+stops beating and drops off the list when its record expires. A clean stop removes the
+record at once.
 
 Every time in a record is Redis time (``TIME``), the clock the claims use, so the records of
 hosts whose clocks differ compare; the process's own ages (monotonic) are converted at each
@@ -34,6 +35,7 @@ from django_schedulinator import __version__, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.operations.observed import Observed
+from django_schedulinator.operations.stage import stage_thread
 
 logger = logging.getLogger("django_schedulinator.heartbeat")
 
@@ -235,13 +237,11 @@ class HeartbeatKeeper:
         self._started = time.monotonic()
         self._started_ms = None
         self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, name="schedulinator-heartbeat", daemon=True
-        )
-        self._thread.start()
+        self._thread = stage_thread("schedulinator-heartbeat", self._run)
 
     def stop(self) -> None:
-        """No more beats; the record is removed (the scheduler drops off the list now)."""
+        """No more beats; the record is removed (the scheduler drops off the list now). A
+        beat in progress is waited for ``STOP_WAIT_SECONDS`` at most."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(STOP_WAIT_SECONDS)

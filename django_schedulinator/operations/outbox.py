@@ -3,7 +3,7 @@ until its notifier accepted it. Every read and write of those rows is in this mo
 
 Marking a miss and telling someone of it are two steps. The check (``alerts.check``) adds
 the entries in the transaction that marks the misses (``add``): a miss is never marked
-without them. The delivery step (``notify.deliver_outbox``) sends them, and marks them
+without them. The delivery step (``delivery.deliver_outbox``) sends them, and marks them
 delivered only once the notifier accepted them. Whatever stops it between the two (a crash,
 a kill at a deadline, a notifier that refuses or times out, a lock) leaves them waiting for
 the next step, never a silent gap.
@@ -25,7 +25,7 @@ the next step, never a silent gap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -94,15 +94,15 @@ def _waiting(notifier: str) -> Q:
     return Q(notifier=notifier, delivered_at__isnull=True)
 
 
-def retarget(notifier: str, *, using: str) -> int:
-    """Entries still waiting for a notifier that is no longer the one configured go to
-    ``notifier``, the one that is: how many."""
-    return (
-        Notification.objects.using(using)
-        .filter(delivered_at__isnull=True)
-        .exclude(notifier=notifier)
-        .update(notifier=notifier)
-    )
+def retarget(notifier: str, *, using: str, only: Collection[str] | None = None) -> int:
+    """Entries still waiting for a notifier that is no longer the one configured (``only``
+    those waiting for one of these names) go to ``notifier``, the one that is: how many."""
+    if only is not None and not only:
+        return 0
+    waiting = Notification.objects.using(using).filter(delivered_at__isnull=True)
+    if only is not None:
+        waiting = waiting.filter(notifier__in=sorted(only))
+    return waiting.exclude(notifier=notifier).update(notifier=notifier)
 
 
 def sent_since(notifier: str, since: datetime, *, using: str) -> int:

@@ -8,7 +8,9 @@ would not end the outage, and restarting every scheduler at once during one only
 index is built; each check is bounded, so a probe never hangs on a dependency that does.
 
 The server is the standard library's WSGI server with a thread per request; ``/metrics`` is
-prometheus-client's own WSGI exposition of the process's registry (``metrics.py``).
+prometheus-client's own WSGI exposition of the process's registry (``metrics.py``). The
+server's thread, each request's and each bounded check's are stage threads (``stage.py``):
+each closes the database connections it opened as it ends.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import SchedulinatorError
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.operations.observed import Observed
+from django_schedulinator.operations.stage import stage_thread
 
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIApplication, WSGIEnvironment
@@ -43,6 +46,8 @@ PROBE_TIMEOUT_SECONDS = 2.0
 # A client that connects and sends nothing gives up its thread after this long.
 REQUEST_TIMEOUT_SECONDS = 10.0
 PATHS = ("/metrics", "/healthz", "/readyz")
+# How long a close waits for the server's thread to end.
+CLOSE_WAIT_SECONDS = 5.0
 
 T = TypeVar("T")
 
@@ -64,7 +69,7 @@ class Bounded(Generic[T]):
     dependency that hangs (a paused Redis, a database behind a dead link) makes the answer
     ``NoAnswer`` instead of a probe that hangs. One call at a time: while one still waits on
     a hung dependency, later callers wait on that same call instead of piling up threads.
-    The thread closes the database connections it opened."""
+    The thread (a stage thread) closes the database connections it opened."""
 
     def __init__(self, func: Callable[[], T], name: str) -> None:
         self._func = func
@@ -81,10 +86,7 @@ class Bounded(Generic[T]):
             call = self._call
             if call is None or call.done.is_set():
                 call = self._call = _Call()
-                thread = threading.Thread(
-                    target=self._run, args=(call,), name=self._name, daemon=True
-                )
-                thread.start()
+                stage_thread(self._name, lambda: self._run(call))
         return call
 
     @staticmethod
@@ -103,7 +105,7 @@ class Bounded(Generic[T]):
         except BaseException as exc:  # handed to the caller
             call.error = exc
         finally:
-            connections.close_all()  # this thread's: the probe's own connection
+            connections.close_all()  # the probe's own connection, before it is answered
             call.done.set()
 
 
@@ -200,6 +202,13 @@ class _Handler(WSGIRequestHandler):
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # ThreadingMixIn's, on a stage thread: a daemon one, never joined by a close.
+        stage_thread(
+            "schedulinator-metrics-request",
+            lambda: self.process_request_thread(request, client_address),
+        )
+
     def server_bind(self) -> None:
         # HTTPServer's would look the address up in DNS (getfqdn), which may hang a start.
         socketserver.TCPServer.server_bind(self)
@@ -217,7 +226,8 @@ class _Server6(_Server):
 
 class ProbeServer:
     """Binds ``addr``:``port`` when made (``OSError`` if it cannot: in use, not an address of
-    this host, a privileged port); ``start`` serves from a daemon thread; ``close`` stops."""
+    this host, a privileged port); ``start`` serves from a stage thread; ``close`` stops,
+    waiting ``CLOSE_WAIT_SECONDS`` at most for the thread to end."""
 
     def __init__(self, worker: Observed, metrics_app: WSGIApplication, *, port: int, addr: str):
         self.worker = worker
@@ -240,18 +250,14 @@ class ProbeServer:
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/"
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.5},
-            name="schedulinator-metrics",
-            daemon=True,
+        self._thread = stage_thread(
+            "schedulinator-metrics", lambda: self._httpd.serve_forever(poll_interval=0.5)
         )
-        self._thread.start()
 
     def close(self) -> None:
         if self._thread is not None:
             self._httpd.shutdown()
-            self._thread.join(5)
+            self._thread.join(CLOSE_WAIT_SECONDS)
         self._httpd.server_close()
 
     def _app(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:

@@ -59,6 +59,7 @@ from django_schedulinator.conf import (
 )
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
 from django_schedulinator.models.batches import is_lock_timeout, json_ids, json_rows, json_time
+from django_schedulinator.operations.stage import stage_thread
 
 logger = logging.getLogger("django_schedulinator.retention")
 
@@ -480,18 +481,15 @@ class PruneThread:
         pruner: Pruner,
         *,
         on_batch: Callable[[PruneReport], None],
-        thread: Callable[[str, Callable[[], None]], threading.Thread],
     ) -> None:
-        """``thread(name, target)`` starts the thread, set up as its owner's threads are
-        (the scheduler's ``stage.stage_thread``: lock waits bounded, connections closed)."""
         self.pruner = pruner
         self._on_batch = on_batch
-        self._start_thread = thread
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        self._thread = self._start_thread("schedulinator-prune", self._run)
+        # A stage thread (stage.py): lock waits bounded, connections closed as it ends.
+        self._thread = stage_thread("schedulinator-prune", self._run)
 
     @property
     def running(self) -> bool:

@@ -16,17 +16,16 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django_schedulinator import notify
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
 from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
 from django_schedulinator.operations import alerts, retention
+from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.health import check_drift, eviction_risk, record_drift
 from django_schedulinator.operations.retention import Pruner, PruneReport
 from django_schedulinator.scheduler.claiming import Counters
-from django_schedulinator.scheduler.stage import stage_thread
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:
@@ -208,14 +207,14 @@ class Chores:
 
     def missed_check(self) -> None:
         """Raise the occurrences with no success within their grace (``alerts.check``), at
-        the claim's clock, then have the outbox delivered (on the notifications' own
-        thread: ``notify.Courier``); and, this scheduler being alive, end an outage noticed
-        while none was."""
+        the claim's clock, then have the outbox delivered (on the courier's thread:
+        ``operations.courier``); and, this scheduler being alive, end an outage noticed while
+        none was."""
         alerts.no_scheduler_alive(True, index=self.index)
         missed = alerts.check(self.claimer.clock.now(), using=self.claimer.db)
         self.counters.add(Counters(missed=len(missed)))
         # Every period, not only after a miss: what waits for its back-off goes again.
-        notify.courier.deliver_outbox(using=self.claimer.db)
+        courier.deliver_outbox(using=self.claimer.db)
 
     def _prune(self) -> None:
         """Start this period's prune (retention.py) on a thread of its own: the loop goes on
@@ -230,7 +229,7 @@ class Chores:
             # On the prune's thread, while the loop's threads count too: under the lock.
             self.counters.add(Counters(pruned=batch.runs))
 
-        self.prune_thread = retention.PruneThread(pruner, on_batch=count, thread=stage_thread)
+        self.prune_thread = retention.PruneThread(pruner, on_batch=count)
         self.prune_thread.start()
 
     def drift_check(self) -> None:

@@ -28,11 +28,11 @@ from django_schedulinator.dispatch import (
     Progress,
     dispatchers,
 )
+from django_schedulinator.operations.stage import Stage
 from django_schedulinator.scheduler.claiming import Counters
 from django_schedulinator.scheduler.leases import Leased, LeaseKeeper
 from django_schedulinator.scheduler.progress import BatchProgress
 from django_schedulinator.scheduler.recording import OutcomeRecorder
-from django_schedulinator.scheduler.stage import Stage
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 from django_schedulinator.statuses import OutcomeStatus
 

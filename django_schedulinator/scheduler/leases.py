@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 
 from django_schedulinator.dispatch import Occurrence
-from django_schedulinator.scheduler.stage import stage_thread
+from django_schedulinator.operations.stage import stage_thread
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from django_schedulinator.scheduler.stage import Stage
+from django_schedulinator.operations.stage import Stage
 
 if TYPE_CHECKING:
     from django_schedulinator.scheduler.claiming import Plan

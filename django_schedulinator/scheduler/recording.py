@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from django.db import connections
 
+from django_schedulinator.operations.stage import Stage, oldest
 from django_schedulinator.scheduler.progress import record_while_leased
-from django_schedulinator.scheduler.stage import Stage, oldest
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:

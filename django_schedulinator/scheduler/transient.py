@@ -12,6 +12,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from redis import exceptions as redis_errors
 
 from django_schedulinator.conf import app_settings
+from django_schedulinator.operations.stage import on_stage_thread
 
 # Connections that drop come back, a Redis that is loading its data or failing over becomes
 # writable again; a missing table or bad SQL does not, and must surface.
@@ -26,8 +27,9 @@ TRANSIENT_ERRORS = (
     InterfaceError,
 )
 
-# The threads of the loop (claiming and dispatching, not the tasks): their PostgreSQL
-# connections wait at most LOCK_TIMEOUT_SECONDS on another transaction's row lock.
+# The loop's thread (claiming, not the tasks), and every stage thread beside it (marked by
+# operations.stage): their PostgreSQL connections wait at most LOCK_TIMEOUT_SECONDS on
+# another transaction's row lock.
 _loop_threads = threading.local()
 
 
@@ -43,16 +45,18 @@ def _set_lock_timeout(connection: BaseDatabaseWrapper, reset: bool = False) -> N
 
 
 def bound_new_connections(sender: Any, connection: BaseDatabaseWrapper, **kwargs: Any) -> None:
-    """``connection_created`` (connected in ``AppConfig.ready``): a connection a loop thread
-    opens waits on row locks for ``LOCK_TIMEOUT_SECONDS`` at most, as those it had."""
-    if getattr(_loop_threads, "bounded", False):
+    """``connection_created`` (connected in ``AppConfig.ready``): a connection the loop's
+    thread or a stage thread opens waits on row locks for ``LOCK_TIMEOUT_SECONDS`` at most,
+    as those it had."""
+    if getattr(_loop_threads, "bounded", False) or on_stage_thread():
         _set_lock_timeout(connection)
 
 
 def bound_lock_waits(enabled: bool = True) -> None:
     """Bound (or stop bounding) how long this thread's database connections wait on row
     locks: those open now and those it opens later. A user's transaction that holds a row
-    (an edit, a migration) must not stall the scheduler behind it for longer."""
+    (an edit, a migration) must not stall the scheduler behind it for longer. For the
+    loop's thread: a stage thread's are bounded from its start to its end."""
     _loop_threads.bounded = enabled  # and those it opens later: bound_new_connections
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:

@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from django.utils import timezone
 
-from django_schedulinator import notify
 from django_schedulinator.conf import MAX_BATCH_SIZE, app_settings
 from django_schedulinator.dispatch import BaseDispatcher, dispatchers
 from django_schedulinator.errors import OutdatedZoneRules
 from django_schedulinator.index.due import REQUEUE, Change, ClaimedBatch, DueIndex, get_index
 from django_schedulinator.index.rebuild import ensure_built, layout_message
+from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.heartbeat import HeartbeatKeeper
 from django_schedulinator.scheduler.chores import Chores
 from django_schedulinator.scheduler.claiming import Claimer, Counters, Plan
@@ -174,7 +174,7 @@ class Worker:
         self.last_progress_at = time.monotonic()  # the loop starts: its first pass comes
         self._start_stages()
         bound_lock_waits()
-        notify.courier.send_in_background()  # never on the claim path
+        courier.send_in_background()  # never on the claim path
         self.chores.warn_about_eviction()
         heartbeat = HeartbeatKeeper(self, self.index)
         heartbeat.start()
@@ -217,8 +217,8 @@ class Worker:
             self.chores.stop(timeout=STOP_RECORD_SECONDS)
             self.close()
             bound_lock_waits(False)
-            notify.courier.send_in_background(False)
-            notify.courier.drain(NOTIFY_DRAIN_SECONDS)
+            courier.send_in_background(False)
+            courier.drain(NOTIFY_DRAIN_SECONDS)
             self._restore_signal_handlers(previous)
             logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 
@@ -359,7 +359,7 @@ class Worker:
         commit's error (its batch given back)."""
         self.commits.drain()
         self.lanes.drain()
-        notify.courier.drain(NOTIFY_DRAIN_SECONDS)
+        courier.drain(NOTIFY_DRAIN_SECONDS)
 
     def close(self) -> None:
         """Close every dispatcher this scheduler built or was given (lanes.py), and this

@@ -7,8 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django_schedulinator import notify
 from django_schedulinator.operations import alerts
+from django_schedulinator.operations.delivery import deliver_outbox
 from django_schedulinator.scheduler.worker import Worker
 
 from .commits import committed
@@ -25,9 +25,9 @@ def scheduler_pass(worker_id: str = "t") -> None:
 
 
 def check_alerts(now: datetime | None = None, **options: Any) -> list[alerts.Missed]:
-    """``alerts.check``, then a delivery step of the outbox (``notify.deliver_outbox``), as
+    """``alerts.check``, then a delivery step of the outbox (``delivery.deliver_outbox``), as
     ``scheduler_status --notify`` and the schedulers run them."""
     with committed():
         missed = alerts.check(now, **options)
-    notify.deliver_outbox(using=options.get("using"))
+    deliver_outbox(using=options.get("using"))
     return missed

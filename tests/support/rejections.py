@@ -681,7 +681,7 @@ SETTINGS_CASES = [
     setting(
         "notify-webhook-no-target",
         "NOTIFY",
-        {"BACKEND": "django_schedulinator.notify.WebhookNotifier", "OPTIONS": {}},
+        {"BACKEND": "django_schedulinator.operations.notifiers.WebhookNotifier", "OPTIONS": {}},
         "'DISPATCHER' is required",
         check_id="E051",
     ),
@@ -689,7 +689,7 @@ SETTINGS_CASES = [
         "notify-webhook-unknown-alias",
         "NOTIFY",
         {
-            "BACKEND": "django_schedulinator.notify.WebhookNotifier",
+            "BACKEND": "django_schedulinator.operations.notifiers.WebhookNotifier",
             "OPTIONS": {"DISPATCHER": "hooks", "TARGET": "ops"},
         },
         "'hooks' is not a dispatcher alias",

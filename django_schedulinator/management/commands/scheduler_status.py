@@ -21,8 +21,8 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_schedulinator import notify
 from django_schedulinator.operations import alerts, outbox
+from django_schedulinator.operations.delivery import Delivery, deliver_outbox
 from django_schedulinator.operations.health import (
     DEFAULT_MAX_LAG_SECONDS,
     ClusterStatus,
@@ -156,7 +156,7 @@ class Raised:
 
     no_scheduler: bool | None
     missed: list[outbox.Missed]
-    delivery: notify.Delivery
+    delivery: Delivery
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -207,7 +207,7 @@ def raise_alerts(report: ClusterStatus | None, *, seconds: float | None = None) 
             break
         batch = alerts.check()
         missed += batch
-    return Raised(down, missed, notify.deliver_outbox(seconds=seconds))
+    return Raised(down, missed, deliver_outbox(seconds=seconds))
 
 
 def human(report: ClusterStatus, *, drift: bool = True) -> list[str]:

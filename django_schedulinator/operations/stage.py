@@ -1,21 +1,32 @@
-"""The one way a scheduler runs work beside its loop: a ``Stage``, a thread that handles what
-is put in its bounded queue, in order; and ``stage_thread``, the thread every stage (and
-the lease keeper, and the prune) runs on.
+"""The one way a thread runs beside a scheduler's loop: ``stage_thread``, the thread every
+one of them runs on (the commit stage, the lanes, the recorder, the lease keeper, the prune,
+the heartbeat, the probe server with its requests and checks, the notifications' courier);
+and ``Stage``, such a thread that handles what is put in its bounded queue, in order.
 
 Every such thread is set up and torn down the same way, which is why there is one place for
-it: its database connections wait on row locks for ``LOCK_TIMEOUT_SECONDS`` at most (a
-user's transaction must not stall the scheduler), the notifications it raises go to the
-notifications' own thread (it never waits on a notifier), and when it ends it closes its
-database connections and its instances of the dispatcher aliases (each thread has its own).
+it: it is marked as a stage thread (``on_stage_thread``), so that its database connections
+wait on row locks for ``LOCK_TIMEOUT_SECONDS`` at most (``scheduler.transient``: a user's
+transaction must not stall the scheduler) and the notifications it raises go to the
+courier's thread (``operations.courier``: it never waits on a notifier); and when it ends it
+closes its database connections and its instances of the dispatcher aliases (each thread
+has its own).
+
+Why here, and why a mark: the scheduler imports the operations, whose heartbeat, probes and
+courier run threads too, so the primitive sits below both and imports neither (not even the
+notifications it routes); what is decided per thread is decided by whoever reads the mark,
+and the primitive calls into nobody. Handing a thread factory down from the scheduler
+instead would not reach the courier, a module-wide object that every stage thread hands
+notifications to and that is itself a stage, nor the probes, which the command starts.
 
 A stage is bounded: ``put`` waits for room (or says there is none), so a stage that falls
 behind holds back the one that feeds it, and through it the claim. ``stop`` takes nothing
 more, lets the thread handle what waits, and waits for it until a deadline: a thread still
-busy then is left to end on its own (its owner says what becomes of its work). A handler's
-error ends neither the thread nor the batch after it: the stage closes the thread's
-connections (a broken one stays broken) and either keeps the error for its owner, raised by
-the next ``put`` or ``drain`` (``raise_errors``: the commit stage, whose failures the loop
-backs off from), or logs it.
+busy then is left to end on its own (its owner says what becomes of its work); ``drain``
+waits, until a deadline too, for what waits to be handled, the thread going on. A
+handler's error ends neither the thread nor the batch after it: the stage closes the
+thread's connections (a broken one stays broken) and either keeps the error for its owner,
+raised by the next ``put`` or ``drain`` (``raise_errors``: the commit stage, whose failures
+the loop backs off from), or logs it.
 """
 
 from __future__ import annotations
@@ -29,13 +40,20 @@ from typing import Generic, TypeVar
 
 from django.db import connections
 
-from django_schedulinator import notify
 from django_schedulinator.dispatch import dispatchers
-from django_schedulinator.scheduler.transient import bound_lock_waits
 
 logger = logging.getLogger("django_schedulinator.worker")
 
 T = TypeVar("T")
+
+
+# Set on each stage thread as it starts: what ``on_stage_thread`` reads.
+_marked = threading.local()
+
+
+def on_stage_thread() -> bool:
+    """Whether this code runs on a stage thread (one ``stage_thread`` started)."""
+    return bool(getattr(_marked, "stage", False))
 
 
 def stage_thread(name: str, target: Callable[[], None]) -> threading.Thread:
@@ -43,8 +61,7 @@ def stage_thread(name: str, target: Callable[[], None]) -> threading.Thread:
     beside the loop is (see the module's docstring)."""
 
     def run() -> None:
-        bound_lock_waits()
-        notify.courier.send_in_background()
+        _marked.stage = True  # before it opens a connection or raises a notification
         try:
             target()
         finally:
@@ -62,7 +79,8 @@ class Stage(Generic[T]):
 
     ``on_error(items, exc)`` is told of a failed ``handle`` first (to give the items back,
     to log in words of its own); then the error is kept for the owner (``raise_errors``) or
-    logged, unless ``on_error`` returned True (handled)."""
+    logged, unless ``on_error`` returned True (handled). ``on_start()`` runs on the thread
+    before it handles anything, ``on_end()`` as it ends."""
 
     def __init__(
         self,
@@ -73,6 +91,7 @@ class Stage(Generic[T]):
         take: int = 1,
         on_error: Callable[[list[T], Exception], bool] | None = None,
         raise_errors: bool = False,
+        on_start: Callable[[], None] | None = None,
         on_end: Callable[[], None] | None = None,
     ) -> None:
         if capacity < 1 or take < 1:
@@ -83,6 +102,7 @@ class Stage(Generic[T]):
         self._take = take
         self._on_error = on_error
         self._raise_errors = raise_errors
+        self._on_start = on_start
         self._on_end = on_end  # on the thread, as it ends (however late a stop left it)
         self._waiting: deque[tuple[T, float]] = deque()  # (item, time.monotonic() when put)
         self._handling: list[tuple[T, float]] = []
@@ -97,6 +117,12 @@ class Stage(Generic[T]):
     def running(self) -> bool:
         """Started, and not stopped since."""
         return self._accepting
+
+    @property
+    def alive(self) -> bool:
+        """Its thread runs (busy, waiting for work, or ending after a stop)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def start(self) -> None:
         with self._changed:
@@ -130,15 +156,18 @@ class Stage(Generic[T]):
                     return False
             return True
 
-    def drain(self) -> None:
-        """Wait until nothing waits and nothing is being handled; then raise a kept error
-        (``raise_errors``)."""
+    def drain(self, deadline: float | None = None) -> bool:
+        """Wait until nothing waits and nothing is being handled, or until ``deadline``
+        (``time.monotonic()``; None: as long as it takes); then raise a kept error
+        (``raise_errors``). Returns whether nothing is left; the thread goes on."""
         with self._changed:
             while self._waiting or self._handling:
                 if self._thread is None or not self._thread.is_alive():
                     break  # nothing left to handle them
-                self._changed.wait()
+                if not self._wait(deadline):
+                    break
             self._raise_kept()
+            return not (self._waiting or self._handling)
 
     def stop(self, deadline: float | None = None) -> bool:
         """Take nothing more; the thread handles what waits, then ends. Waits for it until
@@ -176,6 +205,8 @@ class Stage(Generic[T]):
 
     def _run(self) -> None:
         try:
+            if self._on_start is not None:
+                self._on_start()
             self._handle_all()
         finally:
             if self._on_end is not None:

@@ -64,7 +64,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
     try:
         report = health.cluster_status(scope=scope)
         status = report.index
-        asked = get_index().rebuild_request()
+        asked = get_index().control.rebuild_request()
     except RedisError as exc:
         redis_error = str(exc) or type(exc).__name__
     findings = [] if report is None else [*report.problems, *report.warnings]
@@ -142,7 +142,7 @@ def ask_for_rebuild(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
     """Record the request; a scheduler performs it (see ``Worker._rebuild_if_asked``)."""
     by = f"admin:{request.user.get_username()}"
     try:
-        recorded = get_index().request_rebuild({"by": by, "at": timezone.now().isoformat()})
+        recorded = get_index().control.request_rebuild({"by": by, "at": timezone.now().isoformat()})
     except RedisError as exc:
         model_admin.message_user(
             request,

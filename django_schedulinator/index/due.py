@@ -9,8 +9,10 @@ every entry against its row, and ``rebuild_due_index`` can rebuild it from SQL a
   ``id`` lives in shard ``id % INDEX_SHARDS``. ``DueIndex`` routes each change to its
   shard, splits a claim between the shards (at one "now") and adds their reads up; with one
   shard (the default) a claim is that shard's one script call.
-- its control plane (``control.ControlPlane``): the rebuild's lock and request, reconcile's
-  cursor, turns, the outage, the drift record. ``DueIndex`` passes those calls on.
+- its control plane (``control.ControlPlane``, ``index.control``): the rebuild's lock and
+  request, reconcile's cursor, turns, the outage, the drift record. Callers use it
+  directly (``index.control.take_turn(...)``); ``DueIndex`` itself only drops its keys with
+  shard 0's (``drop``).
 
 Every key of shard 0 shares the hash tag ``{<KEY_PREFIX>}`` (with one shard, the whole index
 is the single index of before shards), those of shard k the tag ``{<KEY_PREFIX>:k}``, so the
@@ -100,7 +102,7 @@ LAYOUT_HOPS = 3
 class DueIndex:
     """The due index laid out for ``shards`` shards (default ``INDEX_SHARDS``): its shards
     (``parts``, by number) behind the methods of one index, and its control plane
-    (``control``).
+    (``control``), which callers use directly.
 
     ``only``: the shards this instance covers (a rebuild of the shards that lost their
     data); default all. Whatever it covers, shard 0 is its clock (``now_ms``) and names its
@@ -490,47 +492,6 @@ class DueIndex:
         for k in range(shards):
             old = Shard(self._client, self.prefix, k, shards)
             old.client.delete(*old.data_keys)
-
-    # -- the control plane, as its callers reach it: ``self.control``'s ------------------
-
-    def rebuild_lock(self, timeout: float) -> Any:
-        return self.control.rebuild_lock(timeout)
-
-    def rebuild_running(self) -> bool:
-        return self.control.rebuild_running()
-
-    def request_rebuild(self, info: dict[str, Any]) -> bool:
-        return self.control.request_rebuild(info)
-
-    def rebuild_request(self) -> dict[str, Any] | None:
-        return self.control.rebuild_request()
-
-    def take_rebuild_request(self) -> dict[str, Any] | None:
-        return self.control.take_rebuild_request()
-
-    def give_back_rebuild_request(self, info: dict[str, Any]) -> None:
-        self.control.give_back_rebuild_request(info)
-
-    def take_turn(self, chore: str, seconds: float, owner: str) -> bool:
-        return self.control.take_turn(chore, seconds, owner)
-
-    def reconcile_cursor(self) -> dict[str, Any] | None:
-        return self.control.reconcile_cursor()
-
-    def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
-        self.control.set_reconcile_cursor(cursor)
-
-    def drift_record(self) -> dict[str, Any] | None:
-        return self.control.drift_record()
-
-    def set_drift_record(self, record: dict[str, Any]) -> None:
-        self.control.set_drift_record(record)
-
-    def begin_outage(self, since: str) -> bool:
-        return self.control.begin_outage(since)
-
-    def end_outage(self) -> str | None:
-        return self.control.end_outage()
 
 
 def _joined(first: ClaimedBatch, more: ClaimedBatch) -> ClaimedBatch:

@@ -129,7 +129,7 @@ def check_drift(
 def record_drift(index: DueIndex, report: DriftReport) -> None:
     """Keep what a drift check found next to the index, for every process to read (the
     metrics): one scheduler checks per period, all of them report it."""
-    index.set_drift_record(
+    index.control.set_drift_record(
         {
             "late_or_missing": len(report.late_or_missing),
             "early_or_orphaned": len(report.early_or_orphaned),
@@ -267,7 +267,7 @@ def index_status(
         oldest_due_schedule=oldest,
         runs_in_flight=runs_in(scope, db).filter(status__in=Run.UNFINISHED).count(),
         last_rebuild=built,
-        rebuild_running=index.rebuild_running(),
+        rebuild_running=index.control.rebuild_running(),
         drift=check_drift(index, using=db, scope=scope) if drift else None,
         eviction_warning=eviction_risk(index.client),
         checked_at=timezone.now().isoformat(),

@@ -330,7 +330,7 @@ def cluster_snapshot(index: DueIndex) -> ClusterSnapshot:
         in_flight=sum(row["in_flight"] for row in shards),
         due_now=sum(row["due_now"] for row in shards),
         oldest_due_seconds=max((_late(row, now_ms) for row in shards), default=0.0),
-        drift=index.drift_record(),
+        drift=index.control.drift_record(),
         reconcile_lag=reconcile.lag(index) if built else None,
         dispatchers=dispatcher_status(timing.from_ms(now_ms)),
         shards=shards,

@@ -1,5 +1,5 @@
-"""The index's health (``django_schedulinator/operations/health.py``): the drift check, and the
-eviction risk that the system check and a starting scheduler report."""
+"""The index's health (``django_schedulinator/operations/index_health.py``): the drift
+check, and the eviction risk that the system check and a starting scheduler report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from django_schedulinator.checks import check_index
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Schedule
-from django_schedulinator.operations.health import check_drift, record_drift
+from django_schedulinator.operations.index_health import check_drift, record_drift
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.redis_server import RedisServer

@@ -40,7 +40,7 @@ from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
 from django_schedulinator.models import Schedule
-from django_schedulinator.operations import health
+from django_schedulinator.operations import dispatcher_health, health, index_health
 
 TEMPLATE = "django_schedulinator/admin/operations.html"
 DRIFT_SHOWN = 20  # late or missing schedules linked from the drift row
@@ -57,7 +57,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         ask_for_rebuild(request, model_admin)
         return HttpResponseRedirect(request.get_full_path())  # POST/redirect/GET
     report: health.ClusterStatus | None = None
-    status: health.IndexStatus | None = None
+    status: index_health.IndexStatus | None = None
     asked: dict[str, Any] | None = None
     redis_error = ""
     scope = scopes.of_admin(model_admin, request)
@@ -82,7 +82,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         "problems": [] if report is None else shown(report.problems),
         "warnings": [] if report is None else shown(report.warnings),
         # Redis away: the ledger still says what waits on each dispatcher.
-        "dispatchers": health.dispatcher_status(timezone.now(), scope=scope)
+        "dispatchers": dispatcher_health.dispatcher_status(timezone.now(), scope=scope)
         if report is None
         else report.dispatchers,
         "redis_error": redis_error,
@@ -176,7 +176,7 @@ def ask_for_rebuild(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
 
 
 def status_rows(
-    status: health.IndexStatus, asked: dict[str, Any] | None, app_label: str
+    status: index_health.IndexStatus, asked: dict[str, Any] | None, app_label: str
 ) -> list[dict[str, Any]]:
     lag = status.oldest_due_lag_seconds
     # Under a scope the index's own counts (of every schedule) are not shown.
@@ -255,7 +255,7 @@ def status_rows(
     ]
 
 
-def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
+def drift_html(drift: index_health.DriftReport | None, app_label: str) -> str:
     if drift is None:
         return gettext("not checked")
     late = [
@@ -265,7 +265,7 @@ def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
     return render_to_string("django_schedulinator/admin/drift.html", {"drift": drift, "late": late})
 
 
-def shards_text(status: health.IndexStatus) -> str:
+def shards_text(status: index_health.IndexStatus) -> str:
     """One line per shard, or what the index was built for when it is not INDEX_SHARDS."""
     if status.other_layout is not None:
         return gettext(

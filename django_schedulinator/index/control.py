@@ -103,7 +103,7 @@ class ControlPlane:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
 
     def drift_record(self) -> dict[str, Any] | None:
-        """What the last drift check found (``health.record_drift``), or None."""
+        """What the last drift check found (``index_health.record_drift``), or None."""
         return json_record(self.client.get(self.drift_key))
 
     def set_drift_record(self, record: dict[str, Any]) -> None:

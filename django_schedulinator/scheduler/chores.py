@@ -23,7 +23,7 @@ from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
 from django_schedulinator.operations import alerts, retention
-from django_schedulinator.operations.health import check_drift, eviction_risk, record_drift
+from django_schedulinator.operations.index_health import check_drift, eviction_risk, record_drift
 from django_schedulinator.operations.retention import Pruner, PruneReport
 from django_schedulinator.scheduler.claiming import Counters
 from django_schedulinator.scheduler.stage import stage_thread

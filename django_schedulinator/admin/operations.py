@@ -4,10 +4,11 @@ lateness, and a rebuild on request.
 
 A view with its template, like a dashboard: it reads ``health.cluster_status()`` and shows it,
 with the forecast of occurrences per minute (``forecast.py``) and the lateness histogram
-(``lateness.py``), drawn by ``pictures.py``; both read the database only, so they show while
-Redis is down. The rebuild button only records the request in Redis; the first scheduler to
-look performs it with the same function as ``manage.py rebuild_due_index``, under the same
-lock (a request never runs the rebuild itself, nor starts a thread that would outlive it).
+(``lateness.py``), drawn by ``pictures/drawing.py`` (the schedulers, by ``pictures/marks.py``);
+both read the database only, so they show while Redis is down. The rebuild button only records
+the request in Redis; the first scheduler to look performs it with the same function as
+``manage.py rebuild_due_index``, under the same lock (a request never runs the rebuild itself,
+nor starts a thread that would outlive it).
 
 A schedule admin whose ``get_queryset`` keeps a user to some schedules (Django's way to
 restrict an admin's rows) keeps the page to them too (``scopes.of_admin``): its figures,
@@ -35,7 +36,7 @@ from redis.exceptions import RedisError
 from django_schedulinator import scopes
 from django_schedulinator.admin.display import exact_time, iso_text
 from django_schedulinator.admin.pictures import drawing as pictures
-from django_schedulinator.admin.pictures import forecast, lateness
+from django_schedulinator.admin.pictures import forecast, lateness, marks
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
@@ -90,7 +91,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         "rebuild_command": run_command("rebuild_due_index", html=True),
         "alive": ""
         if report is None
-        else pictures.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
+        else marks.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
         "forecast": pictures.forecast_html(forecast.forecast(scope=scope)),
         "lateness": pictures.lateness_html(lateness.histogram(scope=scope)),
     }

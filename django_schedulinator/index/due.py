@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.connection import LazyClient
 from django_schedulinator.index.control import REQUEST_TTL, TURNS, ControlPlane
 from django_schedulinator.index.entries import (
     ADDED,
@@ -99,7 +99,7 @@ logger = logging.getLogger("django_schedulinator.index")
 LAYOUT_HOPS = 3
 
 
-class DueIndex:
+class DueIndex(LazyClient):
     """The due index laid out for ``shards`` shards (default ``INDEX_SHARDS``): its shards
     (``parts``, by number) behind the methods of one index, and its control plane
     (``control``), which callers use directly.
@@ -116,9 +116,7 @@ class DueIndex:
         shards: int | None = None,
         only: Iterable[int] | None = None,
     ) -> None:
-        # Taken on first use, not here: a scheduler starts while Redis is away (a cluster
-        # client connects when it is built) and its loop waits the outage out.
-        self._client = client
+        super().__init__(client)
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
         # The layout this process routes by.
         self.shard_count = count = shards if shards is not None else app_settings.INDEX_SHARDS
@@ -133,12 +131,6 @@ class DueIndex:
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"
         return f"<DueIndex {self.prefix!r}: {self.shard_count} shard(s){covered}>"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = get_redis()
-        return self._client
 
     # Shard 0's keys that callers read by name (the others: ``self.home``, ``self.control``).
 

@@ -90,7 +90,7 @@ def measure(options: argparse.Namespace) -> None:
 
     from django_schedulinator import timing
     from django_schedulinator.admin.pictures import drawing as pictures
-    from django_schedulinator.admin.pictures import forecast, lateness
+    from django_schedulinator.admin.pictures import forecast, lateness, marks
     from django_schedulinator.models import Run, Schedule
 
     rng = random.Random(22)
@@ -198,7 +198,7 @@ def measure(options: argparse.Namespace) -> None:
     schedule = Schedule.objects.get(pk=strip)
     timed(
         "strip of one schedule's last runs, with its fragment",
-        lambda: pictures.run_strip_html(schedule, lateness.recent_runs(strip, pictures.STRIP_RUNS)),
+        lambda: marks.run_strip_html(schedule, lateness.recent_runs(strip, marks.STRIP_RUNS)),
         lambda html: f"{len(html) / 1024:.0f} KiB of HTML",
     )
 

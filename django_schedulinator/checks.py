@@ -96,7 +96,7 @@ def check_index(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
     from django_schedulinator.index.due import get_index
-    from django_schedulinator.operations.health import eviction_risk
+    from django_schedulinator.operations.index_health import eviction_risk
 
     if not databases:  # only under `check --database`: it talks to Redis
         return []

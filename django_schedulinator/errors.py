@@ -1,9 +1,9 @@
 """The app's errors: one base class, so a caller can catch everything the app refuses.
 
 Every error a caller may catch lives here, importable from here only. A few that never leave
-the module that raises them (``contrib.sentry.Inexpressible``, ``importers.celery_beat.Unmapped``,
-``probes.NoAnswer``) stay there, and still derive from ``SchedulinatorError``; a test walks the
-package for exceptions that do not.
+the feature that raises them (``contrib.sentry_monitors.Inexpressible``, caught by
+``contrib.sentry``; ``importers.celery_beat.Unmapped``, ``probes.NoAnswer``) stay there, and
+still derive from ``SchedulinatorError``; a test walks the package for exceptions that do not.
 
 This module imports nothing of the app: every other module may raise these.
 """

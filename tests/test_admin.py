@@ -1310,7 +1310,7 @@ def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
     assert page.status_code == 302
     assert page["Location"] == reverse(OPERATIONS)
     # The request only records what was asked for: it rebuilds nothing, starts no thread.
-    assert (index.rebuild_request() or {}).get("by") == "admin:operator"
+    assert (index.control.rebuild_request() or {}).get("by") == "admin:operator"
     assert index.scores([schedule.pk])[schedule.pk] is None
     assert not [t for t in threading.enumerate() if "rebuild" in t.name]
     shown = operator.get(reverse(OPERATIONS))
@@ -1325,8 +1325,8 @@ def test_a_rebuild_from_the_operations_page_is_performed_by_a_scheduler(
     assert info is not None
     assert info["by"] == "admin:operator"
     assert index.scores([schedule.pk])[schedule.pk] == to_ms(schedule.due_at)
-    assert index.rebuild_request() is None
-    assert not index.rebuild_running()
+    assert index.control.rebuild_request() is None
+    assert not index.control.rebuild_running()
     assert "by admin:operator" in operator.get(reverse(OPERATIONS)).content.decode()
 
 
@@ -1341,11 +1341,11 @@ def test_two_clicks_ask_for_one_rebuild_and_a_running_one_is_waited_for(
     assert [level for level, _text in shown_messages(second)] == [messages.WARNING]
     assert "A rebuild is already asked for" in shown_messages(second)[0][1]
 
-    lock = index.rebuild_lock(60)
+    lock = index.control.rebuild_lock(60)
     assert lock.acquire(blocking=False)  # another rebuild (the command) runs
     try:
         Worker(worker_id="w1", once=True).run()
-        assert index.rebuild_request() is not None  # waits for the next look
+        assert index.control.rebuild_request() is not None  # waits for the next look
     finally:
         lock.release()
     assert index.built_info() == {"by": "tests", "shards": 1}

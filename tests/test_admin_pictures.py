@@ -19,8 +19,8 @@ from django.utils import timezone
 from django_schedulinator import services, timing
 from django_schedulinator.admin.display import changelist_url
 from django_schedulinator.admin.pictures import drawing as pictures
+from django_schedulinator.admin.pictures import families, lateness, marks
 from django_schedulinator.admin.pictures import forecast as forecasting
-from django_schedulinator.admin.pictures import lateness
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Calendar, Run, Schedule
 
@@ -357,18 +357,18 @@ def test_a_timing_group_link_that_names_no_group_is_refused(
 
 def test_a_timing_group_is_named_as_text(admin_client: Client) -> None:
     changelist = reverse("admin:django_schedulinator_schedule_changelist")
-    token = forecasting.Family(forecasting.TimelineKey("cron", cron="<b>x</b>"), None).token()
+    token = families.Family(families.TimelineKey("cron", cron="<b>x</b>"), None).token()
     html = admin_client.get(changelist, {"timing_group": token}).content.decode()
     assert "&lt;b&gt;x&lt;/b&gt;" in html
     assert "<b>x</b>" not in html
 
 
 def test_a_timing_group_reads_back_what_it_wrote() -> None:
-    key = forecasting.TimelineKey(
+    key = families.TimelineKey(
         "interval", interval=timedelta(seconds=90), anchor=SPRING + timedelta(minutes=3)
     )
-    family = forecasting.Family(key, timedelta(minutes=2))
-    assert forecasting.Family.from_token(family.token()) == family
+    family = families.Family(key, timedelta(minutes=2))
+    assert families.Family.from_token(family.token()) == family
     assert family.label() == (
         "Every 90 seconds, next run in the minute from 2026-03-29 00:03:00 UTC, jitter 2 min"
     )
@@ -474,21 +474,21 @@ def test_the_strip_marks_each_status_by_shape_and_letter() -> None:
             else None,
             worker_id="tests",
         )
-    runs = lateness.recent_runs(schedule.pk, pictures.STRIP_RUNS)
+    runs = lateness.recent_runs(schedule.pk, marks.STRIP_RUNS)
     with timezone.override("Europe/Berlin"):
-        context = pictures.run_strip_context(schedule, runs)
+        context = marks.run_strip_context(schedule, runs)
 
-    marks = context["marks"]
-    assert [m["status"] for m in marks] == statuses  # oldest first
-    shapes = {(m["shape"], m["letter"], m["filled"]) for m in marks}
+    drawn = context["marks"]
+    assert [m["status"] for m in drawn] == statuses  # oldest first
+    shapes = {(m["shape"], m["letter"], m["filled"]) for m in drawn}
     assert len(shapes) == len(statuses)  # each status told apart without colour
-    assert marks[0]["title"] == "2026-03-01 13:00:05 CET · Succeeded · handed off 2.0 s late"
-    assert marks[2]["title"] == "2026-03-01 13:02:05 CET · Skipped · Schedule paused"
-    assert marks[2]["bar_top"] is None
-    assert marks[1]["url"] == reverse("admin:django_schedulinator_run_change", args=[runs[1]["pk"]])
+    assert drawn[0]["title"] == "2026-03-01 13:00:05 CET · Succeeded · handed off 2.0 s late"
+    assert drawn[2]["title"] == "2026-03-01 13:02:05 CET · Skipped · Schedule paused"
+    assert drawn[2]["bar_top"] is None
+    assert drawn[1]["url"] == reverse("admin:django_schedulinator_run_change", args=[runs[1]["pk"]])
     assert [item["count"] for item in context["legend"]] == [1] * len(statuses)
     svg = ET.fromstring(
-        re.search(r"<svg xmlns.*?</svg>", pictures.run_strip_html(schedule, runs), re.S)[0]  # type: ignore[index]
+        re.search(r"<svg xmlns.*?</svg>", marks.run_strip_html(schedule, runs), re.S)[0]  # type: ignore[index]
     )
     assert svg.get("role") == "img"
     titles = [t.text for t in svg.iter(f"{SVG}title")]
@@ -503,7 +503,7 @@ def test_the_strip_shows_the_last_sixty_runs() -> None:
             task=schedule.task, claimed_at=base + timedelta(minutes=n), worker_id="tests")
         for n in range(75)
     )  # fmt: skip
-    runs = lateness.recent_runs(schedule.pk, pictures.STRIP_RUNS)
+    runs = lateness.recent_runs(schedule.pk, marks.STRIP_RUNS)
     assert len(runs) == 60
     assert runs[0]["scheduled_for"] == base + timedelta(minutes=15)
     assert runs[-1]["scheduled_for"] == base + timedelta(minutes=74)

@@ -105,7 +105,7 @@ def test_reset_rebuilds_an_index_holding_newer_revisions(index: DueIndex) -> Non
 
 
 def test_a_second_rebuild_is_refused_while_one_holds_the_lock(index: DueIndex) -> None:
-    lock = index.rebuild_lock(30)
+    lock = index.control.rebuild_lock(30)
     assert lock.acquire(blocking=False)
     try:
         with pytest.raises(CommandError, match="Another rebuild"):

@@ -35,7 +35,7 @@ def defined_exceptions() -> dict[str, type[BaseException]]:
 def test_every_exception_of_the_app_derives_from_the_base() -> None:
     found = defined_exceptions()
     assert "django_schedulinator.errors.UnknownDispatcher" in found  # the walk sees them
-    assert "django_schedulinator.contrib.sentry.Inexpressible" in found
+    assert "django_schedulinator.contrib.sentry_monitors.Inexpressible" in found
     outside = [
         name
         for name, cls in found.items()

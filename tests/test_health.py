@@ -1,5 +1,5 @@
-"""The index's health (``django_schedulinator/operations/health.py``): the drift check, and the
-eviction risk that the system check and a starting scheduler report."""
+"""The index's health (``django_schedulinator/operations/index_health.py``): the drift
+check, and the eviction risk that the system check and a starting scheduler report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from django_schedulinator.checks import check_index
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Schedule
-from django_schedulinator.operations.health import check_drift, record_drift
+from django_schedulinator.operations.index_health import check_drift, record_drift
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.redis_server import RedisServer
@@ -41,12 +41,12 @@ def test_drift_check_reports_late_missing_and_orphaned_entries(built_index: DueI
 def test_the_last_drift_check_is_kept_for_every_scheduler_to_report(
     built_index: DueIndex,
 ) -> None:
-    assert built_index.drift_record() is None
+    assert built_index.control.drift_record() is None
     missing = make_schedule()
     built_index.client.zrem(built_index.due_key, missing.pk)
     before_ms = built_index.now_ms()
     record_drift(built_index, check_drift(built_index))
-    record = built_index.drift_record()
+    record = built_index.control.drift_record()
     assert record is not None
     assert record["late_or_missing"] == 1
     assert record["early_or_orphaned"] == 0
@@ -54,11 +54,11 @@ def test_the_last_drift_check_is_kept_for_every_scheduler_to_report(
     # The scheduler that takes the drift chore's turn keeps it too.
     built_index.client.delete(built_index.control.drift_key)
     Worker(worker_id="drift").chores.drift_check()
-    kept = built_index.drift_record()
+    kept = built_index.control.drift_record()
     assert kept is not None
     assert kept["late_or_missing"] == 1
     built_index.drop()
-    assert built_index.drift_record() is None  # one of the index's keys
+    assert built_index.control.drift_record() is None  # one of the index's keys
 
 
 # -- Redis that may evict the index -----------------------------------------------------------

@@ -19,7 +19,7 @@ import sentry_sdk
 from django_schedulinator import checks, outcomes, resync_schedules, signals
 from django_schedulinator.conf import SentryCrons
 from django_schedulinator.contrib import sentry
-from django_schedulinator.contrib.sentry import (
+from django_schedulinator.contrib.sentry_monitors import (
     Facts,
     Inexpressible,
     check_in_id,

@@ -206,3 +206,12 @@ def count_at_most(queryset: QuerySet[Any], limit: int) -> int:
     """The rows of ``queryset``, counted up to ``limit``: a COUNT over a LIMITed subquery
     (without its ordering), so a large table is never counted whole."""
     return queryset.order_by()[:limit].count()
+
+
+def duration_text(value: timedelta) -> str:
+    """A jitter as people write it: "30 s", "5 min", "1 h 30 min"."""
+    seconds = int(value.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (seconds, "s")) if n]
+    return " ".join(parts) or f"{value / timing.ONE_MS:.0f} ms"

@@ -10,7 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 
-from django_schedulinator.admin.pictures.forecast import Family
+from django_schedulinator.admin.pictures.families import Family
 from django_schedulinator.models import Run
 from django_schedulinator.registry import registry
 

@@ -4,10 +4,11 @@ lateness, and a rebuild on request.
 
 A view with its template, like a dashboard: it reads ``health.cluster_status()`` and shows it,
 with the forecast of occurrences per minute (``forecast.py``) and the lateness histogram
-(``lateness.py``), drawn by ``pictures.py``; both read the database only, so they show while
-Redis is down. The rebuild button only records the request in Redis; the first scheduler to
-look performs it with the same function as ``manage.py rebuild_due_index``, under the same
-lock (a request never runs the rebuild itself, nor starts a thread that would outlive it).
+(``lateness.py``), drawn by ``pictures/drawing.py`` (the schedulers, by ``pictures/marks.py``);
+both read the database only, so they show while Redis is down. The rebuild button only records
+the request in Redis; the first scheduler to look performs it with the same function as
+``manage.py rebuild_due_index``, under the same lock (a request never runs the rebuild itself,
+nor starts a thread that would outlive it).
 
 A schedule admin whose ``get_queryset`` keeps a user to some schedules (Django's way to
 restrict an admin's rows) keeps the page to them too (``scopes.of_admin``): its figures,
@@ -34,12 +35,12 @@ from redis.exceptions import RedisError
 
 from django_schedulinator.admin.display import exact_time, iso_text
 from django_schedulinator.admin.pictures import drawing as pictures
-from django_schedulinator.admin.pictures import forecast, lateness
+from django_schedulinator.admin.pictures import forecast, lateness, marks
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
 from django_schedulinator.models import Schedule, scopes
-from django_schedulinator.operations import health
+from django_schedulinator.operations import dispatcher_health, health, index_health
 
 TEMPLATE = "django_schedulinator/admin/operations.html"
 DRIFT_SHOWN = 20  # late or missing schedules linked from the drift row
@@ -56,14 +57,14 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         ask_for_rebuild(request, model_admin)
         return HttpResponseRedirect(request.get_full_path())  # POST/redirect/GET
     report: health.ClusterStatus | None = None
-    status: health.IndexStatus | None = None
+    status: index_health.IndexStatus | None = None
     asked: dict[str, Any] | None = None
     redis_error = ""
     scope = scopes.of_admin(model_admin, request)
     try:
         report = health.cluster_status(scope=scope)
         status = report.index
-        asked = get_index().rebuild_request()
+        asked = get_index().control.rebuild_request()
     except RedisError as exc:
         redis_error = str(exc) or type(exc).__name__
     findings = [] if report is None else [*report.problems, *report.warnings]
@@ -81,7 +82,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         "problems": [] if report is None else shown(report.problems),
         "warnings": [] if report is None else shown(report.warnings),
         # Redis away: the ledger still says what waits on each dispatcher.
-        "dispatchers": health.dispatcher_status(timezone.now(), scope=scope)
+        "dispatchers": dispatcher_health.dispatcher_status(timezone.now(), scope=scope)
         if report is None
         else report.dispatchers,
         "redis_error": redis_error,
@@ -89,7 +90,7 @@ def operations_view(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
         "rebuild_command": run_command("rebuild_due_index", html=True),
         "alive": ""
         if report is None
-        else pictures.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
+        else marks.schedulers_html(schedulers, app_settings.PASS_STALE_SECONDS),
         "forecast": pictures.forecast_html(forecast.forecast(scope=scope)),
         "lateness": pictures.lateness_html(lateness.histogram(scope=scope)),
     }
@@ -141,7 +142,7 @@ def ask_for_rebuild(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
     """Record the request; a scheduler performs it (see ``Worker._rebuild_if_asked``)."""
     by = f"admin:{request.user.get_username()}"
     try:
-        recorded = get_index().request_rebuild({"by": by, "at": timezone.now().isoformat()})
+        recorded = get_index().control.request_rebuild({"by": by, "at": timezone.now().isoformat()})
     except RedisError as exc:
         model_admin.message_user(
             request,
@@ -175,7 +176,7 @@ def ask_for_rebuild(request: HttpRequest, model_admin: ModelAdmin[Schedule]) -> 
 
 
 def status_rows(
-    status: health.IndexStatus, asked: dict[str, Any] | None, app_label: str
+    status: index_health.IndexStatus, asked: dict[str, Any] | None, app_label: str
 ) -> list[dict[str, Any]]:
     lag = status.oldest_due_lag_seconds
     # Under a scope the index's own counts (of every schedule) are not shown.
@@ -254,7 +255,7 @@ def status_rows(
     ]
 
 
-def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
+def drift_html(drift: index_health.DriftReport | None, app_label: str) -> str:
     if drift is None:
         return gettext("not checked")
     late = [
@@ -264,7 +265,7 @@ def drift_html(drift: health.DriftReport | None, app_label: str) -> str:
     return render_to_string("django_schedulinator/admin/drift.html", {"drift": drift, "late": late})
 
 
-def shards_text(status: health.IndexStatus) -> str:
+def shards_text(status: index_health.IndexStatus) -> str:
     """One line per shard, or what the index was built for when it is not INDEX_SHARDS."""
     if status.other_layout is not None:
         return gettext(

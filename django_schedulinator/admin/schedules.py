@@ -55,8 +55,7 @@ from django_schedulinator.admin.filters import (
     TimingGroupFilter,
 )
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
-from django_schedulinator.admin.pictures import drawing as pictures
-from django_schedulinator.admin.pictures import lateness
+from django_schedulinator.admin.pictures import lateness, marks
 from django_schedulinator.index import sync
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.models.querysets import ScheduleQuerySet
@@ -320,8 +319,8 @@ class ScheduleAdmin(ExactTimes):
     def last_runs(self, obj: Schedule) -> str:
         if obj.pk is None:
             return ""
-        runs = lateness.recent_runs(obj.pk, pictures.STRIP_RUNS)
-        return pictures.run_strip_html(obj, runs)
+        runs = lateness.recent_runs(obj.pk, marks.STRIP_RUNS)
+        return marks.run_strip_html(obj, runs)
 
     @admin.display(description=_("runs"))
     def run_ledger(self, obj: Schedule) -> str:

@@ -20,23 +20,22 @@ thread of this process empties it: one query reads the rows of a whole batch (a 
 kept for ``ROW_SECONDS``), and ``capture_checkin`` puts each envelope on the queue of the
 SDK's own transport thread. Nothing on the scheduler's path reads the database for Sentry or
 waits for the network.
+
+What a schedule is in Sentry's terms (its monitor slug, its check-ins' id, its monitor
+config) is ``sentry_monitors.py``'s; this module is the setting and the delivery.
 """
 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import logging
 import math
 import os
-import re
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import timedelta
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,15 +43,22 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import Signal
-from django.utils.text import slugify
 
 from django_schedulinator import signals, timing
 from django_schedulinator.conf import SETTING_NAME, SentryCrons, Setting, Settings, app_settings
-from django_schedulinator.dispatch import COMMON_OPTIONS, dispatchers
-from django_schedulinator.errors import SchedulinatorError, TimingError, UnknownTask
+from django_schedulinator.contrib.sentry_monitors import (
+    FACT_FIELDS,
+    Facts,
+    Inexpressible,
+    check_in_id,
+    monitor_config,
+    monitor_slug,
+)
+
+# The setting's bound, documented as this module's with its keys (docs/upgrading.md).
+from django_schedulinator.contrib.sentry_monitors import SENTRY_MAX_MINUTES as SENTRY_MAX_MINUTES
 from django_schedulinator.models import Schedule
 from django_schedulinator.models.batches import json_ids
-from django_schedulinator.registry import registry
 from django_schedulinator.statuses import RunStatus
 
 if TYPE_CHECKING:
@@ -62,15 +68,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_schedulinator.sentry")
 
-# The namespace of the check-in ids (uuid5 of the occurrence key). Never change it: an
-# occurrence in progress across an upgrade would be closed under another id.
-CHECK_IN_NAMESPACE = uuid.UUID("5c58bbb9-1b3e-467e-9209-7561d2cb5f87")
 IN_PROGRESS, OK, ERROR = "in_progress", "ok", "error"
-# Sentry keeps the first 50 characters of a monitor slug.
-MAX_SLUG_LENGTH = 50
-SLUG_HASH_LENGTH = 8
-# What separates words in a name besides spaces and hyphens (slugify would drop it).
-PUNCTUATION = re.compile(r"[^\w\s-]+")
 # How long a schedule's row, once read, stands for it in this process: an edit made in
 # another process reaches Sentry with the first check-in after this (one made in this
 # process, at once).
@@ -87,18 +85,12 @@ DROP_WARNING_SECONDS = 60.0
 # waiting: the outbox hands it half that many at a time, and waits this long at most for
 # its queue to drain between two.
 PACE_SECONDS = 30.0
-# A 5-field crontab field that every cron reads alike (names, L, W and # are translated to
-# numbers or refused).
-PLAIN_FIELD = frozenset("0123456789*/,-")
-# Sentry's interval units that are exact durations (a month or a year is not).
-INTERVAL_UNITS = (("week", 604_800), ("day", 86_400), ("hour", 3_600), ("minute", 60))
 
 
 SENTRY_CRONS_KEYS = ("SCHEDULES", "EXCLUDE", "MONITOR_CONFIG")
 # What MONITOR_CONFIG may add to the monitor config derived from each schedule. Sentry takes
-# minutes up to 28 days (40,320) for the margin.
+# minutes up to 28 days (SENTRY_MAX_MINUTES) for the margin.
 SENTRY_MONITOR_KEYS = ("checkin_margin", "failure_issue_threshold", "recovery_threshold", "owner")
-SENTRY_MAX_MINUTES = 40_320
 
 
 def parse_sentry_crons(setting: Setting[SentryCrons | None], value: Any) -> SentryCrons | None:
@@ -165,61 +157,7 @@ def switched_on() -> SentryCrons | None:
         return None
 
 
-def monitor_slug(name: str) -> str:
-    """The monitor slug of the schedule called ``name``: its name slugified, when that fits
-    Sentry's 50 characters; otherwise (or when nothing of the name is left) the start of it
-    and a hash of the whole name, so that it stays unique and never changes."""
-    slug = slugify(PUNCTUATION.sub(" ", name))  # "reports.weekly" is reports-weekly
-    if slug and len(slug) <= MAX_SLUG_LENGTH:
-        return slug
-    digest = hashlib.sha256(name.encode()).hexdigest()[:SLUG_HASH_LENGTH]
-    head = slug[: MAX_SLUG_LENGTH - SLUG_HASH_LENGTH - 1].rstrip("-_") or "schedule"
-    return f"{head}-{digest}"
-
-
-def check_in_id(key: str) -> str:
-    """The id of every check-in of the occurrence with this key, in any process."""
-    return uuid.uuid5(CHECK_IN_NAMESPACE, key).hex
-
-
-def minutes(seconds: float) -> int:
-    """Whole minutes, rounded up, within what Sentry takes (1 to 28 days)."""
-    return min(SENTRY_MAX_MINUTES, max(1, math.ceil(seconds / 60)))
-
-
 # -- what a schedule's row says -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """What the check-ins of a schedule need from its row."""
-
-    name: str
-    kind: str
-    cron: str
-    interval: timedelta | None
-    timezone: str
-    day_rule: str
-    jitter: timedelta | None
-    task: str
-    dispatcher: str
-    # Schedule.grace, where the model has it (missed-run alerts): the checkin margin.
-    grace: timedelta | None = None
-    # Schedule.calendars, where the model has them: days it keeps away from.
-    calendars: tuple[str, ...] | list[str] = ()
-
-
-FACT_FIELDS = (
-    "name",
-    "kind",
-    "cron",
-    "interval",
-    "timezone",
-    "day_rule",
-    "jitter",
-    "task",
-    "dispatcher",
-)
 
 
 def _read(schedule_ids: Collection[int]) -> dict[int, Facts]:
@@ -274,108 +212,7 @@ class Rows:
 rows = Rows()
 
 
-# -- the monitor config ---------------------------------------------------------------------
-
-
-class Inexpressible(SchedulinatorError):
-    """The schedule's timing has no Sentry monitor schedule that means the same (caught in
-    this module: the schedule is then left unmonitored, with a warning)."""
-
-
-def crontab(expr: str, day_rule: str) -> str:
-    """The 5-field crontab Sentry reads (with croniter) as this app reads ``expr`` (with
-    cronsim), or Inexpressible saying why there is none."""
-    exprs = timing.cron_expressions(expr)
-    if len(exprs) > 1:
-        raise Inexpressible("it has several cron expressions; a Sentry monitor has one")
-    fields = exprs[0].split(" ")  # aliases expanded
-    if len(fields) == 6:
-        seconds = fields.pop(0)
-        if not seconds.isdigit():
-            raise Inexpressible("it fires more than once a minute; Sentry checks minutes")
-    day, weekday = fields[2], fields[4]
-    if day != "*" and weekday != "*":
-        # Both day fields restricted: croniter takes either, cronsim takes both when a field
-        # starts with "*" ("*/2 * 1"), and the day rule "both" always does.
-        if day.startswith("*") or weekday.startswith("*"):
-            raise Inexpressible(f"croniter reads the day fields {day!r} and {weekday!r} apart")
-        if day_rule == timing.DayRule.BOTH:
-            raise Inexpressible("its day rule 'both' has no crontab form")
-    plain = []
-    for position, field in enumerate(fields):
-        if set(field) <= PLAIN_FIELD:
-            plain.append(field)
-            continue
-        values = timing.cron_field_values(field, position)
-        if values is None:
-            raise Inexpressible(f"its field {field!r} has no plain crontab form")
-        plain.append(",".join(str(value) for value in sorted(values)))
-    return " ".join(plain)
-
-
-def interval(every: timedelta | None) -> dict[str, Any]:
-    """Sentry's interval schedule for ``every``, or Inexpressible."""
-    seconds = every.total_seconds() if every is not None else 0
-    if seconds < 60 or seconds % 60:
-        raise Inexpressible("Sentry takes intervals of whole minutes")
-    for unit, length in INTERVAL_UNITS:
-        if seconds % length == 0:
-            return {"type": "interval", "value": int(seconds // length), "unit": unit}
-    raise AssertionError("a whole number of minutes")  # pragma: no cover
-
-
-def _runtime_seconds(facts: Facts) -> float:
-    """How long a run may take before the scheduler calls it over: the inline task's
-    timeout, or how long the dispatcher awaits a reported outcome."""
-    try:
-        dispatcher = dispatchers[facts.dispatcher]
-    except ImproperlyConfigured:
-        return float(COMMON_OPTIONS["OUTCOME_TIMEOUT_SECONDS"].default)
-    if dispatcher.runs_in_process:
-        try:
-            timeout = registry.get(facts.task).timeout
-        except UnknownTask:
-            timeout = None
-        own = getattr(dispatcher, "default_timeout", None)
-        return float(timeout or own or app_settings.TASK_TIMEOUT_SECONDS)
-    return float(dispatcher.settings["OUTCOME_TIMEOUT_SECONDS"])
-
-
-def monitor_config(facts: Facts, options: SentryCrons) -> dict[str, Any]:
-    """The monitor config of a recurring schedule, or Inexpressible."""
-    config: dict[str, Any] = {}
-    if facts.calendars:
-        raise Inexpressible(
-            "it skips or moves the days its calendars exclude, which a monitor's schedule "
-            "cannot say"
-        )
-    try:
-        if facts.kind == timing.Kind.CRON:
-            timing.get_zone(facts.timezone)
-            config["schedule"] = {"type": "crontab", "value": crontab(facts.cron, facts.day_rule)}
-            config["timezone"] = facts.timezone
-        elif facts.kind == timing.Kind.INTERVAL:
-            config["schedule"] = interval(facts.interval)
-        else:
-            raise Inexpressible("a one-off has no schedule to watch")
-    except TimingError as exc:
-        raise Inexpressible(str(exc)) from None
-    margin = options.monitor_config.get("checkin_margin")
-    if facts.grace:
-        margin = minutes(facts.grace.total_seconds())
-    if facts.jitter:
-        # A jittered run fires up to the jitter after its nominal time, which Sentry expects.
-        margin = max(int(margin or 0), minutes(facts.jitter.total_seconds()) + 1)
-    if margin:
-        config["checkin_margin"] = min(int(margin), SENTRY_MAX_MINUTES)
-    # A minute more than the scheduler's own limit: its verdict arrives first.
-    config["max_runtime"] = min(minutes(_runtime_seconds(facts)) + 1, SENTRY_MAX_MINUTES)
-    for key in ("failure_issue_threshold", "recovery_threshold", "owner"):
-        if key in options.monitor_config:
-            config[key] = options.monitor_config[key]
-    return config
-
-
+# The schedules whose timing was found inexpressible, told once per process.
 _told: set[int] = set()
 
 

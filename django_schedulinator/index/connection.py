@@ -219,3 +219,18 @@ def _build(config: RedisConfig) -> Any:
 def _close(client: Any) -> None:
     with contextlib.suppress(Exception):  # a client being replaced: nothing to tell
         client.close()
+
+
+class LazyClient:
+    """A holder of the Redis client (``client``): the one given, or ``get_redis()``'s, taken
+    on first use and not when the holder is built: a scheduler starts while Redis is away
+    (a cluster client connects when it is built) and its loop waits the outage out."""
+
+    def __init__(self, client: Any | None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = get_redis()
+        return self._client

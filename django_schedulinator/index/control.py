@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.connection import LazyClient
 from django_schedulinator.index.entries import json_record
 from django_schedulinator.index.shard import shard_tag
 
@@ -20,11 +20,11 @@ TURNS = ("reconcile", "drift", "missed", "prune")
 REQUEST_TTL = 86_400
 
 
-class ControlPlane:
+class ControlPlane(LazyClient):
     """The control keys of the due index of ``prefix``."""
 
     def __init__(self, client: Any | None, prefix: str) -> None:
-        self._client = client  # taken on first use, as a shard's
+        super().__init__(client)
         tag = shard_tag(prefix, 0)
         self.lock_key = f"{tag}:rebuild-lock"
         self.rebuild_request_key = f"{tag}:rebuild-request"
@@ -33,12 +33,6 @@ class ControlPlane:
         self.outage_key = f"{tag}:no-scheduler"
         self.drift_key = f"{tag}:drift"
         self._turn_prefix = f"{tag}:turn:"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = get_redis()
-        return self._client
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -103,7 +97,7 @@ class ControlPlane:
         self.client.set(self.reconcile_key, json.dumps(cursor, sort_keys=True))
 
     def drift_record(self) -> dict[str, Any] | None:
-        """What the last drift check found (``health.record_drift``), or None."""
+        """What the last drift check found (``index_health.record_drift``), or None."""
         return json_record(self.client.get(self.drift_key))
 
     def set_drift_record(self, record: dict[str, Any]) -> None:

@@ -9,8 +9,10 @@ every entry against its row, and ``rebuild_due_index`` can rebuild it from SQL a
   ``id`` lives in shard ``id % INDEX_SHARDS``. ``DueIndex`` routes each change to its
   shard, splits a claim between the shards (at one "now") and adds their reads up; with one
   shard (the default) a claim is that shard's one script call.
-- its control plane (``control.ControlPlane``): the rebuild's lock and request, reconcile's
-  cursor, turns, the outage, the drift record. ``DueIndex`` passes those calls on.
+- its control plane (``control.ControlPlane``, ``index.control``): the rebuild's lock and
+  request, reconcile's cursor, turns, the outage, the drift record. Callers use it
+  directly (``index.control.take_turn(...)``); ``DueIndex`` itself only drops its keys with
+  shard 0's (``drop``).
 
 Every key of shard 0 shares the hash tag ``{<KEY_PREFIX>}`` (with one shard, the whole index
 is the single index of before shards), those of shard k the tag ``{<KEY_PREFIX>:k}``, so the
@@ -34,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.connection import LazyClient
 from django_schedulinator.index.control import REQUEST_TTL, TURNS, ControlPlane
 from django_schedulinator.index.entries import (
     ADDED,
@@ -97,10 +99,10 @@ logger = logging.getLogger("django_schedulinator.index")
 LAYOUT_HOPS = 3
 
 
-class DueIndex:
+class DueIndex(LazyClient):
     """The due index laid out for ``shards`` shards (default ``INDEX_SHARDS``): its shards
     (``parts``, by number) behind the methods of one index, and its control plane
-    (``control``).
+    (``control``), which callers use directly.
 
     ``only``: the shards this instance covers (a rebuild of the shards that lost their
     data); default all. Whatever it covers, shard 0 is its clock (``now_ms``) and names its
@@ -114,9 +116,7 @@ class DueIndex:
         shards: int | None = None,
         only: Iterable[int] | None = None,
     ) -> None:
-        # Taken on first use, not here: a scheduler starts while Redis is away (a cluster
-        # client connects when it is built) and its loop waits the outage out.
-        self._client = client
+        super().__init__(client)
         self.prefix = prefix if prefix is not None else app_settings.KEY_PREFIX
         # The layout this process routes by.
         self.shard_count = count = shards if shards is not None else app_settings.INDEX_SHARDS
@@ -131,12 +131,6 @@ class DueIndex:
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"
         return f"<DueIndex {self.prefix!r}: {self.shard_count} shard(s){covered}>"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = get_redis()
-        return self._client
 
     # Shard 0's keys that callers read by name (the others: ``self.home``, ``self.control``).
 
@@ -490,47 +484,6 @@ class DueIndex:
         for k in range(shards):
             old = Shard(self._client, self.prefix, k, shards)
             old.client.delete(*old.data_keys)
-
-    # -- the control plane, as its callers reach it: ``self.control``'s ------------------
-
-    def rebuild_lock(self, timeout: float) -> Any:
-        return self.control.rebuild_lock(timeout)
-
-    def rebuild_running(self) -> bool:
-        return self.control.rebuild_running()
-
-    def request_rebuild(self, info: dict[str, Any]) -> bool:
-        return self.control.request_rebuild(info)
-
-    def rebuild_request(self) -> dict[str, Any] | None:
-        return self.control.rebuild_request()
-
-    def take_rebuild_request(self) -> dict[str, Any] | None:
-        return self.control.take_rebuild_request()
-
-    def give_back_rebuild_request(self, info: dict[str, Any]) -> None:
-        self.control.give_back_rebuild_request(info)
-
-    def take_turn(self, chore: str, seconds: float, owner: str) -> bool:
-        return self.control.take_turn(chore, seconds, owner)
-
-    def reconcile_cursor(self) -> dict[str, Any] | None:
-        return self.control.reconcile_cursor()
-
-    def set_reconcile_cursor(self, cursor: dict[str, Any]) -> None:
-        self.control.set_reconcile_cursor(cursor)
-
-    def drift_record(self) -> dict[str, Any] | None:
-        return self.control.drift_record()
-
-    def set_drift_record(self, record: dict[str, Any]) -> None:
-        self.control.set_drift_record(record)
-
-    def begin_outage(self, since: str) -> bool:
-        return self.control.begin_outage(since)
-
-    def end_outage(self) -> str | None:
-        return self.control.end_outage()
 
 
 def _joined(first: ClaimedBatch, more: ClaimedBatch) -> ClaimedBatch:

@@ -163,7 +163,7 @@ def rebuild_index(
 def take_rebuild_lock(index: DueIndex) -> Any:
     """Take the rebuild lock now, for a rebuild started later (``rebuild_index(lock=...)``),
     so the caller knows at once whether it will run; RebuildInProgress if another holds it."""
-    lock = index.rebuild_lock(LOCK_TIMEOUT_SECONDS)
+    lock = index.control.rebuild_lock(LOCK_TIMEOUT_SECONDS)
     if not lock.acquire(blocking=False):
         raise RebuildInProgress("Another rebuild of the due index is running; try again later.")
     return lock

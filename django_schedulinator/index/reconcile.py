@@ -105,7 +105,7 @@ def reconcile(
     settle = SETTLE if settle is None else settle
     db = using or router.db_for_write(Schedule)
     now = database_now(db)
-    cursor = index.reconcile_cursor() or {}
+    cursor = index.control.reconcile_cursor() or {}
     # A first pass, or one after Redis lost the watermark (the index was rebuilt then),
     # starts ``lookback`` back: sync writes lost just before are still healed.
     start = (now - lookback).isoformat()
@@ -124,7 +124,7 @@ def reconcile(
             trail, trail_done, read, result = _batch(index, db, size, trail, trail_until)
             rows, written = rows + read, written + result
         batches += 1
-        index.set_reconcile_cursor(
+        index.control.set_reconcile_cursor(
             {
                 "since": lead.since,
                 "after_id": lead.after_id,
@@ -152,7 +152,7 @@ def lag(index: DueIndex | None = None, *, using: str | None = None) -> float | N
     from django_schedulinator.models import Schedule
 
     index = index or get_index()
-    cursor = index.reconcile_cursor()
+    cursor = index.control.reconcile_cursor()
     if not cursor or "since" not in cursor:
         return None
     db = using or router.db_for_write(Schedule)

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from django_schedulinator.errors import RebuildInProgress
-from django_schedulinator.index.connection import get_redis
+from django_schedulinator.index.connection import LazyClient
 from django_schedulinator.index.entries import (
     APPLY_CHUNK,
     ApplyResult,
@@ -39,16 +39,14 @@ def shard_tag(prefix: str, shard: int) -> str:
     return f"{{{prefix}}}" if shard == 0 else f"{{{prefix}:{shard}}}"
 
 
-class Shard:
+class Shard(LazyClient):
     """Shard ``number`` of a layout of ``shard_count`` shards: the schedules whose id is
     ``number`` modulo ``shard_count``. Every script it runs is given ``shard_count``, and
     refuses a shard whose layout key records another (the index was rebuilt for another
     shard count meanwhile)."""
 
     def __init__(self, client: Any | None, prefix: str, number: int, shard_count: int) -> None:
-        # Taken on first use, not here: a scheduler starts while Redis is away (a cluster
-        # client connects when it is built) and its loop waits the outage out.
-        self._client = client
+        super().__init__(client)
         self.number = number
         self.shard_count = shard_count
         # The Redis Cluster hash tag every key of the shard (and of the heartbeats) starts with.
@@ -62,12 +60,6 @@ class Shard:
 
     def __repr__(self) -> str:
         return f"<Shard {self.number} of {self.shard_count}: {self.tag}>"
-
-    @property
-    def client(self) -> Any:
-        if self._client is None:
-            self._client = get_redis()
-        return self._client
 
     @functools.cached_property
     def _claim(self) -> Any:

@@ -1,6 +1,6 @@
 """Which schedules a reader may see, for what counts or names schedules: the status and the
-index health (``health.py``), the operations page's figures and pictures, a calendar's
-users.
+index health (``operations/health.py``, ``operations/index_health.py``), the operations
+page's figures and pictures, a calendar's users.
 
 A scope is a queryset of the schedules a reader may see, used as one SQL subquery wherever
 it applies, or None: every schedule. The API takes it from its permission classes

@@ -238,12 +238,12 @@ def no_scheduler_alive(
     seen alive again, which ends the outage. Returns whether this call raised it."""
     index = index or get_index()
     if alive() if callable(alive) else alive:
-        since = index.end_outage()
+        since = index.control.end_outage()
         if since:
             logger.warning("A scheduler is alive again (none was since %s).", since)
         return False
     noticed = now or clock.now()
-    if not index.begin_outage(noticed.isoformat()):
+    if not index.control.begin_outage(noticed.isoformat()):
         return False
     logger.error(
         "No scheduler is alive (noticed at %s): nothing fires until one runs again.",

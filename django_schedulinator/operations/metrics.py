@@ -43,7 +43,7 @@ from django_schedulinator import __version__, timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import reconcile
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.operations.health import DispatcherStatus, dispatcher_status
+from django_schedulinator.operations.dispatcher_health import DispatcherStatus, dispatcher_status
 from django_schedulinator.operations.observed import Observed
 from django_schedulinator.operations.probes import PROBE_TIMEOUT_SECONDS, Bounded, ProbeServer
 
@@ -310,7 +310,7 @@ class ClusterSnapshot:
     in_flight: int  # claimed, not written back yet
     due_now: int  # due at Redis TIME, not claimed: the backlog
     oldest_due_seconds: float  # how late the earliest unclaimed due entry is (0: none)
-    drift: dict[str, Any] | None  # the last drift check (health.record_drift)
+    drift: dict[str, Any] | None  # the last drift check (index_health.record_drift)
     reconcile_lag: float | None
     dispatchers: list[DispatcherStatus]
     # Each shard's: shard, built, entries_due, due_now, in_flight, earliest_ms (the totals
@@ -330,7 +330,7 @@ def cluster_snapshot(index: DueIndex) -> ClusterSnapshot:
         in_flight=sum(row["in_flight"] for row in shards),
         due_now=sum(row["due_now"] for row in shards),
         oldest_due_seconds=max((_late(row, now_ms) for row in shards), default=0.0),
-        drift=index.drift_record(),
+        drift=index.control.drift_record(),
         reconcile_lag=reconcile.lag(index) if built else None,
         dispatchers=dispatcher_status(timing.from_ms(now_ms)),
         shards=shards,

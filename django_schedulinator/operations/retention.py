@@ -3,7 +3,7 @@
 A schedule every second writes 86,400 runs a day. A prune deletes the runs that nothing waits
 for any more (``RunQuerySet.done``) recorded before a cutoff, and the change log's entries
 older than another. ``manage.py prune_runs`` runs one by hand; the schedulers run one every
-``PRUNE_SECONDS`` themselves (one of them at a time, ``DueIndex.take_turn``), a slice of at
+``PRUNE_SECONDS`` themselves (one of them at a time, ``DueIndex.control.take_turn``), a slice of at
 most ``PRUNE_MAX_SECONDS`` between two claim passes, slice after slice while behind.
 
 What keeps it cheap on a ledger of millions of rows, and out of the schedulers' way:

@@ -4,7 +4,7 @@ alerts' outbox, on the notifications' thread), the summary line, a rebuild
 asked for on the admin's operations page, and retention's prune (on a thread of its own).
 
 Each process keeps its own clock for each chore, and Redis decides which one does the chore
-in a period (``DueIndex.take_turn``). A chore that fails waits for its next period; an
+in a period (``DueIndex.control.take_turn``). A chore that fails waits for its next period; an
 outage (``TRANSIENT_ERRORS``) goes up to the loop, which backs off and reconnects.
 """
 
@@ -23,7 +23,7 @@ from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
 from django_schedulinator.operations import alerts, retention
 from django_schedulinator.operations.courier import courier
-from django_schedulinator.operations.health import check_drift, eviction_risk, record_drift
+from django_schedulinator.operations.index_health import check_drift, eviction_risk, record_drift
 from django_schedulinator.operations.retention import Pruner, PruneReport
 from django_schedulinator.scheduler.claiming import Counters
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
@@ -121,7 +121,7 @@ class Chores:
         """Do ``work`` if this process wins the period's turn (or goes on with one it has,
         ``turn=False``); a failure waits for the next."""
         try:
-            if not turn or self.index.take_turn(name, every * 0.8, self.worker_id):
+            if not turn or self.index.control.take_turn(name, every * 0.8, self.worker_id):
                 work()
         except TRANSIENT_ERRORS:
             raise  # the loop backs off and reconnects
@@ -164,17 +164,19 @@ class Chores:
         """Perform a rebuild asked for on the admin's operations page, with the function
         ``manage.py rebuild_due_index`` runs, under its lock: the request only records that
         it was asked for, and the first scheduler to take it does it."""
-        asked = self.index.take_rebuild_request()
+        asked = self.index.control.take_rebuild_request()
         if asked is None:
             return
         by = str(asked.get("by") or "the operations page")
         try:
             report = rebuild_index(self.index, built_by=by, progress=self.moved_on)
         except RebuildInProgress:
-            self.index.give_back_rebuild_request(asked)  # another process rebuilds right now
+            self.index.control.give_back_rebuild_request(
+                asked
+            )  # another process rebuilds right now
             return
         except TRANSIENT_ERRORS:
-            self.index.give_back_rebuild_request(asked)  # Redis or the database went away
+            self.index.control.give_back_rebuild_request(asked)  # Redis or the database went away
             raise
         except Exception:
             logger.exception(

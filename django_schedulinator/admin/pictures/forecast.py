@@ -5,11 +5,11 @@ Cheap on 100,000 schedules and more, because schedules share their timing: one G
 query collects the enabled schedules with a next run in the window by what decides their
 times (a cron expression with its zone, day rule and DST policies; an interval with the
 minute of its next run, its phase; a one-off with its minute; the calendars of excluded
-days they name, which take holidays out or move them), with their jitter and what
-bounds them (an end in the window, runs left under ``max_runs``), and counts the members.
-Each timing is then expanded once with ``timing.occurrences`` (what the admin's preview
-uses), and each group adds its members to the occurrences within its bounds (a difference
-array over the timeline, so a group costs a bisection, not a walk).
+days they name, which take holidays out or move them: ``families.TimelineKey``), with
+their jitter and what bounds them (an end in the window, runs left under ``max_runs``), and
+counts the members. Each timing is then expanded once with ``timing.occurrences`` (what the
+admin's preview uses), and each group adds its members to the occurrences within its bounds
+(a difference array over the timeline, so a group costs a bisection, not a walk).
 
 The work is bounded, and the page says when a bound was reached: at most ``MAX_GROUPS``
 groups are read (the largest first; the schedules of the others are not counted), at most
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -45,10 +44,10 @@ from django.db.models.functions import TruncMinute
 from django.utils.translation import gettext
 
 from django_schedulinator import timing
-from django_schedulinator.admin.display import exact_time
+from django_schedulinator.admin.pictures.families import Family, TimelineKey
 from django_schedulinator.errors import TimingError
 from django_schedulinator.index import clock
-from django_schedulinator.models import Schedule, day_calendar
+from django_schedulinator.models import Schedule
 from django_schedulinator.models.scopes import Scope, schedules_in
 
 WINDOW_MINUTES = 24 * 60
@@ -68,144 +67,6 @@ SHARES_SHOWN = 3  # the groups listed for each of them
 # (a run stays near its time, far from the next one) and at most an hour.
 NICE_JITTERS = tuple(timedelta(seconds=s) for s in (15, 30, 60, 120, 300, 600, 900, 1800, 3600))
 LONGEST_SUGGESTED = timedelta(hours=1)
-
-
-@dataclass(frozen=True, slots=True)
-class TimelineKey:
-    """What decides a group's times: the same key, the same occurrences."""
-
-    kind: str
-    cron: str = ""
-    timezone: str = "UTC"
-    day_rule: str = timing.DayRule.EITHER
-    dst_gap: str = timing.DstGap.SHIFT
-    dst_fold: str = timing.DstFold.FIRST
-    interval: timedelta | None = None
-    # Intervals and one-offs: the minute of their next run (the phase of an interval).
-    anchor: datetime | None = None
-    # The calendars of excluded days it names, and what it does on their days.
-    calendars: tuple[str, ...] = ()
-    calendar_rule: str = timing.CalendarRule.SKIP
-
-    def spec(self) -> timing.Timing:
-        calendar = None
-        if self.calendars:
-            db = router.db_for_read(Schedule)
-            calendar = day_calendar(self.calendars, self.calendar_rule, using=db)
-        return timing.Timing(
-            kind=self.kind,
-            cron=self.cron,
-            interval=self.interval,
-            run_at=self.anchor if self.kind == timing.Kind.ONCE else None,
-            timezone=self.timezone,
-            dst_gap=self.dst_gap,
-            dst_fold=self.dst_fold,
-            day_rule=self.day_rule,
-            calendar=calendar,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Family:
-    """Schedules with the same times and jitter: what the busiest minutes list and link to."""
-
-    timeline: TimelineKey
-    jitter: timedelta | None
-
-    def describe(self) -> str:
-        key = self.timeline
-        try:
-            return timing.describe(key.spec())
-        except (TimingError, ValueError, OverflowError):
-            return key.cron or str(key.interval or key.anchor)
-
-    def label(self) -> str:
-        """The family in words, as the schedule list's filter names it."""
-        parts = [self.describe()]
-        key = self.timeline
-        if key.kind == timing.Kind.INTERVAL and key.anchor is not None:
-            parts.append(
-                gettext("next run in the minute from %(time)s") % {"time": exact_time(key.anchor)}
-            )
-        if self.jitter:
-            parts.append(gettext("jitter %(jitter)s") % {"jitter": duration_text(self.jitter)})
-        else:
-            parts.append(gettext("no jitter"))
-        return ", ".join(parts)
-
-    def token(self) -> str:
-        """The family as one query-string value (``TimingGroupFilter`` reads it back)."""
-        key = self.timeline
-        return json.dumps(
-            [
-                key.kind, key.cron, key.timezone, key.day_rule, key.dst_gap, key.dst_fold,
-                _ms(key.interval), timing.to_ms(key.anchor) if key.anchor else None,
-                _ms(self.jitter), list(key.calendars), key.calendar_rule,
-            ],
-            separators=(",", ":"),
-        )  # fmt: skip
-
-    @classmethod
-    def from_token(cls, text: str) -> Family:
-        """The family a ``token()`` names; ValueError for anything else."""
-        try:
-            value = json.loads(text)
-        except (TypeError, ValueError):
-            raise ValueError(f"not a timing group: {text!r}") from None
-        if not isinstance(value, list) or len(value) != 11:
-            raise ValueError(f"not a timing group: {text!r}")
-        *words, interval, anchor, jitter, calendars, calendar_rule = value
-        if not isinstance(calendars, list) or not all(isinstance(c, str) for c in calendars):
-            raise ValueError(f"not a timing group: {text!r}")
-        if not isinstance(calendar_rule, str):
-            raise ValueError(f"not a timing group: {text!r}")
-        if not all(isinstance(word, str) for word in words):
-            raise ValueError(f"not a timing group: {text!r}")
-        if not all(
-            v is None or (isinstance(v, int) and v >= 0) for v in (interval, anchor, jitter)
-        ):
-            raise ValueError(f"not a timing group: {text!r}")
-        kind, cron, zone, day_rule, gap, fold = words
-        try:
-            moment = timing.from_ms(anchor) if anchor is not None else None
-        except (OverflowError, ValueError):
-            raise ValueError(f"not a timing group: {text!r}") from None
-        key = TimelineKey(
-            kind, cron, zone, day_rule, gap, fold,
-            timedelta(milliseconds=interval) if interval is not None else None, moment,
-            tuple(calendars), calendar_rule,
-        )  # fmt: skip
-        return cls(key, timedelta(milliseconds=jitter) if jitter else None)
-
-    def members(self) -> Q:
-        """The enabled schedules of this family (as ``forecast`` groups them)."""
-        key = self.timeline
-        found = Q(enabled=True, kind=key.kind)
-        if key.kind == timing.Kind.CRON:
-            found &= Q(
-                cron=key.cron,
-                timezone=key.timezone,
-                day_rule=key.day_rule,
-                dst_gap=key.dst_gap,
-                dst_fold=key.dst_fold,
-            )
-        if key.interval is not None:
-            found &= Q(interval=key.interval)
-        if key.anchor is not None:
-            minute = key.anchor + timedelta(minutes=1)
-            found &= Q(next_run_at__gte=key.anchor, next_run_at__lt=minute)
-        found &= Q(calendars=list(key.calendars))
-        if key.calendars:
-            found &= Q(calendar_rule=key.calendar_rule)
-        if self.jitter:
-            found &= Q(jitter=self.jitter)
-        else:
-            found &= Q(jitter__isnull=True) | Q(jitter=timedelta(0))
-        return found
-
-
-def _ms(value: timedelta | None) -> int | None:
-    return value // timing.ONE_MS if value else None
 
 
 @dataclass(slots=True)
@@ -591,12 +452,3 @@ def _share(
         note = gettext("already jittered")
         suggested = None
     return Share(family, family.describe(), members, occurrences, suggested, note)
-
-
-def duration_text(value: timedelta) -> str:
-    """A jitter as people write it: "30 s", "5 min", "1 h 30 min"."""
-    seconds = int(value.total_seconds())
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    parts = [f"{n} {unit}" for n, unit in ((hours, "h"), (minutes, "min"), (seconds, "s")) if n]
-    return " ".join(parts) or f"{value / timing.ONE_MS:.0f} ms"

@@ -36,10 +36,10 @@ from django_schedulinator.index.due import get_index
 from django_schedulinator.operations.health import (
     DEFAULT_MAX_LAG_SECONDS,
     cluster_status,
-    index_status,
     schedulers_as_dicts,
 )
 from django_schedulinator.operations.heartbeat import alive
+from django_schedulinator.operations.index_health import index_status
 
 
 def flag(request: Request, name: str) -> bool:

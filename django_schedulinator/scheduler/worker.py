@@ -159,25 +159,12 @@ class Worker:
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Pass after pass, until a stop (a signal, ``once``, a limit) or time-zone rules
+        older than those recorded; a pass that fails on a transient error is backed off
+        from, and the next one tried."""
         previous = self._install_signal_handlers()
-        started = time.monotonic()
-        self._ends_at = None if self.max_seconds is None else started + self.max_seconds
+        heartbeat = self._begin()
         failures = 0
-        logger.info(
-            "Scheduler %s started (batch %d, lease %.0fs).",
-            self.worker_id,
-            self.batch_size,
-            self.lease_seconds,
-        )
-        self.started_at = timezone.now()
-        self.last_pass_at, self.last_error = None, ""
-        self.last_progress_at = time.monotonic()  # the loop starts: its first pass comes
-        self._start_stages()
-        bound_lock_waits()
-        courier.send_in_background()  # never on the claim path
-        self.chores.warn_about_eviction()
-        heartbeat = HeartbeatKeeper(self, self.index)
-        heartbeat.start()
         try:
             while not self.stopping:
                 try:
@@ -189,38 +176,61 @@ class Worker:
                     break
                 except TRANSIENT_ERRORS as exc:
                     failures += 1
-                    self.last_error = f"{type(exc).__name__}: {exc}"
-                    # Not stuck: backing off from an outage that a restart would not end.
-                    self.last_progress_at = time.monotonic()
                     self._recover(exc, failures)
                     if self._limit_reached():
                         break  # an outage does not outlast --max-seconds or --max-runs
                     continue
-                self.last_pass_at = self.last_progress_at = time.monotonic()
-                self.last_error = ""
-                if failures:
-                    logger.warning("Connections are back after %d failed pass(es).", failures)
-                    failures = 0
-                if self._limit_reached():
+                failures = self._passed(failures)
+                if self._limit_reached() or (self.once and not result.full):
                     break
-                if result.full:
-                    continue
-                if self.once:
-                    break
-                if self.chores.reconcile_behind:
-                    continue  # the next slice of reconcile's backlog, after one more pass
-                self._sleep_between_passes(result)
+                # A full batch, or reconcile's backlog, goes on at once: no sleep.
+                if not result.full and not self.chores.reconcile_behind:
+                    self._sleep_between_passes(result)
         finally:
-            self._log_stop_signal()
-            self._stop_stages()
-            heartbeat.stop()  # after the lanes: until then, this scheduler still works
-            self.chores.stop(timeout=STOP_RECORD_SECONDS)
-            self.close()
-            bound_lock_waits(False)
-            courier.send_in_background(False)
-            courier.drain(NOTIFY_DRAIN_SECONDS)
+            self._end(heartbeat)
             self._restore_signal_handlers(previous)
-            logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
+
+    def _begin(self) -> HeartbeatKeeper:
+        """Start what runs beside the loop; returns the started heartbeat."""
+        started = time.monotonic()
+        self._ends_at = None if self.max_seconds is None else started + self.max_seconds
+        logger.info(
+            "Scheduler %s started (batch %d, lease %.0fs).",
+            self.worker_id,
+            self.batch_size,
+            self.lease_seconds,
+        )
+        self.started_at = timezone.now()
+        self.last_pass_at, self.last_error = None, ""
+        self.last_progress_at = started  # the loop starts: its first pass comes
+        self._start_stages()
+        bound_lock_waits()
+        courier.send_in_background()  # never on the claim path
+        self.chores.warn_about_eviction()
+        heartbeat = HeartbeatKeeper(self, self.index)
+        heartbeat.start()
+        return heartbeat
+
+    def _passed(self, failures: int) -> int:
+        """Note a pass that worked (after ``failures`` that did not); the failures now: 0."""
+        self.last_pass_at = self.last_progress_at = time.monotonic()
+        self.last_error = ""
+        if failures:
+            logger.warning("Connections are back after %d failed pass(es).", failures)
+        return 0
+
+    def _end(self, heartbeat: HeartbeatKeeper) -> None:
+        """Stop what runs beside the loop, the lanes first: until they end, this scheduler
+        still works (its heartbeat goes on)."""
+        self._log_stop_signal()
+        self._stop_stages()
+        heartbeat.stop()
+        self.chores.stop(timeout=STOP_RECORD_SECONDS)
+        self.close()
+        bound_lock_waits(False)
+        courier.send_in_background(False)
+        courier.drain(NOTIFY_DRAIN_SECONDS)
+        logger.info("Scheduler %s stopped: %s", self.worker_id, self.counters.as_dict())
 
     def run_pass(self) -> PassResult:
         """Claim one batch, fire what is due, then take the runs waiting in SQL: those whose
@@ -449,6 +459,11 @@ class Worker:
             )
 
     def _recover(self, exc: BaseException, failures: int) -> None:
+        """Back off from a pass that failed on a transient error (the ``failures``-th in a
+        row) and reconnect."""
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        # Not stuck: backing off from an outage that a restart would not end.
+        self.last_progress_at = time.monotonic()
         if failures == 1:  # once per outage; "Connections are back" closes it
             logger.warning(
                 "Scheduler pass failed (%s: %s); backing off and reconnecting until it works.",

@@ -18,6 +18,7 @@ class SchedulinatorConfig(AppConfig):
         # Imported for what they register: the checks, the built-in command task, and the
         # parsers of the nested settings (conf.Setting.parsed_by: the command task's, the
         # Redis connection's, and those of dispatch, the notifiers and contrib.sentry, below).
+        from django_schedulinator import checks  # noqa: F401
         from django_schedulinator.conf import app_settings
         from django_schedulinator.index import connection  # noqa: F401
         from django_schedulinator.index.receivers import (

@@ -230,11 +230,13 @@ def test_every_service_takes_who_acts() -> None:
         # The scheduler's own writes (its advance, its counters, its auto-pause, its marks
         # of missed runs) act as the scheduler, the sync of declarations as the code, a
         # re-plan after a tz rule change as the tz database; lock_for_edit and lock_streaks
-        # change nothing, calendar_users and calendar_use read, and validate checks.
+        # change nothing, calendar_users and calendar_use read, and validate,
+        # outside_errors and validated_declarations check.
         machine = (
             "advance", "lock_streaks", "record_streaks", "auto_pause", "lock_for_edit",
             "sync_declared", "mark_missed", "mark_not_fired", "replan_for_zone_rules",
-            "calendar_users", "calendar_use", "validate",
+            "calendar_users", "calendar_use", "validate", "outside_errors",
+            "validated_declarations",
         )  # fmt: skip
         if inspect.isfunction(function) and name not in machine:
             assert "origin" in inspect.signature(function).parameters, name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -26,6 +27,8 @@ from .support import handoff
 from .support.doc_examples import example
 from .support.handoff import empty_queue, fire, retry_until_failed, status_of, until
 from .support.processes import Schedulers
+from .support.redis_server import RedisServer
+from .support.slow_proxy import SlowProxy
 
 QUEUE = django_settings.RQ_TEST_QUEUE
 RQ = "django_schedulinator.dispatch.rq.RQDispatcher"
@@ -285,3 +288,144 @@ def test_checks_name_a_missing_queue_and_an_unreachable_redis(settings: Any) -> 
     ]
     assert len(unreachable) == 1
     assert "queue 'down'" in unreachable[0].msg
+
+
+# -- a batch is one script per queue (issue 34) ------------------------------------------
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_in_a_batch_the_runs_that_cannot_be_sent_fail_alone_and_the_rest_run_once(
+    rq_alias: None, rqworker: Any
+) -> None:
+    healthy = [due(task="tests.record", args=[i]) for i in range(3)]
+    gone = due(task="tests.record")
+    broken = due(task="tests.record")
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.removed")
+    Schedule.objects.filter(pk=broken.pk).update(args={"a": 1})
+
+    fire()  # one batch: the five runs together
+
+    assert Run.objects.get(schedule=gone).error == "'tests.removed' is not a registered task"
+    assert "args must be a JSON list, not an object" in Run.objects.get(schedule=broken).error
+    assert django_rq.get_queue(QUEUE).count == 3
+    rqworker()
+    until(lambda: all(status_of(s) == "succeeded" for s in healthy))
+    for schedule in healthy:
+        key = Run.objects.get(schedule=schedule).idempotency_key
+        assert Delivery.objects.filter(key=key).count() == 1
+    assert (status_of(gone), status_of(broken)) == ("failed", "failed")
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_handed_off_again_enqueues_only_the_jobs_rq_does_not_have(
+    rq_alias: None, rqworker: Any
+) -> None:
+    """The scheduler died before recording a batch's hand-offs: another takes the runs over
+    and hands the whole batch off again. The jobs RQ has are not pushed again; one lost
+    from RQ meanwhile (deleted by hand) is enqueued again: each runs once."""
+    schedules = [due(task="tests.record", args=[i]) for i in range(4)]
+    fire()
+    runs = list(Run.objects.filter(schedule__in=schedules).order_by("pk"))
+    queue = django_rq.get_queue(QUEUE)
+    assert queue.count == 4
+    lost = queue.fetch_job(runs[0].external_id)
+    assert lost is not None
+    lost.delete()
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        status="pending", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    fire(worker_id="other")
+
+    for run in runs:
+        run.refresh_from_db()
+        assert (run.status, run.attempts, run.external_id) == (
+            "dispatched",
+            2,
+            job_id(run.idempotency_key),
+        )
+    assert queue.count == 4  # three kept, the lost one pushed again
+    rqworker()
+    until(lambda: all(status_of(s) == "succeeded" for s in schedules))
+    for run in runs:
+        assert Delivery.objects.filter(key=run.idempotency_key).count() == 1
+
+
+@pytest.mark.subprocess  # a redis-server of its own
+def test_a_redis_lost_during_a_batch_makes_its_jobs_and_the_rest_retry(
+    rq_alias: None, settings: Any, tmp_path: Any
+) -> None:
+    """The batch goes to three queues in turn. The second's Redis (behind a relay) runs the
+    script and the connection is lost before its answer: those runs, and the third queue's
+    after them, are retried, not recorded as handed off; the first queue's are. The retry
+    finds the jobs the lost answer was about and pushes none of them again."""
+    from django_schedulinator.dispatch import Occurrence, Progress, dispatchers
+
+    server = RedisServer(tmp_path)
+    server.start()
+    relay = SlowProxy(server.port, delay=1.0)  # holds each answer for a second
+    stalled = django_settings.RQ_STALLED_QUEUE
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "lost": {"URL": relay.url()}}
+
+    def occurrence(i: int, queue: str) -> Occurrence:
+        return Occurrence(
+            key=f"{i}:1780000000000",
+            run_id=i,
+            schedule_id=i,
+            schedule_name=f"s{i}",
+            task="tests.noop",
+            scheduled_for=timezone.now(),
+            attempt=1,
+            dispatch_options={"queue": queue},
+        )
+
+    dispatcher = dispatchers.create_connection("jobs")
+    lost_queue = django_rq.get_queue("lost")
+    try:
+        # Connected, and the script loaded, before the batch.
+        [first] = dispatcher.dispatch([occurrence(1, "lost")], Progress())
+        assert first.status == "dispatched"
+
+        def lose_the_answer() -> None:
+            client = server.client()
+            until(lambda: client.llen(lost_queue.key) == 3)  # the script ran
+            relay.close()
+
+        cut = threading.Thread(target=lose_the_answer)
+        cut.start()
+        batch = [
+            occurrence(2, QUEUE),
+            occurrence(3, "lost"),
+            occurrence(4, QUEUE),
+            occurrence(5, "lost"),
+            occurrence(6, stalled),
+        ]
+        outcomes = {o.run_id: o for o in dispatcher.dispatch(batch, Progress())}
+        cut.join()
+    finally:
+        dispatcher.close()
+        relay.close()
+
+    assert {i: outcomes[i].status for i in outcomes} == {
+        2: "dispatched", 3: "retry", 4: "dispatched", 5: "retry", 6: "retry"
+    }  # fmt: skip
+    assert "The Redis of the RQ queue 'lost' cannot be reached" in outcomes[3].error
+    assert outcomes[6].error == outcomes[3].error  # not tried: retried with the same error
+    assert django_rq.get_queue(QUEUE).count == 2
+    assert django_rq.get_queue(stalled).count == 0
+
+    # The retry, with the Redis reachable again: the jobs are there, none is pushed again.
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "lost": {"URL": server.url}}
+    dispatcher = dispatchers.create_connection("jobs")
+    try:
+        again = dispatcher.dispatch([batch[1], batch[3]], Progress())
+    finally:
+        dispatcher.close()
+    server_queue = server.client()
+    try:
+        assert [o.status for o in again] == ["dispatched", "dispatched"]
+        assert server_queue.llen(lost_queue.key) == 3
+    finally:
+        server.kill()

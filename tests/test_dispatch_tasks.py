@@ -224,3 +224,68 @@ def test_the_check_names_a_backend_alias_that_is_not_in_tasks(settings: Any) -> 
     [error] = check_settings()
     assert error.id == "schedulinator.E023"
     assert "uses the tasks backend 'x'" in error.msg
+
+
+# -- a batch on the database backend is one transaction (issue 34) ------------------------
+
+
+@pytest.mark.subprocess
+@pytest.mark.django_db(transaction=True)
+def test_in_a_batch_the_runs_that_cannot_be_sent_fail_alone_and_the_rest_run_once(
+    tasks_alias: None, db_worker: Any
+) -> None:
+    healthy = [due(task="tests.django.record", args=[i]) for i in range(3)]
+    gone = due(task="tests.django.record")
+    broken = due(task="tests.django.record")
+    not_django = due(task="tests.record")
+    Schedule.objects.filter(pk=gone.pk).update(task="tests.django.removed")
+    Schedule.objects.filter(pk=broken.pk).update(kwargs=[1])
+
+    fire()  # one batch: the six runs, the healthy ones enqueued in one transaction
+
+    assert all(status_of(s) == "dispatched" for s in healthy)
+    assert [status_of(s) for s in (gone, broken, not_django)] == ["failed"] * 3
+    db_worker()
+    until(lambda: all(status_of(s) == "succeeded" for s in healthy))
+    for schedule in healthy:
+        key = Run.objects.get(schedule=schedule).idempotency_key
+        assert Delivery.objects.filter(key=key).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_the_database_refuses_is_retried_alone_and_the_rest_of_its_batch_goes(
+    tasks_alias: None,
+) -> None:
+    """PostgreSQL refuses a NUL in JSON: the batch's transaction is lost with it, and the
+    batch is enqueued again one task at a time (nothing of the transaction was kept)."""
+    from django.db import connection
+    from django_tasks_db.models import DBTaskResult
+
+    from django_schedulinator.dispatch import Occurrence, Progress, dispatchers
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite keeps a NUL in JSON text")
+
+    def occurrence(i: int, args: list[Any]) -> Occurrence:
+        return Occurrence(
+            key=f"{i}:1780000000000",
+            run_id=i,
+            schedule_id=i,
+            schedule_name=f"s{i}",
+            task="tests.django.record",
+            scheduled_for=timezone.now(),
+            attempt=1,
+            args=args,
+        )
+
+    dispatcher = dispatchers.create_connection("tasks")
+    try:
+        batch = [occurrence(1, [1]), occurrence(2, ["\x00"]), occurrence(3, [3])]
+        outcomes = {o.run_id: o for o in dispatcher.dispatch(batch, Progress())}
+    finally:
+        dispatcher.close()
+    statuses = {i: o.status for i, o in outcomes.items()}
+    assert statuses == {1: "dispatched", 2: "retry", 3: "dispatched"}
+    assert outcomes[2].error.startswith("Could not enqueue: ")
+    kept = set(DBTaskResult.objects.values_list("id", flat=True))
+    assert {str(i) for i in kept} == {outcomes[1].external_id, outcomes[3].external_id}

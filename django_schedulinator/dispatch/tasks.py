@@ -10,18 +10,32 @@ Outcomes come back through the framework's own signals, ``task_started`` and
 ``task_finished``, which backends with workers send in the worker (django-tasks-db's
 ``db_worker`` does); the handlers, connected when this app starts, find the run by its
 result id. A backend that sends no signals leaves its runs ``dispatched``.
+
+**On a database backend (django-tasks-db), a batch is one transaction.** Each ``enqueue()``
+there is one ``INSERT``, which outside a transaction is its own commit; the dispatcher runs
+the batch's enqueues (consecutive ones to the same database) inside one transaction and
+records their hand-offs in the ledger at once after its commit, in one write. A worker sees
+the tasks at the commit, as it saw each one at its own before, and finds each run by its
+result id as soon as the hand-offs are recorded (it waits ``FIND_RUN_SECONDS`` for them, as
+it did for each one before). A run that cannot be sent fails alone (a task no longer
+registered, arguments it cannot take, a task the backend refuses), the rest of the batch
+goes on; if the database refuses a statement or the commit, nothing of the transaction is
+kept and the batch is enqueued one task at a time as before, so that a run the database
+refuses is retried alone. Other backends (a broker, Django's immediate backend) are sent one
+task at a time.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from importlib import import_module
 from types import ModuleType
 from typing import Any
 
 from django.core.checks import CheckMessage, Error
-from django.db import DatabaseError
+from django.db import DatabaseError, router, transaction
 
 from django_schedulinator.dispatch.base import (
     MAX_ERROR_CHARS,
@@ -30,6 +44,7 @@ from django_schedulinator.dispatch.base import (
     Occurrence,
     Option,
     Outcome,
+    Progress,
 )
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
 
@@ -57,7 +72,8 @@ class TasksDispatcher(BaseDispatcher):
     extra = "tasks"
     # Outcomes arrive where the backend sends task_started/task_finished.
     reports_outcomes = True
-    # Recorded at once: the worker's signals find the run by the result id.
+    # Recorded at once (a database backend's batch at its commit): the worker's signals find
+    # the run by the result id.
     records_each_hand_off = True
     options = {
         "BACKEND_ALIAS": Option(
@@ -123,7 +139,103 @@ class TasksDispatcher(BaseDispatcher):
             ]
         return []
 
+    def dispatch(self, occurrences: Sequence[Occurrence], progress: Progress) -> list[Outcome]:
+        """Each run of consecutive occurrences whose backend writes to one database is
+        enqueued in one transaction and reported at its commit; any other occurrence is
+        handed off alone and reported at once (see the module)."""
+        outcomes: list[Outcome] = []
+        together: list[Occurrence] = []
+        database: str | None = None
+        databases: dict[str, str | None] = {}  # of each backend alias, for this batch
+
+        def commit_together() -> None:
+            if together:
+                done = self._enqueue_together(together, database)
+                together.clear()
+                outcomes.extend(done)
+                progress.finished(done)
+
+        for occurrence in occurrences:
+            if progress.stopped():
+                break  # the rest stay pending: a take-over sends them later
+            alias = self._alias(occurrence)
+            if alias not in databases:
+                databases[alias] = self._database_of(alias)
+            if databases[alias] is None:
+                commit_together()
+                outcome = self.hand_off(occurrence)
+                outcomes.append(outcome)
+                progress.finished([outcome])
+                continue
+            if databases[alias] != database:
+                commit_together()
+                database = databases[alias]
+            together.append(occurrence)
+        commit_together()
+        return outcomes
+
+    def _alias(self, occurrence: Occurrence) -> str:
+        return str(occurrence.dispatch_options.get("backend") or self.settings["BACKEND_ALIAS"])
+
+    def _database_of(self, alias: str) -> str | None:
+        """The database a backend alias enqueues to, when it is django-tasks-db's database
+        backend; None for any other (or one that cannot be built: its runs fail alone)."""
+        try:
+            from django_tasks_db import DatabaseBackend
+            from django_tasks_db.models import DBTaskResult
+        except ImportError:
+            return None
+        try:
+            backend = self._backend(alias)
+        except Exception:
+            return None
+        if not isinstance(backend, DatabaseBackend):
+            return None
+        return router.db_for_write(DBTaskResult)
+
+    def _enqueue_together(
+        self, occurrences: list[Occurrence], database: str | None
+    ) -> list[Outcome]:
+        """Enqueue ``occurrences`` in one transaction on ``database``; if the database
+        refuses anything, nothing of it is kept and each is enqueued alone, as ``send``
+        does (a refused one is retried alone)."""
+        try:
+            with transaction.atomic(using=database):
+                return [self._enqueue_in_transaction(o) for o in occurrences]
+        except DatabaseError:
+            return [self.hand_off(o) for o in occurrences]
+
+    def _enqueue_in_transaction(self, occurrence: Occurrence) -> Outcome:
+        """``hand_off`` inside the batch's transaction: a database error goes through (the
+        transaction is lost with it); anything else fails this run alone."""
+        try:
+            call = Call.of(occurrence)
+        except Exception as exc:
+            return self.failure(occurrence, exc)
+        try:
+            return self._enqueue(occurrence, call)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            return self._refused(occurrence, exc)
+
     def send(self, occurrence: Occurrence, call: Call) -> Outcome:
+        try:
+            return self._enqueue(occurrence, call)
+        except (DatabaseError, OSError) as exc:
+            # Its database or broker is away: the dispatcher's backoff tries again.
+            text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            return Outcome(occurrence.run_id, OutcomeStatus.RETRY, f"Could not enqueue: {text}")
+        except Exception as exc:
+            return self._refused(occurrence, exc)
+
+    def _refused(self, occurrence: Occurrence, exc: Exception) -> Outcome:
+        """Refused (an unknown backend, a task it cannot run): trying again won't help."""
+        text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+        return Outcome(occurrence.run_id, OutcomeStatus.FAILED, f"Could not enqueue: {text}")
+
+    def _enqueue(self, occurrence: Occurrence, call: Call) -> Outcome:
+        """Enqueue one occurrence's Django task; raises what the backend raised."""
         run_id = occurrence.run_id
         django_task = call.task.django_task
         if django_task is None:
@@ -137,20 +249,12 @@ class TasksDispatcher(BaseDispatcher):
         using: dict[str, Any] = {
             name: options[name] for name in ("queue_name", "priority") if name in options
         }
-        using["backend"] = options.get("backend") or self.settings["BACKEND_ALIAS"]
+        using["backend"] = self._alias(occurrence)
         _enqueuing.active = True
         try:
             result = django_task.using(**using).enqueue(
                 *call.args, **call.kwargs_with_key(occurrence)
             )
-        except (DatabaseError, OSError) as exc:
-            # Its database or broker is away: the dispatcher's backoff tries again.
-            text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-            return Outcome(run_id, OutcomeStatus.RETRY, f"Could not enqueue: {text}")
-        except Exception as exc:
-            # Refused (an unknown backend, a task it cannot run): trying again won't help.
-            text = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
-            return Outcome(run_id, OutcomeStatus.FAILED, f"Could not enqueue: {text}")
         finally:
             _enqueuing.active = False
         return _ended(run_id, result) or Outcome(

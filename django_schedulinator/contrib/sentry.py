@@ -33,7 +33,6 @@ import math
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -59,6 +58,7 @@ from django_schedulinator.contrib.sentry_monitors import (
 from django_schedulinator.contrib.sentry_monitors import SENTRY_MAX_MINUTES as SENTRY_MAX_MINUTES
 from django_schedulinator.models import Schedule
 from django_schedulinator.models.batches import json_ids
+from django_schedulinator.operations.stage import Stage
 from django_schedulinator.statuses import RunStatus
 
 if TYPE_CHECKING:
@@ -284,41 +284,38 @@ def send(batch: Collection[CheckIn]) -> None:
 
 
 class Outbox:
-    """The check-ins waiting to be sent, and the thread of this process that sends them.
+    """The check-ins waiting to be sent, and the thread of this process that sends them: a
+    ``Stage`` (the one way a thread runs beside the scheduler's loop), bounded at
+    ``MAX_WAITING``, sending up to ``SEND_BATCH`` at a time.
 
-    The thread starts with the first check-in (again in a forked child: a Celery or RQ
-    worker), and closes its database connection after each batch. ``flush`` waits until
-    everything put so far was handed to the SDK; a process that exits waits for it up to
-    ``EXIT_FLUSH_SECONDS``, before the SDK's own flush."""
+    The stage starts with the first check-in (again in a forked child: a Celery or RQ
+    worker), and its thread closes its database connections after each batch (a web or
+    worker process keeps it for its life). ``flush`` waits until everything put so far was
+    handed to the SDK; a process that exits waits for it up to ``EXIT_FLUSH_SECONDS``,
+    before the SDK's own flush."""
 
     def __init__(self) -> None:
         self._pid = 0
         self.dropped = 0
         self._last_warning = -math.inf
-        self._start()
-
-    def _start(self) -> None:
-        self._pid = os.getpid()
-        self._changed = threading.Condition()
-        self._waiting: deque[CheckIn] = deque()
-        self._sending = 0
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._stage: Stage[CheckIn] | None = None
 
     def put(self, check_in: CheckIn) -> None:
-        if self._pid != os.getpid():  # forked: the parent's thread and lock are not ours
-            self._start()
-        with self._changed:
-            if len(self._waiting) >= MAX_WAITING:
-                self._drop()
-                return
-            self._waiting.append(check_in)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="schedulinator-sentry", daemon=True
+        if not self._started().put(check_in, timeout=0):
+            self._drop()
+
+    def _started(self) -> Stage[CheckIn]:
+        with self._lock:
+            # Forked: the parent's thread is not ours; the child starts its own.
+            if self._stage is None or self._pid != os.getpid():
+                self._pid = os.getpid()
+                self._stage = Stage(
+                    "schedulinator-sentry", _send_batch, capacity=MAX_WAITING, take=SEND_BATCH
                 )
-                self._thread.start()
+                self._stage.start()
                 atexit.register(self.flush, EXIT_FLUSH_SECONDS)
-            self._changed.notify_all()
+            return self._stage
 
     def _drop(self) -> None:
         self.dropped += 1
@@ -331,37 +328,22 @@ class Outbox:
                 MAX_WAITING,
             )
 
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                while not self._waiting:
-                    self._changed.wait()
-                batch = [
-                    self._waiting.popleft() for _ in range(min(SEND_BATCH, len(self._waiting)))
-                ]
-                self._sending = len(batch)
-            try:
-                send(batch)
-            except Exception:
-                logger.warning("%d Sentry check-in(s) were not sent.", len(batch), exc_info=True)
-            finally:
-                connections.close_all()  # this thread's own
-                with self._changed:
-                    self._sending = 0
-                    self._changed.notify_all()
-
     def flush(self, timeout: float) -> bool:
         """Wait until every check-in put so far was handed to the SDK; whether it was."""
-        if self._pid != os.getpid():
+        stage = self._stage
+        if stage is None or self._pid != os.getpid():
             return True
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while self._waiting or self._sending:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
+        return stage.drain(time.monotonic() + timeout)
+
+
+def _send_batch(batch: list[CheckIn]) -> None:
+    """Send a batch (the outbox's stage): a failure is logged, the next batch goes."""
+    try:
+        send(batch)
+    except Exception:
+        logger.warning("%d Sentry check-in(s) were not sent.", len(batch), exc_info=True)
+    finally:
+        connections.close_all()  # this thread's own: it lives as long as the process
 
 
 outbox = Outbox()

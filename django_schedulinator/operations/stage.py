@@ -1,7 +1,7 @@
 """The one way a thread runs beside a scheduler's loop: ``stage_thread``, the thread every
 one of them runs on (the commit stage, the lanes, the recorder, the lease keeper, the prune,
-the heartbeat, the probe server with its requests and checks, the notifications' courier);
-and ``Stage``, such a thread that handles what is put in its bounded queue, in order.
+the heartbeat, the probe server with its requests and checks, the notifications' courier,
+the Sentry check-ins' sender); and ``Stage``, such a thread that handles what is put in its bounded queue, in order.
 
 Every such thread is set up and torn down the same way, which is why there is one place for
 it: it is marked as a stage thread (``on_stage_thread``), so that its database connections
@@ -27,6 +27,12 @@ handler's error ends neither the thread nor the batch after it: the stage closes
 thread's connections (a broken one stays broken) and either keeps the error for its owner,
 raised by the next ``put`` or ``drain`` (``raise_errors``: the commit stage, whose failures
 the loop backs off from), or logs it.
+
+Two kinds of thread are not stages, on purpose: the inline dispatcher's task threads run
+the user's tasks, which must see Django's ordinary connections (no bound on their lock
+waits, which would fail a task that waits on a row lock of its own), and the webhook
+dispatcher's event loop is an event loop, not a queue (its requests have their own
+deadlines, and closing the dispatcher cancels them).
 """
 
 from __future__ import annotations

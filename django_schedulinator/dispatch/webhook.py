@@ -239,8 +239,7 @@ class WebhookDispatcher(BaseDispatcher):
     async def _post(self, occurrence: Occurrence, call: Call) -> Outcome:
         run_id = occurrence.run_id
         name = occurrence.dispatch_options.get("target")
-        target = self.targets.get(name) if isinstance(name, str) else None
-        if target is None:
+        if not isinstance(name, str) or (target := self.targets.get(name)) is None:
             return Outcome(
                 run_id,
                 OutcomeStatus.FAILED,

@@ -19,7 +19,8 @@ the answer, however slowly a receiver sends it; of the answer's body, at most
 ``READ_LIMIT_BYTES`` are read (what an error keeps), the rest is never downloaded. httpx
 (the ``[webhook]`` extra) sends the requests, on an event loop of the dispatcher's own (a
 daemon thread): a request past its deadline is cancelled, and so are those in flight when
-the dispatcher closes. Connections are reused; redirects are not followed.
+the dispatcher closes. Each request in flight has a client of one kept-alive connection;
+redirects are not followed. Outcomes are reported about once a second while a batch is sent.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,7 +15,8 @@ from standardwebhooks import Webhook
 
 from django_schedulinator import resync_schedules, services
 from django_schedulinator.checks import check_settings
-from django_schedulinator.dispatch.webhook import sign
+from django_schedulinator.dispatch.base import REPORT_EVERY_SECONDS, Occurrence, Outcome, Progress
+from django_schedulinator.dispatch.webhook import WebhookDispatcher, sign
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.scheduler.worker import Worker
@@ -362,3 +363,83 @@ def test_a_huge_answer_is_read_only_as_far_as_it_is_kept(receiver: Receiver) -> 
     assert run.error == "The target 'billing' answered HTTP 500: " + "x" * 2000
     wait_for(lambda: receiver.answering == 0, timeout=30)  # the scheduler hung up
     assert receiver.sent["/hook"] < 16 * 1024 * 1024
+
+
+# -- outcomes reported about once a second, none lost or doubled (issue 34, item 1) ----------
+
+
+class Reports(Progress):
+    """What ``dispatch`` reported, batch by batch (a real recorder writes each as one
+    transaction)."""
+
+    def __init__(self) -> None:
+        self.reports: list[list[int]] = []
+
+    def finished(self, outcomes: Sequence[Outcome]) -> None:
+        self.reports.append([o.run_id for o in outcomes])
+
+
+def occurrence(run_id: int, target: str) -> Occurrence:
+    return Occurrence(
+        key=f"{run_id}:1780000000000",
+        run_id=run_id,
+        schedule_id=run_id,
+        schedule_name=f"s{run_id}",
+        task="tests.record",
+        scheduled_for=datetime(2026, 1, 1, tzinfo=UTC),
+        attempt=1,
+        dispatcher="hooks",
+        dispatch_options={"target": target},
+    )
+
+
+def test_a_batch_reports_each_outcome_once_and_returns_those_that_ended_after_a_report(
+    receiver: Receiver,
+) -> None:
+    """Two requests held past a report: what ended before it is reported then (while those
+    two are in flight), what ends after is returned with the rest and never lost; no run is
+    reported twice, and the failing target's runs fail alone."""
+    receiver.hold("/hook", REPORT_EVERY_SECONDS * 1.5, REPORT_EVERY_SECONDS * 1.5)
+    receiver.answer("/elsewhere", 400, 400, 400)
+    batch = [occurrence(i, "billing") for i in range(1, 11)]
+    batch += [occurrence(i, "elsewhere") for i in range(11, 14)]
+    dispatcher = WebhookDispatcher("hooks", hooks(receiver.url)["OPTIONS"])
+    progress = Reports()
+    try:
+        outcomes = dispatcher.dispatch(batch, progress)
+    finally:
+        dispatcher.close()
+
+    reported = [run_id for report in progress.reports for run_id in report]
+    assert len(reported) == len(set(reported))  # each reported once at most
+    by_run = {o.run_id: o for o in outcomes}
+    assert len(outcomes) == len(by_run) == 13  # every run returned, once
+    assert set(reported) <= set(by_run)
+    assert {i for i, o in by_run.items() if o.status == "succeeded"} == set(range(1, 11))
+    failed = {i: o for i, o in by_run.items() if o.status == "failed"}
+    assert set(failed) == {11, 12, 13}
+    assert all("answered HTTP 400" in o.error for o in failed.values())
+    assert sorted(receiver.keys()) == sorted(o.key for o in batch[:10])
+
+
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
+def test_a_batch_that_ends_between_reports_records_every_outcome_once(
+    receiver: Receiver,
+) -> None:
+    """Through the scheduler: the early outcomes recorded while two requests are held, the
+    rest when the batch returns; every run ends once, each key posted once, and the runs of
+    the failing target fail alone."""
+    receiver.hold("/hook", REPORT_EVERY_SECONDS * 1.5, REPORT_EVERY_SECONDS * 1.5)
+    receiver.answer("/elsewhere", 400, 400, 400)
+    billing = [due() for _ in range(10)]
+    elsewhere = [due(dispatch_options={"target": "elsewhere"}) for _ in range(3)]
+    worker = Worker(worker_id="t", once=True)
+    worker.run()
+
+    runs = {r.schedule_id: r for r in Run.objects.all()}
+    assert len(runs) == Run.objects.count() == 13
+    assert {(runs[s.pk].status, runs[s.pk].attempts) for s in billing} == {("succeeded", 1)}
+    assert {(runs[s.pk].status, runs[s.pk].attempts) for s in elsewhere} == {("failed", 1)}
+    assert all("answered HTTP 400" in runs[s.pk].error for s in elsewhere)
+    assert sorted(receiver.keys()) == sorted(runs[s.pk].idempotency_key for s in billing)
+    assert len(receiver.keys("/elsewhere")) == 3

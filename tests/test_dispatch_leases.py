@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings as django_settings
@@ -95,12 +96,13 @@ def case(request: pytest.FixtureRequest) -> Iterator[Case]:
         queue = django_settings.RQ_TEST_QUEUE
         empty_queue(queue)
         # An enqueue waits for two answers from Redis: each comes half the hand-off late.
-        proxy = SlowProxy(6379, HAND_OFF_SECONDS / 2)
+        redis = urlsplit(django_settings.REDIS_URL)  # the suite's Redis, wherever it is
+        proxy = SlowProxy(redis.port or 6379, HAND_OFF_SECONDS / 2)
         yield Case(
             "django_schedulinator.dispatch.rq.RQDispatcher",
             {"QUEUE": queue},
             "tests.receipt",
-            env={"SCHEDULINATOR_TEST_BROKER_URL": proxy.url()},
+            env={"SCHEDULINATOR_TEST_BROKER_URL": proxy.url(int(redis.path.strip("/") or 0))},
             workers=[[sys.executable, "-m", "django", "rqworker", queue]],
         )
         proxy.close()

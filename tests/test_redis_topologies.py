@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
@@ -515,12 +516,12 @@ def test_a_list_of_startup_nodes_is_one_cluster_config(settings: Any) -> None:
 
 
 def test_a_plain_redis_url_gets_a_client_of_its_own(settings: Any) -> None:
-    url = "redis://127.0.0.1:6379/0"
+    url = settings.REDIS_URL  # the suite's own Redis
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "REDIS": {"URL": url}}
     client = get_redis()
     assert client is get_redis()  # one per process
     assert client.ping()
-    assert client.connection_pool.connection_kwargs["port"] == 6379
+    assert client.connection_pool.connection_kwargs["port"] == urlsplit(url).port
 
 
 def test_a_url_redis_py_refuses_is_an_error_naming_the_setting(settings: Any) -> None:

@@ -397,6 +397,31 @@ def test_the_command_keeps_the_settings_newest_runs_by_default(settings: Any) ->
     assert len(left(schedule)) == 4
 
 
+def test_the_command_prunes_what_the_retention_settings_say_by_default(settings: Any) -> None:
+    def retention(days: int) -> None:
+        settings.SCHEDULINATOR = {
+            **settings.SCHEDULINATOR,
+            "RUN_RETENTION_SECONDS": days * 86_400,
+            "CHANGE_RETENTION_SECONDS": 400 * 86_400,
+            "RUN_KEEP_LAST": 4,
+        }
+
+    add_runs(idle_schedule(), 12)  # recorded 60 days ago
+    retention(90)
+    dry = command("--dry-run", "--no-progress")  # no age given: the settings'
+    assert dry.startswith("Would delete 0 run(s) recorded before ")
+    assert " change log entr" in dry  # the change log's retention too
+    retention(30)
+    assert command("--dry-run", "--no-progress").startswith("Would delete 8 run(s) ")
+    assert Run.objects.count() == 12
+
+
+def test_the_command_asks_for_an_age_when_retention_is_off(settings: Any) -> None:
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_RETENTION_SECONDS": None}
+    with pytest.raises(CommandError, match="Give --older-than: the schedulers' retention is off"):
+        command("--dry-run", "--no-progress")
+
+
 # -- the settings ---------------------------------------------------------------------------
 
 

@@ -37,10 +37,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--older-than",
             type=age,
-            required=True,
+            default=None,
             metavar="AGE",
             help="Delete runs recorded (ended, handed off or skipped) longer ago than this: "
-            "30d, 12h, 90m or 3600s.",
+            "30d, 12h, 90m or 3600s (default: settings RUN_RETENTION_SECONDS).",
         )
         parser.add_argument(
             "--keep-last",
@@ -56,7 +56,8 @@ class Command(BaseCommand):
             default=None,
             metavar="AGE",
             help="Also delete change log entries older than this (each schedule keeps its "
-            "newest entry and the one that created it).",
+            "newest entry and the one that created it; default: settings "
+            "CHANGE_RETENTION_SECONDS, as the schedulers' retention does).",
         )
         parser.add_argument(
             "--batch-size",
@@ -74,14 +75,23 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         # call_command() passes the optional options through unconverted.
-        run_age = _age_option(options["older_than"], "--older-than")
-        change_age = _age_option(options["changes_older_than"], "--changes-older-than")
+        # Each age not given is the setting's: the command does what the schedulers'
+        # retention does, unless told otherwise.
+        run_age = _age_option(options["older_than"], "--older-than") or _setting_age(
+            app_settings.RUN_RETENTION_SECONDS
+        )
+        change_age = _age_option(
+            options["changes_older_than"], "--changes-older-than"
+        ) or _setting_age(app_settings.CHANGE_RETENTION_SECONDS)
         keep = options["keep_last"]
         if keep is None:
             keep = app_settings.RUN_KEEP_LAST
         size = options["batch_size"]
         if run_age is None:
-            raise CommandError("--older-than is required.")
+            raise CommandError(
+                "Give --older-than: the schedulers' retention is off "
+                "(SCHEDULINATOR['RUN_RETENTION_SECONDS'] is None), so no age is the default."
+            )
         now = clock.now()  # Redis TIME, as every due decision; the host's if unreachable
         deleted = PruneReport()
         # tqdm hides itself when stderr is not a terminal (disable=None).
@@ -141,3 +151,8 @@ def _age_option(value: Any, flag: str) -> timedelta | None:
         except ValueError as exc:
             raise CommandError(f"{flag}: {exc}.") from exc
     raise CommandError(f"{flag} must be an age such as 30d, got {value!r}.")
+
+
+def _setting_age(seconds: float | None) -> timedelta | None:
+    """A retention setting's age (None: that retention is off)."""
+    return None if seconds is None else timedelta(seconds=seconds)

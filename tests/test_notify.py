@@ -571,6 +571,17 @@ def test_the_mail_example_mails_each_event_it_lists(
     assert all(mail.to == ["ops@example.com"] for mail in mailoutbox)
 
 
+@pytest.mark.skipif(django.VERSION < (6, 1), reason="MAILERS is Django 6.1's")
+def test_the_mailers_example_is_the_default_mailer_of_django_6_1(settings: Any) -> None:
+    from django.core import mail
+
+    settings.MAILERS = example("notify-mailers", "alerts.md")["MAILERS"]
+    mailer = mail.mailers["default"]  # what mail_admins sends through
+    assert (mailer.host, mailer.port, mailer.use_tls, mailer.timeout) == (
+        "smtp.example.com", 587, True, 10,
+    )  # fmt: skip
+
+
 def test_the_custom_example_is_a_notifier(caplog: pytest.LogCaptureFixture) -> None:
     on_call_log = example("notify-custom", "alerts.md")["OnCallLog"]
     with caplog.at_level(logging.CRITICAL, logger="myproject.oncall"):

@@ -5,7 +5,10 @@ asked for on the admin's operations page, and retention's prune (on a thread of 
 
 Each process keeps its own clock for each chore, and Redis decides which one does the chore
 in a period (``DueIndex.control.take_turn``). A chore that fails waits for its next period; an
-outage (``TRANSIENT_ERRORS``) goes up to the loop, which backs off and reconnects.
+outage (``TRANSIENT_ERRORS``) goes up to the loop, which backs off and reconnects. With a
+sharded index, a Redis node away (``index.health.NODE_ERRORS``: the control plane's, shard
+0's, or another shard's) only makes the chore wait for its next period: the passes go on
+with the shards that answer (``DueIndex.claim``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.index.health import NODE_ERRORS
 from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
@@ -123,6 +127,20 @@ class Chores:
         try:
             if not turn or self.index.control.take_turn(name, every * 0.8, self.worker_id):
                 work()
+        except NODE_ERRORS as exc:
+            if self.index.shard_count == 1:
+                raise  # the index's one node: the loop backs off and reconnects
+            # Sharded, the claim goes on with the shards that answer: a chore that needs
+            # a node that is away (the control plane's, shard 0's, or a shard's) waits for
+            # its next period instead of failing the pass. What it did not do is done then:
+            # its turn was not taken, an outage mark not ended stays, reconcile's cursor
+            # did not move.
+            logger.info(
+                "The %s chore waits for its next period: a node of the due index is away (%s: %s).",
+                name,
+                type(exc).__name__,
+                exc,
+            )
         except TRANSIENT_ERRORS:
             raise  # the loop backs off and reconnects
         except Exception:

@@ -36,6 +36,8 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.connection import LazyClient
 from django_schedulinator.index.control import REQUEST_TTL, TURNS, ControlPlane
@@ -131,7 +133,7 @@ class DueIndex(LazyClient):
         # entries always come last when a batch cannot take every shard's due entries.
         self._turn = 0
         # The shards whose node failed, backed off from one by one (health.py).
-        self.health = ShardHealth()
+        self.health = ShardHealth(probe=lambda k: self._part(k).now_ms())
 
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"
@@ -425,6 +427,10 @@ class DueIndex(LazyClient):
         for k, part_changes in self._split(changes).items():
             if away is None or self.shard_count == 1:
                 written, part_refused = self._part(k).write(part_changes, release_token)
+            elif not self.health.ready(k):
+                # Away (its probe waits for it): not called, as if it had failed again.
+                away[k] = RedisConnectionError(f"shard {k} of the due index is away")
+                continue
             else:
                 try:
                     written, part_refused = self._part(k).write(part_changes, release_token)

@@ -2,9 +2,12 @@
 
 On a Redis Cluster each shard's keys sit on a master of their own. When one master fails
 over (seconds), only its shard is away: its calls fail, and the others' answer. So a
-sharded index backs off from a shard alone (``ShardHealth``: exponential, with jitter,
-logged once when the shard goes away and once when it answers again), and a pass goes on
-with the shards that answer. ``NODE_ERRORS`` are the errors that say a node is away (or
+sharded index backs off from a shard alone (``ShardHealth``, logged once when the shard
+goes away and once when it answers again), and a pass goes on with the shards that answer.
+While a shard is away no pass calls it: a thread of its own probes its node (a read of its
+TIME, with exponential back-off and jitter) until it answers, so a node that does not
+answer at all (frozen, partitioned) costs the passes one socket timeout per outage, not
+one per retry. ``NODE_ERRORS`` are the errors that say a node is away (or
 between masters); anything else is no outage and goes up as before.
 """
 
@@ -14,6 +17,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis import exceptions as redis_errors
@@ -60,26 +64,32 @@ class ShardsAway(redis_errors.ConnectionError):
 @dataclass(slots=True)
 class _Away:
     failures: int
-    retry_at: float  # time.monotonic()
+    retry_at: float  # time.monotonic(): when the probe looks again
 
 
 class ShardHealth:
     """The shards of one index that failed and are backed off from, shared by the
-    threads of a scheduler (the loop claims, the commit stage writes)."""
+    threads of a scheduler (the loop claims, the commit stage writes). ``probe`` reads
+    a shard's node (``Shard.now_ms``): while the shard is away, a daemon thread calls it
+    until it answers; None: no probe, a shard is called again once its back-off ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: Callable[[int], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._away: dict[int, _Away] = {}
         self._clock = 0  # the shard whose node's TIME the last claim read
+        self._probe = probe
 
     def ready(self, shard: int) -> bool:
-        """Whether to call ``shard`` now: it is not away, or its back-off has ended."""
+        """Whether to call ``shard`` now: it is not away (or, with no probe, its back-off
+        has ended)."""
         with self._lock:
             away = self._away.get(shard)
-            return away is None or time.monotonic() >= away.retry_at
+            if away is None:
+                return True
+            return self._probe is None and time.monotonic() >= away.retry_at
 
     def retry_in(self, shard: int) -> float | None:
-        """Seconds until ``shard`` is tried again (None: it is not away)."""
+        """Seconds until ``shard`` is looked at again (None: it is not away)."""
         with self._lock:
             away = self._away.get(shard)
         return None if away is None else max(0.0, away.retry_at - time.monotonic())
@@ -104,6 +114,31 @@ class ShardHealth:
                 type(exc).__name__,
                 exc,
             )
+            if self._probe is not None:
+                threading.Thread(
+                    target=self._probing,
+                    args=(shard, self._probe),
+                    name=f"schedulinator-probe-shard-{shard}",
+                    daemon=True,
+                ).start()
+
+    def _probing(self, shard: int, probe: Callable[[int], object]) -> None:
+        """Look at ``shard``'s node after each back-off until it answers (then it is
+        back) or another call found it back."""
+        while True:
+            wait = self.retry_in(shard)
+            if wait is None:
+                return
+            time.sleep(wait)
+            try:
+                probe(shard)
+            except NODE_ERRORS as exc:
+                self.failed(shard, exc)
+                continue
+            except Exception:  # not an outage: the passes call it again and see
+                logger.exception("Probing shard %d of the due index failed.", shard)
+            self.answered(shard)
+            return
 
     def answered(self, shard: int) -> None:
         """``shard``'s node answered: if it was away, it is back."""

@@ -482,6 +482,7 @@ def node_away(monkeypatch: pytest.MonkeyPatch, index: DueIndex, shard: int) -> l
 def test_a_shard_whose_node_is_away_is_backed_off_from_alone(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    sharded.watch_shards()  # as a scheduler's index
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
     sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 10)])
@@ -508,6 +509,7 @@ def test_a_shard_whose_node_is_away_is_backed_off_from_alone(
 def test_while_shard_0_is_away_the_pass_reads_time_on_another_shards_node(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    sharded.watch_shards()  # as a scheduler's index
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
     sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 7)])
@@ -525,6 +527,7 @@ def test_while_shard_0_is_away_the_pass_reads_time_on_another_shards_node(
 def test_an_apply_that_fails_on_one_shard_writes_the_others(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sharded.watch_shards()
     now = sharded.now_ms()
     node_away(monkeypatch, sharded, 1)
     with pytest.raises(ShardsAway) as raised:

@@ -132,8 +132,17 @@ class DueIndex(LazyClient):
         # Which shard gets the first share of the next claim: it turns, so that no shard's
         # entries always come last when a batch cannot take every shard's due entries.
         self._turn = 0
-        # The shards whose node failed, backed off from one by one (health.py).
-        self.health = ShardHealth(probe=lambda k: self._part(k).now_ms())
+        # The shards whose node failed, backed off from one by one (health.py): quietly,
+        # and retried once their back-off ends, unless watched (``watch_shards``).
+        self.health = ShardHealth(log=False)
+
+    def watch_shards(self) -> None:
+        """Back off from shards away as a scheduler does, for as long as this index lives:
+        each shard away probed on a thread of its own until it answers (no claim or write
+        calls it meanwhile), its outage and its return logged once. A scheduler's index
+        only: one per process."""
+        if self.shard_count > 1:
+            self.health = ShardHealth(probe=lambda k: self._part(k).now_ms())
 
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"

@@ -71,13 +71,16 @@ class ShardHealth:
     """The shards of one index that failed and are backed off from, shared by the
     threads of a scheduler (the loop claims, the commit stage writes). ``probe`` reads
     a shard's node (``Shard.now_ms``): while the shard is away, a daemon thread calls it
-    until it answers; None: no probe, a shard is called again once its back-off ends."""
+    until it answers; None: no probe, a shard is called again once its back-off ends.
+    ``log``: say when a shard goes and comes back (a scheduler's index: one per process;
+    not a web request's, whose write failing is its caller's to report)."""
 
-    def __init__(self, probe: Callable[[int], object] | None = None) -> None:
+    def __init__(self, probe: Callable[[int], object] | None = None, *, log: bool = True) -> None:
         self._lock = threading.Lock()
         self._away: dict[int, _Away] = {}
         self._clock = 0  # the shard whose node's TIME the last claim read
         self._probe = probe
+        self._log = log
 
     def ready(self, shard: int) -> bool:
         """Whether to call ``shard`` now: it is not away (or, with no probe, its back-off
@@ -106,7 +109,7 @@ class ShardHealth:
             failures = 1 if away is None else away.failures + 1
             delay = min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** min(failures - 1, 6))
             self._away[shard] = _Away(failures, time.monotonic() + delay * random.uniform(0.5, 1))
-        if failures == 1:  # once per outage; "answers again" closes it
+        if failures == 1 and self._log:  # once per outage; "answers again" closes it
             logger.warning(
                 "Shard %d of the due index is away (%s: %s): it is backed off from alone, "
                 "and the other shards go on firing.",
@@ -114,13 +117,13 @@ class ShardHealth:
                 type(exc).__name__,
                 exc,
             )
-            if self._probe is not None:
-                threading.Thread(
-                    target=self._probing,
-                    args=(shard, self._probe),
-                    name=f"schedulinator-probe-shard-{shard}",
-                    daemon=True,
-                ).start()
+        if failures == 1 and self._probe is not None:
+            threading.Thread(
+                target=self._probing,
+                args=(shard, self._probe),
+                name=f"schedulinator-probe-shard-{shard}",
+                daemon=True,
+            ).start()
 
     def _probing(self, shard: int, probe: Callable[[int], object]) -> None:
         """Look at ``shard``'s node after each back-off until it answers (then it is
@@ -144,7 +147,7 @@ class ShardHealth:
         """``shard``'s node answered: if it was away, it is back."""
         with self._lock:
             away = self._away.pop(shard, None)
-        if away is not None:
+        if away is not None and self._log:
             logger.warning(
                 "Shard %d of the due index answers again (after %d failed call(s)).",
                 shard,
@@ -156,7 +159,7 @@ class ShardHealth:
         (shard 0's: the fleet's clock), and when it is again."""
         with self._lock:
             previous, self._clock = self._clock, shard
-        if shard == previous:
+        if shard == previous or not self._log:
             return
         if shard != home:
             logger.warning(

@@ -5,6 +5,7 @@ doubled, after the master holding the index fails over to its replica."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import shutil
@@ -29,7 +30,7 @@ from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.connection import get_redis
 from django_schedulinator.index.due import DueIndex, get_index, shard_tag
-from django_schedulinator.models import Schedule
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.scheduler.worker import Worker
 
 from .models import Receipt, Redelivery
@@ -318,6 +319,91 @@ def test_killed_masters_holding_shards_lose_nothing_under_the_chaos_audit(
     assert codes == [0] * variant.schedulers
     # The schedulers noticed the fail-overs as outages and went on.
     assert "Connections are back" in fleet.log_text()
+
+
+def fired_since(receipt_id: int, schedule_ids: list[int]) -> dict[int, int]:
+    """Receipts per schedule of ``schedule_ids`` after the receipt ``receipt_id``."""
+    counts = receipts_per_schedule_after(receipt_id)
+    return {sid: counts.get(sid, 0) for sid in schedule_ids}
+
+
+def receipts_per_schedule_after(receipt_id: int) -> dict[int, int]:
+    later = Receipt.objects.filter(id__gt=receipt_id)
+    return dict(later.values_list("schedule_id").annotate(n=Count("id")))
+
+
+def last_receipt() -> int:
+    return Receipt.objects.aggregate(last=Max("id"))["last"] or 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+@pytest.mark.parametrize("stopped", [1, 0], ids=["shard-1", "shard-0-the-clock"])
+def test_a_stopped_master_holds_back_its_shard_alone(
+    tmp_path: Path, key_prefix: str, schedulers: Schedulers, settings: Any, stopped: int
+) -> None:
+    """Issue 34, item 3: three shards on three masters (no replicas, and the cluster serves
+    the slots it can: nothing fails over). The master of one shard is frozen (SIGSTOP)
+    while a scheduler runs: the other shards' schedules keep firing while it is away (with
+    shard 0 away: on another node's clock, the control plane's chores waiting), and once
+    it is back (SIGCONT), its shard's fire too: every occurrence in each schedule's ledger
+    once, none missing, none handed off twice."""
+    with redis_cluster(tmp_path / "cluster", replicas=0, full_coverage=False) as cluster:
+        prefix = spread_prefix(cluster, key_prefix)
+        redis_setting = {
+            "URL": [node.url for node in cluster.nodes],  # any of them finds the cluster
+            "CLUSTER": True,
+            # A frozen node never answers: a call to it fails after this.
+            "OPTIONS": {"socket_timeout": 1, "socket_connect_timeout": 1},
+        }
+        setting = {"REDIS": redis_setting, "INDEX_SHARDS": SHARDS}
+        settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **setting, "KEY_PREFIX": prefix}
+        env = subprocess_env(
+            prefix,
+            SCHEDULINATOR_TEST_SETTINGS=json.dumps(setting),
+            SCHEDULINATOR_TEST_LEASE="5",
+            SCHEDULINATOR_TEST_RECONCILE="2",
+        )
+        proc = schedulers.start("--max-seconds", "170", env=env)
+        schedules = every_second(3 * SHARDS)
+        ids = [s.pk for s in schedules]
+        held = [sid for sid in ids if sid % SHARDS == stopped]
+        others = [sid for sid in ids if sid % SHARDS != stopped]
+        wait_for(lambda: min(fired_since(0, ids).values()) >= 2)
+        node = cluster.master_of(f"{shard_tag(prefix, stopped)}:due")
+        assert node.proc is not None
+        node.proc.send_signal(signal.SIGSTOP)
+        try:
+            frozen_at = last_receipt()
+            # The other shards fire while it is away, several times each.
+            wait_for(lambda: min(fired_since(frozen_at, others).values()) >= 5, timeout=90)
+            assert proc.poll() is None, output(proc)
+            assert node.proc.poll() is None  # still frozen: those fired while it was
+        finally:
+            node.proc.send_signal(signal.SIGCONT)
+        back_at = last_receipt()
+        wait_for(lambda: min(fired_since(back_at, ids).values()) >= 3, timeout=90)
+        log = stop(proc)
+
+    # Independence: no pass failed as a whole; the shard's outage said once, and its end.
+    assert "Scheduler pass failed" not in log, log
+    assert log.count(f"Shard {stopped} of the due index is away") == 1, log
+    assert log.count(f"Shard {stopped} of the due index answers again") == 1, log
+    if stopped == 0:
+        assert "the passes read Redis TIME on shard 1's node" in log, log
+    assert set(fired_since(back_at, held)) == set(held)
+    # Exactly once: each schedule's ledger has every second from its first occurrence to
+    # its last once (fired, or skipped by the catch-up), each fired run handed off once.
+    for schedule in schedules:
+        ledger = Run.objects.filter(schedule=schedule).values_list("scheduled_for", flat=True)
+        times = sorted(ledger)
+        assert len(times) == len(set(times))
+        gaps = {later - earlier for earlier, later in itertools.pairwise(times)}
+        assert gaps == {timedelta(seconds=1)}, (schedule.pk, times)
+    fired = Run.objects.exclude(status=Run.Status.SKIPPED)
+    assert fired.count() == Receipt.objects.count()
+    assert Redelivery.objects.count() == 0
+    assert_each_occurrence_fired_once()
 
 
 @pytest.mark.subprocess

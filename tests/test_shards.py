@@ -23,6 +23,7 @@ from django_schedulinator.index.due import (
     SET,
     Change,
     DueIndex,
+    ShardsAway,
     get_index,
     shard_tag,
 )
@@ -38,6 +39,7 @@ from django_schedulinator.operations.metrics import ClusterCollector
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.commits import committed
+from .support.processes import wait_for
 from .support.schedules import make_due, make_schedule
 
 pytestmark = pytest.mark.django_db
@@ -455,3 +457,106 @@ def test_changes_that_layouts_keep_refusing_are_left_to_the_rows(
     assert (result.applied, result.refused) == (0, 1)
     assert "Could not write 1 change(s) to the due index" in caplog.text
     assert members(sharded, 0) == members(sharded, 1) == set()
+
+
+# -- a shard whose node is away (issue 34, item 3; on a real cluster: test_redis_topologies) --
+
+
+def node_away(monkeypatch: pytest.MonkeyPatch, index: DueIndex, shard: int) -> list[str]:
+    """Every call of ``shard``'s claim, write and clock fails as a node that is away does;
+    the calls tried, by name."""
+    tried: list[str] = []
+
+    def away(name: str) -> Any:
+        def fail(*args: Any, **kwargs: Any) -> Any:
+            tried.append(name)
+            raise redis.ConnectionError(f"node of shard {shard} away")
+
+        return fail
+
+    for name in ("claim", "write", "now_ms"):
+        monkeypatch.setattr(index.parts[shard], name, away(name))
+    return tried
+
+
+def test_a_shard_whose_node_is_away_is_backed_off_from_alone(
+    sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sharded.watch_shards()  # as a scheduler's index
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 10)])
+    with monkeypatch.context() as patch:
+        tried = node_away(patch, sharded, 1)
+        batch = sharded.claim(100, LEASE_MS, "t", None)
+        # The pass goes on with the others; the shard away is retried after its back-off.
+        assert sorted(sid for sid, _ in batch.entries) == [2, 3, 5, 6, 8, 9]
+        assert tried.count("claim") == 1
+        assert sharded.health.away == [1]
+        assert batch.next_due_ms is not None
+        assert batch.next_due_ms <= batch.now_ms + 5_000
+        assert sharded.claim(100, LEASE_MS, "u", None).entries == []
+        assert tried.count("claim") == 1  # backed off from: its probe looks, not the claim
+    assert caplog.text.count("Shard 1 of the due index is away") == 1
+    # Back: once its back-off ends, its entries are claimed, and it is said once.
+    wait_for(lambda: sharded.health.away == [])  # its probe found it back
+    batch = sharded.claim(100, LEASE_MS, "v", None)
+    assert sorted(sid for sid, _ in batch.entries) == [1, 4, 7]
+    assert sharded.health.away == []
+    assert caplog.text.count("Shard 1 of the due index answers again") == 1
+
+
+def test_while_shard_0_is_away_the_pass_reads_time_on_another_shards_node(
+    sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sharded.watch_shards()  # as a scheduler's index
+    sharded.mark_built({"by": "tests"})
+    now = sharded.now_ms()
+    sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 7)])
+    node_away(monkeypatch, sharded, 0)
+    before = sharded.parts[1].now_ms()
+    batch = sharded.claim(100, LEASE_MS, "t", None)
+    assert sorted(sid for sid, _ in batch.entries) == [1, 2, 4, 5]
+    assert before <= batch.now_ms <= sharded.parts[1].now_ms()  # Redis time, shard 1's node
+    assert before <= sharded.now_ms() <= sharded.parts[2].now_ms()
+    assert "the passes read Redis TIME on shard 1's node" in caplog.text
+    monkeypatch.undo()
+    wait_for(lambda: sharded.health.away == [])  # its probe ends (and logs) in this test
+
+
+def test_an_apply_that_fails_on_one_shard_writes_the_others(
+    sharded: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sharded.watch_shards()
+    now = sharded.now_ms()
+    node_away(monkeypatch, sharded, 1)
+    with pytest.raises(ShardsAway) as raised:
+        sharded.apply([Change(sid, 1, SET, now + 60_000) for sid in range(1, 10)])
+    assert sorted(raised.value.shards) == [1]
+    assert raised.value.result.applied == 6
+    assert isinstance(raised.value, redis.ConnectionError)  # an outage to its callers
+    assert members(sharded, 0) == {3, 6, 9}
+    assert members(sharded, 2) == {2, 5, 8}
+    monkeypatch.undo()
+    wait_for(lambda: sharded.health.away == [])  # its probe ends (and logs) in this test
+
+
+@pytest.mark.django_db(transaction=True)  # the commit stage's thread commits
+def test_a_scheduler_fires_the_other_shards_while_one_is_away_and_it_heals_after(
+    sharded: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ids = make_due(9, task="tests.record")
+    with monkeypatch.context() as patch:
+        node_away(patch, sharded, 2)
+        worker = Worker(once=True, index=sharded)
+        worker.run()
+        assert worker.exit_error == ""
+        fired = set(Schedule.objects.filter(runs__isnull=False).values_list("pk", flat=True))
+        assert fired == {sid for sid in ids if sid % 3 != 2}
+    # Back: its schedules fire, the others' do not fire twice.
+    wait_for(lambda: sharded.health.away == [])  # its probe found it back
+    worker = Worker(once=True, index=sharded)
+    worker.run()
+    assert worker.counters.fired == 3
+    assert Run.objects.count() == 9
+    assert set(Run.objects.values_list("schedule_id", flat=True)) == set(ids)

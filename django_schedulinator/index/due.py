@@ -31,9 +31,12 @@ redeployed) can neither bring a dropped shard back nor leave an entry in the wro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.connection import LazyClient
@@ -59,6 +62,7 @@ from django_schedulinator.index.entries import (
     ShardLayout,
     recorded_shards,
 )
+from django_schedulinator.index.health import NODE_ERRORS, ShardHealth, ShardsAway
 from django_schedulinator.index.shard import Shard, shard_tag
 
 # What callers import from here: the index, and the values it takes and gives.
@@ -86,6 +90,7 @@ __all__ = [
     "Rebuilt",
     "Shard",
     "ShardLayout",
+    "ShardsAway",
     "get_index",
     "shard_tag",
 ]
@@ -127,6 +132,17 @@ class DueIndex(LazyClient):
         # Which shard gets the first share of the next claim: it turns, so that no shard's
         # entries always come last when a batch cannot take every shard's due entries.
         self._turn = 0
+        # The shards whose node failed, backed off from one by one (health.py): quietly,
+        # and retried once their back-off ends, unless watched (``watch_shards``).
+        self.health = ShardHealth(log=False)
+
+    def watch_shards(self) -> None:
+        """Back off from shards away as a scheduler does, for as long as this index lives:
+        each shard away probed on a thread of its own until it answers (no claim or write
+        calls it meanwhile), its outage and its return logged once. A scheduler's index
+        only: one per process."""
+        if self.shard_count > 1:
+            self.health = ShardHealth(probe=lambda k: self._part(k).now_ms())
 
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"
@@ -186,43 +202,125 @@ class DueIndex(LazyClient):
     ) -> ClaimedBatch:
         """Move up to ``limit`` due entries into the in-flight set, under ``token``'s lease.
 
-        One shard: its claim, one script call. More: each shard gets an even share (the
-        remainder turning from pass to pass), and what a share leaves unused goes to the
-        shards that had more due. The first claim is on shard 0 and reads Redis TIME there
-        (unless ``now_ms`` is given: a test's clock); every other claim of the pass uses
-        that instant, so the whole pass decides at one "now"."""
+        One shard: its claim, one script call; its node away fails the claim. More: each
+        shard that answers claims on its own (``health``). A shard whose node fails (one
+        of ``NODE_ERRORS``: away, failing over) is backed off from alone, and the pass
+        goes on with the others; it fails as a whole only when no shard answers. The
+        shards that answer get an even share (the remainder turning from pass to pass),
+        and what a share leaves unused goes to the shards that had more due.
+
+        The first claim reads Redis TIME on its node (unless ``now_ms`` is given: a test's
+        clock), and every other claim of the pass uses that instant, so the whole pass
+        decides at one "now". That first claim is shard 0's (its node's clock is the
+        fleet's); while shard 0 is away, the next shard's that answers (logged).
+
+        Exactly once holds whatever fails: a shard's claimed entries are in its own
+        in-flight set, released on that shard by the commit's ``apply`` or given back
+        there; a shard whose node fails after it took the claim (the reply lost) keeps
+        them in flight until their lease ends, and the claim after that makes them due
+        again, re-checked against their rows."""
         if self.shard_count == 1:
             return self.home.claim(limit, lease_ms, token, now_ms)
         numbers = list(self.parts)
-        count = len(numbers)
-        start, self._turn = self._turn, (self._turn + 1) % count
-        order = numbers[start:] + numbers[:start]
+        start, self._turn = self._turn, (self._turn + 1) % len(numbers)
+        # Every shard backed off: all are tried, and the loop's back-off paces the passes.
+        ready = [k for k in numbers if self.health.ready(k)] or numbers
+        order = [k for k in numbers[start:] + numbers[:start] if k in ready]
+        count = len(order)
         shares = {k: limit // count + (1 if i < limit % count else 0) for i, k in enumerate(order)}
-        first = numbers[0]  # shard 0 in a whole index: its node's clock is the fleet's
-        batches = {first: self.parts[first].claim(shares[first], lease_ms, token, now_ms)}
-        now = batches[first].now_ms
+        batches: dict[int, ClaimedBatch] = {}
+        failed: set[int] = set()
         try:
+            now = self._claim_first(ready, shares, lease_ms, token, now_ms, batches, failed)
             for k in order:
-                if k != first:
-                    batches[k] = self.parts[k].claim(shares[k], lease_ms, token, now)
+                if k not in batches and k not in failed:
+                    self._claim_part(k, shares[k], lease_ms, token, now, batches, failed)
             left = limit - sum(len(b.entries) for b in batches.values())
             for k in order:
-                batch = batches[k]
+                batch = batches.get(k)
                 if left <= 0:
                     break
+                if batch is None or k in failed:
+                    continue
                 more_due = batch.next_due_ms is not None and batch.next_due_ms <= now
                 if batch.built and more_due:
-                    extra = self.parts[k].claim(left, lease_ms, token, now)
-                    batches[k] = _joined(batch, extra)
-                    left -= len(extra.entries)
+                    extra: dict[int, ClaimedBatch] = {}
+                    if self._claim_part(k, left, lease_ms, token, now, extra, failed):
+                        batches[k] = _joined(batch, extra[k])
+                        left -= len(extra[k].entries)
         except Exception:
-            # One shard's node away (failing over): what the others gave goes back now, not
-            # after its lease; the loop backs off from the error as from any outage.
-            taken = [e for batch in batches.values() for e in batch.entries]
+            # Not a node away (a bug, a script refused): what was claimed goes back now,
+            # not after its lease, and the error goes up.
             with contextlib.suppress(Exception):
-                self.apply([Change(sid, 0, REQUEUE, score) for sid, score in taken], token)
+                self._give_back([e for b in batches.values() for e in b.entries], token)
             raise
-        return self._combined(batches, order, token, now)
+        claimed = self._combined(batches, [k for k in order if k in batches], token, now)
+        waits = [w for k in numbers if (w := self.health.retry_in(k)) is not None]
+        if waits:
+            # The loop sleeps no longer than a shard's back-off: it is tried again then.
+            back = now + int(min(waits) * 1000)
+            head = claimed.next_due_ms
+            claimed = dataclasses.replace(
+                claimed, next_due_ms=back if head is None else min(head, back)
+            )
+        return claimed
+
+    def _claim_first(
+        self,
+        ready: list[int],
+        shares: Mapping[int, int],
+        lease_ms: int,
+        token: str,
+        now_ms: int | None,
+        batches: dict[int, ClaimedBatch],
+        failed: set[int],
+    ) -> int:
+        """The pass's first claim, which reads Redis TIME (or takes ``now_ms``): on shard
+        0, or while its node is away on the next shard that answers. Its "now"; raises the
+        last node's error if none answers."""
+        error: BaseException | None = None
+        for k in ready:
+            try:
+                batches[k] = self.parts[k].claim(shares[k], lease_ms, token, now_ms)
+            except NODE_ERRORS as exc:
+                failed.add(k)
+                self.health.failed(k, exc)
+                error = exc
+                continue
+            self.health.answered(k)
+            self.health.clock_from(k, next(iter(self.parts)))
+            return batches[k].now_ms
+        assert error is not None
+        raise error
+
+    def _claim_part(
+        self,
+        shard: int,
+        limit: int,
+        lease_ms: int,
+        token: str,
+        now: int,
+        batches: dict[int, ClaimedBatch],
+        failed: set[int],
+    ) -> bool:
+        """One shard's claim at ``now``, into ``batches``; False (and backed off from) if
+        its node failed."""
+        try:
+            batches[shard] = self.parts[shard].claim(limit, lease_ms, token, now)
+        except NODE_ERRORS as exc:
+            failed.add(shard)
+            self.health.failed(shard, exc)
+            return False
+        self.health.answered(shard)
+        return True
+
+    def _give_back(self, entries: list[tuple[int, int]], token: str) -> None:
+        """Claimed entries back to their shards' due sets as they were; those of a shard
+        whose node is away return when their lease ends."""
+        if not entries:
+            return
+        with contextlib.suppress(*NODE_ERRORS):
+            self.apply([Change(sid, 0, REQUEUE, score) for sid, score in entries], token)
 
     def _combined(
         self, batches: dict[int, ClaimedBatch], order: list[int], token: str, now: int
@@ -239,7 +337,7 @@ class DueIndex(LazyClient):
         if not built and entries:
             # A shard to rebuild (or another layout): the pass fires nothing, and what the
             # other shards gave goes back as it was, not left to its lease.
-            self.apply([Change(sid, 0, REQUEUE, score) for sid, score in entries], token)
+            self._give_back(entries, token)
             entries = []
         heads = [b.next_due_ms for b in batches.values() if b.next_due_ms is not None]
         return ClaimedBatch(
@@ -282,11 +380,25 @@ class DueIndex(LazyClient):
         """Write changes (revision-guarded), each to its shard, releasing ``release_token``'s
         in-flight entries. Changes a shard refuses because it records another layout (the
         index was rebuilt for another shard count) are written to the shards of that layout
-        instead."""
-        return self._rerouted(*self._write(changes, release_token), release_token)
+        instead.
+
+        Sharded, a shard whose node fails (``NODE_ERRORS``) loses none of the others'
+        writes: every other shard is written, then ``ShardsAway`` (a ConnectionError) says
+        which failed, with what was written. The failed shard's changes are lost as a sync
+        write's are when Redis is away: reconcile and the claim's re-check heal its entries
+        from the rows, and its in-flight entries return when their lease ends."""
+        away: dict[int, BaseException] = {}
+        result = self._rerouted(*self._write(changes, release_token, away), release_token, away)
+        if away:
+            raise ShardsAway(away, result) from next(iter(away.values()))
+        return result
 
     def _rerouted(
-        self, result: ApplyResult, refused: Refused | None, release_token: str
+        self,
+        result: ApplyResult,
+        refused: Refused | None,
+        release_token: str,
+        away: dict[int, BaseException] | None = None,
     ) -> ApplyResult:
         """``result``, with the ``refused`` changes written to the layout they were refused
         for (see ``apply``)."""
@@ -297,7 +409,7 @@ class DueIndex(LazyClient):
                 break  # a layout key that cannot be read: rebuild_due_index rewrites it
             _say_layout_differs(self.shard_count, refused.layout)
             routed = DueIndex(self._client, self.prefix, shards=refused.layout)
-            written, refused = routed._write(refused.changes, release_token)
+            written, refused = routed._write(refused.changes, release_token, away)
             result += written + ApplyResult(rerouted=written.applied)
         if refused is not None:
             logger.warning(
@@ -311,14 +423,31 @@ class DueIndex(LazyClient):
         return result
 
     def _write(
-        self, changes: Sequence[Change], release_token: str
+        self,
+        changes: Sequence[Change],
+        release_token: str,
+        away: dict[int, BaseException] | None = None,
     ) -> tuple[ApplyResult, Refused | None]:
         """Each shard's changes written to it: what was written, and what the shards
-        refused for the layout they record."""
+        refused for the layout they record. Sharded, with ``away`` given, a shard whose
+        node fails is noted there (and backed off from), and the next shard is written."""
         result = ApplyResult()
         refused: Refused | None = None
         for k, part_changes in self._split(changes).items():
-            written, part_refused = self._part(k).write(part_changes, release_token)
+            if away is None or self.shard_count == 1:
+                written, part_refused = self._part(k).write(part_changes, release_token)
+            elif not self.health.ready(k):
+                # Away (its probe waits for it): not called, as if it had failed again.
+                away[k] = RedisConnectionError(f"shard {k} of the due index is away")
+                continue
+            else:
+                try:
+                    written, part_refused = self._part(k).write(part_changes, release_token)
+                except NODE_ERRORS as exc:
+                    away[k] = exc
+                    self.health.failed(k, exc)
+                    continue
+                self.health.answered(k)
             result += written
             if part_refused is not None:
                 before = refused.changes if refused else []
@@ -347,8 +476,25 @@ class DueIndex(LazyClient):
     # -- reading --------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        """Redis TIME of shard 0's node: the fleet's clock."""
-        return self.home.now_ms()
+        """Redis TIME of shard 0's node: the fleet's clock. Sharded, while shard 0's node
+        is away (``NODE_ERRORS``), that of the next shard's node that answers (logged):
+        Redis time still, as the claim's; raises when no node answers."""
+        if self.shard_count == 1:
+            return self.home.now_ms()
+        numbers = range(self.shard_count)
+        error: BaseException | None = None
+        for k in [k for k in numbers if self.health.ready(k)] or numbers:
+            try:
+                now = self._part(k).now_ms()
+            except NODE_ERRORS as exc:
+                self.health.failed(k, exc)
+                error = exc
+                continue
+            self.health.answered(k)
+            self.health.clock_from(k, 0)
+            return now
+        assert error is not None
+        raise error
 
     def scores(self, schedule_ids: Sequence[int]) -> dict[int, int | None]:
         """Each schedule's entry's score (ms), None if it has none."""

@@ -5,7 +5,10 @@ asked for on the admin's operations page, and retention's prune (on a thread of 
 
 Each process keeps its own clock for each chore, and Redis decides which one does the chore
 in a period (``DueIndex.control.take_turn``). A chore that fails waits for its next period; an
-outage (``TRANSIENT_ERRORS``) goes up to the loop, which backs off and reconnects.
+outage (``TRANSIENT_ERRORS``) goes up to the loop, which backs off and reconnects. With a
+sharded index, a Redis node away (``index.health.NODE_ERRORS``: the control plane's, shard
+0's, or another shard's) only makes the chore wait for its next period: the passes go on
+with the shards that answer (``DueIndex.claim``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import RebuildInProgress
+from django_schedulinator.index.health import NODE_ERRORS
 from django_schedulinator.index.rebuild import rebuild_index
 from django_schedulinator.index.reconcile import reconcile
 from django_schedulinator.management import run_command
@@ -80,13 +84,15 @@ class Chores:
         """The chores whose time has come (after each pass)."""
         now = time.monotonic()
         if self.reconcile_behind:
-            self._chore("reconcile", self._reconcile_every, self.reconcile, turn=False)
+            self._chore(
+                "reconcile", self._reconcile_every, self.reconcile, turn=False, entries=True
+            )
         elif now >= self._next_reconcile:
             self._next_reconcile = now + self._reconcile_every * random.uniform(0.8, 1.0)
-            self._chore("reconcile", self._reconcile_every, self.reconcile)
+            self._chore("reconcile", self._reconcile_every, self.reconcile, entries=True)
         if now >= self._next_drift:
             self._next_drift = now + self._drift_every * random.uniform(0.8, 1.0)
-            self._chore("drift", self._drift_every, self.drift_check)
+            self._chore("drift", self._drift_every, self.drift_check, entries=True)
         if now >= self._next_missed:
             self._next_missed = now + self._missed_every * random.uniform(0.8, 1.0)
             self._chore("missed", self._missed_every, self.missed_check)
@@ -95,7 +101,7 @@ class Chores:
             self._log_summary(now)
         if now >= self._next_rebuild_look:
             self._next_rebuild_look = now + REBUILD_REQUEST_LOOK_SECONDS
-            self._chore("rebuild request", 0, self._rebuild_if_asked, turn=False)
+            self._chore("rebuild request", 0, self._rebuild_if_asked, turn=False, entries=True)
         if now >= self.next_prune:
             self.next_prune = now + self._prune_every * random.uniform(0.8, 1.0)
             if retention.enabled():  # switched off: no turn taken either
@@ -116,13 +122,40 @@ class Chores:
             logger.warning(risk)
 
     def _chore(
-        self, name: str, every: float, work: Callable[[], None], *, turn: bool = True
+        self,
+        name: str,
+        every: float,
+        work: Callable[[], None],
+        *,
+        turn: bool = True,
+        entries: bool = False,
     ) -> None:
         """Do ``work`` if this process wins the period's turn (or goes on with one it has,
-        ``turn=False``); a failure waits for the next."""
+        ``turn=False``); a failure waits for the next. ``entries``: the work reads or writes
+        every shard's entries (else only the control plane's keys, shard 0's node)."""
+        away = self.index.health.away if self.index.shard_count > 1 else []
+        if away and (entries or 0 in away):
+            # A node it needs is away (its probe waits for it): not called now, the chore
+            # waits for its next period.
+            logger.debug("The %s chore waits: shard(s) %s of the due index away.", name, away)
+            return
         try:
             if not turn or self.index.control.take_turn(name, every * 0.8, self.worker_id):
                 work()
+        except NODE_ERRORS as exc:
+            if self.index.shard_count == 1:
+                raise  # the index's one node: the loop backs off and reconnects
+            # Sharded, the claim goes on with the shards that answer: a chore that needs
+            # a node that is away (the control plane's, shard 0's, or a shard's) waits for
+            # its next period instead of failing the pass. What it did not do is done then:
+            # its turn was not taken, an outage mark not ended stays, reconcile's cursor
+            # did not move.
+            logger.info(
+                "The %s chore waits for its next period: a node of the due index is away (%s: %s).",
+                name,
+                type(exc).__name__,
+                exc,
+            )
         except TRANSIENT_ERRORS:
             raise  # the loop backs off and reconnects
         except Exception:

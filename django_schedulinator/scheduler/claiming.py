@@ -13,14 +13,17 @@ advance plus the new runs) and one index script, whatever the batch size:
 3. ``commit``: due rows advance with a conditional UPDATE that only matches the revision
    that was read, and their runs (pending, buffered and skipped) are inserted in the same
    transaction. Then the index gets the new next runs and the in-flight entries are
-   released. A crash before the commit leaves the in-flight entries, whose leases expire
-   and return them to the due set; a crash after it leaves pending Runs, which
+   released (on a sharded index, by every shard that answers: one whose node is away
+   keeps its entries in flight until their lease ends; the fired runs still go). A crash
+   before the commit leaves the in-flight entries, whose leases expire and return them to
+   the due set; a crash after it leaves pending Runs, which
    ``take_over_expired`` dispatches again with the same idempotency key.
 4. The caller dispatches the occurrences and ``record``s the outcomes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 import threading
@@ -43,6 +46,7 @@ from django_schedulinator.index.due import (
     Change,
     ClaimedBatch,
     DueIndex,
+    ShardsAway,
     get_index,
 )
 from django_schedulinator.index.sync import belongs_in_index, change_for_row
@@ -451,7 +455,11 @@ class Claimer:
         # taken over once their lease ends).
         for o in occurrences:
             signals.send(signals.occurrence_fired, Schedule, occurrence=o, worker_id=self.worker_id)
-        self.index.apply(changes, release_token=token)
+        # Sharded: the shards that answer are written; one whose node is away (logged by
+        # its back-off) keeps this claim's entries in flight until their lease ends, and
+        # the claim's re-check then re-indexes them from their advanced rows.
+        with contextlib.suppress(ShardsAway):
+            self.index.apply(changes, release_token=token)
         for sid, entry, due in plan.repaired:
             signals.send(
                 signals.entry_repaired, Schedule, schedule_id=sid, entry_ms=entry, due_ms=due

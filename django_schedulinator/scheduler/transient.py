@@ -9,23 +9,15 @@ from typing import Any
 
 from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from redis import exceptions as redis_errors
 
 from django_schedulinator.conf import app_settings
+from django_schedulinator.index.health import NODE_ERRORS
 from django_schedulinator.operations.stage import on_stage_thread
 
 # Connections that drop come back, a Redis that is loading its data or failing over becomes
-# writable again; a missing table or bad SQL does not, and must surface.
-TRANSIENT_ERRORS = (
-    redis_errors.ConnectionError,  # includes BusyLoadingError (Redis restarting)
-    redis_errors.TimeoutError,
-    redis_errors.ReadOnlyError,  # a replica during failover
-    redis_errors.TryAgainError,
-    redis_errors.ClusterDownError,
-    redis_errors.OutOfMemoryError,
-    OperationalError,
-    InterfaceError,
-)
+# writable again (index.health.NODE_ERRORS: a Redis Cluster between two masters of a slot
+# too); a missing table or bad SQL does not, and must surface.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (*NODE_ERRORS, OperationalError, InterfaceError)
 
 # The loop's thread (claiming, not the tasks), and every stage thread beside it (marked by
 # operations.stage): their PostgreSQL connections wait at most LOCK_TIMEOUT_SECONDS on

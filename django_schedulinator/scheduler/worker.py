@@ -100,6 +100,8 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.max_sleep = max_sleep or app_settings.MAX_SLEEP_SECONDS
         self.index = index or get_index()
+        # A shard whose node is away is probed, not called, until it answers (health.py).
+        self.index.watch_shards()
         self.claimer = Claimer(
             worker_id=self.worker_id,
             lease_seconds=self.lease_seconds,

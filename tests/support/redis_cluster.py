@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.cluster import RedisCluster as ClusterClient
@@ -58,10 +59,11 @@ def _ephemeral_start() -> int:
 
 
 class ClusterNode(RedisServer):
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, full_coverage: bool = True) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         super().__init__(directory)
         self.port = _free_cluster_port()
+        self.full_coverage = full_coverage
 
     def start(self) -> None:
         self.start_with(
@@ -73,17 +75,27 @@ class ClusterNode(RedisServer):
             str(NODE_TIMEOUT_MS),
             "--repl-diskless-sync-delay",  # a replica in sync at once: ready to take over
             "0",
+            # "no": the other masters' slots are served while one master is away.
+            "--cluster-require-full-coverage",
+            "yes" if self.full_coverage else "no",
         )
 
 
 class RedisClusterServers:
-    """``masters`` masters, each with ``replicas`` replicas, on free ports."""
+    """``masters`` masters, each with ``replicas`` replicas, on free ports. ``full_coverage``
+    False: the nodes serve their slots while a master without a replica is away (Redis's
+    ``cluster-require-full-coverage no``)."""
 
-    def __init__(self, directory: Path, *, masters: int = 3, replicas: int = 1) -> None:
+    def __init__(
+        self, directory: Path, *, masters: int = 3, replicas: int = 1, full_coverage: bool = True
+    ) -> None:
         if shutil.which("redis-cli") is None:
             raise RuntimeError("redis-cli is not installed (scripts/services installs it)")
         self.replicas = replicas
-        self.nodes = [ClusterNode(directory / f"node{i}") for i in range(masters * (1 + replicas))]
+        self.nodes = [
+            ClusterNode(directory / f"node{i}", full_coverage=full_coverage)
+            for i in range(masters * (1 + replicas))
+        ]
 
     @property
     def url(self) -> str:
@@ -109,6 +121,8 @@ class RedisClusterServers:
 
     def wait_until_replicated(self, timeout: float = 30.0) -> None:
         """Every replica has synced with its master: only then can it be failed over to."""
+        if not self.replicas:
+            return
         deadline = time.monotonic() + timeout
         while True:
             roles = [node.client().info("replication") for node in self.nodes if node.proc]
@@ -179,7 +193,7 @@ class RedisClusterServers:
 
 
 @contextmanager
-def redis_cluster(directory: Path, **kwargs: int) -> Iterator[RedisClusterServers]:
+def redis_cluster(directory: Path, **kwargs: Any) -> Iterator[RedisClusterServers]:
     cluster = RedisClusterServers(directory, **kwargs)
     try:
         cluster.start()

@@ -431,7 +431,6 @@ COMMAND_CASES = [
     option("kw-max-lag-text", STATUS, "--max-lag", "0 or more", max_lag="60"),
     option("kw-max-lag-negative", STATUS, "--max-lag", "0 or more", max_lag=-1),
     option("kw-max-lag-bool", STATUS, "--max-lag", "0 or more", max_lag=True),
-    option("older-than-missing", PRUNE, "--older-than", "arguments are required"),
     option("older-than-no-unit", PRUNE, "--older-than", "'30' is not an age", "--older-than", "30"),
     option("older-than-unit", PRUNE, "--older-than", "(s, m, h or d)", "--older-than", "30x"),
     option("older-than-fraction", PRUNE, "--older-than", "not an age", "--older-than", "1.5d"),
@@ -527,7 +526,6 @@ SUBPROCESS_CASES = [
     pytest.param(
         [PRUNE, "--older-than", "30"], {}, ["--older-than", "is not an age"], id="prune-age"
     ),
-    pytest.param([PRUNE], {}, ["required: --older-than"], id="prune-no-age"),
     pytest.param(
         [RUN, "--once"],
         {"SCHEDULINATOR_TEST_LEASE": "nan"},

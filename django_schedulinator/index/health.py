@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from redis import exceptions as redis_errors
 
+from django_schedulinator.errors import SchedulinatorError
 from django_schedulinator.index.entries import ApplyResult
 
 logger = logging.getLogger("django_schedulinator.index")
@@ -46,7 +47,7 @@ FIRST_BACKOFF_SECONDS = 0.2
 MAX_BACKOFF_SECONDS = 5.0
 
 
-class ShardsAway(redis_errors.ConnectionError):
+class ShardsAway(SchedulinatorError, redis_errors.ConnectionError):
     """Some shards' nodes failed a write that the other shards took (``DueIndex.apply``).
 
     ``result`` is what the shards that answered wrote; ``shards`` the numbers of those that

@@ -4,7 +4,8 @@ Every error a caller may catch lives here, importable from here only. A few that
 the feature that raises them (``contrib.sentry_monitors.Inexpressible``, caught by
 ``contrib.sentry``; ``importers.celery_beat.Unmapped``, ``probes.NoAnswer``;
 ``index.health.ShardsAway``, the sharded index's, a Redis ``ConnectionError`` too, caught as
-an outage) stay there, and still derive from ``SchedulinatorError``; a test walks the package for exceptions that do not.
+an outage) stay there, and still derive from ``SchedulinatorError``; a test walks the
+package for exceptions that do not.
 
 This module imports nothing of the app: every other module may raise these.
 """

@@ -271,24 +271,7 @@ class Worker:
         except BaseException:
             self._give_back(batch, token)
             raise
-        periodic = time.monotonic() >= self._next_takeover
-        retry_due = self.held.retries.take_due(batch.now_ms)
-        more = False
-        if (
-            periodic or batch.woken or self._takeover_more or retry_due
-        ) and not self._runs_exhausted():
-            if periodic:
-                self._next_takeover = time.monotonic() + self._takeover_every
-                # Buffered runs whose release was missed (their predecessor's process died).
-                self.held.release_buffered()
-            # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
-            takeover_limit = self._claim_limit()
-            taken, takeover, taken_counters = self.claimer.take_over_expired(
-                batch.now_ms, takeover_limit
-            )
-            more = self._takeover_more = len(taken) >= takeover_limit
-            self.counters.add(taken_counters)
-            self.lanes.put(Leased(taken, takeover, leased_at, counted=False))
+        more = self._take_over(batch, leased_at)
         full = len(batch.entries) >= limit or more
         if self.once and not full:
             # The last pass of --once: its chores (the summary line) count what it fired.
@@ -300,6 +283,26 @@ class Worker:
             now_ms=batch.now_ms,
             next_due_ms=batch.next_due_ms,
         )
+
+    def _take_over(self, batch: ClaimedBatch, leased_at: float) -> bool:
+        """Take the runs waiting in SQL, when it is time (see ``run_pass``), and hand them
+        to their lanes; whether there may be more than one take-over's worth."""
+        periodic = time.monotonic() >= self._next_takeover
+        retry_due = self.held.retries.take_due(batch.now_ms)
+        wanted = periodic or batch.woken or self._takeover_more or retry_due
+        if not wanted or self._runs_exhausted():
+            return False
+        if periodic:
+            self._next_takeover = time.monotonic() + self._takeover_every
+            # Buffered runs whose release was missed (their predecessor's process died).
+            self.held.release_buffered()
+        # Its leases start at the claim's "now" (batch.now_ms), like the batch's.
+        limit = self._claim_limit()
+        taken, takeover, counters = self.claimer.take_over_expired(batch.now_ms, limit)
+        self._takeover_more = len(taken) >= limit
+        self.counters.add(counters)
+        self.lanes.put(Leased(taken, takeover, leased_at, counted=False))
+        return self._takeover_more
 
     def _commit(self, plan: Plan, token: str, leased_at: float) -> None:
         """Commit a re-checked batch and hand what fired to its lane."""

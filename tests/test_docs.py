@@ -548,6 +548,28 @@ def test_the_pip_install_lines_name_extras_that_exist(page: str, name: str) -> N
     assert named - set(extras) == set()
 
 
+def test_the_install_page_lists_every_extra() -> None:
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    table = (DOCS / "install.md").read_text("utf-8").split("| extra | adds |", 1)[1]
+    rows = table.split("\n\n", 1)[0]
+    listed = {name for cell in re.findall(r"^\| ([^|]+) \|", rows, re.M)
+              for name in re.findall(r"`([\w-]+)`", cell)}  # fmt: skip
+    assert listed == set(extras)
+
+
+def test_the_home_page_names_every_command_and_dispatcher() -> None:
+    home = (DOCS / "index.md").read_text("utf-8")
+    commands = re.findall(r"^## `(\w+)`", (DOCS / "commands.md").read_text("utf-8"), re.M)
+    assert len(commands) > 5
+    assert [c for c in commands if f"`{c}`" not in home] == []
+    for dispatcher in ("inline", "Celery", "RQ", "Django's tasks", "webhooks"):
+        assert dispatcher in home, dispatcher
+
+
 # -- the README's usage ---------------------------------------------------------------------
 
 README = "../README.md"

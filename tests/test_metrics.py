@@ -416,6 +416,35 @@ def test_the_docs_table_names_every_metric_a_scheduler_serves(built_index: DueIn
     assert exposed_names(text) == documented
 
 
+@pytest.mark.django_db(transaction=True)
+def test_every_counter_a_scheduler_serves_says_when_it_was_created(
+    built_index: DueIndex,
+) -> None:
+    """docs/metrics.md promises prometheus-client's ``_created`` series for every counter:
+    those read from the loop's own counters at scrape time too (created when the loop
+    started)."""
+    worker = Worker(worker_id="created", once=True)
+    metrics = Metrics(worker)
+    worker.attach_metrics(metrics)
+    worker.run()
+    assert worker.started_at is not None
+    text = generate_latest(metrics.registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    counters = [f for f in families.values() if f.type == "counter"]
+    assert len(counters) > 5
+    # The text format serves each counter's _created as a family of its own.
+    without = [
+        f.name
+        for f in counters
+        if f.name.startswith("schedulinator_")
+        and f"{f.name}_created" not in families
+        and f.samples  # a labelled family with no series yet has nothing to date
+    ]
+    assert without == []
+    [created] = families["schedulinator_occurrences_fired_created"].samples
+    assert created.value == pytest.approx(worker.started_at.timestamp())
+
+
 def test_every_counter_of_the_loop_is_a_metric() -> None:
     # A counter added to claiming.Counters must be exposed, or left out on purpose here.
     left_out = {"skipped", "auto_paused"}  # by reason; never counted by the scheduler

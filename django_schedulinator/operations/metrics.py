@@ -238,8 +238,11 @@ class WorkerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         worker = self.worker
         counters = worker.counters.as_dict()
+        # The loop's counters count from its start: their _created series, as the counters
+        # prometheus-client keeps itself have theirs.
+        created = None if worker.started_at is None else worker.started_at.timestamp()
         for name, (metric, documentation) in COUNTERS.items():
-            yield CounterMetricFamily(metric, documentation, value=counters[name])
+            yield CounterMetricFamily(metric, documentation, value=counters[name], created=created)
         skipped = CounterMetricFamily(
             "schedulinator_occurrences_skipped",
             "Occurrences recorded as skipped, by reason: missed or expired (catch-up), dst "
@@ -247,7 +250,7 @@ class WorkerCollector(Collector):
             labels=["reason"],
         )
         for reason, n in sorted(dict(worker.skipped_by_reason).items()):
-            skipped.add_metric([reason], n)
+            skipped.add_metric([reason], n, created=created)
         yield skipped
         waiting = GaugeMetricFamily(
             "schedulinator_lane_batches",

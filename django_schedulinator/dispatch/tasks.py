@@ -182,7 +182,6 @@ class TasksDispatcher(BaseDispatcher):
         backend; None for any other (or one that cannot be built: its runs fail alone)."""
         try:
             from django_tasks_db import DatabaseBackend
-            from django_tasks_db.models import DBTaskResult
         except ImportError:
             return None
         try:
@@ -190,6 +189,12 @@ class TasksDispatcher(BaseDispatcher):
         except Exception:
             return None
         if not isinstance(backend, DatabaseBackend):
+            return None
+        # Its models only once the backend is that one: a project may have the package
+        # installed without the app in INSTALLED_APPS, where importing them raises.
+        try:
+            from django_tasks_db.models import DBTaskResult
+        except (ImportError, RuntimeError):
             return None
         return router.db_for_write(DBTaskResult)
 

@@ -371,23 +371,32 @@ QUICKSTART = "quickstart.md"
 def test_the_quick_start_fires_a_schedule(
     tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
 ) -> None:
-    """docs/quickstart.md copied top to bottom into a new project: its settings (their Redis
-    pointed at the tests'), the task module, migrate, the schedule pasted into the shell, and
-    the scheduler, which runs the task with its occurrence."""
+    """docs/quickstart.md copied top to bottom into a new project: the app made by
+    ``startapp`` and named in its settings (their Redis pointed at the tests'), the task
+    module, migrate (which warns of nothing), the schedule pasted into the shell, and the
+    scheduler, which runs the task with its occurrence and logs what the page shows."""
     redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     settings = source("quickstart-settings", QUICKSTART)
     assert "redis://127.0.0.1:6379/1" in settings
+    # The project as step 3 finds it (its settings not yet the page's), where startapp
+    # makes the app; then step 4's settings, which name it.
+    [startapp] = commands("quickstart-startapp", QUICKSTART)
+    DocProject(tmp_path, key_prefix, settings=[], apps=[]).run(startapp)
     project = DocProject(
         tmp_path, key_prefix, settings=[settings.replace("redis://127.0.0.1:6379/1", redis)],
-        apps=["reports"],
+        apps=[],  # the page's startapp made it, and its settings name it
     )  # fmt: skip
     doc_projects.append(project)
     task_path, task = project_file("quickstart-task", QUICKSTART)
+    assert (tmp_path / task_path).parent.joinpath("apps.py").is_file()  # the app startapp made
     project.write(task_path, task)
     [migrate] = commands("quickstart-migrate", QUICKSTART)
     [run] = commands("quickstart-run", QUICKSTART)
 
-    project.run(migrate)
+    printed, told = project.run_told(migrate)
+    assert "Applying django_schedulinator.0001" in printed, printed
+    assert "WARNING" not in told, told  # the page: "It warns of nothing"
+    assert "schedulinator.W" not in told, told
     project.shell(source("quickstart-schedule", QUICKSTART))
     scheduler = project.start(run)
     wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
@@ -396,6 +405,9 @@ def test_the_quick_start_fires_a_schedule(
     assert scheduler.stdout is not None
     output = scheduler.stdout.read()
     assert re.search(r"hello, world \(\d+:\d+\)", output), output
+    # The line the page shows is one of these, its key an example.
+    [shown] = [b.text for b in blocks(QUICKSTART) if b.lang == "text"]
+    assert re.fullmatch(r"hello, world \(\d+:\d+\)", shown.strip()), shown
 
 
 # -- every block a user would copy is run by a test ------------------------------------------

@@ -1695,6 +1695,72 @@ def test_the_api_pages_apps_are_apps() -> None:
         assert apps.is_installed(app), app  # installed in the tests' settings too
 
 
+@pytest.mark.subprocess
+def test_the_api_pages_token_setup_lets_a_program_in(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/api.md#tokens-for-programs in a new project: its settings, then migrate and
+    drf_create_token as the page writes them, and its curl, with the token printed, sent to
+    the project's server (runserver): the schedules come back; without the header, or with
+    a token nobody has, they do not."""
+    import socket
+
+    from .support.redis_server import free_port
+
+    project = DocProject(
+        tmp_path, key_prefix,
+        settings=[
+            source("api-token-settings", API_PAGE),
+            # What the page leaves to the project: its URLs (api-urls) and its host.
+            'ROOT_URLCONF = "myproject.urls"\nALLOWED_HOSTS = ["127.0.0.1"]',
+        ],
+        apps=[],
+    )  # fmt: skip
+    doc_projects.append(project)
+    urls = source("api-urls", API_PAGE)
+    assert "    ...,\n" in urls  # the project's own URLs
+    project.write("myproject/urls.py", urls.replace("    ...,\n", ""))
+    migrate, create_token = commands("api-token-commands", API_PAGE)
+    [curl] = commands("api-token-request", API_PAGE)
+
+    project.run(migrate)
+    project.shell(  # the user the page's token is for: staff, with every permission
+        "from django.contrib.auth.models import User\n"
+        "User.objects.create_superuser('worker', 'worker@example.com', None)"
+    )
+    printed = project.run(create_token)
+    found = re.fullmatch(r"Generated token (\w{40}) for user worker", printed.strip())
+    assert found, printed
+    port = free_port()
+    project.popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"])
+
+    def answers() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(answers, "runserver to listen")
+
+    shown = "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"  # the page's example token
+
+    def send(line: str) -> tuple[int, str]:
+        words = shlex.split(line.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))
+        assert words[0] == "curl", line
+        done = subprocess.run(
+            [*words, "-s", "-w", "\n%{http_code}"], capture_output=True, text=True, timeout=60
+        )
+        body, _, status = done.stdout.rpartition("\n")
+        return int(status), body
+
+    status, body = send(curl.replace(shown, found[1]))
+    assert status == 200, body
+    assert json.loads(body)["count"] == 0  # the new project's schedules: none yet
+    # Refused with a 401, as the page says of the token's class first in the list.
+    assert send(curl.replace(shown, "0" * 40)) == (401, '{"detail":"Invalid token."}')
+    without = curl.replace(f'-H "Authorization: Token {shown}" ', "")
+    assert without != curl
+    assert send(without)[0] == 401  # no credentials
+
+
 # -- testing with a travelling clock (docs/scheduling.md) --------------------------------------
 
 

@@ -323,6 +323,114 @@ def test_the_changelogs_links_land_on_pages_and_headings_that_exist() -> None:
     assert broken == []
 
 
+def test_the_links_to_the_docs_from_code_tests_and_the_changelog_land_on_headings() -> None:
+    """Messages, docstrings and comments send readers to ``docs/<page>.md#<heading>``: each
+    heading exists (a page split in two keeps every anchor somewhere)."""
+    sources = [
+        path
+        for folder in ("django_schedulinator", "tests", "benchmarks", "example_project")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    ] + [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    pages = {page.stem: page for page in DOCS.glob("*.md")}
+    links = [
+        (source_file.relative_to(ROOT), name, anchor)
+        for source_file in sources
+        if source_file.is_file()
+        for name, anchor in re.findall(
+            r"\bdocs/([\w-]+)\.md#([\w-]+)", source_file.read_text("utf-8")
+        )
+    ]
+    assert len(links) > 10  # the search finds them
+    broken = [
+        f"{where}: docs/{name}.md#{anchor}"
+        for where, name, anchor in links
+        if name not in pages or anchor not in heading_anchors(pages[name])
+    ]
+    assert broken == []
+
+
+def user_pages() -> list[str]:
+    """The pages a user reads to set the app up and use it: Home, and the navigation's
+    "Getting started" and "Guide" (mkdocs.yml)."""
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text("utf-8"))["nav"]
+    found = []
+    for entry in nav:
+        [(title, target)] = entry.items()
+        if isinstance(target, str):
+            found.append(target)
+        elif title in ("Getting started", "Guide"):
+            found += [page for item in target for page in item.values()]
+    return found
+
+
+def test_the_pages_for_users_cite_no_tests() -> None:
+    """Test names are evidence for contributors (docs/internals.md, docs/reliability.md's
+    failure table), not steps for a user: the pages a user follows name none in their text
+    (markers' reasons, HTML comments, are not shown)."""
+    pages = user_pages()
+    assert {"index.md", "quickstart.md", "concepts.md", "api.md"} <= set(pages)
+    test_name = re.compile(r"\btests/[\w/]+\.py\b|\btest_\w+")
+    shown = {page: re.sub(r"<!--.*?-->", "", (DOCS / page).read_text("utf-8"), flags=re.S)
+             for page in pages}  # fmt: skip
+    cited = {page: found for page, text in shown.items() if (found := test_name.findall(text))}
+    assert cited == {}
+
+
+# From the first instant of 2026 (a Thursday), in UTC: the first three times each expression of
+# the cheat-sheet fires, worked out by hand from a calendar.
+CHEAT_SHEET = {
+    "* * * * *": ["2026-01-01 00:01", "2026-01-01 00:02", "2026-01-01 00:03"],
+    "*/15 * * * *": ["2026-01-01 00:15", "2026-01-01 00:30", "2026-01-01 00:45"],
+    "0 * * * *": ["2026-01-01 01:00", "2026-01-01 02:00", "2026-01-01 03:00"],
+    "30 6 * * *": ["2026-01-01 06:30", "2026-01-02 06:30", "2026-01-03 06:30"],
+    "0 9,17 * * *": ["2026-01-01 09:00", "2026-01-01 17:00", "2026-01-02 09:00"],
+    "0 9 * * 1-5": ["2026-01-01 09:00", "2026-01-02 09:00", "2026-01-05 09:00"],
+    "0 9-17/2 * * mon-fri": ["2026-01-01 09:00", "2026-01-01 11:00", "2026-01-01 13:00"],
+    "0 0 * * 0": ["2026-01-04 00:00", "2026-01-11 00:00", "2026-01-18 00:00"],
+    "0 0 1 * *": ["2026-02-01 00:00", "2026-03-01 00:00", "2026-04-01 00:00"],
+    "0 0 L * *": ["2026-01-31 00:00", "2026-02-28 00:00", "2026-03-31 00:00"],
+    "0 8 * * 1#1": ["2026-01-05 08:00", "2026-02-02 08:00", "2026-03-02 08:00"],
+    "0 18 * * 5L": ["2026-01-30 18:00", "2026-02-27 18:00", "2026-03-27 18:00"],
+    "0 12 * jan,jul *": ["2026-01-01 12:00", "2026-01-02 12:00", "2026-01-03 12:00"],
+    "0 0 1 1 *": ["2027-01-01 00:00", "2028-01-01 00:00", "2029-01-01 00:00"],
+    "*/10 * * * * *": ["2026-01-01 00:00:10", "2026-01-01 00:00:20", "2026-01-01 00:00:30"],
+}
+# The aliases the cheat-sheet names beside an expression, each the same as it.
+ALIASES = {"@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *"}
+
+
+def test_the_cron_cheat_sheet_fires_as_it_says() -> None:
+    """Each expression of docs/concepts.md's cheat-sheet, as the app matches it (cronsim on
+    the schedule's wall clock): its first three times, and its alias's."""
+    from datetime import UTC, datetime
+    from itertools import islice
+
+    from django_schedulinator import timing
+
+    page = (DOCS / "concepts.md").read_text("utf-8")
+    table = page.split("| expression | fires |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", table, re.M)
+    assert [expression for expression, _ in rows] == list(CHEAT_SHEET)
+
+    def fires(expression: str) -> list[str]:
+        spec = timing.Timing(kind="cron", cron=expression, timezone="UTC")
+        assert spec.validate() == {}, expression
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        shown = "%Y-%m-%d %H:%M:%S" if len(expression.split()) == 6 else "%Y-%m-%d %H:%M"
+        return [m.at.strftime(shown) for m in islice(timing.occurrences(spec, start), 3)]
+
+    for expression, _meaning in rows:
+        assert fires(expression) == CHEAT_SHEET[expression], expression
+    for alias, expression in ALIASES.items():
+        assert f"(`{alias}`)" in dict(rows)[expression], alias
+        assert fires(alias) == fires(expression), alias
+    # What the page says is refused.
+    assert "`0 0 31 2 *`" in page
+    assert timing.Timing(kind="cron", cron="0 0 31 2 *", timezone="UTC").validate()
+
+
 # -- installing before a release (README.md) ---------------------------------------------------
 
 ROOT = DOCS.parent

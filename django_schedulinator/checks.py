@@ -126,7 +126,7 @@ def check_index(
                 id="schedulinator.W011",
             )
         )
-    elif not built:
+    elif not built and schedules_wait(databases):
         messages.append(
             Warning(
                 "The due index has not been built in this Redis.",
@@ -146,6 +146,26 @@ def check_index(
             )
         )
     return messages
+
+
+def schedules_wait(databases: Any) -> bool:
+    """Whether a schedule of the checked databases belongs in the index (enabled, with a
+    next run): what an index not built keeps from firing. A new project has none, nor a
+    table yet when ``migrate`` runs the checks, so W011 tells it nothing it must do."""
+    from django.db import DatabaseError, connections, router
+
+    from django_schedulinator.index.sync import IN_INDEX
+    from django_schedulinator.models import Schedule
+
+    alias = router.db_for_read(Schedule)
+    if alias not in databases:
+        return False
+    try:
+        if Schedule._meta.db_table not in connections[alias].introspection.table_names():
+            return False  # not migrated yet
+        return Schedule.objects.using(alias).filter(IN_INDEX).exists()
+    except DatabaseError:
+        return False  # a database the check cannot read: Django's own checks say so
 
 
 @register()

@@ -18,6 +18,7 @@ from django_schedulinator.index.due import DueIndex
 
 from .support.redis_server import RedisServer, free_port, lose_redis
 from .support.rejections import NOT_A_DICT, SETTINGS_CASES, assert_nothing_written
+from .support.schedules import make_schedule
 from .support.webhook_receiver import SECRET as WEBHOOK_SECRET
 
 
@@ -292,7 +293,12 @@ def test_w010_redis_unreachable(settings: Any) -> None:
     assert "not reachable" in message.msg
 
 
+@pytest.mark.django_db
 def test_w011_the_index_is_not_built(index: DueIndex) -> None:
+    """Only while a schedule waits for it: a new project (no schedule yet, as at its first
+    ``migrate``) has nothing the missing index keeps from firing, and is told nothing."""
+    assert checks.check_index(databases=["default"]) == []
+    make_schedule()  # enabled, with a next run: it belongs in the index
     (message,) = checks.check_index(databases=["default"])
     assert message.id == "schedulinator.W011"
     assert "`rebuild_due_index`" in (message.hint or "")
@@ -300,6 +306,7 @@ def test_w011_the_index_is_not_built(index: DueIndex) -> None:
     assert checks.check_index(databases=["default"]) == []
 
 
+@pytest.mark.django_db  # the index is not built: W011 asks whether a schedule waits
 def test_w012_redis_may_evict_the_index(private_redis: RedisServer, key_prefix: str) -> None:
     client = private_redis.client()
     client.config_set("maxmemory-policy", "allkeys-lru")

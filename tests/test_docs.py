@@ -323,6 +323,114 @@ def test_the_changelogs_links_land_on_pages_and_headings_that_exist() -> None:
     assert broken == []
 
 
+def test_the_links_to_the_docs_from_code_tests_and_the_changelog_land_on_headings() -> None:
+    """Messages, docstrings and comments send readers to ``docs/<page>.md#<heading>``: each
+    heading exists (a page split in two keeps every anchor somewhere)."""
+    sources = [
+        path
+        for folder in ("django_schedulinator", "tests", "benchmarks", "example_project")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    ] + [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    pages = {page.stem: page for page in DOCS.glob("*.md")}
+    links = [
+        (source_file.relative_to(ROOT), name, anchor)
+        for source_file in sources
+        if source_file.is_file()
+        for name, anchor in re.findall(
+            r"\bdocs/([\w-]+)\.md#([\w-]+)", source_file.read_text("utf-8")
+        )
+    ]
+    assert len(links) > 10  # the search finds them
+    broken = [
+        f"{where}: docs/{name}.md#{anchor}"
+        for where, name, anchor in links
+        if name not in pages or anchor not in heading_anchors(pages[name])
+    ]
+    assert broken == []
+
+
+def user_pages() -> list[str]:
+    """The pages a user reads to set the app up and use it: Home, and the navigation's
+    "Getting started" and "Guide" (mkdocs.yml)."""
+    import yaml
+
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text("utf-8"))["nav"]
+    found = []
+    for entry in nav:
+        [(title, target)] = entry.items()
+        if isinstance(target, str):
+            found.append(target)
+        elif title in ("Getting started", "Guide"):
+            found += [page for item in target for page in item.values()]
+    return found
+
+
+def test_the_pages_for_users_cite_no_tests() -> None:
+    """Test names are evidence for contributors (docs/internals.md, docs/reliability.md's
+    failure table), not steps for a user: the pages a user follows name none in their text
+    (markers' reasons, HTML comments, are not shown)."""
+    pages = user_pages()
+    assert {"index.md", "quickstart.md", "concepts.md", "api.md"} <= set(pages)
+    test_name = re.compile(r"\btests/[\w/]+\.py\b|\btest_\w+")
+    shown = {page: re.sub(r"<!--.*?-->", "", (DOCS / page).read_text("utf-8"), flags=re.S)
+             for page in pages}  # fmt: skip
+    cited = {page: found for page, text in shown.items() if (found := test_name.findall(text))}
+    assert cited == {}
+
+
+# From the first instant of 2026 (a Thursday), in UTC: the first three times each expression of
+# the cheat-sheet fires, worked out by hand from a calendar.
+CHEAT_SHEET = {
+    "* * * * *": ["2026-01-01 00:01", "2026-01-01 00:02", "2026-01-01 00:03"],
+    "*/15 * * * *": ["2026-01-01 00:15", "2026-01-01 00:30", "2026-01-01 00:45"],
+    "0 * * * *": ["2026-01-01 01:00", "2026-01-01 02:00", "2026-01-01 03:00"],
+    "30 6 * * *": ["2026-01-01 06:30", "2026-01-02 06:30", "2026-01-03 06:30"],
+    "0 9,17 * * *": ["2026-01-01 09:00", "2026-01-01 17:00", "2026-01-02 09:00"],
+    "0 9 * * 1-5": ["2026-01-01 09:00", "2026-01-02 09:00", "2026-01-05 09:00"],
+    "0 9-17/2 * * mon-fri": ["2026-01-01 09:00", "2026-01-01 11:00", "2026-01-01 13:00"],
+    "0 0 * * 0": ["2026-01-04 00:00", "2026-01-11 00:00", "2026-01-18 00:00"],
+    "0 0 1 * *": ["2026-02-01 00:00", "2026-03-01 00:00", "2026-04-01 00:00"],
+    "0 0 L * *": ["2026-01-31 00:00", "2026-02-28 00:00", "2026-03-31 00:00"],
+    "0 8 * * 1#1": ["2026-01-05 08:00", "2026-02-02 08:00", "2026-03-02 08:00"],
+    "0 18 * * 5L": ["2026-01-30 18:00", "2026-02-27 18:00", "2026-03-27 18:00"],
+    "0 12 * jan,jul *": ["2026-01-01 12:00", "2026-01-02 12:00", "2026-01-03 12:00"],
+    "0 0 1 1 *": ["2027-01-01 00:00", "2028-01-01 00:00", "2029-01-01 00:00"],
+    "*/10 * * * * *": ["2026-01-01 00:00:10", "2026-01-01 00:00:20", "2026-01-01 00:00:30"],
+}
+# The aliases the cheat-sheet names beside an expression, each the same as it.
+ALIASES = {"@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@yearly": "0 0 1 1 *"}
+
+
+def test_the_cron_cheat_sheet_fires_as_it_says() -> None:
+    """Each expression of docs/concepts.md's cheat-sheet, as the app matches it (cronsim on
+    the schedule's wall clock): its first three times, and its alias's."""
+    from datetime import UTC, datetime
+    from itertools import islice
+
+    from django_schedulinator import timing
+
+    page = (DOCS / "concepts.md").read_text("utf-8")
+    table = page.split("| expression | fires |", 1)[1].split("\n\n", 1)[0]
+    rows = re.findall(r"^\| `([^`]+)` \| (.+) \|$", table, re.M)
+    assert [expression for expression, _ in rows] == list(CHEAT_SHEET)
+
+    def fires(expression: str) -> list[str]:
+        spec = timing.Timing(kind="cron", cron=expression, timezone="UTC")
+        assert spec.validate() == {}, expression
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        shown = "%Y-%m-%d %H:%M:%S" if len(expression.split()) == 6 else "%Y-%m-%d %H:%M"
+        return [m.at.strftime(shown) for m in islice(timing.occurrences(spec, start), 3)]
+
+    for expression, _meaning in rows:
+        assert fires(expression) == CHEAT_SHEET[expression], expression
+    for alias, expression in ALIASES.items():
+        assert f"(`{alias}`)" in dict(rows)[expression], alias
+        assert fires(alias) == fires(expression), alias
+    # What the page says is refused.
+    assert "`0 0 31 2 *`" in page
+    assert timing.Timing(kind="cron", cron="0 0 31 2 *", timezone="UTC").validate()
+
+
 # -- installing before a release (README.md) ---------------------------------------------------
 
 ROOT = DOCS.parent
@@ -371,23 +479,32 @@ QUICKSTART = "quickstart.md"
 def test_the_quick_start_fires_a_schedule(
     tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
 ) -> None:
-    """docs/quickstart.md copied top to bottom into a new project: its settings (their Redis
-    pointed at the tests'), the task module, migrate, the schedule pasted into the shell, and
-    the scheduler, which runs the task with its occurrence."""
+    """docs/quickstart.md copied top to bottom into a new project: the app made by
+    ``startapp`` and named in its settings (their Redis pointed at the tests'), the task
+    module, migrate (which warns of nothing), the schedule pasted into the shell, and the
+    scheduler, which runs the task with its occurrence and logs what the page shows."""
     redis = os.environ.get("SCHEDULINATOR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     settings = source("quickstart-settings", QUICKSTART)
     assert "redis://127.0.0.1:6379/1" in settings
+    # The project as step 3 finds it (its settings not yet the page's), where startapp
+    # makes the app; then step 4's settings, which name it.
+    [startapp] = commands("quickstart-startapp", QUICKSTART)
+    DocProject(tmp_path, key_prefix, settings=[], apps=[]).run(startapp)
     project = DocProject(
         tmp_path, key_prefix, settings=[settings.replace("redis://127.0.0.1:6379/1", redis)],
-        apps=["reports"],
+        apps=[],  # the page's startapp made it, and its settings name it
     )  # fmt: skip
     doc_projects.append(project)
     task_path, task = project_file("quickstart-task", QUICKSTART)
+    assert (tmp_path / task_path).parent.joinpath("apps.py").is_file()  # the app startapp made
     project.write(task_path, task)
     [migrate] = commands("quickstart-migrate", QUICKSTART)
     [run] = commands("quickstart-run", QUICKSTART)
 
-    project.run(migrate)
+    printed, told = project.run_told(migrate)
+    assert "Applying django_schedulinator.0001" in printed, printed
+    assert "WARNING" not in told, told  # the page: "It warns of nothing"
+    assert "schedulinator.W" not in told, told
     project.shell(source("quickstart-schedule", QUICKSTART))
     scheduler = project.start(run)
     wait_for(lambda: run_statuses(project) == ["succeeded"], "the run now to succeed")
@@ -396,6 +513,9 @@ def test_the_quick_start_fires_a_schedule(
     assert scheduler.stdout is not None
     output = scheduler.stdout.read()
     assert re.search(r"hello, world \(\d+:\d+\)", output), output
+    # The line the page shows is one of these, its key an example.
+    [shown] = [b.text for b in blocks(QUICKSTART) if b.lang == "text"]
+    assert re.fullmatch(r"hello, world \(\d+:\d+\)", shown.strip()), shown
 
 
 # -- every block a user would copy is run by a test ------------------------------------------
@@ -1681,6 +1801,72 @@ def test_the_api_pages_apps_are_apps() -> None:
     assert listed == ["rest_framework", "django_filters", "django_schedulinator"]
     for app in listed:
         assert apps.is_installed(app), app  # installed in the tests' settings too
+
+
+@pytest.mark.subprocess
+def test_the_api_pages_token_setup_lets_a_program_in(
+    tmp_path: Path, key_prefix: str, doc_projects: list[DocProject]
+) -> None:
+    """docs/api.md#tokens-for-programs in a new project: its settings, then migrate and
+    drf_create_token as the page writes them, and its curl, with the token printed, sent to
+    the project's server (runserver): the schedules come back; without the header, or with
+    a token nobody has, they do not."""
+    import socket
+
+    from .support.redis_server import free_port
+
+    project = DocProject(
+        tmp_path, key_prefix,
+        settings=[
+            source("api-token-settings", API_PAGE),
+            # What the page leaves to the project: its URLs (api-urls) and its host.
+            'ROOT_URLCONF = "myproject.urls"\nALLOWED_HOSTS = ["127.0.0.1"]',
+        ],
+        apps=[],
+    )  # fmt: skip
+    doc_projects.append(project)
+    urls = source("api-urls", API_PAGE)
+    assert "    ...,\n" in urls  # the project's own URLs
+    project.write("myproject/urls.py", urls.replace("    ...,\n", ""))
+    migrate, create_token = commands("api-token-commands", API_PAGE)
+    [curl] = commands("api-token-request", API_PAGE)
+
+    project.run(migrate)
+    project.shell(  # the user the page's token is for: staff, with every permission
+        "from django.contrib.auth.models import User\n"
+        "User.objects.create_superuser('worker', 'worker@example.com', None)"
+    )
+    printed = project.run(create_token)
+    found = re.fullmatch(r"Generated token (\w{40}) for user worker", printed.strip())
+    assert found, printed
+    port = free_port()
+    project.popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"])
+
+    def answers() -> bool:
+        with socket.socket() as sock:
+            return sock.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_for(answers, "runserver to listen")
+
+    shown = "9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b"  # the page's example token
+
+    def send(line: str) -> tuple[int, str]:
+        words = shlex.split(line.replace("127.0.0.1:8000", f"127.0.0.1:{port}"))
+        assert words[0] == "curl", line
+        done = subprocess.run(
+            [*words, "-s", "-w", "\n%{http_code}"], capture_output=True, text=True, timeout=60
+        )
+        body, _, status = done.stdout.rpartition("\n")
+        return int(status), body
+
+    status, body = send(curl.replace(shown, found[1]))
+    assert status == 200, body
+    assert json.loads(body)["count"] == 0  # the new project's schedules: none yet
+    # Refused with a 401, as the page says of the token's class first in the list.
+    assert send(curl.replace(shown, "0" * 40)) == (401, '{"detail":"Invalid token."}')
+    without = curl.replace(f'-H "Authorization: Token {shown}" ', "")
+    assert without != curl
+    assert send(without)[0] == 401  # no credentials
 
 
 # -- testing with a travelling clock (docs/scheduling.md) --------------------------------------

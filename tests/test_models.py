@@ -106,7 +106,7 @@ def test_valid_schedule_is_saved_with_its_next_run() -> None:
     assert schedule.revision == 1
 
 
-# -- save() validates and writes; the services decide (docs/concepts.md#one-write-path) -------
+# -- save() validates and writes; the services decide (docs/concepts.md#the-write-path-services)
 
 
 @pytest.mark.django_db

@@ -108,18 +108,24 @@ class DocProject:
 
     def run(self, line: str) -> str:
         """Run a documented command line to its end; what it printed."""
-        return self._finish(self.argv(line))
+        return self._finish(self.argv(line)).stdout
+
+    def run_told(self, line: str) -> tuple[str, str]:
+        """Run a documented command line to its end; what it printed, and what it wrote to
+        stderr (where Django writes the system checks' warnings)."""
+        done = self._finish(self.argv(line))
+        return done.stdout, done.stderr
 
     def shell(self, code: str) -> str:
         """Run ``code`` in ``manage.py shell``, as a user pastes a block there."""
-        return self._finish([sys.executable, "manage.py", "shell", "-c", code])
+        return self._finish([sys.executable, "manage.py", "shell", "-c", code]).stdout
 
-    def _finish(self, argv: list[str]) -> str:
+    def _finish(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             argv, cwd=self.root, env=self.env(), capture_output=True, text=True, timeout=120
         )
         assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stdout}\n{done.stderr}"
-        return done.stdout
+        return done
 
     def start(self, line: str) -> subprocess.Popen[str]:
         """Start a long-running documented command (killed by ``stop_all``)."""

@@ -1181,6 +1181,28 @@ def test_the_change_log_admin_lists_entries(admin_client: Client, admin_user: Us
 # -- the operations page ------------------------------------------------------------------------
 
 
+def test_the_admin_index_links_the_operations_page_to_those_who_may_see_it(
+    staff_client: Callable[..., Client], index: DueIndex
+) -> None:
+    entry = reverse("admin:django_schedulinator_scheduleroperations_changelist")
+    operator = staff_client("view_schedule", "view_operations", username="operator")
+    home = operator.get(reverse("admin:index")).content.decode()
+    # In the app's list (and so in the sidebar), as a page to view, nothing to add.
+    assert f'<a href="{entry}">Scheduler operations</a>' in home
+    assert "scheduleroperations/add/" not in home
+    response = operator.get(entry)
+    assert response.status_code == 302
+    assert response["Location"] == reverse(OPERATIONS)
+    assert operator.get(response["Location"]).status_code == 200
+
+    viewer = staff_client("view_schedule", username="viewer")
+    assert entry not in viewer.get(reverse("admin:index")).content.decode()
+    assert viewer.get(entry).status_code == 403
+    # The entry lists and shows no schedule of its own.
+    schedule = make_schedule()
+    assert operator.get(f"{entry}{schedule.pk}/change/").status_code == 404
+
+
 def test_the_operations_page_needs_its_permission(
     staff_client: Callable[..., Client], index: DueIndex
 ) -> None:

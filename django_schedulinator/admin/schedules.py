@@ -57,7 +57,7 @@ from django_schedulinator.admin.filters import (
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from django_schedulinator.admin.pictures import lateness, marks
 from django_schedulinator.index import sync
-from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.models.querysets import ScheduleQuerySet
 from django_schedulinator.services import Origin
 
@@ -224,7 +224,18 @@ class ScheduleAdmin(ExactTimes):
         # "version" is the form's own hidden field; as a model field it is not editable, and
         # naming it would make the form factory refuse it.
         kwargs["fields"] = [name for name in fields if name != "version"]
-        return super().get_form(request, obj, change, **kwargs)
+        form = cast("type[ScheduleForm]", super().get_form(request, obj, change, **kwargs))
+        # A class of this request's own (the factory makes one per call).
+        form.calendar_add_url = self._calendar_add_url(request)
+        return form
+
+    def _calendar_add_url(self, request: HttpRequest) -> str:
+        """The calendar admin's add page, for a user who may add a calendar; else ""."""
+        if not self.admin_site.is_registered(Calendar):
+            return ""
+        if not self.admin_site.get_model_admin(Calendar).has_add_permission(request):
+            return ""
+        return reverse(f"{self.admin_site.name}:{Calendar._meta.app_label}_calendar_add")
 
     # -- changelist columns ---------------------------------------------------------------
 

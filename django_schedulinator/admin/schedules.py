@@ -118,7 +118,7 @@ class ScheduleAdmin(ExactTimes):
     list_display = (
         "name",
         "task_name",
-        "description",
+        "timing_text",
         "next_run",
         "last_run",
         "missed",
@@ -247,6 +247,13 @@ class ScheduleAdmin(ExactTimes):
             obj.description if obj.pk is not None else gettext("Fill in the timing to see it here.")
         )
         return format_html('<span id="schedulinator-description">{}</span>', text)
+
+    @admin.display(description=_("description"))
+    def timing_text(self, obj: Schedule) -> str:
+        """The description, which a narrow column may break after a slash too (in a zone's
+        name: "Europe/<wbr>Berlin")."""
+        slash = format_html("{}<wbr>", "/")
+        return format_html_join(slash, "{}", ((part,) for part in obj.description.split("/")))
 
     @admin.display(description=_("task"), ordering="task")
     def task_name(self, obj: Schedule) -> str:

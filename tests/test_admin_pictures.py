@@ -359,6 +359,7 @@ def test_schedules_that_fire_every_second_are_drawn_apart_from_the_herds(
     assert [(busy.minute, busy.total) for busy in result.busiest] == [(0, 20), (30, 5)]
     assert [len(busy.alike) for busy in result.busiest] == [23, 11]
     [every_second] = result.frequent_shares
+    assert every_second.description == "Every second"  # not "Every 1 seconds"
     assert (every_second.members, every_second.per_minute) == (3, pytest.approx(180))
     assert every_second.occurrences == pytest.approx(3 * 86_400, rel=0.01)
     assert result.frequent_schedules == 3

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from django_schedulinator import services
 from django_schedulinator.admin import RunAdmin, ScheduleChangeAdmin, local_time
+from django_schedulinator.admin.display import short_time
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 from django_schedulinator.outcomes import AUTO_PAUSE_NOTE
@@ -196,10 +197,14 @@ def test_the_changelist_shows_timing_next_and_last_run(admin_client: Client) -> 
     Schedule.objects.filter(pk=finished.pk).update(next_run_at=None, due_at=None)
     html = admin_client.get(reverse(CHANGELIST)).content.decode()
 
-    assert "At 03:00 (Europe/Berlin)" in html  # the description
-    local = local_time(nightly.next_run_at, "Europe/Berlin")
-    assert "03:00 CE" in local  # in the schedule's zone: CET or CEST
-    assert local in html
+    assert "At 03:00 (Europe/<wbr>Berlin)" in html  # the description, which may break at "/"
+    # In the schedule's zone (CET or CEST), shorter than on its page ("2 Dec 03:00 CET"),
+    # the exact time as the tooltip.
+    shown = short_time(nightly.next_run_at, "Europe/Berlin")
+    assert re.fullmatch(r"\d{1,2} \w{3}( \d{4})? 03:00 CES?T", shown), shown
+    day, clock, zone = shown.rsplit(" ", 2)
+    exact = local_time(nightly.next_run_at, "Europe/Berlin", seconds=True)
+    assert f'title="{exact}"><span>{day}</span> <span>{clock} {zone}</span>' in html
     assert re.search(r"in [34]\xa0days", html)  # and relative
     assert 'class="schedulinator-status schedulinator-status-failed">Failed</span>' in html
     assert "never run" in html  # fresh
@@ -260,8 +265,12 @@ def test_the_changelist_marks_a_missed_run_until_a_later_run_succeeds(
     page = admin_client.get(reverse(CHANGELIST))
     html = page.content.decode()
     local = failed.scheduled_for.astimezone(BERLIN)
-    assert f"missed {local:%Y-%m-%d %H:%M:%S %Z}" in html
-    assert html.count('class="schedulinator-missed"') == 1  # a later success clears it
+    # Shorter in the list, under the column "missed"; the exact time in its tooltip.
+    mark = short_time(failed.scheduled_for, "Europe/Berlin", seconds=True)
+    assert f'title="{local:%Y-%m-%d %H:%M:%S %Z} No successful run' in html
+    day, clock, zone = mark.rsplit(" ", 2)
+    assert f"<span>{day}</span> <span>{clock} {zone}</span>" in html
+    assert html.count("schedulinator-missed") == 1  # a later success clears it
     assert "By missed runs" in html
     missed = admin_client.get(reverse(CHANGELIST), {"missed": "yes"})
     assert listed(missed) == {"nightly"}
@@ -1055,8 +1064,13 @@ def test_the_runs_show_when_they_were_raised_as_missed(admin_client: Client) -> 
     Run.objects.filter(status="failed").update(missed_at=raised)
     runs = reverse("admin:django_schedulinator_run_changelist")
     page = admin_client.get(runs, {"missed": "yes"})
-    assert [r.status for r in page.context["cl"].result_list] == ["failed"]
-    html = page.content.decode()
+    [failed] = page.context["cl"].result_list
+    assert failed.status == "failed"
+    # The list filters by it; the run's page shows when (the list keeps to what fits a
+    # laptop's screen).
+    html = admin_client.get(
+        reverse("admin:django_schedulinator_run_change", args=[failed.pk])
+    ).content.decode()
     assert f"{timezone.localtime(raised):%Y-%m-%d %H:%M:%S %Z}" in html
     assert [
         r.status for r in admin_client.get(runs, {"missed": "no"}).context["cl"].result_list
@@ -1179,6 +1193,28 @@ def test_the_change_log_admin_lists_entries(admin_client: Client, admin_user: Us
 
 
 # -- the operations page ------------------------------------------------------------------------
+
+
+def test_the_admin_index_links_the_operations_page_to_those_who_may_see_it(
+    staff_client: Callable[..., Client], index: DueIndex
+) -> None:
+    entry = reverse("admin:django_schedulinator_scheduleroperations_changelist")
+    operator = staff_client("view_schedule", "view_operations", username="operator")
+    home = operator.get(reverse("admin:index")).content.decode()
+    # In the app's list (and so in the sidebar), as a page to view, nothing to add.
+    assert f'<a href="{entry}">Scheduler operations</a>' in home
+    assert "scheduleroperations/add/" not in home
+    response = operator.get(entry)
+    assert response.status_code == 302
+    assert response["Location"] == reverse(OPERATIONS)
+    assert operator.get(response["Location"]).status_code == 200
+
+    viewer = staff_client("view_schedule", username="viewer")
+    assert entry not in viewer.get(reverse("admin:index")).content.decode()
+    assert viewer.get(entry).status_code == 403
+    # The entry lists and shows no schedule of its own.
+    schedule = make_schedule()
+    assert operator.get(f"{entry}{schedule.pk}/change/").status_code == 404
 
 
 def test_the_operations_page_needs_its_permission(

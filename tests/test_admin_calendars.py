@@ -5,10 +5,12 @@ not deleted; the schedule form names calendars and its live preview shows their 
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import connection
 from django.test import Client
@@ -192,3 +194,41 @@ def test_the_list_counts_the_days_in_its_one_query(admin_client: Client) -> None
     one_each = '"django_schedulinator_excludedday"."calendar_id" = '
     assert not [q for q in captured.captured_queries if one_each in q["sql"]]
     assert page.context["cl"].result_list[0].day_total == 2
+
+
+def test_the_schedule_form_labels_the_calendars_and_links_to_adding_one(
+    admin_client: Client,
+) -> None:
+    add_schedule = reverse("admin:django_schedulinator_schedule_add")
+    add_calendar = reverse("admin:django_schedulinator_calendar_add")
+    html = admin_client.get(add_schedule).content.decode()
+    # A label like the others (not "calendars:"), and no empty box while there is none.
+    assert re.search(r">\s*Calendars:\s*<", html)
+    assert "calendars:" not in html
+    assert 'class="schedulinator-no-calendars"' in html
+    assert "No calendar of excluded days exists yet." in html
+    link = re.search(r'<a href="([^"]+)" id="schedulinator-add-calendar"[^>]*>([^<]+)</a>', html)
+    assert link is not None
+    assert link.groups() == (add_calendar, "Add a calendar")
+
+    Calendar.objects.create(name="office", timezone="Europe/Berlin")
+    html = admin_client.get(add_schedule).content.decode()
+    assert 'value="office"' in html
+    assert "schedulinator-no-calendars" not in html
+    assert ">Add another calendar</a>" in html
+
+
+def test_the_calendar_link_is_only_for_those_who_may_add_one(
+    django_user_model: Any, client: Client
+) -> None:
+    user = django_user_model.objects.create_user("editor", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(
+            content_type__app_label="django_schedulinator",
+            codename__in=["add_schedule", "view_schedule", "view_calendar"],
+        )
+    )
+    client.force_login(user)
+    html = client.get(reverse("admin:django_schedulinator_schedule_add")).content.decode()
+    assert "No calendar of excluded days exists yet." in html
+    assert "schedulinator-add-calendar" not in html

@@ -256,9 +256,12 @@ def test_a_dense_timing_is_counted_exactly_then_at_its_average_rate(
     assert result.dense_timings == 1
     # Expanded to 01:39:50: exact up to its minute, estimated from there on.
     assert estimated_from(result) == 99
-    assert result.nominal == [12] * 1440
+    # A steady load: counted apart from the herds.
+    assert result.frequent == [12] * 1440
+    assert not any(result.nominal)
     context = pictures.forecast_context(result)
-    assert context["estimated"] == [{"x": pictures.F_LEFT + 99, "width": 1440 - 99}]
+    # Two minutes a column.
+    assert context["estimated"] == [{"x": pictures.F_LEFT + 49.5, "width": (1440 - 99) / 2}]
     assert any("counted exactly up to the dotted area" in note for note in context["notes"])
 
 
@@ -270,9 +273,11 @@ def test_a_dense_timing_is_estimated_only_in_the_minutes_it_fires_in() -> None:
     result = forecasting.forecast(SPRING)
 
     assert estimated_from(result) == 9 * 60 + 24
-    assert minutes_with(result.nominal) == {minute: 60 for minute in range(9 * 60, 18 * 60)}
+    assert minutes_with(result.frequent) == {minute: 60 for minute in range(9 * 60, 18 * 60)}
     spans = pictures.forecast_context(result)["estimated"]
-    assert spans == [{"x": pictures.F_LEFT + 9 * 60 + 24, "width": 18 * 60 - (9 * 60 + 24)}]
+    assert spans == [
+        {"x": pictures.F_LEFT + (9 * 60 + 24) / 2, "width": (18 * 60 - (9 * 60 + 24)) / 2}
+    ]
 
 
 def test_the_expansion_budget_leaves_the_smallest_groups_out(
@@ -287,7 +292,7 @@ def test_the_expansion_budget_leaves_the_smallest_groups_out(
     assert result.budget_spent
     assert result.uncounted == 1
     assert result.dense_timings == 0  # a timing started is expanded whole
-    assert sum(result.nominal) == 3 * 1440
+    assert sum(result.frequent) == 3 * 1440  # every minute: a steady load, counted apart
 
 
 def test_the_busiest_minutes_name_their_groups_and_suggest_jitter(admin_client: Client) -> None:
@@ -313,7 +318,15 @@ def test_the_busiest_minutes_name_their_groups_and_suggest_jitter(admin_client: 
     assert (five_minutes.members, five_minutes.occurrences) == (2, 2)
     assert five_minutes.suggested_jitter == timedelta(minutes=1)
     assert five_minutes.family.timeline.timezone == "Europe/Berlin"
-    assert [busy.minute for busy in result.busiest] == [0, 60, 120, 180, 240]
+    # Each hour's :00 is the same herd: one row, naming the other hours, not 23 alike; then
+    # the minutes of the five-minute group alone.
+    assert [busy.minute for busy in result.busiest] == [0, 5]
+    assert first.alike == [60 * hour for hour in range(1, 24)]
+    assert len(result.busiest[1].alike) == 24 * 12 - 24 - 1
+    row = pictures.forecast_context(result)["busiest"][0]
+    assert (
+        row["alike"] == "led by the same schedules also at 01:00, 02:00, 03:00 and 20 more minutes"
+    )
 
     # The link lists the group's schedules.
     url = pictures.forecast_context(result)["busiest"][0]["shares"][0]["url"]
@@ -321,6 +334,82 @@ def test_the_busiest_minutes_name_their_groups_and_suggest_jitter(admin_client: 
     assert page.status_code == 200
     assert page.context["cl"].result_count == 50
     assert admin_client.get(f"{url}&_facets=True").status_code == 200  # "Show counts"
+
+
+def test_schedules_that_fire_every_second_are_drawn_apart_from_the_herds(
+    admin_client: Client,
+) -> None:
+    # Three schedules every second (180 a minute, all day) would flatten a herd of 20 at
+    # :00 into a wall: they are counted, drawn and listed apart.
+    for _ in range(3):
+        make_schedule(interval=timedelta(seconds=1), next_run_at=SPRING)
+    cron_schedule("0 * * * *", SPRING, count=20)
+    cron_schedule("30 */2 * * *", SPRING, count=5)
+
+    result = forecasting.forecast(SPRING)
+
+    assert result.dense_timings == 1
+    assert all(value == pytest.approx(180) for value in result.frequent)
+    assert minutes_with(result.nominal) == {
+        **{60 * hour: 20 for hour in range(24)},
+        **{30 + 120 * n: 5 for n in range(12)},
+    }
+    assert result.peak == (0, 20)  # the herd, not the steady load
+    # The busiest minutes: each herd once, with the minutes it repeats in.
+    assert [(busy.minute, busy.total) for busy in result.busiest] == [(0, 20), (30, 5)]
+    assert [len(busy.alike) for busy in result.busiest] == [23, 11]
+    [every_second] = result.frequent_shares
+    assert every_second.description == "Every second"  # not "Every 1 seconds"
+    assert (every_second.members, every_second.per_minute) == (3, pytest.approx(180))
+    assert every_second.occurrences == pytest.approx(3 * 86_400, rel=0.01)
+    assert result.frequent_schedules == 3
+
+    context = pictures.forecast_context(result)
+    assert context["y_ticks"][-1]["label"] == "20"  # the main panel's scale: the herds'
+    assert context["frequent_y_ticks"][-1]["label"] == "200"
+    html = admin_client.get(reverse(OPERATIONS)).content.decode()
+    assert 'id="schedulinator-frequent"' in html
+    assert "Every second" in html
+
+
+def test_the_busiest_minutes_are_unlike_each_other() -> None:
+    cron_schedule("0 * * * *", SPRING, count=30)
+    cron_schedule("15 * * * *", SPRING, count=20)
+    cron_schedule("*/30 * * * *", SPRING, count=2)
+    cron_schedule("45 9 * * *", SPRING, count=3)
+
+    result = forecasting.forecast(SPRING)
+
+    rows = [
+        (busy.minute, busy.total, [s.members for s in busy.shares], len(busy.alike))
+        for busy in result.busiest
+    ]
+    assert rows == [
+        (0, 32, [30, 2], 23),  # :00 has the hourly herd and the half-hourly pair
+        (15, 20, [20], 23),
+        (9 * 60 + 45, 3, [3], 0),
+        (30, 2, [2], 23),
+    ]
+    signatures = [frozenset(s.family for s in busy.shares) for busy in result.busiest]
+    assert len(set(signatures)) == len(signatures)
+
+
+def test_a_busy_minute_is_told_by_the_groups_its_row_names() -> None:
+    cron_schedule("0 * * * *", SPRING, count=4)
+    cron_schedule("0 * * * *", SPRING, count=3, jitter=timedelta(minutes=10))
+    cron_schedule("*/15 * * * *", SPRING, count=2)
+    make_schedule(interval=timedelta(minutes=7), next_run_at=SPRING)  # at :00 every 7 hours
+
+    result = forecasting.forecast(SPRING)
+
+    # Every hour's :00 is led by the same three groups (which the row names), whether or
+    # not the one every 7 minutes falls there too: one row.
+    first = result.busiest[0]
+    assert [(s.members, s.family.jitter) for s in first.shares] == [
+        (4, None), (3, timedelta(minutes=10)), (2, None)
+    ]  # fmt: skip
+    assert first.minute == 0
+    assert first.alike == [60 * hour for hour in range(1, 24)]
 
 
 def test_an_interval_groups_link_lists_its_schedules(admin_client: Client) -> None:
@@ -495,7 +584,7 @@ def test_the_strip_marks_each_status_by_shape_and_letter() -> None:
     assert "2026-03-01 12:00:05 UTC · Succeeded · handed off 2.0 s late" in titles
 
 
-def test_the_strip_shows_the_last_sixty_runs() -> None:
+def test_the_strip_shows_the_last_forty_runs() -> None:
     schedule = make_schedule()
     base = datetime(2026, 3, 1, tzinfo=UTC)
     Run.objects.bulk_create(
@@ -504,8 +593,8 @@ def test_the_strip_shows_the_last_sixty_runs() -> None:
         for n in range(75)
     )  # fmt: skip
     runs = lateness.recent_runs(schedule.pk, marks.STRIP_RUNS)
-    assert len(runs) == 60
-    assert runs[0]["scheduled_for"] == base + timedelta(minutes=15)
+    assert len(runs) == 40
+    assert runs[0]["scheduled_for"] == base + timedelta(minutes=35)
     assert runs[-1]["scheduled_for"] == base + timedelta(minutes=74)
 
 

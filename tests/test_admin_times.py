@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from django_schedulinator.admin.display import short_time
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
 
@@ -58,12 +59,28 @@ def test_the_runs_list_shows_runs_seconds_apart_apart(admin_client: Client) -> N
 
     page = admin_client.get(reverse("admin:django_schedulinator_run_changelist")).content.decode()
 
-    assert cell(page, "scheduled_for") == ["2026-03-01 12:00:10 UTC", "2026-03-01 12:00:05 UTC"]
-    assert cell(page, "finished_at") == ["-", "2026-03-01 12:00:07 UTC"]
+    # Shorter than on a run's page (the list fits a laptop's screen), still to the second.
+    later, earlier = short_time(NOON + timedelta(seconds=5)), short_time(NOON)
+    assert later != earlier
+    assert cell(page, "scheduled_for") == [later, earlier]
+    assert cell(page, "finished_at") == ["-", short_time(NOON + timedelta(seconds=2))]
+    # The exact time is the tooltip.
+    assert 'title="2026-03-01 12:00:10 UTC">' in page
     # Its header keeps its name, and sorts by the field.
     header = re.search(r'<th scope="col" class="sortable column-scheduled_for.*?</th>', page, re.S)
     assert header is not None
     assert "Scheduled for</a>" in header[0]
+
+
+def test_a_list_time_names_the_year_only_when_it_is_not_this_one() -> None:
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    assert short_time(NOON, now=now) == "1 Mar 12:00:05 UTC"
+    assert short_time(NOON, now=now.replace(year=2027)) == "1 Mar 2026 12:00:05 UTC"
+    assert short_time(NOON, "Europe/Berlin", now=now) == "1 Mar 13:00:05 CET"
+    whole = NOON.replace(second=0)
+    assert short_time(whole, now=now) == "1 Mar 12:00 UTC"
+    assert short_time(whole, now=now, seconds=True) == "1 Mar 12:00:00 UTC"
+    assert short_time(NOON, now=now, seconds=False) == "1 Mar 12:00 UTC"
 
 
 def test_a_run_page_shows_its_times_to_the_second_in_the_admin_zone(
@@ -104,7 +121,8 @@ def test_the_change_log_list_shows_its_times_to_the_second(admin_client: Client)
     url = reverse("admin:django_schedulinator_schedulechange_changelist")
     page = admin_client.get(url).content.decode()
 
-    assert cell(page, "at") == ["2026-03-01 12:00:05 UTC"]
+    assert cell(page, "at") == [short_time(NOON)]
+    assert 'title="2026-03-01 12:00:05 UTC">' in page
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,10 @@ saved), see its preview, pause it with a note, run it now, and see the run succe
 ledger. Each step saves a screenshot under artifacts/browser/ (or
 $SCHEDULINATOR_ARTIFACTS). Without Chromium the test skips, unless
 SCHEDULINATOR_REQUIRE_BROWSER=1 (CI), where it fails.
+
+On a laptop's screen (1,366 x 768), measured in the page: the lists fit their box (nothing
+scrolls out of sight) and no time in them wraps past two lines, the admin index links the
+operations page, and every label of every picture is drawn at 11 px or more.
 """
 
 from __future__ import annotations
@@ -44,6 +48,38 @@ PAUSE_NOTE = "maintenance window"
 LEDGER_TIMEOUT_SECONDS = 30.0
 LEDGER_POLL_SECONDS = 0.5
 STEP_TIMEOUT_MS = 15_000
+# A common laptop screen: the admin must fit it at 100% zoom.
+VIEWPORT = {"width": 1366, "height": 768}
+SMALLEST_LABEL_PX = 11
+MOST_LINES_OF_A_TIME = 2
+
+# The changelist's table against its box, and the times in it that wrap (one line box per
+# line of an inline element).
+FIT_SCRIPT = """() => {
+  const box = document.querySelector('#changelist .results');
+  const times = [...document.querySelectorAll('#result_list td .schedulinator-time')];
+  const lines = element => new Set(
+    [...element.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top))
+  ).size;
+  return {
+    scrollWidth: box.scrollWidth,
+    clientWidth: box.clientWidth,
+    times: times.length,
+    columns: [...document.querySelectorAll('#result_list thead th')].map(
+      th => [th.className.replace('sortable ', ''), Math.round(th.getBoundingClientRect().width)]
+    ),
+    lines: times.map(time => [time.textContent.trim(), lines(time)]),
+  };
+}"""
+# Each visible text of the pictures, at the size it is drawn: its font size times the scale
+# of its picture on the screen (a picture shrunk to fit draws its text smaller).
+LABELS_SCRIPT = """() => [...document.querySelectorAll('svg.schedulinator-chart text')]
+  .filter(text => text.textContent.trim() && text.getClientRects().length)
+  .map(text => {
+    const ctm = text.getScreenCTM();
+    const size = parseFloat(getComputedStyle(text).fontSize) * Math.hypot(ctm.a, ctm.b);
+    return [text.textContent.trim(), Math.round(size * 100) / 100];
+  })"""
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +132,7 @@ def example_project(artifacts: Artifacts) -> Iterator[ExampleProject]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context = browser.new_context(viewport=VIEWPORT)
     context.set_default_timeout(STEP_TIMEOUT_MS)
     try:
         yield context.new_page()
@@ -113,14 +149,15 @@ class Screenshots:
         self.prefix = prefix
         self.count = 0
 
-    def take(self, step: str, element: Locator | None = None) -> None:
-        """The whole page, or only ``element`` (a picture, up close)."""
+    def take(self, step: str, element: Locator | None = None, *, screen: bool = False) -> None:
+        """The whole page, only ``element`` (a picture, up close), or with ``screen`` what
+        the screen shows (VIEWPORT)."""
         self.count += 1
         path = self.artifacts.path(f"{self.prefix}{self.count:02d}-{step}.png")
         if element is not None:
             element.screenshot(path=path)
         else:
-            self.page.screenshot(path=path, full_page=True)
+            self.page.screenshot(path=path, full_page=not screen)
 
     @contextmanager
     def on_failure(self) -> Iterator[None]:
@@ -133,6 +170,28 @@ class Screenshots:
                     path=self.artifacts.path(f"{self.prefix}failure.png"), full_page=True
                 )
             raise
+
+
+def assert_list_fits(page: Page, *, times: bool = True) -> None:
+    """The changelist's table fits its box at this width, and no time in it (``times``:
+    there must be some) wraps past MOST_LINES_OF_A_TIME lines."""
+    measured = page.evaluate(FIT_SCRIPT)
+    assert measured["scrollWidth"] <= measured["clientWidth"], (
+        f"{page.url}: the list is {measured['scrollWidth']} px wide in "
+        f"{measured['clientWidth']} px at {VIEWPORT['width']} px; its columns: "
+        f"{measured['columns']}"
+    )
+    assert measured["times"] or not times, f"{page.url}: no times listed"
+    wrapped = [(text, n) for text, n in measured["lines"] if n > MOST_LINES_OF_A_TIME]
+    assert wrapped == [], f"{page.url}: times on more than {MOST_LINES_OF_A_TIME} lines"
+
+
+def assert_labels_readable(page: Page) -> None:
+    """Every label of the page's pictures is drawn at SMALLEST_LABEL_PX or more."""
+    labels = page.evaluate(LABELS_SCRIPT)
+    assert labels, f"{page.url}: no picture labels"
+    small = [(text, size) for text, size in labels if size < SMALLEST_LABEL_PX]
+    assert small == [], f"{page.url}: labels under {SMALLEST_LABEL_PX} px at 100% zoom"
 
 
 def messages(page: Page) -> Locator:
@@ -180,6 +239,13 @@ def add_cron_schedule(
     page.locator("#id_kwargs").fill("{}")
     page.locator("#id_enabled").check()
     page.locator("#id_kind").select_option("cron")
+    # No calendar exists yet: the field says so, and links to adding one.
+    calendars = page.locator(".field-calendars")
+    expect(calendars).to_contain_text("Calendars")
+    expect(calendars).to_contain_text("No calendar of excluded days exists yet.")
+    expect(calendars.locator("#schedulinator-add-calendar")).to_have_text("Add a calendar")
+    calendars.scroll_into_view_if_needed()
+    shots.take("add-form-calendars", calendars)
     zone = page.locator("#id_timezone")
     # A text input or a select of zones: both are within the contract.
     if zone.evaluate("element => element.tagName") == "SELECT":
@@ -244,6 +310,11 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
 
     with shots.on_failure():
         log_in(page, project)
+        # The admin index links the operations page.
+        operations_link = page.locator("#content-main").get_by_role(
+            "link", name="Scheduler operations", exact=True
+        )
+        expect(operations_link).to_be_visible()
         shots.take("logged-in")
 
         schedule_id = add_cron_schedule(page, project, name, description, shots)
@@ -261,7 +332,9 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         # Paused shows in the list: the enabled icon is "no", or the note is listed.
         paused = row.locator('td.field-enabled img[alt="False"]').or_(row.get_by_text(PAUSE_NOTE))
         expect(paused.first).to_be_visible()
-        shots.take("paused")
+        # Alone (this test first), paused and never run: no time to measure yet.
+        assert_list_fits(page, times=False)
+        shots.take("paused", screen=True)
 
         page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/{schedule_id}/change/")
         expect(page.locator("#id_enabled")).not_to_be_checked()
@@ -274,6 +347,7 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
 
         run = wait_for_succeeded_run_now(page, project, schedule_id)
         expect(run).to_be_visible()
+        assert_list_fits(page)
         shots.take("ledger-run-succeeded")
 
         # The change log recorded the admin's changes, and the operations page reads the
@@ -282,7 +356,10 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         changes = page.locator("#schedulinator-changes")
         for action in ("Created", "Paused", "Run now"):
             expect(changes).to_contain_text(action)
-        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/operations/")
+        # Reached from the admin index.
+        page.goto(f"{project.base_url}/admin/")
+        operations_link.click()
+        expect(page).to_have_url(re.compile(r"/admin/django_schedulinator/schedule/operations/$"))
         expect(page.locator("#schedulinator-status-schedules td.value")).to_have_text(
             re.compile(r"^\d+$")
         )
@@ -294,6 +371,7 @@ def test_admin_schedule_preview_pause_run_now_and_ledger(
         # And drawn: a bar of its last pass, short of the stale line.
         alive = page.locator("#schedulinator-alive")
         expect(alive.locator("#schedulinator-alive-1")).to_contain_text("healthy")
+        assert_labels_readable(page)
         shots.take("schedulers-alive", alive)
 
 
@@ -307,12 +385,28 @@ def test_admin_pictures(page: Page, example_project: ExampleProject, artifacts: 
         strip_id = int(project.manage("shell", "-c", PICTURES_SCRIPT).split()[-1])
         log_in(page, project)
 
+        # The list of many schedules fits the screen.
+        page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/")
+        expect(page.locator("#result_list tbody tr").first).to_be_visible()
+        assert_list_fits(page)
+        shots.take("schedules-list", screen=True)
+
         page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/operations/")
         forecast = page.locator("#schedulinator-forecast")
         expect(forecast.locator("svg#schedulinator-forecast-svg")).to_be_visible()
         expect(forecast.locator("#schedulinator-forecast-peak")).to_contain_text("peak:")
+        # The schedules that fire every second are drawn apart, and listed.
+        expect(forecast.locator("#schedulinator-forecast-frequent")).to_be_visible()
+        expect(page.locator("#schedulinator-frequent")).to_contain_text("Every second")
         busiest = page.locator("#schedulinator-busiest")
         expect(busiest).to_contain_text("Every hour (UTC)")
+        # Each busy minute once: the hourly herd is one row naming its other hours.
+        minutes = busiest.locator("tbody th").all_inner_texts()
+        assert len(minutes) == len(set(minutes)), minutes
+        expect(busiest.locator("tbody th").first).to_contain_text(
+            "led by the same schedules also at"
+        )
+        assert_labels_readable(page)
         lateness = page.locator("#schedulinator-lateness")
         expect(lateness.locator("svg#schedulinator-lateness-svg")).to_be_visible()
         expect(page.locator("#schedulinator-lateness-percentiles")).to_contain_text("p99")
@@ -324,6 +418,7 @@ def test_admin_pictures(page: Page, example_project: ExampleProject, artifacts: 
         busiest.get_by_role("link", name="Every hour (UTC)").first.click()
         expect(page.locator("#result_list tbody tr")).to_have_count(40)
         expect(page.locator("#changelist-filter")).to_contain_text("no jitter")
+        assert_list_fits(page)
         shots.take("busiest-group-listed")
 
         page.goto(f"{project.base_url}/admin/django_schedulinator/schedule/{strip_id}/change/")
@@ -332,6 +427,7 @@ def test_admin_pictures(page: Page, example_project: ExampleProject, artifacts: 
         for status in ("Succeeded", "Failed", "Skipped"):
             expect(strip.locator(".schedulinator-legend")).to_contain_text(status)
         strip.scroll_into_view_if_needed()
+        assert_labels_readable(page)
         shots.take("schedule-strip-page")
         shots.take("schedule-strip", strip)
         # Each mark links to its run.

@@ -18,6 +18,7 @@ from django.contrib.admin.exceptions import NotRegistered
 from django.core.exceptions import ValidationError
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
+from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -41,7 +42,7 @@ else:  # not generic at run time
 
 class CalendarForm(_ModelForm):
     weekend = forms.TypedMultipleChoiceField(
-        label=_("weekend"),
+        label=capfirst(_("weekend")),
         choices=WEEKDAYS,
         coerce=int,
         required=False,
@@ -52,7 +53,7 @@ class CalendarForm(_ModelForm):
         ),
     )
     days_text = forms.CharField(
-        label=_("days"),
+        label=capfirst(_("days")),
         required=False,
         widget=forms.Textarea(attrs={"rows": 12, "cols": 60, "class": "schedulinator-json"}),
         help_text=_(
@@ -66,7 +67,7 @@ class CalendarForm(_ModelForm):
         help_text=_("Source iCalendar: the .ics file to read the days from (at most 1 MB)."),
     )
     years = forms.CharField(
-        label=_("years"),
+        label=capfirst(_("years")),
         required=False,
         max_length=9,
         help_text=_(

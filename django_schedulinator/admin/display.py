@@ -13,8 +13,9 @@ from django.db import models
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import dateformat, timezone
 from django.utils.functional import cached_property
+from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 from django.utils.timesince import timesince, timeuntil
@@ -51,6 +52,54 @@ def local_time(value: datetime, zone_name: str, *, seconds: bool = False) -> str
     return local.strftime(f"%Y-%m-%d %H:%M{':%S' if local.second or seconds else ''} %Z")
 
 
+def short_time(
+    value: datetime,
+    zone_name: str | None = None,
+    *,
+    seconds: bool | None = None,
+    now: datetime | None = None,
+) -> str:
+    """``value`` as a list shows it, in the zone called ``zone_name`` (else the admin's):
+    the day and month, the year only when it is not this one, the time, and the zone's
+    abbreviation ("29 Nov 18:34:42 UTC"). ``seconds``: always (True), never (False), or
+    when they are not zero (None)."""
+    return " ".join(_short_parts(value, zone_name, seconds=seconds, now=now))
+
+
+def _short_parts(
+    value: datetime, zone_name: str | None, *, seconds: bool | None, now: datetime | None = None
+) -> tuple[str, str]:
+    """The day ("29 Nov", "29 Nov 2025") and the time with its zone ("18:34:42 UTC")."""
+    zone = _zone(zone_name) if zone_name else timezone.get_current_timezone()
+    local = value.astimezone(zone)
+    this_year = (now or timezone.now()).astimezone(zone).year
+    day = dateformat.format(local, "j M" if local.year == this_year else "j M Y")
+    show_seconds = bool(local.second) if seconds is None else seconds
+    return day, f"{local.strftime('%H:%M:%S' if show_seconds else '%H:%M')} {local:%Z}"
+
+
+def list_time(
+    value: datetime,
+    zone_name: str | None = None,
+    *,
+    seconds: bool | None = True,
+    css_class: str = "",
+    note: str = "",
+) -> str:
+    """A time in a list column: ``short_time``, the exact time as its tooltip (then
+    ``note``). A narrow column may wrap it between the day and the time, never within
+    either."""
+    exact = exact_time(value) if zone_name is None else local_time(value, zone_name, seconds=True)
+    day, time = _short_parts(value, zone_name, seconds=seconds)
+    return format_html(
+        '<span class="schedulinator-time{}" title="{}"><span>{}</span> <span>{}</span></span>',
+        f" {css_class}" if css_class else "",
+        f"{exact} {note}" if note else exact,
+        day,
+        time,
+    )
+
+
 def relative(value: datetime, now: datetime | None = None) -> str:
     """Relative to now: "in 4 minutes", "3 minutes ago" (two units at most)."""
     now = now or timezone.now()
@@ -80,6 +129,19 @@ def iso_text(value: Any) -> str:
     return exact_time(moment)
 
 
+def _list_time_of(field: models.DateTimeField[Any, Any]) -> Callable[[Model], str | None]:
+    """What shows ``field`` in a list column: named after it, so its column keeps the
+    field's CSS class and header, and sorted by it."""
+
+    @admin.display(description=field.verbose_name, ordering=field.name)
+    def show(obj: Model) -> str | None:
+        value = getattr(obj, field.name)
+        return None if value is None else list_time(value)  # None: the admin's "-"
+
+    show.__name__ = field.name
+    return show
+
+
 def _exact_time_of(field: models.DateTimeField[Any, Any]) -> Callable[[Model], str | None]:
     """What shows ``field`` read-only: named after it, so its page keeps the field's CSS
     class and help text, and sorted by it."""
@@ -94,14 +156,27 @@ def _exact_time_of(field: models.DateTimeField[Any, Any]) -> Callable[[Model], s
 
 
 class ExactTimes(_ModelAdmin):
-    """Shows the date-times of the model that a page shows as text (list columns,
-    read-only fields) with ``exact_time``, where Django's own format drops the seconds and
-    the zone ("March 1, 2026, noon"). Fields that are inputs on the page stay inputs."""
+    """Shows the date-times of the model that a page shows as text with their seconds and
+    zone, where Django's own format drops both ("March 1, 2026, noon"): read-only fields
+    with ``exact_time``, list columns shorter with ``list_time`` (the exact time as its
+    tooltip), so that a list fits a laptop's screen. Fields that are inputs on the page
+    stay inputs."""
+
+    class Media:
+        css = {"all": ("django_schedulinator/admin.css",)}
 
     @cached_property
     def _exact_times(self) -> dict[str, Callable[[Model], str | None]]:
         return {
             field.name: _exact_time_of(field)
+            for field in self.model._meta.get_fields()
+            if isinstance(field, models.DateTimeField)
+        }
+
+    @cached_property
+    def _list_times(self) -> dict[str, Callable[[Model], str | None]]:
+        return {
+            field.name: _list_time_of(field)
             for field in self.model._meta.get_fields()
             if isinstance(field, models.DateTimeField)
         }
@@ -117,7 +192,10 @@ class ExactTimes(_ModelAdmin):
         return name
 
     def get_list_display(self, request: HttpRequest) -> list[Any]:
-        return self._exact(super().get_list_display(request))
+        return [
+            self._list_times.get(name, name) if isinstance(name, str) else name
+            for name in super().get_list_display(request)
+        ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[Any]:
         return self._exact(super().get_readonly_fields(request, obj))

@@ -11,6 +11,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.forms.models import construct_instance
+from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
 from django_schedulinator import services
@@ -66,6 +67,23 @@ class JSONEditorWidget(forms.Textarea):
         css = {"all": ("django_schedulinator/admin.css",)}
 
 
+class CalendarChoicesWidget(forms.CheckboxSelectMultiple):
+    """The calendars of excluded days as check boxes, with a link to add one (in a new tab:
+    the form keeps what was typed). With no calendar yet it says so, instead of an empty
+    box."""
+
+    template_name = "django_schedulinator/admin/calendar_choices.html"
+
+    def __init__(self, attrs: dict[str, Any] | None = None, *, add_url: str = "") -> None:
+        super().__init__(attrs)
+        self.add_url = add_url
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        context = super().get_context(name, value, attrs)
+        context["add_url"] = self.add_url
+        return context
+
+
 STALE_EDIT = _(
     "This schedule was changed by someone else while you edited it (now version "
     "%(current)s, you started from %(started)s). Reload the page to see their change, then "
@@ -85,6 +103,9 @@ else:  # not generic at run time
 
 
 class ScheduleForm(_ModelForm):
+    # Where the calendars' widget links to add a calendar ("": it does not); the schedule
+    # admin sets it for a user who may add one.
+    calendar_add_url = ""
     # The version the form was loaded at: an edit based on an older one is refused. Text,
     # read in clean(): an error of a hidden field would not be seen.
     version = forms.CharField(required=False, widget=forms.HiddenInput)
@@ -136,8 +157,8 @@ class ScheduleForm(_ModelForm):
             self.fields["calendars"] = forms.MultipleChoiceField(
                 choices=[(n, n) for n in dict.fromkeys([*names, *named])],
                 required=False,
-                widget=forms.CheckboxSelectMultiple,
-                label=Schedule._meta.get_field("calendars").verbose_name,
+                widget=CalendarChoicesWidget(add_url=self.calendar_add_url),
+                label=capfirst(Schedule._meta.get_field("calendars").verbose_name),
                 help_text=Schedule._meta.get_field("calendars").help_text,
             )
         if "version" in self.fields and self.instance.pk is not None:

@@ -20,26 +20,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 
-from django_schedulinator.admin.display import exact_time, iso_text
+from django_schedulinator.admin.display import _ModelAdmin, exact_time, iso_text
 from django_schedulinator.admin.pictures import drawing as pictures
 from django_schedulinator.admin.pictures import forecast, lateness, marks
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import get_index
 from django_schedulinator.management import run_command
-from django_schedulinator.models import Schedule, scopes
+from django_schedulinator.models import Schedule, SchedulerOperations, scopes
 from django_schedulinator.operations import dispatcher_health, health, index_health
 
 TEMPLATE = "django_schedulinator/admin/operations.html"
@@ -316,3 +316,40 @@ def asked_text(asked: dict[str, Any] | None) -> str:
         "when": iso_text(asked.get("at", "?")),
         "by": asked.get("by", gettext("unknown")),
     }
+
+
+@admin.register(SchedulerOperations)
+class OperationsEntryAdmin(_ModelAdmin):
+    """The operations page's entry in the admin index and its sidebar: a link, shown to those
+    who may see the page (``view_operations``), to the page the schedule admin serves. It
+    lists and edits nothing: its only URL sends on to that page."""
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.view_operations")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path(
+                "",
+                self.admin_site.admin_view(self.changelist_view),
+                name="{}_{}_changelist".format(*info),
+            )
+        ]
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        url = reverse(
+            f"admin:{self.opts.app_label}_schedule_operations", current_app=self.admin_site.name
+        )
+        return HttpResponseRedirect(url)

@@ -19,7 +19,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django.urls import NoReverseMatch, URLPattern, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -42,7 +42,7 @@ from django_schedulinator.admin.display import (
     count_at_most,
     error_text,
     exact_time,
-    local_time,
+    list_time,
     may_view,
     relative,
     runs_text,
@@ -57,7 +57,7 @@ from django_schedulinator.admin.filters import (
 from django_schedulinator.admin.forms import PREVIEW_FIELDS, ScheduleActionForm, ScheduleForm
 from django_schedulinator.admin.pictures import lateness, marks
 from django_schedulinator.index import sync
-from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.models import Calendar, Run, Schedule, ScheduleChange
 from django_schedulinator.models.querysets import ScheduleQuerySet
 from django_schedulinator.services import Origin
 
@@ -112,12 +112,13 @@ class ScheduleAdmin(ExactTimes):
     action_form = ScheduleActionForm
     change_list_template = "django_schedulinator/admin/schedule_change_list.html"
     actions = ["pause", "resume", "run_now", "resync_index"]
+    # What fits a laptop's screen (1,366 px wide, with the filters beside it): the kind and
+    # the zone are in the description, the times carry the zone's abbreviation, and the
+    # rest is on the change page.
     list_display = (
         "name",
-        "task",
-        "kind",
-        "description",
-        "timezone",
+        "task_name",
+        "timing_text",
         "next_run",
         "last_run",
         "missed",
@@ -224,7 +225,18 @@ class ScheduleAdmin(ExactTimes):
         # "version" is the form's own hidden field; as a model field it is not editable, and
         # naming it would make the form factory refuse it.
         kwargs["fields"] = [name for name in fields if name != "version"]
-        return super().get_form(request, obj, change, **kwargs)
+        form = cast("type[ScheduleForm]", super().get_form(request, obj, change, **kwargs))
+        # A class of this request's own (the factory makes one per call).
+        form.calendar_add_url = self._calendar_add_url(request)
+        return form
+
+    def _calendar_add_url(self, request: HttpRequest) -> str:
+        """The calendar admin's add page, for a user who may add a calendar; else ""."""
+        if not self.admin_site.is_registered(Calendar):
+            return ""
+        if not self.admin_site.get_model_admin(Calendar).has_add_permission(request):
+            return ""
+        return reverse(f"{self.admin_site.name}:{Calendar._meta.app_label}_calendar_add")
 
     # -- changelist columns ---------------------------------------------------------------
 
@@ -236,6 +248,19 @@ class ScheduleAdmin(ExactTimes):
         )
         return format_html('<span id="schedulinator-description">{}</span>', text)
 
+    @admin.display(description=_("description"))
+    def timing_text(self, obj: Schedule) -> str:
+        """The description, which a narrow column may break after a slash too (in a zone's
+        name: "Europe/<wbr>Berlin")."""
+        slash = format_html("{}<wbr>", "/")
+        return format_html_join(slash, "{}", ((part,) for part in obj.description.split("/")))
+
+    @admin.display(description=_("task"), ordering="task")
+    def task_name(self, obj: Schedule) -> str:
+        """The task's dotted path, which a narrow column may break after a dot only."""
+        dot = format_html("{}<wbr>", ".")
+        return format_html_join(dot, "{}", ((part,) for part in obj.task.split(".")))
+
     @admin.display(description=_("next run"), ordering="next_run_at")
     def next_run(self, obj: Schedule) -> str | None:
         if obj.next_run_at is None:
@@ -246,9 +271,8 @@ class ScheduleAdmin(ExactTimes):
             )
         # The local nominal time; "in ..." counts to when it fires (jitter included).
         return format_html(
-            '<span class="schedulinator-time">{}</span><br>'
-            '<span class="schedulinator-relative">{}</span>',
-            local_time(obj.next_run_at, obj.timezone),
+            '{}<br><span class="schedulinator-relative">{}</span>',
+            list_time(obj.next_run_at, obj.timezone, seconds=None),
             relative(obj.due_at or obj.next_run_at),
         )
 
@@ -261,11 +285,10 @@ class ScheduleAdmin(ExactTimes):
         label = Run.Status(status).label if status in Run.Status.values else status
         return format_html(
             '<span class="schedulinator-status schedulinator-status-{}">{}</span><br>'
-            '<span class="schedulinator-time">{}</span><br>'
-            '<span class="schedulinator-relative">{}</span>',
+            '{}<br><span class="schedulinator-relative">{}</span>',
             status,
             label,
-            local_time(at, obj.timezone),
+            list_time(at, obj.timezone, seconds=None),
             relative(at),
         )
 
@@ -275,11 +298,13 @@ class ScheduleAdmin(ExactTimes):
         it succeeds (docs/alerts.md)."""
         if obj.missed_at is None or not getattr(obj, "missed_open", True):
             return ""
-        return format_html(
-            '<span class="schedulinator-missed" title="{}">{}</span>',
-            gettext("No successful run within the grace; none has succeeded since."),
-            gettext("missed %(time)s")
-            % {"time": local_time(obj.missed_at, obj.timezone, seconds=True)},
+        # The column says "missed": the time alone, the exact one in the tooltip.
+        return list_time(
+            obj.missed_at,
+            obj.timezone,
+            seconds=True,
+            css_class="schedulinator-missed",
+            note=gettext("No successful run within the grace; none has succeeded since."),
         )
 
     @admin.display(description=_("runs"))

@@ -970,4 +970,18 @@ class Migration(migrations.Migration):
             model_name="schedulechange",
             index=models.Index(fields=["schedule", "-at"], name="schedulinator_change_of"),
         ),
+        # The admin's entry for the operations page: no table, no permission of its own.
+        migrations.CreateModel(
+            name="SchedulerOperations",
+            fields=[],
+            options={
+                "verbose_name": "scheduler operations",
+                "verbose_name_plural": "scheduler operations",
+                "proxy": True,
+                "default_permissions": (),
+                "indexes": [],
+                "constraints": [],
+            },
+            bases=("django_schedulinator.schedule",),
+        ),
     ]

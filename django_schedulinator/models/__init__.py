@@ -21,6 +21,7 @@ from django_schedulinator.models.run import PrunedRuns, Run
 from django_schedulinator.models.schedule import (
     DEFAULT_DISPATCHER,
     Schedule,
+    SchedulerOperations,
     alert_time,
     catch_up_policy,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "Run",
     "Schedule",
     "ScheduleChange",
+    "SchedulerOperations",
     "ZoneRules",
     "alert_time",
     "catch_up_policy",

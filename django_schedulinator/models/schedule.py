@@ -799,3 +799,15 @@ def catch_up_policy(mode: str, window: timedelta | None) -> timing.CatchUp:
         max_runs=app_settings.CATCH_UP_MAX_RUNS,
         grace=timedelta(seconds=app_settings.MISFIRE_GRACE_SECONDS),
     )
+
+
+class SchedulerOperations(Schedule):
+    """No rows of its own: the admin's entry for the operations page, so that the admin
+    index and its sidebar link to it (``admin.operations.OperationsEntryAdmin``). It adds no
+    permission: the page needs the schedule's ``view_operations``."""
+
+    class Meta:
+        proxy = True
+        default_permissions = ()
+        verbose_name = _("scheduler operations")
+        verbose_name_plural = _("scheduler operations")

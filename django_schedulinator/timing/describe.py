@@ -165,4 +165,6 @@ def _interval_text(interval: timedelta) -> str:
         if seconds % size == 0 and seconds >= size:
             n = seconds // size
             return f"{n} {unit}{'s' if n != 1 else ''}" if n != 1 else unit
+    if interval == timedelta(seconds=1):
+        return "second"  # "Every second", as "Every minute"
     return f"{interval.total_seconds():g} seconds"

@@ -245,13 +245,15 @@ class ExampleProject:
 
 
 # Schedules for the pictures (tests/test_browser.py::test_admin_pictures): herds at :00 and
-# :15, jittered, daily and dense schedules, and one schedule that fires every 2 seconds
+# :15, jittered, daily and dense schedules, three that fire every second from two hours on,
+# and one schedule that fires every 2 seconds
 # through every status a strip shows (succeeded; failed, its zone argument made unknown;
 # skipped while paused; succeeded again), paused at the end. Run with `manage.py shell -c`,
 # through the service layer; prints the strip schedule's id.
 PICTURES_SCRIPT = """
 import time
 from datetime import timedelta
+from django.utils import timezone
 from django_schedulinator import services
 from django_schedulinator.models import Run
 
@@ -272,6 +274,14 @@ for n in range(25):
     make(f"pictures: nightly {n:02d}", cron="30 2 * * *", timezone="Europe/Berlin")
 for n in range(5):
     make(f"pictures: every 7 minutes {n}", kind="interval", interval=timedelta(minutes=7))
+# Every second from two hours on (so not while the test runs): a steady load the forecast
+# draws apart from the herds.
+later = timezone.now() + timedelta(hours=2)
+for n in range(3):
+    make(
+        f"pictures: every second {n}", kind="interval", interval=timedelta(seconds=1),
+        start_at=later,
+    )
 strip = make(
     "pictures: every 2 seconds", task="demo.report", kind="interval",
     interval=timedelta(seconds=2), kwargs={"zone": "UTC"},

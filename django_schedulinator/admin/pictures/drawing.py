@@ -53,27 +53,47 @@ def _bar(x: float, base: float, height: float, width: float) -> str:
 # -- the forecast ---------------------------------------------------------------------------
 
 F_LEFT, F_TOP, F_PLOT_H, F_BOTTOM, F_RIGHT = 64, 34, 200, 46, 16
+# Two minutes a column: the day fits 720 px, so the picture is drawn at its own size (its
+# labels 11 px and more) on a laptop's screen; a column shows the busier of its minutes.
+F_MINUTES_PER_COLUMN = 2
+# The panel of the timings that fire every minute or more often, under the main one.
+F_FREQUENT_GAP, F_FREQUENT_H = 30, 60
 
 
 def forecast_html(result: forecasting.Forecast) -> str:
     return render_to_string(FORECAST_TEMPLATE, forecast_context(result))
 
 
+def _column(minute: float) -> float:
+    return F_LEFT + minute / F_MINUTES_PER_COLUMN
+
+
 def forecast_context(result: forecasting.Forecast) -> dict[str, Any]:
     minutes = len(result.nominal)
-    width = F_LEFT + minutes + F_RIGHT
-    height = F_TOP + F_PLOT_H + F_BOTTOM
+    columns = math.ceil(minutes / F_MINUTES_PER_COLUMN)
+    plot_width = columns
     base = F_TOP + F_PLOT_H
-    totals = result.totals
+    frequent = any(result.frequent)
+    frequent_top = base + F_FREQUENT_GAP
+    frequent_base = frequent_top + F_FREQUENT_H
+    bottom = frequent_base if frequent else base
+    width = F_LEFT + plot_width + F_RIGHT
+    height = bottom + F_BOTTOM
+    occasional = result.occasional
     peak_minute, peak = result.peak
     top = nice_ceiling(peak)
     scale = F_PLOT_H / top
     nominal_path: list[str] = []
     spread_path: list[str] = []
-    for minute, (plain, spread) in enumerate(zip(result.nominal, result.spread, strict=True)):
+    for column in range(columns):
+        span = range(
+            column * F_MINUTES_PER_COLUMN, min((column + 1) * F_MINUTES_PER_COLUMN, minutes)
+        )
+        minute = max(span, key=lambda i: (occasional[i], -i))  # the busier minute
+        plain, spread = result.nominal[minute], result.spread[minute]
         if plain + spread <= 0:
             continue
-        x = F_LEFT + minute
+        x = F_LEFT + column
         plain_h, spread_h = plain * scale, spread * scale
         if plain_h + spread_h < 1:  # a minute with anything in it stays visible
             if plain:
@@ -84,25 +104,41 @@ def forecast_context(result: forecasting.Forecast) -> dict[str, Any]:
             nominal_path.append(_bar(x, base, plain_h, 1))
         if spread:
             spread_path.append(_bar(x, base - plain_h, spread_h, 1))
+    frequent_top_value = nice_ceiling(max(result.frequent)) if frequent else 1
+    frequent_scale = F_FREQUENT_H / frequent_top_value
+    frequent_path = []
+    for column in range(columns if frequent else 0):
+        value = max(
+            result.frequent[column * F_MINUTES_PER_COLUMN : (column + 1) * F_MINUTES_PER_COLUMN]
+        )
+        if value > 0:
+            frequent_path.append(
+                _bar(F_LEFT + column, frequent_base, max(value * frequent_scale, 1), 1)
+            )
     zone = timezone.get_current_timezone()
-    ticks, bands = _hour_axis(result, zone, totals)
-    peak_x = F_LEFT + peak_minute + 0.5
+    ticks, bands = _hour_axis(result, zone, bottom)
+    peak_x = _column(peak_minute) + 0.5
     peak_label = gettext("peak: %(count)s in the minute from %(time)s") % {
         "count": count_text(peak),
         "time": f"{timezone.localtime(result.minute_at(peak_minute)):%H:%M %Z}",
     }
     summary = _forecast_summary(result, peak_minute, peak)
-    # The dotted background behind the minutes that count a dense timing's estimate.
+    # The dotted background behind the minutes that count a dense timing's estimate (dense
+    # timings fire more than once a minute: their panel is the frequent one).
     estimated = [
-        {"x": F_LEFT + low, "width": high - low} for low, high in _runs_of(result.estimated)
+        {"x": _column(low), "width": (high - low) / F_MINUTES_PER_COLUMN}
+        for low, high in _runs_of(result.estimated)
     ]
+    right = F_LEFT + plot_width
+    late_peak = peak_minute > minutes * 0.7
     return {
         "width": width,
         "height": height,
         "left": F_LEFT,
         "top": F_TOP,
         "base": base,
-        "right": F_LEFT + minutes,
+        "bottom": bottom,
+        "right": right,
         "nominal_path": "".join(nominal_path),
         "spread_path": "".join(spread_path),
         "y_ticks": [
@@ -110,18 +146,31 @@ def forecast_context(result: forecasting.Forecast) -> dict[str, Any]:
         ],
         "ticks": ticks,
         "bands": bands,
+        "band_height": bottom - F_TOP,
         "peak": peak > 0,
         "peak_x": peak_x,
         "peak_y": base - peak * scale,
         "peak_label": peak_label,
-        "peak_anchor": "end" if peak_minute > minutes * 0.7 else "start",
-        "peak_label_x": peak_x - 6 if peak_minute > minutes * 0.7 else peak_x + 6,
+        "peak_anchor": "end" if late_peak else "start",
+        "peak_label_x": peak_x - 6 if late_peak else peak_x + 6,
         "estimated": estimated,
+        "frequent": frequent,
+        "frequent_path": "".join(frequent_path),
+        "frequent_top": frequent_top,
+        "frequent_base": frequent_base,
+        "frequent_height": F_FREQUENT_H,
+        "frequent_title_y": frequent_top - 8,
+        "frequent_y_ticks": [
+            {"y": frequent_base - value * frequent_scale, "label": count_text(value)}
+            for value in (0, frequent_top_value)
+        ],
+        "frequent_rows": _frequent_rows(result),
+        "frequent_schedules": result.frequent_schedules,
         "plot_height": F_PLOT_H,
         "middle": F_TOP + F_PLOT_H / 2,
         "tick_label_x": F_LEFT - 6,
-        "label_y": base + 20,
-        "axis_title_y": base + 40,
+        "label_y": bottom + 20,
+        "axis_title_y": bottom + 40,
         "peak_line_top": F_TOP - 10,
         "peak_label_y": F_TOP - 14,
         "any_spread": any(result.spread),
@@ -149,10 +198,13 @@ def _runs_of(flags: list[bool]) -> list[tuple[int, int]]:
 
 
 def _hour_axis(
-    result: forecasting.Forecast, zone: Any, totals: list[float]
+    result: forecasting.Forecast, zone: Any, bottom: float
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Ticks at each local hour of the admin's zone (a label every three hours, the day at
-    midnight), and a band per hour with a tooltip of its figures."""
+    midnight) under the lowest panel, and a band per hour with a tooltip of its figures."""
+    totals = result.totals
+    occasional = result.occasional
+    frequent = result.frequent
     minutes = len(totals)
     marks = [0]
     ticks = []
@@ -169,10 +221,10 @@ def _hour_axis(
             label = f"{local:%H:%M}"
         ticks.append(
             {
-                "x": F_LEFT + minute,
+                "x": _column(minute),
                 "label": label,
                 "day": local.hour == 0,
-                "y2": F_TOP + F_PLOT_H + (6 if label else 3),
+                "y2": bottom + (6 if label else 3),
             }
         )
     marks.append(minutes)
@@ -180,43 +232,67 @@ def _hour_axis(
     for low, high in itertools.pairwise(marks):
         if high <= low:
             continue
-        span = totals[low:high]
-        busiest = max(range(low, high), key=lambda i: (totals[i], -i))
+        busiest = max(range(low, high), key=lambda i: (occasional[i], -i))
+        title = gettext(
+            "%(start)s to %(end)s: %(count)s occurrences; the busiest minute "
+            "%(busiest)s (%(busiest_count)s)"
+        ) % {
+            "start": exact_time(result.minute_at(low)),
+            "end": exact_time(result.minute_at(high) - timedelta(seconds=1)),
+            "count": count_text(sum(occasional[low:high])),
+            "busiest": f"{timezone.localtime(result.minute_at(busiest)):%H:%M}",
+            "busiest_count": count_text(occasional[busiest]),
+        }
+        if any(frequent[low:high]):
+            title += gettext(
+                "; besides, %(count)s of schedules that fire every minute or more often"
+            ) % {"count": count_text(sum(frequent[low:high]))}
         bands.append(
             {
-                "x": F_LEFT + low,
-                "width": high - low,
-                "title": gettext(
-                    "%(start)s to %(end)s: %(count)s occurrences; the busiest minute "
-                    "%(busiest)s (%(busiest_count)s)"
-                )
-                % {
-                    "start": exact_time(result.minute_at(low)),
-                    "end": exact_time(result.minute_at(high) - timedelta(seconds=1)),
-                    "count": count_text(sum(span)),
-                    "busiest": f"{timezone.localtime(result.minute_at(busiest)):%H:%M}",
-                    "busiest_count": count_text(totals[busiest]),
-                },
+                "x": _column(low),
+                "width": (high - low) / F_MINUTES_PER_COLUMN,
+                "title": title,
             }
         )
     return ticks, bands
 
 
 def _forecast_summary(result: forecasting.Forecast, peak_minute: int, peak: float) -> str:
-    if peak <= 0:
+    frequent = sum(result.frequent)
+    if peak <= 0 and not frequent:
         return gettext("No occurrence in the next 24 hours.")
-    return gettext(
-        "Occurrences per minute over the next 24 hours from %(now)s, %(total)s in all from "
-        "%(schedules)s schedules; the busiest minute starts at %(time)s with %(count)s, the "
-        "average is %(mean)s a minute."
-    ) % {
-        "now": exact_time(result.now),
-        "total": count_text(sum(result.totals)),
-        "schedules": f"{result.schedules:,}",
-        "time": exact_time(result.minute_at(peak_minute)),
-        "count": count_text(peak),
-        "mean": count_text(result.mean),
-    }
+    steady = (
+        " "
+        + gettext(
+            "Besides, %(schedules)s schedules that fire every minute or more often: "
+            "%(total)s occurrences, at most %(most)s in a minute."
+        )
+        % {
+            "schedules": f"{result.frequent_schedules:,}",
+            "total": count_text(frequent),
+            "most": count_text(max(result.frequent)),
+        }
+        if frequent
+        else ""
+    )
+    if peak <= 0:
+        return steady.strip()
+    return (
+        gettext(
+            "Occurrences per minute over the next 24 hours from %(now)s, %(total)s in all from "
+            "%(schedules)s schedules; the busiest minute starts at %(time)s with %(count)s, the "
+            "average is %(mean)s a minute."
+        )
+        % {
+            "now": exact_time(result.now),
+            "total": count_text(sum(result.occasional)),
+            "schedules": f"{result.schedules - result.frequent_schedules:,}",
+            "time": exact_time(result.minute_at(peak_minute)),
+            "count": count_text(peak),
+            "mean": count_text(result.mean),
+        }
+        + steady
+    )
 
 
 def _forecast_notes(result: forecasting.Forecast) -> list[str]:
@@ -284,8 +360,50 @@ def _busiest_rows(result: forecasting.Forecast) -> list[dict[str, Any]]:
             }
             for share in busy.shares
         ]
-        rows.append({"at": exact_time(busy.at), "total": count_text(busy.total), "shares": shares})
+        rows.append(
+            {
+                "at": exact_time(busy.at),
+                "total": count_text(busy.total),
+                "shares": shares,
+                "alike": _alike_text(result, busy.alike),
+            }
+        )
     return rows
+
+
+ALIKE_SHOWN = 3  # the other minutes named, before "and N more"
+
+
+def _alike_text(result: forecasting.Forecast, alike: list[int]) -> str:
+    """The other minutes led by the same timings: "led by the same schedules also at 13:00,
+    14:00, 15:00 and 20 more minutes"."""
+    if not alike:
+        return ""
+    times = ", ".join(
+        f"{timezone.localtime(result.minute_at(minute)):%H:%M}" for minute in alike[:ALIKE_SHOWN]
+    )
+    more = len(alike) - ALIKE_SHOWN
+    if more > 0:
+        return ngettext(
+            "led by the same schedules also at %(times)s and %(count)s more minute",
+            "led by the same schedules also at %(times)s and %(count)s more minutes",
+            more,
+        ) % {"times": times, "count": more}
+    return gettext("led by the same schedules also at %(times)s") % {"times": times}
+
+
+def _frequent_rows(result: forecasting.Forecast) -> list[dict[str, Any]]:
+    return [
+        {
+            "description": share.description,
+            "members": share.members,
+            "occurrences": count_text(share.occurrences),
+            "per_minute": count_text(share.per_minute),
+            "jitter": duration_text(share.family.jitter) if share.family.jitter else "",
+            "url": changelist_url(Schedule, timing_group=share.family.token()),
+        }
+        for share in result.frequent_shares
+    ]
 
 
 # -- the lateness histogram -----------------------------------------------------------------

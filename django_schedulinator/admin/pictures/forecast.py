@@ -11,6 +11,12 @@ counts the members. Each timing is then expanded once with ``timing.occurrences`
 admin's preview uses), and each group adds its members to the occurrences within its bounds
 (a difference array over the timeline, so a group costs a bisection, not a walk).
 
+Timings that fire every minute or more often (on average over the 24 hours: 1,440 times or
+more) are counted apart, as the series ``frequent``: they are a steady load, not a herd, and
+drawn with the rest a few schedules firing every second would flatten every herd into a
+wall. The picture shows them in a panel of their own, and the busiest minutes leave them out
+(no minute is busier for them, and jitter cannot spread them).
+
 The work is bounded, and the page says when a bound was reached: at most ``MAX_GROUPS``
 groups are read (the largest first; the schedules of the others are not counted), at most
 ``MAX_OCCURRENCES`` cron occurrences are expanded in all (an interval's or a one-off's count
@@ -60,8 +66,9 @@ MAX_GROUPS = 5_000  # groups read from the database, the largest first
 MAX_OCCURRENCES = 10_000
 ARITHMETIC_COST = 0.1
 MAX_PER_TIMELINE = 1_500  # one timing (every minute is 1,440); a denser one is estimated
-BUSIEST_SHOWN = 5  # the busiest minutes listed under the picture
+BUSIEST_SHOWN = 5  # the busiest minutes listed under the picture (each unlike the others)
 SHARES_SHOWN = 3  # the groups listed for each of them
+FREQUENT_SHOWN = 10  # the timings that fire every minute or more often, listed apart
 # The jitter suggested for a group at a busy minute: the smallest of these that brings the
 # minute down to the day's average, at most a quarter of the time between the group's runs
 # (a run stays near its time, far from the next one) and at most an hour.
@@ -82,6 +89,8 @@ class Timeline:
     active: list[int] = field(default_factory=list)
     per_active: float = 0.0
     diff: dict[timedelta | None, list[int]] = field(default_factory=dict)  # by jitter
+    # Fires every minute or more often (on average over the window): counted apart.
+    frequent: bool = False
     _gap: int | None = -1
 
     def shortest_gap(self) -> int | None:
@@ -122,8 +131,23 @@ class Share:
 class BusyMinute:
     minute: int  # index from the start of the window
     at: datetime
-    total: float
+    total: float  # the occurrences of the schedules that fire less often than every minute
     shares: list[Share]
+    # The other minutes led by the same timings (the hours of an hourly herd), which the
+    # list does not repeat: their indexes, in time order.
+    alike: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FrequentShare:
+    """A family that fires every minute or more often: its occurrences in the window (an
+    estimate when its timing is dense) and the most in one minute."""
+
+    family: Family
+    description: str
+    members: int
+    occurrences: float
+    per_minute: float
 
 
 @dataclass(slots=True)
@@ -133,6 +157,9 @@ class Forecast:
     nominal: list[int]  # per minute: occurrences of schedules without jitter
     spread: list[float]  # per minute: jittered occurrences, spread over their jitter
     estimated: list[bool] = field(default_factory=list)  # minutes that count a dense timing
+    # Per minute: the occurrences of timings that fire every minute or more often, which
+    # nominal and spread leave out.
+    frequent: list[float] = field(default_factory=list)
     schedules: int = 0  # counted
     groups: int = 0
     uncounted: int = 0  # schedules left out: a bound reached, or a timing that fails
@@ -141,21 +168,35 @@ class Forecast:
     failed_timings: int = 0
     dense_timings: int = 0
     busiest: list[BusyMinute] = field(default_factory=list)
+    frequent_shares: list[FrequentShare] = field(default_factory=list)
+    frequent_schedules: int = 0  # schedules counted in frequent
+
+    def __post_init__(self) -> None:
+        if not self.frequent:
+            self.frequent = [0.0] * len(self.nominal)
 
     @property
-    def totals(self) -> list[float]:
+    def occasional(self) -> list[float]:
+        """Per minute: the schedules that fire less often than every minute."""
         return [n + s for n, s in zip(self.nominal, self.spread, strict=True)]
 
     @property
+    def totals(self) -> list[float]:
+        """Per minute: every schedule counted."""
+        return [o + f for o, f in zip(self.occasional, self.frequent, strict=True)]
+
+    @property
     def peak(self) -> tuple[int, float]:
-        """The busiest minute (the earliest of equals) and its count."""
-        totals = self.totals
-        best = max(range(len(totals)), key=lambda i: (totals[i], -i))
-        return best, totals[best]
+        """The busiest minute of the schedules that fire less often than every minute (the
+        earliest of equals), and its count: the herds."""
+        occasional = self.occasional
+        best = max(range(len(occasional)), key=lambda i: (occasional[i], -i))
+        return best, occasional[best]
 
     @property
     def mean(self) -> float:
-        return sum(self.totals) / len(self.nominal)
+        """The average a minute of the schedules that fire less often than every minute."""
+        return sum(self.occasional) / len(self.nominal)
 
     def minute_at(self, minute: int) -> datetime:
         return self.start + timedelta(minutes=minute)
@@ -216,6 +257,7 @@ def forecast(
         if line is not None:
             _count(line, result, end)
     result.busiest = _busiest(result, groups, timelines)
+    result.frequent_shares, result.frequent_schedules = _frequent(result, groups, timelines)
     return result
 
 
@@ -300,10 +342,13 @@ def _expand(key: TimelineKey, start: datetime, end: datetime) -> Timeline:
     for moment in timing.occurrences(spec, after, anchor=key.anchor):
         times.append(timing.to_ms(moment.at))
         if moment.at >= end:
-            return Timeline(times)
+            break
         if len(times) >= MAX_PER_TIMELINE:
-            return _probe(key, spec, times, start, end)
-    return Timeline(times)
+            line = _probe(key, spec, times, start, end)
+            line.frequent = True  # past MAX_PER_TIMELINE, more than the window's minutes
+            return line
+    within = bisect.bisect_left(times, timing.to_ms(end))
+    return Timeline(times, frequent=within >= WINDOW_MINUTES)
 
 
 def _probe(
@@ -360,6 +405,8 @@ def _count(line: Timeline, result: Forecast, end: datetime) -> None:
     # A dense timing is counted exactly up to the minute it was cut in, and estimated from
     # there on (that minute, counted in part, would show a dip).
     cut = line.cut
+    nominal: list[Any] = result.frequent if line.frequent else result.nominal
+    spread: list[float] = result.frequent if line.frequent else result.spread
     for jitter, diff in line.diff.items():
         members = 0
         for i, at in enumerate(times):
@@ -369,15 +416,15 @@ def _count(line: Timeline, result: Forecast, end: datetime) -> None:
             if not members:
                 continue
             if not jitter:
-                result.nominal[(at - start_ms) // MINUTE_MS] += members
+                nominal[(at - start_ms) // MINUTE_MS] += members
                 continue
             # Jitter: the delay is below the gap to the next occurrence (timing.jitter_delay).
             span = jitter // timing.ONE_MS
             if i + 1 < len(times):
                 span = min(span, times[i + 1] - at - 1)
-            _spread(result.spread, at - start_ms, span, members)
+            _spread(spread, at - start_ms, span, members)
         if cut is not None and members:
-            series: list[Any] = result.spread if jitter else result.nominal
+            series: list[Any] = spread if jitter else nominal
             value = members * line.per_active
             for minute in line.active:
                 series[minute] += value if jitter else round(value)
@@ -402,37 +449,126 @@ def _spread(minutes: list[float], offset: int, span: int, amount: int) -> None:
 def _busiest(
     result: Forecast, groups: list[Group], timelines: dict[TimelineKey, Timeline | None]
 ) -> list[BusyMinute]:
-    totals = result.totals
+    """The busiest minutes of the schedules that fire less often than every minute, each
+    unlike those before it: a minute led by the same timings as one already listed (the next
+    hour of an hourly herd) is named with it, not listed again."""
+    occasional = result.occasional
     order = sorted(
-        (i for i, total in enumerate(totals) if total >= 0.5), key=lambda i: (-totals[i], i)
+        (i for i, total in enumerate(occasional) if total >= 0.5),
+        key=lambda i: (-occasional[i], i),
     )
-    mean = max(result.mean, 1.0)
     start_ms = timing.to_ms(result.start)
-    busy = []
-    for minute in order[:BUSIEST_SHOWN]:
-        low = start_ms + minute * MINUTE_MS
-        counts: dict[Family, list[int]] = defaultdict(lambda: [0, 0])
-        for group in groups:
-            line = timelines[group.family.timeline]
-            if line is None:
-                continue
-            first = max(group.first, bisect.bisect_left(line.times, low))
-            stop = min(group.stop, bisect.bisect_left(line.times, low + MINUTE_MS))
-            # Fires every minute or more often: no minute is busier for it, and jitter
-            # cannot spread it across minutes.
-            gap = line.shortest_gap()
-            if gap is not None and gap <= MINUTE_MS:
-                continue
-            if stop > first:
-                counts[group.family][0] += group.members
-                counts[group.family][1] += group.members * (stop - first)
-        ranked = sorted(counts.items(), key=lambda item: (-item[1][1], item[0].describe()))
-        shares = [
-            _share(family, members, occurrences, mean, timelines[family.timeline])
-            for family, (members, occurrences) in ranked[:SHARES_SHOWN]
+    # The occurrences of each timing in each minute: each timeline walked once, over the
+    # span of its groups (so bounded by the expansion's budget).
+    spans: dict[TimelineKey, tuple[int, int]] = {}
+    families: dict[TimelineKey, dict[Family, int]] = defaultdict(lambda: defaultdict(int))
+    for group in groups:
+        key = group.family.timeline
+        low, high = spans.get(key, (group.first, group.stop))
+        spans[key] = (min(low, group.first), max(high, group.stop))
+        families[key][group.family] += group.members
+    by_minute: dict[int, dict[TimelineKey, int]] = defaultdict(lambda: defaultdict(int))
+    for key, (low, high) in spans.items():
+        line = timelines[key]
+        if line is None or line.frequent:
+            continue
+        for at in itertools.islice(line.times, low, high):
+            minute = (at - start_ms) // MINUTE_MS
+            if 0 <= minute < WINDOW_MINUTES:
+                by_minute[minute][key] += 1
+    mean = max(result.mean, 1.0)
+    # A minute is told by the families that lead it (as many as its row names): one led by
+    # the same as a minute listed is named in that row, not listed again.
+    listed: dict[frozenset[Family], list[int]] = {}
+    for minute in order:
+        weighed = [
+            (count * members, family)
+            for key, count in by_minute.get(minute, {}).items()
+            for family, members in families[key].items()
         ]
-        busy.append(BusyMinute(minute, result.minute_at(minute), totals[minute], shares))
+        weighed.sort(key=lambda item: (-item[0], repr(item[1])))
+        signature = frozenset(family for _weight, family in weighed[:SHARES_SHOWN])
+        if signature in listed:
+            listed[signature].append(minute)
+        elif len(listed) < BUSIEST_SHOWN:
+            listed[signature] = [minute]
+    busy = []
+    for minute, *alike in listed.values():
+        timings = frozenset(by_minute.get(minute, {}))
+        shares = _shares_at(minute, timings, result, groups, timelines, mean)
+        when = result.minute_at(minute)
+        busy.append(BusyMinute(minute, when, occasional[minute], shares, sorted(alike)))
     return busy
+
+
+def _shares_at(
+    minute: int,
+    signature: frozenset[TimelineKey],
+    result: Forecast,
+    groups: list[Group],
+    timelines: dict[TimelineKey, Timeline | None],
+    mean: float,
+) -> list[Share]:
+    """The families whose occurrences make ``minute``, the largest first."""
+    low = timing.to_ms(result.start) + minute * MINUTE_MS
+    counts: dict[Family, list[int]] = defaultdict(lambda: [0, 0])
+    for group in groups:
+        line = timelines[group.family.timeline]
+        if line is None or group.family.timeline not in signature:
+            continue
+        first = max(group.first, bisect.bisect_left(line.times, low))
+        stop = min(group.stop, bisect.bisect_left(line.times, low + MINUTE_MS))
+        if stop > first:
+            counts[group.family][0] += group.members
+            counts[group.family][1] += group.members * (stop - first)
+    ranked = sorted(counts.items(), key=lambda item: (-item[1][1], item[0].describe()))
+    return [
+        _share(family, members, occurrences, mean, timelines[family.timeline])
+        for family, (members, occurrences) in ranked[:SHARES_SHOWN]
+    ]
+
+
+def _frequent(
+    result: Forecast, groups: list[Group], timelines: dict[TimelineKey, Timeline | None]
+) -> tuple[list[FrequentShare], int]:
+    """The families that fire every minute or more often, the most occurrences first (at
+    most FREQUENT_SHOWN), and how many schedules they have in all."""
+    start_ms = timing.to_ms(result.start)
+    end_ms = start_ms + WINDOW_MINUTES * MINUTE_MS
+    found: dict[Family, list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    schedules = 0
+    for group in groups:
+        line = timelines[group.family.timeline]
+        if line is None or not line.frequent or group.stop <= group.first:
+            continue
+        schedules += group.members
+        times = line.times
+        # Exact up to the end of the window, or to the minute a dense timing is cut at.
+        limit = end_ms if line.cut is None else start_ms + line.cut * MINUTE_MS
+        stop = min(group.stop, bisect.bisect_left(times, limit))
+        exact = max(stop - group.first, 0)
+        estimated = line.per_active * len(line.active) if group.stop > stop else 0.0
+        per_minute = max(
+            float(_most_in_a_minute(times[group.first : stop], start_ms)),
+            line.per_active if estimated else 0.0,
+        )
+        entry = found[group.family]
+        entry[0] += group.members
+        entry[1] += group.members * (exact + estimated)
+        entry[2] += group.members * per_minute
+    ranked = sorted(found.items(), key=lambda item: (-item[1][1], item[0].describe()))
+    shares = [
+        FrequentShare(family, family.describe(), int(members), occurrences, per_minute)
+        for family, (members, occurrences, per_minute) in ranked[:FREQUENT_SHOWN]
+    ]
+    return shares, schedules
+
+
+def _most_in_a_minute(times: list[int], start_ms: int) -> int:
+    counts: dict[int, int] = defaultdict(int)
+    for at in times:
+        counts[(at - start_ms) // MINUTE_MS] += 1
+    return max(counts.values(), default=0)
 
 
 def _share(

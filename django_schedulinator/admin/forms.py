@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.forms.models import construct_instance
+from django.utils.duration import duration_string
 from django.utils.translation import gettext_lazy as _
 
 from django_schedulinator import services
@@ -84,6 +86,16 @@ else:  # not generic at run time
     _ModelForm = forms.ModelForm
 
 
+class SignedDurationField(forms.DurationField):
+    """A duration that may be negative (a solar offset), shown as it is typed: "-00:30:00",
+    not Django's "-1 23:30:00"."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, timedelta) and value < timedelta(0):
+            return "-" + duration_string(-value)
+        return super().prepare_value(value)
+
+
 class ScheduleForm(_ModelForm):
     # The version the form was loaded at: an edit based on an older one is refused. Text,
     # read in clean(): an error of a hidden field would not be seen.
@@ -96,6 +108,7 @@ class ScheduleForm(_ModelForm):
             "args": PrettyJSONField,
             "kwargs": PrettyJSONField,
             "dispatch_options": PrettyJSONField,
+            "solar_offset": SignedDurationField,
         }
         widgets = {
             "args": JSONEditorWidget(json_type="array"),

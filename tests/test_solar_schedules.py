@@ -192,3 +192,14 @@ def test_the_admin_adds_a_solar_schedule_and_previews_it(admin_client: Client) -
     now = datetime.now(UTC)
     assert schedule.next_run_at is not None
     assert now < schedule.next_run_at < now + timedelta(days=1, minutes=10)
+
+
+def test_moving_the_place_moves_the_next_run() -> None:
+    schedule = solar("moved", solar_event="sunrise", **BERLIN)
+    with committed():
+        services.update(schedule, {"latitude": 40.71, "longitude": -74.01})  # New York
+    schedule.refresh_from_db()
+    assert schedule.description == "Sunrise at 40.71, -74.01"
+    assert schedule.fired_through is not None
+    expected = timing.solar_next("sunrise", 40.71, -74.01, None, schedule.fired_through)
+    assert schedule.next_run_at == expected

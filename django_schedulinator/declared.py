@@ -48,9 +48,9 @@ SETTING = "SCHEDULINATOR['SCHEDULES']"
 REMOVED_PREFIX = "No longer declared in code"
 REMOVED_NOTE = REMOVED_PREFIX + " (it was in {where}): paused, not deleted."
 # Durations a declaration may also give as a number of seconds.
-SECONDS_FIELDS = ("interval", "grace")
-# Each timing field, and the kind it makes.
-TIMINGS = {"cron": "cron", "interval": "interval", "run_at": "once"}
+SECONDS_FIELDS = ("interval", "grace", "solar_offset")
+# Each timing field, and the kind it makes (a solar one takes its latitude and longitude too).
+TIMINGS = {"cron": "cron", "interval": "interval", "run_at": "once", "solar_event": "solar"}
 # Not part of what code declares: the name is the identity, the pause state is the people's
 # (the only settings of a declared schedule that change outside the code).
 PAUSE_STATE = ("enabled", "pause_note")
@@ -87,7 +87,7 @@ class Declaration:
         timings = [name for name in TIMINGS if self.values.get(name) not in (None, "")]
         if len(timings) != 1:
             raise ImproperlyConfigured(
-                f"{self}: give exactly one of cron, interval and run_at"
+                f"{self}: give exactly one of cron, interval, run_at and solar_event"
                 + (f" (got {', '.join(timings)})" if timings else "")
             )
         values = dict(self.values)
@@ -126,8 +126,10 @@ def scheduled(name: str, **values: Any) -> Callable[[F], F]:
     """Declare a schedule of the task below it (a function registered with ``@task``, or a
     Django task registered with it): ``@scheduled("nightly-report", cron="0 3 * * *",
     timezone="Europe/Paris")`` above ``@task(...)``. Takes one of ``cron``, ``interval`` (a
-    ``timedelta`` or seconds) and ``run_at``, and any other setting of a schedule (args,
-    kwargs, dispatcher, dispatch_options, policies). Several may be stacked."""
+    ``timedelta`` or seconds), ``run_at`` and ``solar_event`` (with ``latitude`` and
+    ``longitude``, and a ``solar_offset``: a ``timedelta`` or seconds), and any other setting
+    of a schedule (args, kwargs, dispatcher, dispatch_options, policies). Several may be
+    stacked."""
     if "task" in values:
         raise ImproperlyConfigured(f"@scheduled({name!r}): the task is the function below it")
 

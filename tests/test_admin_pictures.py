@@ -739,3 +739,31 @@ def test_the_schedulers_alive_are_bars_of_their_last_pass(
     assert "last pass 90." in stale.find(f"{SVG}title").text
     assert "stale after 60 s" in "".join(chart.itertext())
     assert "1 of them stale" in chart.find(f"{SVG}desc").text
+
+
+def test_solar_schedules_are_counted_at_their_event_and_grouped_by_place() -> None:
+    """Three sunsets in Berlin (one group) and one sunrise in London: each counted in the
+    minute of its event, and the busiest minute's group links to its members."""
+    berlin = {"solar_event": "sunset", "latitude": 52.52, "longitude": 13.405}
+    london = {"solar_event": "sunrise", "latitude": 51.5074, "longitude": -0.1278}
+    sunset = timing.solar_next("sunset", 52.52, 13.405, None, SPRING)
+    sunrise = timing.solar_next("sunrise", 51.5074, -0.1278, None, SPRING)
+    assert sunset is not None
+    assert sunrise is not None
+    for _ in range(3):
+        make_schedule(kind="solar", next_run_at=sunset, **berlin)
+    make_schedule(kind="solar", next_run_at=sunrise, **london)
+
+    result = forecasting.forecast(SPRING)
+
+    def minute(at: datetime) -> int:
+        return int((at - SPRING) // timedelta(minutes=1))
+
+    assert minutes_with(result.nominal) == {minute(sunrise): 1, minute(sunset): 3}
+    assert result.failed_timings == 0
+    busiest = result.busiest[0]
+    assert busiest.at == SPRING + timedelta(minutes=minute(sunset))
+    family = busiest.shares[0].family
+    assert busiest.shares[0].description == "Sunset at 52.52, 13.405"
+    assert families.Family.from_token(family.token()) == family
+    assert Schedule.objects.filter(family.members()).count() == 3

@@ -286,7 +286,7 @@ def test_a_name_clash_with_a_schedule_made_by_hand_names_both_and_touches_neithe
     ("values", "message"),
     [
         ({"task": "tests.record", "cron": "61 * * * *"}, "'nightly' declared in"),
-        ({"task": "tests.record"}, "give exactly one of cron, interval and run_at"),
+        ({"task": "tests.record"}, "give exactly one of cron, interval, run_at and solar_event"),
         ({"task": "tests.record", "cron": "* * * * *", "interval": 5}, "(got cron, interval)"),
         ({"task": "nope", "cron": "* * * * *"}, "nope"),
         ({"task": "tests.record", "cron": "* * * * *", "every": 5}, "unknown field(s) 'every'"),
@@ -579,3 +579,17 @@ def test_a_celery_project_registers_its_tasks_where_the_migration_guide_says(
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(registered), done.stderr
+
+
+def test_a_solar_schedule_is_declared_with_its_event_and_place() -> None:
+    from django_schedulinator.declared import Declaration
+
+    declaration = Declaration(
+        "lights",
+        {"task": "tests.record", "solar_event": "sunset", "latitude": 52.5, "longitude": 13.4,
+         "solar_offset": -900},
+        "tests",
+    )  # fmt: skip
+    fields = declaration.fields()
+    assert fields["kind"] == "solar"
+    assert fields["solar_offset"] == timedelta(minutes=-15)

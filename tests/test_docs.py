@@ -970,7 +970,7 @@ def page_tasks() -> Iterator[None]:
     """The tasks the page's schedules name, registered for the test (and only for it)."""
     from django_schedulinator import registry
 
-    names = ["billing.send_invoices", "feeds.poll"]
+    names = ["billing.send_invoices", "feeds.poll", "garden.lights_on"]
     for name in names:
         registry.register(lambda *args, **kwargs: None, name=name)
     yield
@@ -1000,6 +1000,7 @@ def test_the_scheduling_pages_calls_run_in_one_session(
     paste("scheduling-cron")
     paste("scheduling-cron-union")
     paste("scheduling-interval")
+    paste("scheduling-solar")
     paste("scheduling-calendar")
     from django_schedulinator.models import Run, Schedule
 
@@ -1015,6 +1016,10 @@ def test_the_scheduling_pages_calls_run_in_one_session(
     )
 
     assert Schedule.objects.get(name="poll").interval == timedelta(minutes=10)
+    lights = Schedule.objects.get(name="lights-on")
+    assert lights.description == "Sunset at 52.52, 13.405, -15 min"
+    assert lights.next_run_at is not None
+    assert lights.next_run_at - timezone.now() < timedelta(days=1)
     session["schedule"] = schedule = Schedule.objects.get(name="invoices")
     paste("scheduling-pause")
     schedule.refresh_from_db()

@@ -54,7 +54,8 @@ def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
     dry = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop", "--dry-run")
     assert Schedule.objects.count() == 0
     assert "would create 'nightly': cron '0 4 * * mon-fri' in Europe/Paris" in dry
-    assert "Would import 3 schedule(s); left out 3." in dry
+    assert "Would import 4 schedule(s); left out 2." in dry
+    assert "would create 'at-sunset': solar: Sunset at 48.85, 2.35," in dry
 
     out = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop")
 
@@ -68,7 +69,14 @@ def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
     assert Schedule.objects.get(name="every-five-minutes").interval == timedelta(minutes=5)
     thirty = Schedule.objects.get(name="every-thirty-seconds")
     assert (thirty.task, thirty.interval) == ("tests.noop", timedelta(seconds=30))
-    assert "skipped CELERY_BEAT_SCHEDULE['at-sunset']: solar schedules" in out
+    sunset = Schedule.objects.get(name="at-sunset")
+    assert (sunset.kind, sunset.solar_event, sunset.latitude, sunset.longitude) == (
+        "solar",
+        "sunset",
+        48.85,
+        2.35,
+    )
+    assert sunset.timezone == "Europe/Paris"  # Celery's, as for its crontabs
     assert "skipped CELERY_BEAT_SCHEDULE['unknown']: the task 'nope.task' is not registered" in out
     assert "skipped CELERY_BEAT_SCHEDULE['with-exchange']: options exchange: no counterpart" in out
     entry = ScheduleChange.objects.get(schedule_name="nightly")
@@ -77,7 +85,7 @@ def test_celery_beat_schedule_is_imported_with_what_cannot_be_mapped_listed(
     again = run("--from", "celery-beat-schedule", "--map", "legacy.ping=tests.noop")
     assert "Imported 0 schedule(s); left out 6." in again
     assert "a schedule named 'nightly' exists (imported before?)" in again
-    assert Schedule.objects.count() == 3
+    assert Schedule.objects.count() == 4
 
 
 def test_one_bad_entry_is_listed_with_the_reason_and_the_rest_imported(settings: Any) -> None:

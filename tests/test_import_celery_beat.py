@@ -106,7 +106,8 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
 
     dry = run(*mapping, "--dry-run")
     assert Schedule.objects.count() == 0
-    assert "Would import 5 schedule(s); left out 6." in dry
+    assert "Would import 6 schedule(s); left out 5." in dry
+    assert "would create 'at-sunset': solar: Sunset at 48.85, 2.35," in dry
     assert "'celery.backend_cleanup': celery beat's own housekeeping" in dry
 
     out = run(*mapping)
@@ -134,8 +135,16 @@ def test_periodic_tasks_become_schedules_with_what_cannot_be_mapped_listed(
     assert (once.kind, once.task) == ("once", "tests.celery.record")
     done = Schedule.objects.get(name="once-a-day-then-done")
     assert (done.max_runs, done.end_at) == (1, now + timedelta(days=30))
+    sunset = Schedule.objects.get(name="at-sunset")
+    assert (sunset.kind, sunset.solar_event, sunset.latitude, sunset.longitude) == (
+        "solar",
+        "sunset",
+        48.85,
+        2.35,
+    )
+    assert sunset.next_run_at is not None
+    assert now < sunset.next_run_at < now + timedelta(days=1)
     for name, reason in [
-        ("at-sunset", "solar schedules (sunrise, sunset, ...) have no counterpart here"),
         ("unknown", "the task 'nope.task' is not registered"),
         ("with-exchange", "exchange 'direct': the Celery dispatcher sends by queue only"),
         ("with-headers", "headers: the Celery dispatcher sends its own"),

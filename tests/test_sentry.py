@@ -209,6 +209,12 @@ def test_a_one_off_has_no_monitor() -> None:
         monitor_config(facts(kind="once"), SentryCrons())
 
 
+def test_a_solar_schedule_has_no_monitor() -> None:
+    # Its time moves from day to day: no crontab or interval of Sentry's says it.
+    with pytest.raises(Inexpressible, match="solar schedule's time moves"):
+        monitor_config(facts(kind="solar"), SentryCrons())
+
+
 def test_a_schedule_with_calendars_has_no_monitor() -> None:
     # Sentry would expect a check-in on each holiday, which the schedule skips or moves.
     with pytest.raises(Inexpressible, match="calendars exclude"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -11,6 +12,7 @@ from django.contrib.admin import helpers
 from django.core.exceptions import ValidationError
 from django.forms.fields import InvalidJSONInput
 from django.forms.models import construct_instance
+from django.utils.duration import duration_string
 from django.utils.text import capfirst
 from django.utils.translation import gettext_lazy as _
 
@@ -102,6 +104,16 @@ else:  # not generic at run time
     _ModelForm = forms.ModelForm
 
 
+class SignedDurationField(forms.DurationField):
+    """A duration that may be negative (a solar offset), shown as it is typed: "-00:30:00",
+    not Django's "-1 23:30:00"."""
+
+    def prepare_value(self, value: Any) -> Any:
+        if isinstance(value, timedelta) and value < timedelta(0):
+            return "-" + duration_string(-value)
+        return super().prepare_value(value)
+
+
 class ScheduleForm(_ModelForm):
     # Where the calendars' widget links to add a calendar ("": it does not); the schedule
     # admin sets it for a user who may add one.
@@ -117,6 +129,7 @@ class ScheduleForm(_ModelForm):
             "args": PrettyJSONField,
             "kwargs": PrettyJSONField,
             "dispatch_options": PrettyJSONField,
+            "solar_offset": SignedDurationField,
         }
         widgets = {
             "args": JSONEditorWidget(json_type="array"),

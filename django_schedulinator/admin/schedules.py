@@ -143,6 +143,10 @@ class ScheduleAdmin(ExactTimes):
             _("When"),
             {"fields": ("kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at")},
         ),
+        (
+            _("Sun (solar)"),
+            {"fields": ("solar_event", ("latitude", "longitude"), "solar_offset")},
+        ),
         (_("Daylight saving time (cron)"), {"fields": ("dst_gap", "dst_fold")}),
         (_("Excluded days"), {"fields": ("calendars", "calendar_rule")}),
         (_("Window and limits"), {"fields": ("start_at", "end_at", "max_runs", "jitter")}),

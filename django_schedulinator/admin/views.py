@@ -110,5 +110,8 @@ def _preview_row(obj: Schedule, item: timing.PreviewItem) -> dict[str, Any]:
         "utc": f"{item.at.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
         "fires": fires,
         "flagged": flagged,
+        # The flag names a DST change only for one (an excluded day, or the first solar
+        # event after days without one, has its sentence alone).
+        "dst": bool(item.dst),
         "note": item.note or gettext("Skipped: this local time does not exist."),
     }

@@ -181,6 +181,11 @@ def monitor_config(facts: Facts, options: SentryCrons) -> dict[str, Any]:
             config["timezone"] = facts.timezone
         elif facts.kind == timing.Kind.INTERVAL:
             config["schedule"] = interval(facts.interval)
+        elif facts.kind == timing.Kind.SOLAR:
+            raise Inexpressible(
+                "a solar schedule's time moves from day to day, which a monitor's crontab or "
+                "interval cannot say"
+            )
         else:
             raise Inexpressible("a one-off has no schedule to watch")
     except TimingError as exc:

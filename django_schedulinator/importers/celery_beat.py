@@ -4,8 +4,10 @@ Each periodic task becomes one schedule of its registered task (``TaskNames``), 
 the dispatcher alias given (a Celery dispatcher keeps sending to the same Celery tasks, so
 the workers need no change). What maps, and what does not:
 
-- crontab (with its time zone), interval (seconds to days), clocked (a one-off at that time);
-  solar schedules have no counterpart here: left out with the reason;
+- crontab (with its time zone), interval (seconds to days), clocked (a one-off at that time),
+  solar (the same event of the sun at the same place: ``kind="solar"``; Celery computes it
+  with PyEphem, this app with astral: they agree to about a minute, but for the first
+  event after the polar night or the midnight sun, which may fall a day apart);
 - a crontab keeps Celery's meaning: a day must match both day fields (``day_rule="both"``
   where both are restricted; cron alone would fire on either), and each field is written
   as Celery wrote it where cron reads it the same, else as the values Celery reads (a list
@@ -42,6 +44,7 @@ from django_schedulinator import timing
 from django_schedulinator.errors import SchedulinatorError
 from django_schedulinator.importers import Found, TaskNames
 from django_schedulinator.index import clock
+from django_schedulinator.timing.solar import is_event
 
 # The values of each cron field as Celery's crontab reads them (day of the week: Sunday 0).
 CRON_FIELD_RANGES = (range(60), range(24), range(1, 32), range(1, 13), range(7))
@@ -105,9 +108,9 @@ def _found(source: str, fields_of: Callable[[], dict[str, Any]]) -> Found:
 def _fields_of_row(row: Any, names: TaskNames, dispatcher: str) -> dict[str, Any]:
     task = _task(row.task, names)
     fields: dict[str, Any] = {"name": row.name, "task": task, "dispatcher": dispatcher}
-    if row.solar_id is not None:
-        raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
-    if row.crontab is not None:
+    if row.solar is not None:
+        fields.update(_solar(row.solar.event, row.solar.latitude, row.solar.longitude))
+    elif row.crontab is not None:
         try:
             celery_crontab = row.crontab.schedule  # django-celery-beat's own Celery crontab
         except Exception as exc:  # Celery's parser raises ValueError and its ParseException
@@ -204,7 +207,7 @@ def _timing(schedule: Any, timezone: str) -> dict[str, Any]:
     from celery.schedules import crontab, solar
 
     if isinstance(schedule, solar):
-        raise Unmapped("solar schedules (sunrise, sunset, ...) have no counterpart here")
+        return {**_solar(schedule.event, schedule.lat, schedule.lon), "timezone": timezone}
     if isinstance(schedule, crontab):
         return _cron(schedule, timezone)
     if isinstance(schedule, timedelta):
@@ -251,6 +254,19 @@ def _cron(schedule: Any, timezone: str) -> dict[str, Any]:
         "cron": cron,
         "day_rule": timing.DayRule.BOTH if both else timing.DayRule.EITHER,
         "timezone": timezone,
+    }
+
+
+def _solar(event: Any, latitude: Any, longitude: Any) -> dict[str, Any]:
+    """The solar timing of Celery's ``solar`` or django-celery-beat's ``SolarSchedule``: the
+    same event (the names are Celery's) at the same place."""
+    if not is_event(event):
+        raise Unmapped(f"the solar event {event!r} is not one Celery has")
+    return {
+        "kind": "solar",
+        "solar_event": str(event),
+        "latitude": float(latitude),  # a Decimal in django-celery-beat's table
+        "longitude": float(longitude),
     }
 
 

@@ -74,6 +74,18 @@ class Schedule(models.Model):
         CRON = timing.Kind.CRON, _("Cron")
         INTERVAL = timing.Kind.INTERVAL, _("Interval")
         ONCE = timing.Kind.ONCE, _("One-off")
+        SOLAR = timing.Kind.SOLAR, _("Solar (sunrise, sunset, ...)")
+
+    class SolarEvent(models.TextChoices):
+        DAWN_ASTRONOMICAL = timing.SolarEvent.DAWN_ASTRONOMICAL, _("Astronomical dawn (-18°)")
+        DAWN_NAUTICAL = timing.SolarEvent.DAWN_NAUTICAL, _("Nautical dawn (-12°)")
+        DAWN_CIVIL = timing.SolarEvent.DAWN_CIVIL, _("Civil dawn (-6°)")
+        SUNRISE = timing.SolarEvent.SUNRISE, _("Sunrise")
+        SOLAR_NOON = timing.SolarEvent.SOLAR_NOON, _("Solar noon")
+        SUNSET = timing.SolarEvent.SUNSET, _("Sunset")
+        DUSK_CIVIL = timing.SolarEvent.DUSK_CIVIL, _("Civil dusk (-6°)")
+        DUSK_NAUTICAL = timing.SolarEvent.DUSK_NAUTICAL, _("Nautical dusk (-12°)")
+        DUSK_ASTRONOMICAL = timing.SolarEvent.DUSK_ASTRONOMICAL, _("Astronomical dusk (-18°)")
 
     class DstGap(models.TextChoices):
         SHIFT = timing.DstGap.SHIFT, _("Shift it forward by the gap (02:30 runs at 03:30)")
@@ -138,11 +150,45 @@ class Schedule(models.Model):
     run_at = models.DateTimeField(
         _("run at"), null=True, blank=True, help_text=_("When a one-off runs.")
     )
+    solar_event = models.CharField(
+        _("solar event"),
+        max_length=24,
+        choices=SolarEvent.choices,
+        blank=True,
+        help_text=_(
+            "Solar: the event of the sun it fires at, each day it happens at the place (the "
+            "polar night and the midnight sun pass days over)."
+        ),
+    )
+    latitude = models.FloatField(
+        _("latitude"),
+        null=True,
+        blank=True,
+        help_text=_("Solar: degrees north (negative: south), -90 to 90."),
+    )
+    longitude = models.FloatField(
+        _("longitude"),
+        null=True,
+        blank=True,
+        help_text=_("Solar: degrees east (negative: west), -180 to 180."),
+    )
+    solar_offset = models.DurationField(
+        _("solar offset"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Solar: fire this long after the event (negative: before it), at most 12 hours "
+            "either way; for example -00:30:00 for half an hour before sunset."
+        ),
+    )
     timezone = models.CharField(
         _("timezone"),
         max_length=64,
         default=default_timezone,
-        help_text=_("IANA zone in which the cron expression is evaluated."),
+        help_text=_(
+            "IANA zone in which the cron expression is evaluated, the previews are shown "
+            "and the calendars' days are read."
+        ),
     )
     dst_gap = models.CharField(
         _("when a local time does not exist"),
@@ -352,9 +398,9 @@ class Schedule(models.Model):
     objects: ClassVar[ScheduleQuerySet[Schedule]] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
     TIMING_FIELDS = (
-        "kind", "cron", "day_rule", "interval", "run_at", "timezone", "start_at", "end_at",
-        "anchor_at", "dst_gap", "dst_fold", "jitter", "calendars", "calendar_rule", "max_runs",
-        "enabled",
+        "kind", "cron", "day_rule", "interval", "run_at", "solar_event", "latitude",
+        "longitude", "solar_offset", "timezone", "start_at", "end_at", "anchor_at", "dst_gap",
+        "dst_fold", "jitter", "calendars", "calendar_rule", "max_runs", "enabled",
     )  # fmt: skip
     MACHINE_FIELDS = (
         "next_run_at", "due_at", "last_run_at", "run_count", "failure_streak", "missed_at",
@@ -365,10 +411,11 @@ class Schedule(models.Model):
     # What people set, in the order forms and the API show it; the change log diffs these.
     SETTINGS_FIELDS = (
         "name", "task", "args", "kwargs", "enabled", "pause_note",
-        "kind", "cron", "day_rule", "interval", "run_at", "timezone", "anchor_at", "dst_gap",
-        "dst_fold", "start_at", "end_at", "max_runs", "jitter", "calendars", "calendar_rule",
-        "catch_up", "catch_up_window", "overlap", "pause_after_failures", "grace",
-        "dispatcher", "dispatch_options",
+        "kind", "cron", "day_rule", "interval", "run_at", "solar_event", "latitude",
+        "longitude", "solar_offset", "timezone", "anchor_at", "dst_gap", "dst_fold", "start_at",
+        "end_at", "max_runs", "jitter", "calendars", "calendar_rule", "catch_up",
+        "catch_up_window", "overlap", "pause_after_failures", "grace", "dispatcher",
+        "dispatch_options",
     )  # fmt: skip
 
     class Meta:
@@ -639,6 +686,7 @@ class Schedule(models.Model):
             ("jitter", (timedelta, str), "a duration (datetime.timedelta)"),
             ("catch_up_window", (timedelta, str), "a duration (datetime.timedelta)"),
             ("grace", (timedelta, str), "a duration (datetime.timedelta)"),
+            ("solar_offset", (timedelta, str), "a duration (datetime.timedelta)"),
             ("run_at", (date, str), "a date and time (datetime.datetime)"),
             ("start_at", (date, str), "a date and time (datetime.datetime)"),
             ("end_at", (date, str), "a date and time (datetime.datetime)"),

@@ -78,9 +78,10 @@ logger = logging.getLogger("django_schedulinator.claiming")
 ROW_FIELDS = (
     "pk", "revision", "enabled", "next_run_at", "due_at", "kind", "cron", "interval",
     "run_at", "timezone", "start_at", "end_at", "anchor_at", "dst_gap", "dst_fold", "jitter",
-    "day_rule", "catch_up", "catch_up_window", "overlap", "calendars", "calendar_rule",
-    "max_runs", "run_count", "task", "args", "kwargs", "dispatcher", "dispatch_options", "name",
-    "grace", "decided_moves",
+    "day_rule", "solar_event", "latitude", "longitude", "solar_offset", "catch_up",
+    "catch_up_window", "overlap", "calendars", "calendar_rule", "max_runs", "run_count",
+    "task", "args", "kwargs", "dispatcher", "dispatch_options", "name", "grace",
+    "decided_moves",
 )  # fmt: skip
 # The slice of ROW_FIELDS a due plan depends on (next_run_at to catch_up_window), with the
 # calendars and their rule.

@@ -7,10 +7,15 @@ Redis index's scores, so the row and the index always compare equal.
 
 The modules, in the order a reader meets the rules (each imports only those above it):
 
-- ``vocabulary``: the words of the rules, each an enumeration (``Kind``, ``DstGap``,
-  ``DstFold``, ``DayRule``, ``CalendarRule``, ``CatchUpMode``, ``Overlap``, ``SkipReason``,
-  ``NotifyEvent``), from which the models' choices and the settings' values are built.
+- ``vocabulary``: the words of the rules, each an enumeration (``Kind``, ``SolarEvent``,
+  ``DstGap``, ``DstFold``, ``DayRule``, ``CalendarRule``, ``CatchUpMode``, ``Overlap``,
+  ``SkipReason``, ``NotifyEvent``), from which the models' choices and the settings'
+  values are built.
 - ``instants``: instants, epoch milliseconds, and zones (``get_zone``).
+- ``solar``: **solar** schedules: an event of the sun (``SolarEvent``: dawn, sunrise, solar
+  noon, sunset, dusk) at a latitude and a longitude, plus an offset, computed by astral;
+  days without the event (the polar night, the midnight sun) are passed over, looking at
+  most ``SOLAR_REACH_DAYS`` ahead.
 - ``cron``: cron expressions, read and validated; the **day rule** (``either`` day field
   may match, cron's rule, or ``both`` must, Celery's).
 - ``moments``: a point of the timeline (``Moment``), and how a DST change or an excluded day
@@ -22,7 +27,7 @@ The modules, in the order a reader meets the rules (each imports only those abov
   are PEP 495's ``fold=0``).
 - ``days``: the excluded days of a schedule's calendars, as spans of UTC time.
 - ``plain``: the timeline without calendars: **intervals** on a grid (``anchor + k *
-  interval``), **one-offs** (``run_at``), crons, within **the window** (``start_at``,
+  interval``), **one-offs** (``run_at``), crons, solar events, within **the window** (``start_at``,
   ``end_at``, to the millisecond).
 - ``calendars``: an occurrence on an excluded day is **skipped** (recorded once a span,
   with the reason "calendar") or **moved** to the same local time on the next business day.
@@ -92,6 +97,14 @@ from django_schedulinator.timing.moments import (
 )
 from django_schedulinator.timing.plain import MAX_SKIPPED_SPAN, MIN_INTERVAL
 from django_schedulinator.timing.replan import LATE_RECORDED, Replan, replan_calendar
+from django_schedulinator.timing.solar import (
+    MAX_SOLAR_OFFSET,
+    SOLAR_REACH_DAYS,
+    describe_solar,
+    event_on,
+    solar_next,
+    solar_prev,
+)
 from django_schedulinator.timing.spec import (
     MAX_JITTER,
     Timing,
@@ -114,6 +127,7 @@ from django_schedulinator.timing.vocabulary import (
     NotifyEvent,
     Overlap,
     SkipReason,
+    SolarEvent,
 )
 from django_schedulinator.timing.walks import MAX_WALL_STEPS, OFFSET_SPAN
 
@@ -136,6 +150,7 @@ __all__ = [
     "MAX_JITTER",
     "MAX_MOVE_DAYS",
     "MAX_SKIPPED_SPAN",
+    "MAX_SOLAR_OFFSET",
     "MAX_WALL_STEPS",
     "MIN_INTERVAL",
     "MOVE_REACH",
@@ -143,6 +158,7 @@ __all__ = [
     "ONE_DAY",
     "ONE_MS",
     "ONE_SECOND",
+    "SOLAR_REACH_DAYS",
     "CalendarRule",
     "CatchUp",
     "CatchUpMode",
@@ -160,6 +176,7 @@ __all__ = [
     "Replan",
     "Skip",
     "SkipReason",
+    "SolarEvent",
     "Timing",
     "TimingFields",
     "both_days_restricted",
@@ -169,8 +186,10 @@ __all__ = [
     "cron_field_values",
     "decided_moves",
     "describe",
+    "describe_solar",
     "dst_note",
     "due_time",
+    "event_on",
     "first_run_at",
     "following",
     "from_ms",
@@ -186,6 +205,8 @@ __all__ = [
     "preceding",
     "preview",
     "replan_calendar",
+    "solar_next",
+    "solar_prev",
     "stored_due_at",
     "stored_moves",
     "to_ms",

@@ -15,6 +15,7 @@ from django_schedulinator.timing.cron import both_days_restricted, cron_expressi
 from django_schedulinator.timing.instants import ONE_MS, get_zone
 from django_schedulinator.timing.jitter import with_due_times
 from django_schedulinator.timing.moments import DST_FIRST, DST_SHIFT, DST_SKIP, Moment
+from django_schedulinator.timing.solar import describe_solar, gap_note
 from django_schedulinator.timing.spec import Timing, occurrences
 from django_schedulinator.timing.vocabulary import DayRule, Kind
 
@@ -57,7 +58,11 @@ def preview(
             local = moment.at.astimezone(zone)
         except OverflowError:  # past the year 9999 in this zone: nothing more to show
             break
-        note = " ".join(filter(None, (calendar_note(moment), dst_note(timing, moment))))
+        note = " ".join(
+            filter(
+                None, (calendar_note(moment), dst_note(timing, moment), solar_note(timing, moment))
+            )
+        )
         dst = moment.dst
         offset = local.utcoffset()
         if not dst and previous_offset is not None and offset != previous_offset:
@@ -68,6 +73,16 @@ def preview(
         previous_offset = offset
         items.append(PreviewItem(moment.at, local, due, dst, moment.skipped, note, moment.calendar))
     return items
+
+
+def solar_note(timing: Timing, moment: Moment) -> str:
+    """For a solar schedule, a sentence on the days without its event before ``moment``
+    (the polar night, the midnight sun), or ""."""
+    if timing.kind != Kind.SOLAR or timing.latitude is None or timing.longitude is None:
+        return ""
+    return gap_note(
+        timing.solar_event, timing.latitude, timing.longitude, timing.solar_offset, moment.at
+    )
 
 
 def dst_note(timing: Timing, moment: Moment) -> str:
@@ -97,7 +112,8 @@ def _offset_text(offset: timedelta | None) -> str:
 
 
 def describe(timing: Timing) -> str:
-    """A sentence a person can read, e.g. "At 06:00, Monday through Friday (Europe/Berlin)".
+    """A sentence a person can read, e.g. "At 06:00, Monday through Friday (Europe/Berlin)",
+    "Sunset at 52.52, 13.40, +15 min".
 
     Cron expressions are described by cron-descriptor; an expression it cannot describe
     is shown as it is.
@@ -115,6 +131,11 @@ def describe(timing: Timing) -> str:
         anchor = timing.anchor_at or timing.start_at
         if anchor is not None:
             text += f", counted from {anchor.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return text + _calendar_text(timing)
+    if timing.kind == Kind.SOLAR:
+        text = describe_solar(
+            timing.solar_event, timing.latitude, timing.longitude, timing.solar_offset
+        )
         return text + _calendar_text(timing)
     if timing.kind == Kind.ONCE and isinstance(timing.run_at, datetime):
         try:

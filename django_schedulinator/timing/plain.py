@@ -7,6 +7,8 @@ some off (``calendars``).
 - **One-offs** have one occurrence, ``run_at``.
 - **Cron** expressions give the moments of their wall times in the schedule's zone
   (``walks``).
+- **Solar** schedules: an event of the sun at a place, plus an offset (``solar``); days
+  without the event (the polar night, the midnight sun) are passed over.
 - **The window**: no occurrence before ``start_at`` or after ``end_at`` (cron and interval),
   both read to the millisecond like every instant: a start of ``...:24.701808`` is an
   occurrence at ``...:24.701`` when the timing has one there.
@@ -26,6 +28,7 @@ from django_schedulinator.timing.cron import cron_expressions
 from django_schedulinator.timing.days import DayCalendar
 from django_schedulinator.timing.instants import EPOCH, ONE_MS, ceil_ms, from_ms, to_ms, truncate_ms
 from django_schedulinator.timing.moments import Moment
+from django_schedulinator.timing.solar import is_event, solar_next, solar_prev
 from django_schedulinator.timing.vocabulary import Kind
 from django_schedulinator.timing.walks import OFFSET_SPAN, crons_next, crons_prev
 
@@ -72,6 +75,14 @@ class TimingSpec(Protocol):
     def calendar(self) -> DayCalendar | None: ...
     @property
     def decided(self) -> tuple[tuple[datetime, datetime], ...]: ...
+    @property
+    def solar_event(self) -> str: ...
+    @property
+    def latitude(self) -> float | None: ...
+    @property
+    def longitude(self) -> float | None: ...
+    @property
+    def solar_offset(self) -> timedelta | None: ...
 
 
 def plain_following(
@@ -94,6 +105,10 @@ def plain_following(
             base = to_ms(_anchor(timing, anchor))
             at = from_ms(base + step * ((to_ms(after) - base) // step + 1))
             return Moment(at) if end is None or at <= end else None
+        if timing.kind == Kind.SOLAR:
+            lat, lon = _place(timing)
+            found = solar_next(timing.solar_event, lat, lon, timing.solar_offset, after)
+            return Moment(found) if found is not None and (end is None or found <= end) else None
         exprs = cron_expressions(timing.cron)
         first_skipped: datetime | None = None
         while True:
@@ -130,6 +145,11 @@ def plain_preceding(
             # The last grid point strictly before ``before`` (rounded up to a millisecond).
             at = from_ms(base - step * ((base - to_ms(ceil_ms(before))) // step + 1))
             return Moment(at) if start is None or at >= start else None
+        if timing.kind == Kind.SOLAR:
+            lat, lon = _place(timing)
+            found = solar_prev(timing.solar_event, lat, lon, timing.solar_offset, before)
+            ok = found is not None and (start is None or found >= start)
+            return Moment(found) if ok and found is not None else None
         exprs = cron_expressions(timing.cron)
         last_skipped: datetime | None = None
         while True:
@@ -146,6 +166,13 @@ def plain_preceding(
             before = moment.at
     except OverflowError:
         return None
+
+
+def _place(timing: TimingSpec) -> tuple[float, float]:
+    """A solar schedule's latitude and longitude, or TimingError."""
+    if timing.latitude is None or timing.longitude is None or not is_event(timing.solar_event):
+        raise TimingError("A solar schedule needs an event, a latitude and a longitude.")
+    return float(timing.latitude), float(timing.longitude)
 
 
 def window_start(timing: TimingSpec) -> datetime | None:

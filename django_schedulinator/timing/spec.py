@@ -4,7 +4,9 @@ calendars' excluded days), its validation, and its timeline: the moments after a
 the first of a new schedule (``first_run_at``).
 
 The timeline is the plain one (``plain``), with the calendar's days taken off it
-(``calendars``).
+(``calendars``). A solar schedule is validated here too: its event, its place (latitude
+-90 to 90, longitude -180 to 180) and its offset (``solar_errors``), and it must have an
+event within a year (``solar.never_text`` says why it has none).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Protocol
 
 from django_schedulinator.errors import TimingError
@@ -31,7 +34,8 @@ from django_schedulinator.timing.plain import (
     plain_preceding,
     window_start,
 )
-from django_schedulinator.timing.vocabulary import DayRule, DstFold, DstGap, Kind
+from django_schedulinator.timing.solar import MAX_SOLAR_OFFSET, is_event, never_text
+from django_schedulinator.timing.vocabulary import DayRule, DstFold, DstGap, Kind, SolarEvent
 
 MAX_JITTER = timedelta(days=1)
 
@@ -52,6 +56,10 @@ class TimingFields(Protocol):
     jitter: timedelta | None
     day_rule: str
     decided_moves: object
+    solar_event: str
+    latitude: float | None
+    longitude: float | None
+    solar_offset: timedelta | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +83,11 @@ class Timing:
     # excluded, that ran or landed before a change of the excluded days (``replan_calendar``):
     # none of them moves anywhere any more.
     decided: tuple[tuple[datetime, datetime], ...] = ()
+    # Solar schedules: the event of the sun, the place, and the offset added to each event.
+    solar_event: str = ""
+    latitude: float | None = None
+    longitude: float | None = None
+    solar_offset: timedelta | None = None
 
     @classmethod
     def of(cls, fields: TimingFields, calendar: DayCalendar | None = None) -> Timing:
@@ -96,6 +109,10 @@ class Timing:
             day_rule=fields.day_rule,
             calendar=calendar,
             decided=decided_moves(fields.decided_moves) if calendar is not None else (),
+            solar_event=fields.solar_event,
+            latitude=fields.latitude,
+            longitude=fields.longitude,
+            solar_offset=fields.solar_offset,
         )
 
     def validate(self) -> dict[str, str]:
@@ -150,8 +167,10 @@ class Timing:
         elif self.kind == Kind.ONCE:
             if self.run_at is None:
                 errors["run_at"] = "A one-off schedule needs a time to run at."
+        elif self.kind == Kind.SOLAR:
+            errors.update(solar_errors(self))
         else:
-            errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval or once."
+            errors["kind"] = f"Unknown kind {self.kind!r}; use cron, interval, once or solar."
         if self.anchor_at is not None and self.kind != Kind.INTERVAL and "anchor_at" not in errors:
             errors["anchor_at"] = "An anchor applies to interval schedules only."
         window_ok = not {"start_at", "end_at"} & errors.keys()
@@ -176,9 +195,44 @@ class Timing:
                     )
                 elif self.start_at is not None and self.start_at > now:
                     errors["start_at"] = "The start is too late: no occurrence can follow it."
+                elif self.kind == Kind.SOLAR:
+                    assert self.latitude is not None
+                    assert self.longitude is not None
+                    errors["solar_event"] = never_text(
+                        self.solar_event, self.latitude, self.longitude, now
+                    )
                 else:
                     errors["cron"] = "The cron expression has no occurrence that can be computed."
         return errors
+
+
+def solar_errors(timing: Timing) -> dict[str, str]:
+    """What is wrong with a solar schedule's event, place and offset, by field."""
+    errors: dict[str, str] = {}
+    if not is_event(timing.solar_event):
+        names = ", ".join(SolarEvent)
+        errors["solar_event"] = (
+            f"Unknown solar event {timing.solar_event!r}; use one of {names}."
+            if timing.solar_event
+            else f"A solar schedule needs an event: one of {names}."
+        )
+    for name, bound in (("latitude", 90), ("longitude", 180)):
+        value = getattr(timing, name)
+        if value is None:
+            errors[name] = f"A solar schedule needs a {name}."
+        elif isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+            errors[name] = f"Enter the {name} as a number of degrees."
+        elif not -bound <= value <= bound:  # NaN fails this too
+            errors[name] = f"The {name} must be between -{bound} and {bound} degrees."
+    offset = timing.solar_offset
+    if offset is not None:
+        if not isinstance(offset, timedelta):
+            errors["solar_offset"] = "Enter the offset as a duration, for example -00:30:00."
+        elif abs(offset) > MAX_SOLAR_OFFSET:
+            errors["solar_offset"] = (
+                f"The offset must be between -{MAX_SOLAR_OFFSET} and {MAX_SOLAR_OFFSET}."
+            )
+    return errors
 
 
 def occurrences(
@@ -246,7 +300,8 @@ def first_run_at(timing: Timing, now: datetime) -> datetime | None:
 
     A one-off's is its ``run_at``. An interval without an anchor starts one interval after
     ``now`` (or at a future ``start_at``); with one, at the first grid point from then on. A
-    cron starts at its first match after ``now`` (or from a future ``start_at`` on). The
+    cron starts at its first match after ``now`` (or from a future ``start_at`` on), and a
+    solar schedule at its first event (plus its offset) after then. The
     moment may be a skipped local time: the scheduler records the skip when it gets there.
     """
     if timing.kind == Kind.ONCE:

@@ -1,13 +1,13 @@
-"""The vocabularies of a schedule's rules, each spelled once, as an enumeration: the kinds of
-timing, the DST policies, the day rule, what a calendar's excluded day does, the catch-up
-modes, the overlap policies, why an occurrence did not fire, and what a notifier may be
-told of.
+"""The vocabularies of a schedule's rules, each spelled once, as an enumeration: the kinds
+of timing, the events of the sun, the DST policies, the day rule, what a calendar's
+excluded day does, the catch-up modes, the overlap policies, why an occurrence did not
+fire, and what a notifier may be told of.
 
-The models' choices (``Schedule.Kind``, ``Schedule.CatchUp``, ``Run.SkipReason``, ...) are
-built from these, with their labels, and so are the values the settings accept
-(``conf.CATCH_UP_MODES``, ``conf.NOTIFY_EVENTS``). A member is a ``str``
-(``Kind.CRON == "cron"``): rows, settings and JSON hold the plain values, and a value read
-from any of them compares equal to its member.
+The models' choices (``Schedule.Kind``, ``Schedule.SolarEvent``, ``Schedule.CatchUp``,
+``Run.SkipReason``, ...) are built from these, with their labels, and so are the values
+the settings accept (``conf.CATCH_UP_MODES``, ``conf.NOTIFY_EVENTS``). A member is a
+``str`` (``Kind.CRON == "cron"``): rows, settings and JSON hold the plain values, and a
+value read from any of them compares equal to its member.
 
 The notify events are not about time, but they are a vocabulary the settings check: here
 they sit below the settings (``conf``) with the others.
@@ -24,6 +24,24 @@ class Kind(StrEnum):
     CRON = "cron"
     INTERVAL = "interval"
     ONCE = "once"
+    SOLAR = "solar"  # an event of the sun at a place: sunrise, sunset, dawn, dusk, noon
+
+
+class SolarEvent(StrEnum):
+    """Which event of the sun a solar schedule fires at: Celery's names (``solar(...)``,
+    django-celery-beat's ``SolarSchedule``), so an import keeps them as they are. Dawn and
+    dusk are the sun's centre 6 (civil), 12 (nautical) or 18 (astronomical) degrees below
+    the horizon; sunrise and sunset its upper edge on the horizon, refraction included."""
+
+    DAWN_ASTRONOMICAL = "dawn_astronomical"
+    DAWN_NAUTICAL = "dawn_nautical"
+    DAWN_CIVIL = "dawn_civil"
+    SUNRISE = "sunrise"
+    SOLAR_NOON = "solar_noon"
+    SUNSET = "sunset"
+    DUSK_CIVIL = "dusk_civil"
+    DUSK_NAUTICAL = "dusk_nautical"
+    DUSK_ASTRONOMICAL = "dusk_astronomical"
 
 
 class DstGap(StrEnum):

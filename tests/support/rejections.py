@@ -62,6 +62,12 @@ def once(value: Any) -> dict[str, Any]:
     return {"kind": "once", "run_at": value}
 
 
+def sun(**fields: Any) -> dict[str, Any]:
+    """A solar timing (sunset in Berlin) with ``fields`` instead."""
+    return {"kind": "solar", "solar_event": "sunset", "latitude": 52.52, "longitude": 13.4,
+            **fields}  # fmt: skip
+
+
 MODEL_CASES = [
     # cron
     bad("cron-minute-60", "cron", "Bad minute", cron="60 * * * *"),
@@ -82,6 +88,21 @@ MODEL_CASES = [
     bad("cron-step-0", "cron", "Bad minute", cron="*/0 * * * *"),
     bad("cron-feb-31", "cron", "Bad day-of-month", cron="0 0 31 2 *"),
     bad("cron-never-matches", "cron", "never matches", cron="* * */20 * 1L"),
+    # solar
+    bad("solar-event-unknown", "solar_event", "Unknown solar event", **sun(solar_event="dusk")),
+    bad("solar-event-missing", "solar_event", "needs an event", **sun(solar_event="")),
+    bad("solar-latitude-91", "latitude", "between -90 and 90", **sun(latitude=91)),
+    bad("solar-latitude-nan", "latitude", "between -90 and 90", **sun(latitude=float("nan"))),
+    bad("solar-latitude-missing", "latitude", "needs a latitude", **sun(latitude=None)),
+    bad("solar-longitude-181", "longitude", "between -180 and 180", **sun(longitude=-181)),
+    bad("solar-longitude-text", "longitude", "must be a float", **sun(longitude="east")),
+    bad(
+        "solar-offset-13h",
+        "solar_offset",
+        "between -12:00:00",
+        **sun(solar_offset=timedelta(hours=13)),
+    ),
+    bad("solar-offset-number", "solar_offset", "a duration", **sun(solar_offset=900)),
     # timezone
     bad("tz-mars", "timezone", "Unknown time zone", timezone="Mars/Olympus"),
     bad("tz-empty", "timezone", "not an IANA time zone", timezone=""),
@@ -269,6 +290,52 @@ ADMIN_CASES = [
         "interval-days-out-of-range", "interval", "days", kind="interval", interval="1000000000 0:0"
     ),
     bad("once-missing-run-at", "run_at", "needs a time", kind="once"),
+    bad(
+        "solar-event-unknown",
+        "solar_event",
+        "Select a valid choice",
+        kind="solar",
+        solar_event="dusk",
+        latitude="52.52",
+        longitude="13.4",
+    ),
+    bad(
+        "solar-latitude-95",
+        "latitude",
+        "between -90 and 90",
+        kind="solar",
+        solar_event="sunset",
+        latitude="95",
+        longitude="13.4",
+    ),
+    bad(
+        "solar-longitude-missing",
+        "longitude",
+        "needs a longitude",
+        kind="solar",
+        solar_event="sunset",
+        latitude="52.52",
+        longitude="",
+    ),
+    bad(
+        "solar-longitude-text",
+        "longitude",
+        "Enter a number",
+        kind="solar",
+        solar_event="sunset",
+        latitude="52.52",
+        longitude="east",
+    ),
+    bad(
+        "solar-offset-13h",
+        "solar_offset",
+        "between -12:00:00",
+        kind="solar",
+        solar_event="sunset",
+        latitude="52.52",
+        longitude="13.4",
+        solar_offset="-13:00:00",
+    ),
     bad("once-in-the-past", "run_at", "future", kind="once", **at("run_at", "2020-01-01")),
     bad("once-bad-date", "run_at", "valid date", kind="once", **at("run_at", "2030-13-45")),
     bad(

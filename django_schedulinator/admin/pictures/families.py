@@ -40,6 +40,11 @@ class TimelineKey:
     # The calendars of excluded days it names, and what it does on their days.
     calendars: tuple[str, ...] = ()
     calendar_rule: str = timing.CalendarRule.SKIP
+    # Solar: the event of the sun, the place and the offset.
+    solar_event: str = ""
+    latitude: float | None = None
+    longitude: float | None = None
+    solar_offset: timedelta | None = None
 
     def spec(self) -> timing.Timing:
         calendar = None
@@ -56,6 +61,10 @@ class TimelineKey:
             dst_fold=self.dst_fold,
             day_rule=self.day_rule,
             calendar=calendar,
+            solar_event=self.solar_event,
+            latitude=self.latitude,
+            longitude=self.longitude,
+            solar_offset=self.solar_offset,
         )
 
 
@@ -71,7 +80,7 @@ class Family:
         try:
             return timing.describe(key.spec())
         except (TimingError, ValueError, OverflowError):
-            return key.cron or str(key.interval or key.anchor)
+            return key.cron or key.solar_event or str(key.interval or key.anchor)
 
     def label(self) -> str:
         """The family in words, as the schedule list's filter names it."""
@@ -94,7 +103,7 @@ class Family:
             [
                 key.kind, key.cron, key.timezone, key.day_rule, key.dst_gap, key.dst_fold,
                 _ms(key.interval), timing.to_ms(key.anchor) if key.anchor else None,
-                _ms(self.jitter), list(key.calendars), key.calendar_rule,
+                _ms(self.jitter), list(key.calendars), key.calendar_rule, _solar(key),
             ],
             separators=(",", ":"),
         )  # fmt: skip
@@ -106,9 +115,9 @@ class Family:
             value = json.loads(text)
         except (TypeError, ValueError):
             raise ValueError(f"not a timing group: {text!r}") from None
-        if not isinstance(value, list) or len(value) != 11:
+        if not isinstance(value, list) or len(value) != 12:
             raise ValueError(f"not a timing group: {text!r}")
-        *words, interval, anchor, jitter, calendars, calendar_rule = value
+        *words, interval, anchor, jitter, calendars, calendar_rule, solar = value
         if not isinstance(calendars, list) or not all(isinstance(c, str) for c in calendars):
             raise ValueError(f"not a timing group: {text!r}")
         if not isinstance(calendar_rule, str):
@@ -127,7 +136,7 @@ class Family:
         key = TimelineKey(
             kind, cron, zone, day_rule, gap, fold,
             timedelta(milliseconds=interval) if interval is not None else None, moment,
-            tuple(calendars), calendar_rule,
+            tuple(calendars), calendar_rule, *_solar_fields(solar, text),
         )  # fmt: skip
         return cls(key, timedelta(milliseconds=jitter) if jitter else None)
 
@@ -142,6 +151,13 @@ class Family:
                 day_rule=key.day_rule,
                 dst_gap=key.dst_gap,
                 dst_fold=key.dst_fold,
+            )
+        if key.kind == timing.Kind.SOLAR:
+            found &= Q(
+                solar_event=key.solar_event,
+                latitude=key.latitude,
+                longitude=key.longitude,
+                solar_offset=key.solar_offset,
             )
         if key.interval is not None:
             found &= Q(interval=key.interval)
@@ -160,3 +176,30 @@ class Family:
 
 def _ms(value: timedelta | None) -> int | None:
     return value // timing.ONE_MS if value else None
+
+
+def _solar(key: TimelineKey) -> list[object] | None:
+    """A solar key's event, place and offset (ms) as the token has them; None otherwise."""
+    if key.kind != timing.Kind.SOLAR:
+        return None
+    return [key.solar_event, key.latitude, key.longitude, _ms(key.solar_offset)]
+
+
+def _solar_fields(
+    value: object, text: str
+) -> tuple[str, float | None, float | None, timedelta | None]:
+    """The solar fields of a token's last item (``_solar``); ValueError for anything else."""
+    if value is None:
+        return "", None, None, None
+    if not isinstance(value, list) or len(value) != 4:
+        raise ValueError(f"not a timing group: {text!r}")
+    event, latitude, longitude, offset = value
+    numbers = (latitude, longitude)
+    if not isinstance(event, str) or not all(
+        isinstance(n, int | float) and not isinstance(n, bool) for n in numbers
+    ):
+        raise ValueError(f"not a timing group: {text!r}")
+    if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)):
+        raise ValueError(f"not a timing group: {text!r}")
+    shift = timedelta(milliseconds=offset) if offset is not None else None
+    return event, float(latitude), float(longitude), shift

@@ -102,7 +102,8 @@ class Timeline:
     def work(self, kind: str) -> float:
         """The occurrences and probes it took, in cron occurrences."""
         steps = len(self.times) + len(self.active)
-        return steps if kind == timing.Kind.CRON else steps * ARITHMETIC_COST
+        costly = (timing.Kind.CRON, timing.Kind.SOLAR)  # a walk each, not a sum
+        return steps if kind in costly else steps * ARITHMETIC_COST
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +301,10 @@ def _group_rows(
             "jitter",
             "calendars",
             "calendar_rule",
+            "solar_event",
+            "latitude",
+            "longitude",
+            "solar_offset",
             "start_minute",
             "end_bound",
             "left",
@@ -324,6 +329,15 @@ def _timeline_key(row: dict[str, Any]) -> TimelineKey:
             day_rule=row["day_rule"],
             dst_gap=row["dst_gap"],
             dst_fold=row["dst_fold"],
+        )
+    elif kind == timing.Kind.SOLAR:
+        key = TimelineKey(
+            kind,
+            timezone=row["timezone"],
+            solar_event=row["solar_event"],
+            latitude=row["latitude"],
+            longitude=row["longitude"],
+            solar_offset=row["solar_offset"],
         )
     elif kind == timing.Kind.INTERVAL:
         key = TimelineKey(kind, interval=row["interval"], anchor=row["start_minute"])

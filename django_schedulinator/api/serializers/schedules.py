@@ -104,6 +104,10 @@ class ScheduleSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Schedule])
         read_only_fields = (
             *SHOWN_MACHINE_FIELDS, "paused_at", "declared_in", "created_at", "updated_at"
         )  # fmt: skip
+        extra_kwargs = {
+            "latitude": {"min_value": -90, "max_value": 90},
+            "longitude": {"min_value": -180, "max_value": 180},
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -252,6 +256,7 @@ class TimingPreviewSerializer(serializers.ModelSerializer[Schedule]):
     class Meta:
         model = Schedule
         fields = (*Schedule.TIMING_FIELDS, "count")
+        extra_kwargs = ScheduleSerializer.Meta.extra_kwargs
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         count = attrs.pop("count", app_settings.PREVIEW_COUNT)

@@ -21,6 +21,7 @@ from django_schedulinator.management.commands.schedule import duration
 from django_schedulinator.models import ScheduleChange
 from django_schedulinator.services import Origin
 from django_schedulinator.timing.describe import DAY_RULE_TEXT
+from django_schedulinator.timing.solar import describe_solar
 from django_schedulinator.timing.vocabulary import DayRule
 
 SOURCES = ("django-celery-beat", "celery-beat-schedule", "crontab")
@@ -168,6 +169,10 @@ def _describe(schedule: Any) -> str:
         "cron": f"cron {schedule.cron!r} in {schedule.timezone}{days}",
         "interval": f"every {schedule.interval}",
         "once": f"once at {schedule.run_at}",
+        "solar": "solar: "
+        + describe_solar(
+            schedule.solar_event, schedule.latitude, schedule.longitude, schedule.solar_offset
+        ),
     }[schedule.kind]
     args = f" with args {schedule.args}" if schedule.args else ""
     extra = f", dispatch options {schedule.dispatch_options}" if schedule.dispatch_options else ""

@@ -25,8 +25,10 @@ from django_schedulinator.index import clock
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.models.batches import json_ids
 from django_schedulinator.models.keys import occurrence_key, parse_key
+from django_schedulinator.operations import outbox
 from django_schedulinator.services import ledger, streaks
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
+from django_schedulinator.timing.vocabulary import NotifyEvent
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch.base import BaseDispatcher, Outcome
@@ -156,6 +158,9 @@ def record(
             using=using,
             index=index,
         )
+        _alert_failures(
+            [(of[o.run_id], o.run_id, o.error) for o in failed if o.run_id in of], now, using
+        )
         if failed:
             transaction.on_commit(
                 functools.partial(
@@ -268,16 +273,14 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
             _streaks(resets, {} if succeeded else {schedule_id: [at]}, using=db)
             if not succeeded:
                 run = FailedRun(schedule_id, at, _name_of(schedule_id, db))
+                if outbox.notifier_for(NotifyEvent.FAILED) is not None:
+                    run_id = _run_id(schedule_id, at, db)
+                    _alert_failures([(run, run_id, str(error)[-MAX_ERROR_CHARS:])], now, db)
                 transaction.on_commit(
                     functools.partial(_log_failures, [(run, str(error))]), using=db
                 )
             if signals.run_finished.receivers:
-                run_id = (
-                    Run.objects.using(db)
-                    .filter(schedule_id=schedule_id, scheduled_for=at)
-                    .values_list("pk", flat=True)
-                    .get()
-                )
+                run_id = _run_id(schedule_id, at, db)
                 status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
                 _finished(run_id, schedule_id, at, status, str(error), using=db)
     if not ended:
@@ -285,6 +288,40 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
         return False
     release_buffered({schedule_id}, now=now, using=db)
     return True
+
+
+def _alert_failures(
+    failed: Sequence[tuple[FailedRun, int, str]], now: datetime, using: str
+) -> None:
+    """The failed runs' alerts, into the outbox in the caller's transaction (which holds
+    their schedules' rows), when NOTIFY asks for "failed": each is sent, or grouped into its
+    schedule's streak of failures (``operations.grouping``), and never lost."""
+    notifier = outbox.notifier_for(NotifyEvent.FAILED)
+    if notifier is None or not failed:
+        return
+    outbox.add_failed(
+        [
+            outbox.Failure(
+                run.schedule_id,
+                run.scheduled_for,
+                run_id,
+                ledger.storable(error[-MAX_ERROR_CHARS:]),
+            )
+            for run, run_id, error in failed
+        ],
+        notifier=notifier,
+        raised_at=now,
+        using=using,
+    )
+
+
+def _run_id(schedule_id: int, at: datetime, using: str) -> int:
+    return (
+        Run.objects.using(using)
+        .filter(schedule_id=schedule_id, scheduled_for=at)
+        .values_list("pk", flat=True)
+        .get()
+    )
 
 
 def _name_of(schedule_id: int, using: str) -> str:

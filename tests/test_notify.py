@@ -261,7 +261,7 @@ def test_a_refused_notification_waits_in_the_outbox_and_goes_again_after_its_bac
 
         [warning] = cluster_status(drift=False).warnings  # scheduler_status says so
         assert warning.code == "alerts-undelivered"
-        assert "1 missed run(s) wait in the alerts' outbox" in warning.message
+        assert "1 alert(s) (missed or failed runs) wait in the alerts' outbox" in warning.message
         assert "answered HTTP 500" in warning.message
 
         Notification.objects.update(next_attempt_at=timezone.now())  # the back-off ends
@@ -445,6 +445,10 @@ def test_a_schedule_that_keeps_failing_is_told_of_once_per_event_until_it_recove
     assert not AlertStreak.objects.filter(ended_at=None).exists()
     check_alerts(timezone.now() + timedelta(minutes=1))
     assert len(mailoutbox) == 4  # once
+    # Ended streaks are kept as long as delivered alerts, a week, then pruned.
+    AlertStreak.objects.update(ended_at=timezone.now() - timedelta(days=8))
+    deliver_outbox()
+    assert not AlertStreak.objects.exists()
 
     # Failing again is a new streak: told of again.
     Schedule.objects.filter(pk=schedule.pk).update(task="tests.boom")

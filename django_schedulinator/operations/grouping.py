@@ -161,3 +161,16 @@ def end_streaks(
             ", ".join(f"schedule {n.schedule_id} ({n.kind}, {n.count})" for n in told[:10]),
         )
     return told
+
+
+def prune_ended(before: datetime, *, batch: int, using: str) -> int:
+    """Delete a batch of the streaks that ended before ``before``: how many."""
+    old = list(
+        AlertStreak.objects.using(using)
+        .filter(ended_at__lt=before)
+        .order_by("ended_at")
+        .values_list("pk", flat=True)[:batch]
+    )
+    if not old:
+        return 0
+    return AlertStreak.objects.using(using).filter(pk__in=old).delete()[0]

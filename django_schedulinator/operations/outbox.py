@@ -25,7 +25,8 @@ the next step, never a silent gap.
   seconds doubling up to 15 minutes, half of it random (``RETRY``), and is never given
   up on: it is sent once the notifier accepts it.
 - **Retention.** Delivered entries stay ``KEEP_DELIVERED`` (the rate limit counts the last
-  minute's; the rest show what was told), then each step deletes a batch of them.
+  minute's; the rest show what was told), then each step deletes a batch of them, and of
+  the streaks that ended as long ago.
 """
 
 from __future__ import annotations
@@ -272,7 +273,9 @@ def release(
 
 
 def prune_delivered(now: datetime, *, using: str) -> int:
-    """Delete a batch of the entries delivered more than ``KEEP_DELIVERED`` ago."""
+    """Delete a batch of the entries delivered more than ``KEEP_DELIVERED`` ago, and one of
+    the streaks (``grouping``) that ended as long ago."""
+    grouping.prune_ended(now - KEEP_DELIVERED, batch=PRUNE_BATCH, using=using)
     old = list(
         Notification.objects.using(using)
         .filter(delivered_at__lt=now - KEEP_DELIVERED)

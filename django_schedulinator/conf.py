@@ -54,6 +54,7 @@ MAX_PREVIEW_COUNT = 500
 MAX_PRUNE_BATCH_SIZE = 10_000
 # Messages a minute to one notifier, and misses one digest lists (a mail, a webhook body).
 MAX_NOTIFY_MESSAGES = 10_000
+MAX_NOTIFY_REPEAT_SECONDS = 31 * 86400  # a month
 MAX_DIGEST_SIZE = 1000
 # Each schedule's newest runs kept by a prune are found by reading that many index entries.
 MAX_KEEP_LAST = 1000
@@ -194,6 +195,19 @@ def parse_retention(setting: Setting[float | None], value: Any) -> float | None:
         raise setting.error(
             f"must be None (keep everything) or a number of seconds from {low} to "
             f"{high:,} (a century), got {value!r}"
+        )
+    return float(value)
+
+
+def parse_repeat(setting: Setting[float | None], value: Any) -> float | None:
+    """A number of seconds from ``minimum`` to ``maximum``; None turns the grouping off."""
+    if value is None:
+        return None
+    low, high = setting.bounds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise setting.error(
+            f"must be None (each alert a message of its own) or a number of seconds from "
+            f"{low} to {high:,}, got {value!r}"
         )
     return float(value)
 
@@ -435,6 +449,13 @@ class Settings:
     NOTIFY_MESSAGES_PER_MINUTE = whole("NOTIFY_MESSAGES_PER_MINUTE", 10, MAX_NOTIFY_MESSAGES)
     NOTIFY_DIGEST_SIZE = whole("NOTIFY_DIGEST_SIZE", 50, MAX_DIGEST_SIZE)
     NOTIFY_DELIVERY_SECONDS = seconds("NOTIFY_DELIVERY_SECONDS", 20.0)
+    # The throttle of a schedule that keeps failing (or missing runs): its first alert of
+    # an event is sent, the next ones are grouped with it, a reminder that counts them goes
+    # at most this often, and one message says when a run succeeds again. None: every
+    # alert a message of its own.
+    NOTIFY_REPEAT_SECONDS = Setting(
+        "NOTIFY_REPEAT_SECONDS", 3600.0, parse_repeat, 1, MAX_NOTIFY_REPEAT_SECONDS
+    )
     # run_scheduler --metrics-port: how long the cluster-wide gauges (index size, due
     # backlog, drift, reconcile lag, runs awaiting an outcome) are kept between the queries
     # that compute them; every scheduler that is scraped computes them at most this often.

@@ -22,11 +22,13 @@ from django.db import InterfaceError, OperationalError, connections, router, tra
 
 from django_schedulinator import signals
 from django_schedulinator.index import clock
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, Schedule
 from django_schedulinator.models.batches import json_ids
 from django_schedulinator.models.keys import occurrence_key, parse_key
+from django_schedulinator.operations import outbox
 from django_schedulinator.services import ledger, streaks
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
+from django_schedulinator.timing.vocabulary import NotifyEvent
 
 if TYPE_CHECKING:
     from django_schedulinator.dispatch.base import BaseDispatcher, Outcome
@@ -36,6 +38,11 @@ logger = logging.getLogger("django_schedulinator.outcomes")
 
 AUTO_PAUSE_NOTE = "Paused automatically: pause_after_failures runs in a row failed."
 MAX_ERROR_CHARS = 4000
+# Failed runs logged one by one per recorded batch (or report); beyond, one line counts
+# the rest: a schedule that fails every second must not drown the log.
+LOGGED_FAILURES = 20
+# The most of an error's headline a log line (and an alert's reason) carries.
+HEADLINE_CHARS = 300
 
 
 P = ParamSpec("P")
@@ -143,8 +150,24 @@ def record(
             )
             recorded.ended += part.ended
             recorded.retry_at += part.retry_at
-        failed = [o.run_id for o in recorded.ended if o.status == OutcomeStatus.FAILED]
-        _streaks(resets, _nominal_times(failed, using), using=using, index=index)
+        failed = [o for o in recorded.ended if o.status == OutcomeStatus.FAILED]
+        of = _failed_runs([o.run_id for o in failed], using)
+        _streaks(
+            resets,
+            {sid: [at for _, at, _ in runs] for sid, runs in _by_schedule(of).items()},
+            using=using,
+            index=index,
+        )
+        _alert_failures(
+            [(of[o.run_id], o.run_id, o.error) for o in failed if o.run_id in of], now, using
+        )
+        if failed:
+            transaction.on_commit(
+                functools.partial(
+                    _log_failures, [(of[o.run_id], o.error) for o in failed if o.run_id in of]
+                ),
+                using=using,
+            )
         handed_off = [o for o in every if o.status == OutcomeStatus.DISPATCHED]
         _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using)
     return recorded
@@ -248,13 +271,16 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
         )
         if ended:
             _streaks(resets, {} if succeeded else {schedule_id: [at]}, using=db)
-            if signals.run_finished.receivers:
-                run_id = (
-                    Run.objects.using(db)
-                    .filter(schedule_id=schedule_id, scheduled_for=at)
-                    .values_list("pk", flat=True)
-                    .get()
+            if not succeeded:
+                run = FailedRun(schedule_id, at, _name_of(schedule_id, db))
+                if outbox.notifier_for(NotifyEvent.FAILED) is not None:
+                    run_id = _run_id(schedule_id, at, db)
+                    _alert_failures([(run, run_id, str(error)[-MAX_ERROR_CHARS:])], now, db)
+                transaction.on_commit(
+                    functools.partial(_log_failures, [(run, str(error))]), using=db
                 )
+            if signals.run_finished.receivers:
+                run_id = _run_id(schedule_id, at, db)
                 status = Run.Status.SUCCEEDED if succeeded else Run.Status.FAILED
                 _finished(run_id, schedule_id, at, status, str(error), using=db)
     if not ended:
@@ -262,6 +288,45 @@ def report_finished(key: str, *, succeeded: bool, error: str = "") -> bool:
         return False
     release_buffered({schedule_id}, now=now, using=db)
     return True
+
+
+def _alert_failures(
+    failed: Sequence[tuple[FailedRun, int, str]], now: datetime, using: str
+) -> None:
+    """The failed runs' alerts, into the outbox in the caller's transaction (which holds
+    their schedules' rows), when NOTIFY asks for "failed": each is sent, or grouped into its
+    schedule's streak of failures (``operations.grouping``), and never lost."""
+    notifier = outbox.notifier_for(NotifyEvent.FAILED)
+    if notifier is None or not failed:
+        return
+    outbox.add_failed(
+        [
+            outbox.Failure(
+                run.schedule_id,
+                run.scheduled_for,
+                run_id,
+                ledger.storable(error[-MAX_ERROR_CHARS:]),
+            )
+            for run, run_id, error in failed
+        ],
+        notifier=notifier,
+        raised_at=now,
+        using=using,
+    )
+
+
+def _run_id(schedule_id: int, at: datetime, using: str) -> int:
+    return (
+        Run.objects.using(using)
+        .filter(schedule_id=schedule_id, scheduled_for=at)
+        .values_list("pk", flat=True)
+        .get()
+    )
+
+
+def _name_of(schedule_id: int, using: str) -> str:
+    name = Schedule.objects.using(using).filter(pk=schedule_id).values_list("name", flat=True)
+    return name.first() or f"#{schedule_id}"
 
 
 def release_buffered(
@@ -277,17 +342,69 @@ def release_buffered(
     return released
 
 
-def _nominal_times(run_ids: Sequence[int], using: str) -> dict[int, list[datetime]]:
-    """The nominal times of these runs, by schedule."""
-    times: dict[int, list[datetime]] = {}
-    if run_ids:
-        for schedule_id, at in (
-            Run.objects.using(using)
-            .filter(pk__in=json_ids(run_ids, using))
-            .values_list("schedule_id", "scheduled_for")
-        ):
-            times.setdefault(schedule_id, []).append(at)
-    return times
+class FailedRun(NamedTuple):
+    """Which run failed: its schedule, its nominal time, its schedule's name."""
+
+    schedule_id: int
+    scheduled_for: datetime
+    name: str
+
+
+def _failed_runs(run_ids: Sequence[int], using: str) -> dict[int, FailedRun]:
+    """These runs' schedules, nominal times and schedule names, by run: one query, made only
+    when runs failed."""
+    if not run_ids:
+        return {}
+    return {
+        pk: FailedRun(schedule_id, at, name)
+        for pk, schedule_id, at, name in Run.objects.using(using)
+        .filter(pk__in=json_ids(run_ids, using))
+        .values_list("pk", "schedule_id", "scheduled_for", "schedule__name")
+    }
+
+
+def _by_schedule(runs: Mapping[int, FailedRun]) -> dict[int, list[FailedRun]]:
+    grouped: dict[int, list[FailedRun]] = {}
+    for run in runs.values():
+        grouped.setdefault(run.schedule_id, []).append(run)
+    return grouped
+
+
+def headline(error: str) -> str:
+    """What an error says, in one line: the exception and its message where ``error`` is a
+    traceback (its last line that is not indented: the exception raised, after any chained
+    ones), else its first line that is not blank; ``HEADLINE_CHARS`` at most."""
+    lines = [line.rstrip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        unindented = [line for line in lines if not line[0].isspace()]
+        line = unindented[-1] if unindented else lines[-1]
+    else:
+        line = lines[0]
+    line = line.strip()
+    return line if len(line) <= HEADLINE_CHARS else line[: HEADLINE_CHARS - 3] + "..."
+
+
+def _log_failures(failed: Sequence[tuple[FailedRun, str]]) -> None:
+    """Each failed run once, at WARNING, once its end is committed: its schedule, its key and
+    what its error says (the whole error is on the run, in the admin and the API); beyond
+    ``LOGGED_FAILURES``, one line counts the rest."""
+    for run, error in failed[:LOGGED_FAILURES]:
+        logger.warning(
+            "Run of %r (key %s) failed: %s",
+            run.name,
+            occurrence_key(run.schedule_id, run.scheduled_for),
+            headline(error) or "no error was reported",
+        )
+    if len(failed) > LOGGED_FAILURES:
+        names = sorted({repr(run.name) for run, _ in failed[LOGGED_FAILURES:]})
+        logger.warning(
+            "%d more runs failed (of %s%s); each run's error is on the run.",
+            len(failed) - LOGGED_FAILURES,
+            ", ".join(names[:5]),
+            ", ..." if len(names) > 5 else "",
+        )
 
 
 def _streaks(

@@ -459,7 +459,7 @@ def test_scheduler_status_notify_raises_the_outage_once_and_the_missed_runs(
             in printed
         )
         assert f"  schedule {schedule.pk} at " in printed
-        assert ": not_fired\nNotifications of missed runs: nobody is told" in printed
+        assert ": not_fired\nNotifications of missed and failed runs: nobody is told" in printed
         again = json.loads(status("--json"))["alerts"]
         assert again.pop("delivery")["notifier"] == ""  # NOTIFY is None here
         assert again == {"no_scheduler_raised": False, "missed_raised": []}  # once

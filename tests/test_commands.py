@@ -21,6 +21,7 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules, signals
 from django_schedulinator.index.due import SET, Change, DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.timing import to_ms
 
 from .support.processes import ROOT, subprocess_env
@@ -221,6 +222,56 @@ def test_the_summary_of_a_once_run_counts_what_its_last_commit_fired(
     summaries = [m for m in messages if m.startswith("Scheduler w1: fired ")]
     assert summaries, messages
     assert summaries[-1].startswith("Scheduler w1: fired 3 (+3 in the last "), summaries
+
+
+@pytest.mark.parametrize("verbosity", [0, 1])
+def test_run_scheduler_logs_each_failed_run_once_and_counts_failures(
+    index: DueIndex, settings, scheduler_logs: pytest.LogCaptureFixture, verbosity: int
+) -> None:
+    """A task that raised logged nothing from run_scheduler at any verbosity, and the summary
+    had no failed count (issue 35, item 8): each failed run is logged once, at WARNING, with
+    its schedule, its key and what its error says; the summary counts the failures."""
+    settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "LOG_STATS_SECONDS": 0.001}
+    failing = make_schedule(
+        "nightly-report", task="tests.boom", next_run_at=timezone.now() - timedelta(seconds=1)
+    )
+    make_schedule(next_run_at=timezone.now() - timedelta(seconds=1))
+
+    call_command("run_scheduler", "--once", "--worker-id", "w1", verbosity=verbosity)
+
+    run = Run.objects.get(schedule=failing)
+    assert run.status == Run.Status.FAILED
+    assert run.error.startswith("Traceback (most recent call last)")
+    failures = [r for r in scheduler_logs.records if "failed:" in r.getMessage()]
+    assert [(r.levelno, r.name, r.getMessage()) for r in failures] == [
+        (
+            logging.WARNING,
+            "django_schedulinator.outcomes",
+            f"Run of 'nightly-report' (key {run.idempotency_key}) failed: RuntimeError: boom",
+        )
+    ]
+    stopped = [r.getMessage() for r in scheduler_logs.records if "stopped:" in r.getMessage()]
+    if verbosity:
+        assert "'fired': 2" in stopped[-1], stopped
+        assert "'failed': 1" in stopped[-1], stopped
+
+
+def test_the_summary_line_counts_failed_runs(
+    index: DueIndex, scheduler_logs: pytest.LogCaptureFixture
+) -> None:
+    """The periodic summary says how many runs failed, beside what fired and was missed."""
+    make_schedule(task="tests.boom", next_run_at=timezone.now() - timedelta(seconds=1))
+    make_schedule(next_run_at=timezone.now() - timedelta(seconds=1))
+    worker = Worker(once=True, worker_id="w1", index=index)
+    worker.run()  # its recorder has written every outcome when it returns
+    assert worker.counters.failed == 1
+    scheduler_logs.clear()
+    with scheduler_logs.at_level(logging.INFO, logger="django_schedulinator"):
+        worker.chores._log_summary(time.monotonic())
+    [line] = [r.getMessage() for r in scheduler_logs.records]
+    assert re.fullmatch(
+        r"Scheduler w1: fired 2 \(\+2 in the last \d+ s\), claimed 2, failed 1\.", line
+    )
 
 
 @pytest.mark.parametrize(

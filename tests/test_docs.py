@@ -247,6 +247,7 @@ def test_the_settings_table_has_a_row_for_each_setting_with_its_default_and_boun
         conf.parse_whole_number: "int",
         conf.parse_seconds: "int or float",
         conf.parse_retention: "int, float or `None`",
+        conf.parse_repeat: "int, float or `None`",
         conf.parse_text: "str",
     }
     for name, kind, default, limits in rows:
@@ -258,7 +259,7 @@ def test_the_settings_table_has_a_row_for_each_setting_with_its_default_and_boun
             assert kind == kinds[setting.parse], (name, kind)
         if setting.parse is conf.parse_seconds:
             assert limits.startswith("> 0"), (name, limits)
-        elif setting.parse is conf.parse_retention:
+        elif setting.parse in (conf.parse_retention, conf.parse_repeat):
             low, high = setting.bounds()
             assert limits.startswith(f"{low} s to {high // 86_400:,} days"), (name, limits)
         elif setting.parse is conf.parse_whole_number:
@@ -812,6 +813,7 @@ SETTINGS_SNIPPETS = [
     ("schedules-in-code.md", "schedules-setting"),
     ("alerts.md", "notify-custom-setting"),
     ("alerts.md", "notify-rate-setting"),
+    ("settings.md", "notify-repeat-setting"),
     ("migrating-from-celery-beat.md", "migrate-settings"),
 ]
 
@@ -1161,7 +1163,7 @@ def test_the_alert_body_is_what_the_webhook_notifier_sends() -> None:
         noticed_at=datetime.fromisoformat(shown["noticed_at"]),
         schedule_id=shown["schedule_id"], schedule_name=shown["schedule"],
         timezone=shown["timezone"], scheduled_for=datetime.fromisoformat(shown["scheduled_for"]),
-        run_id=shown["run_id"], reason=shown["reason"],
+        run_id=shown["run_id"], reason=shown["reason"], role=shown["role"],
         grace=timedelta(seconds=shown["grace_seconds"]), admin_url=shown["admin_url"],
     )  # fmt: skip
     sent = event.as_dict()
@@ -1190,6 +1192,7 @@ def test_the_digest_body_is_what_the_webhook_notifier_sends() -> None:
             run_id=m["run_id"],
             reason=m["reason"],
             grace=timedelta(seconds=m["grace_seconds"]),
+            role=m["role"],
         )
         for m in shown["listed"]
     )

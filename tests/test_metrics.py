@@ -406,6 +406,7 @@ def test_the_docs_table_names_every_metric_a_scheduler_serves(built_index: DueIn
     assert fired >= 2
     assert total(found, "schedulinator_handoffs_total") == fired
     assert total(found, "schedulinator_outcomes_total", result="failed") == 1
+    assert total(found, "schedulinator_runs_failed_total") == 1
     assert total(found, "schedulinator_outcomes_total", result="succeeded") == fired - 1
     assert total(found, "schedulinator_lateness_seconds_count") == fired
     assert total(found, "schedulinator_occurrences_skipped_total", reason="missed") >= 8

@@ -3,6 +3,7 @@ handed-off run becomes, and what overlap, auto-pause and the buffer make of it."
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -77,6 +78,48 @@ def test_a_handed_off_run_reports_its_start_and_its_end_by_key() -> None:
     assert not outcomes.report_finished(run.idempotency_key, succeeded=False, error="late")
     run.refresh_from_db()
     assert (run.status, run.error) == ("succeeded", "")
+
+
+@pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own
+def test_a_reported_failure_is_logged_once_where_it_is_recorded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A run a worker reports failed is logged once, in the worker's process, with its
+    schedule, its key and the exception its traceback ends with (issue 35, item 8)."""
+    _schedule, run = handed_off(name="hourly-sync")
+    error = (
+        "Traceback (most recent call last):\n"
+        '  File "tasks.py", line 3, in sync\n'
+        "    raise ValueError('the upstream said 503')\n"
+        "ValueError: the upstream said 503\n"
+    )
+    with caplog.at_level(logging.INFO, logger="django_schedulinator.outcomes"):
+        assert outcomes.report_finished(run.idempotency_key, succeeded=False, error=error)
+        assert not outcomes.report_finished(run.idempotency_key, succeeded=False, error=error)
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+        f"Run of 'hourly-sync' (key {run.idempotency_key}) failed: "
+        "ValueError: the upstream said 503"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        ("it failed", "it failed"),
+        ("\n\nthe first line\nthe second", "the first line"),
+        ("", ""),
+        (
+            # A chained exception: the one raised last is what the run ended with.
+            "Traceback (most recent call last):\n  ...\nKeyError: 'a'\n\nDuring handling "
+            "of the above exception, another exception occurred:\n\nTraceback (most recent "
+            "call last):\n  ...\nRuntimeError: could not load 'a'\n",
+            "RuntimeError: could not load 'a'",
+        ),
+        ("x" * 400, "x" * 297 + "..."),
+    ],
+)
+def test_the_headline_of_an_error(error: str, said: str) -> None:
+    assert outcomes.headline(error) == said
 
 
 @pytest.mark.django_db(transaction=True)  # the stages commit on threads of their own

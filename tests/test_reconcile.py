@@ -259,6 +259,49 @@ def test_a_write_on_its_way_after_its_commit_is_not_reported_as_missed(
     assert entry(built_index, lost) == timing.to_ms(lost.next_run_at)
 
 
+@pytest.mark.usefixtures("settled_at_once")
+def test_the_schedulers_own_write_back_in_flight_is_not_reported_as_missed(
+    built_index: DueIndex, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh install's first start warned "Reconcile healed 1 index entry whose sync write
+    had been missed" with Redis up all along (issue 35, item 9): a schedule created just
+    before the start had settled when reconcile first read it, and it fired just then. The
+    claim's advance (a new revision, ``updated_at`` untouched) had committed, and its own
+    index write, which releases the in-flight entry, was still on its way. An entry in
+    flight is its claim's to write back (or, should that fail, its lease's to return and the
+    claim's re-check to re-index): reconcile leaves it alone and reports nothing."""
+    schedule = make_schedule(next_run_at=timezone.now() - timedelta(seconds=1))
+    worker = Worker(once=True, index=built_index)
+    read_between: list[Any] = []
+    write = built_index.apply
+
+    def write_back_after_reconcile(changes: Any, **kwargs: Any) -> Any:
+        if kwargs.get("release_token") and not read_between:
+            # The claim committed its advance; its write-back is next: reconcile now.
+            read_between.append(reconcile(built_index))
+        return write(changes, **kwargs)
+
+    monkeypatch.setattr(built_index, "apply", write_back_after_reconcile)
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker.run()
+    assert worker.counters.fired == 1
+    (report,) = read_between
+    assert (report.rows, report.in_flight, report.healed, report.missed) == (1, 1, 0, 0)
+    schedule.refresh_from_db()
+    assert schedule.revision > 1
+    assert entry(built_index, schedule) == timing.to_ms(schedule.next_run_at)
+    assert "sync write" not in caplog.text
+
+    # Once the claim is written back, a write that is really lost is healed and reported.
+    built_index.client.hset(built_index.revisions_key, schedule.pk, schedule.revision - 1)
+    built_index.client.zadd(built_index.due_key, {str(schedule.pk): 9_999_999_999_999})
+    Schedule.objects.filter(pk=schedule.pk).update(updated_at=database_now("default"))
+    with caplog.at_level(logging.INFO, logger="django_schedulinator"):
+        worker.chores.reconcile()
+    assert "Reconcile healed 1 index entry whose sync write had been missed" in caplog.text
+    assert entry(built_index, schedule) == timing.to_ms(schedule.next_run_at)
+
+
 # -- how far behind (the metrics' reconcile lag) ---------------------------------------------
 
 

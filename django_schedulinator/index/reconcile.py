@@ -11,7 +11,12 @@ index: any scheduler can take the next turn. The scheduler's own advance does no
 A commit and its index write are two steps: a row read between them looks like a lost write.
 So rows changed within ``SETTLE`` of the database's now are not read yet; once settled, a
 row whose write never landed is healed and counted as missed (the scheduler warns), and one
-whose write landed needs nothing.
+whose write landed needs nothing. The scheduler's own advance is such a pair too, with no
+``updated_at`` to wait on: a settled row may fire while reconcile reads it (a schedule made
+just before a first start, say), its advance committed and its write-back on its way. Its
+entry is in flight then, and reconcile leaves it alone: the claim writes it back, or its
+lease returns it and the claim's re-check re-indexes it from the row. The trailing cursor
+reads the row again later, and heals a write that was really lost then.
 
 ``updated_at`` and the watermark are times of the database's clock (``dbclock``), never a
 host's: a host whose clock runs ahead would otherwise carry the watermark past the saves of
@@ -59,6 +64,8 @@ class ReconcileReport:
     # write was lost, or an index that lost its data; the rest are missed sync writes.
     unrecorded: int = 0
     batches: int = 0  # batches read in this pass
+    # Rows read whose entry a claim held in flight: its write-back (or lease) settles them.
+    in_flight: int = 0
     # The index was not built (Redis lost its data, or a first start): nothing was read,
     # the claim rebuilds it from every row.
     not_built: bool = False
@@ -111,18 +118,18 @@ def reconcile(
     start = (now - lookback).isoformat()
     lead = Cursor(cursor.get("since", start), int(cursor.get("after_id", 0)))
     trail = Cursor(cursor.get("trail_since", start), int(cursor.get("trail_after_id", 0)))
-    rows = batches = 0
+    rows = batches = in_flight = 0
     written = ApplyResult()
     lead_done = trail_done = False
     while True:
         # The leading cursor first: it heals what was lost just now.
         if not lead_done:
             lead, lead_done, read, result = _batch(index, db, size, lead, now - settle)
-            rows, written = rows + read, written + result
+            rows, written, in_flight = rows + read.rows, written + result, in_flight + read.held
         if lead_done:  # then the trailing one, in the same batch as the lead's last
             trail_until = now - max(lookback, settle)
             trail, trail_done, read, result = _batch(index, db, size, trail, trail_until)
-            rows, written = rows + read, written + result
+            rows, written, in_flight = rows + read.rows, written + result, in_flight + read.held
         batches += 1
         index.control.set_reconcile_cursor(
             {
@@ -141,6 +148,7 @@ def reconcile(
         caught_up=lead_done and trail_done,
         unrecorded=written.unrecorded,
         batches=batches,
+        in_flight=in_flight,
     )
 
 
@@ -170,6 +178,13 @@ def lag(index: DueIndex | None = None, *, using: str | None = None) -> float | N
     return max(0.0, (database_now(db) - oldest).total_seconds())
 
 
+class Read(NamedTuple):
+    """What one batch read: its rows, and those of them whose entry a claim held in flight."""
+
+    rows: int
+    held: int
+
+
 class Cursor(NamedTuple):
     """Where a walk of the rows stands: past (``since``, ``after_id``)."""
 
@@ -179,9 +194,14 @@ class Cursor(NamedTuple):
 
 def _batch(
     index: DueIndex, db: str, size: int, cursor: Cursor, until: datetime
-) -> tuple[Cursor, bool, int, ApplyResult]:
+) -> tuple[Cursor, bool, Read, ApplyResult]:
     """Re-index one batch of rows after ``cursor`` and changed no later than ``until``:
-    (the cursor after them, caught up, rows read, what the index writes did).
+    (the cursor after them, caught up, what it read, what the index writes did).
+
+    The entries in flight are read after the rows: a row whose claim committed its advance
+    before the rows were read either has its write-back landed by then (the heal finds its
+    revision recorded) or its entry still in flight (left to the claim). Either way it is no
+    lost write.
 
     ``until`` keeps the cursor from passing the database's now (less the settle window): a
     row stamped ahead of it (saved by a host whose clock ran ahead, before the upgrade) is
@@ -198,11 +218,12 @@ def _batch(
         .order_by("updated_at", "pk")
         .values_list(*INDEX_FIELDS, "updated_at")[:size]
     )
-    changes = [change_for_row(*row[:UPDATED_AT]) for row in rows]
+    in_flight = index.inflight_ids() if rows else set()
+    changes = [change_for_row(*row[:UPDATED_AT]) for row in rows if row[0] not in in_flight]
     # Only revisions the index has not recorded: those are the writes that never landed.
     written = index.apply(
         [c._replace(op=HEAL_SET if c.op == SET else HEAL_REMOVE) for c in changes]
     )
     if rows:
         cursor = Cursor(rows[-1][UPDATED_AT].isoformat(), rows[-1][0])
-    return cursor, len(rows) < size, len(rows), written
+    return cursor, len(rows) < size, Read(len(rows), len(rows) - len(changes)), written

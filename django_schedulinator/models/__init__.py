@@ -16,7 +16,12 @@ from django_schedulinator.models.calendar import (
     load_calendars,
     new_stamp,
 )
-from django_schedulinator.models.records import Notification, ScheduleChange, ZoneRules
+from django_schedulinator.models.records import (
+    AlertStreak,
+    Notification,
+    ScheduleChange,
+    ZoneRules,
+)
 from django_schedulinator.models.run import PrunedRuns, Run
 from django_schedulinator.models.schedule import (
     DEFAULT_DISPATCHER,
@@ -28,6 +33,7 @@ from django_schedulinator.models.schedule import (
 
 __all__ = [
     "DEFAULT_DISPATCHER",
+    "AlertStreak",
     "Calendar",
     "ExcludedDay",
     "Notification",

@@ -13,14 +13,25 @@ from django_schedulinator.models.schedule import Schedule
 
 
 class Notification(models.Model):
-    """A missed run someone must be told of: an entry of the outbox (``outbox.py``) until
-    its notifier accepted it. Written in the transaction that marks the miss, one per
-    notifier; sent, alone or in a digest, by the delivery step (``delivery.deliver_outbox``),
-    and kept a while once delivered."""
+    """An alert someone must be told of (a missed run, a failed run, or the end of a streak
+    of them): an entry of the outbox (``outbox.py``) until its notifier accepted it. Written
+    in the transaction that raises it, one per notifier, with its place in its schedule's
+    streak (``role``, decided there: ``grouping.py``); sent, alone or in a digest, by the
+    delivery step (``delivery.deliver_outbox``), and kept a while once delivered."""
 
     # NOTIFY's BACKEND (a dotted path) it is for.
     notifier = models.CharField(_("notifier"), max_length=200)
+    # The event: "missed" or "failed" (NotifyEvent).
     kind = models.CharField(_("kind"), max_length=16, default="missed")
+    # Its place in its schedule's streak of this event (AlertRole): sent alone, the first of
+    # a streak, grouped into one (not sent), a reminder, or the streak's end.
+    role = models.CharField(_("role"), max_length=16, default="alone")
+    # A reminder: the alerts it stands for, since ``since``; the end of a streak: the
+    # alerts of the streak, which began at ``since`` (the nominal time of its first).
+    count = models.PositiveIntegerField(_("count"), default=1)
+    since = models.DateTimeField(_("since"), null=True, blank=True)
+    # A failed run's error (its end, bounded like the run's).
+    error = models.TextField(_("error"), blank=True)
     # The schedule's id, no foreign key: a schedule deleted before its alert went out is
     # still told of ("#42 (deleted)").
     schedule_id = models.BigIntegerField(_("schedule id"))
@@ -63,6 +74,47 @@ class Notification(models.Model):
     def __str__(self) -> str:
         state = "delivered" if self.delivered_at else "waiting"
         return f"{self.kind} {self.schedule_id}@{self.scheduled_for.isoformat()} ({state})"
+
+
+class AlertStreak(models.Model):
+    """A schedule that keeps failing, or missing its runs: one event's alerts in a row,
+    from the first to the success that ends it (``grouping.py``). Its first alert is sent,
+    the next ones are counted here and told of in a reminder at most every
+    NOTIFY_REPEAT_SECONDS, and its end is one message. Changed only in the transactions
+    that raise its alerts (under their schedule's row lock) and in the check that ends it:
+    the decision to send or to group is as durable as the alert."""
+
+    # The schedule's id, no foreign key: a streak outlives its schedule until it is ended.
+    schedule_id = models.BigIntegerField(_("schedule id"))
+    kind = models.CharField(_("kind"), max_length=16)  # "missed" or "failed"
+    # The nominal times of its first and its latest occurrence raised.
+    first_at = models.DateTimeField(_("first at"))
+    last_at = models.DateTimeField(_("last at"))
+    count = models.PositiveIntegerField(_("count"), default=1)  # alerts in the streak
+    # When its last message (its first alert, or a reminder) was raised, and how many of
+    # its alerts that message and those before it told of.
+    told_at = models.DateTimeField(_("told at"))
+    told = models.PositiveIntegerField(_("told"), default=1)
+    opened_at = models.DateTimeField(_("opened at"))
+    # A run after ``last_at`` succeeded (or the schedule is gone): the streak is over.
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("alert streak")
+        verbose_name_plural = _("alert streaks")
+        ordering = ("-id",)
+        constraints = [
+            # One streak in progress per schedule and event.
+            models.UniqueConstraint(
+                fields=["schedule_id", "kind"],
+                condition=Q(ended_at__isnull=True),
+                name="schedulinator_streak_open",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        state = "ended" if self.ended_at else "in progress"
+        return f"{self.kind} streak of schedule {self.schedule_id}: {self.count} ({state})"
 
 
 class ScheduleChange(models.Model):

@@ -62,15 +62,15 @@ REASON_OF_STATUS: dict[str, str] = {
     Run.Status.DISPATCHED: "no_outcome",
     Run.Status.FAILED: "failed",
 }
-# Each reason in words (docs/alerts.md lists them).
+# Each reason in words, a sentence of its own (docs/alerts.md lists them).
 REASONS = {
-    NOT_FIRED: "it never fired: no scheduler claimed it in time",
-    "not_handed_off": "it fired, but was not handed off in time (its dispatcher's lane "
-    "stuck, or hand-offs failing and waiting to be retried)",
-    "buffered": "it waited for the previous run to end (overlap 'buffer')",
-    "running": "it started and had not ended",
-    "no_outcome": "it was handed off and its end was never reported",
-    "failed": "its run failed: the task raised, or its hand-offs were given up on",
+    NOT_FIRED: "It never fired: no scheduler claimed it in time.",
+    "not_handed_off": "It fired, but was not handed off in time (its dispatcher's lane "
+    "stuck, or hand-offs failing and waiting to be retried).",
+    "buffered": "It waited for the previous run to end (overlap 'buffer').",
+    "running": "It started and had not ended.",
+    "no_outcome": "It was handed off and its end was never reported.",
+    "failed": "Its run failed (the task raised, or its hand-offs were given up on).",
 }
 
 
@@ -95,6 +95,9 @@ def check(
         wanted = {sid for _, sid, _ in runs} | {sid for sid, _, _ in late}
         free = _lock_schedules(wanted, db)
         missed = _missed_runs(runs, free, now, db) + _not_fired(late, free, db)
+        # Schedules that succeeded again end their streak of alerts (after the misses raised
+        # now, which keep a streak going).
+        outbox.end_streaks(now, using=db)
         if missed:
             latest: dict[int, datetime] = {}
             for m in missed:

@@ -2,8 +2,9 @@
 threads (its loop, and every stage thread beside it: ``stage.on_stage_thread``) they are
 queued for the courier's own thread, a ``Stage``, so that no notifier runs on the claim
 path: the queue is bounded (an event over the bound is dropped, with a log), and a stop
-waits a few seconds for what is queued. Anywhere else (a web process that recorded a
-reported outcome, ``scheduler_status --notify``) they are sent before the call returns, and
+waits a few seconds for what is queued. Anywhere else (a web process that paused a
+schedule after a reported failure, ``scheduler_status --notify``) they are sent before the
+call returns, and
 so are those raised on the courier's own thread: it never queues to itself, nor waits on
 itself.
 """

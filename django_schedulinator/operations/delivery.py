@@ -1,6 +1,8 @@
 """The outbox's delivery step, ``deliver_outbox``: what waits in the outbox (``outbox.py``,
-a missed run each, written with its mark) is sent to the notifier of the settings, and
-marked delivered once the notifier accepted it; refused, it is sent again after a back-off.
+a missed or failed run each, written with its mark, or the end of a streak of them) is sent
+to the notifier of the settings, and marked delivered once the notifier accepted it;
+refused, it is sent again after a back-off. An alert grouped into its schedule's streak
+(``grouping.py``: its role, decided when it was raised) is marked delivered unsent.
 
 The step is the same wherever it runs: in a scheduler after its missed-run check (on the
 courier's thread), in ``scheduler_status --notify``, or called by a job of your own. It
@@ -28,10 +30,10 @@ from django.db import router
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index import clock
 from django_schedulinator.models import Notification
-from django_schedulinator.operations import outbox
+from django_schedulinator.operations import grouping, outbox
 from django_schedulinator.operations.events import Event, admin_url, complete, complete_many
 from django_schedulinator.operations.notifiers import BaseNotifier, former_paths, get_notifier
-from django_schedulinator.timing.vocabulary import NotifyEvent
+from django_schedulinator.timing.vocabulary import AlertRole
 
 logger = logging.getLogger("django_schedulinator.notify")
 
@@ -40,9 +42,10 @@ logger = logging.getLogger("django_schedulinator.notify")
 class Delivery:
     """What one delivery step did."""
 
-    notifier: str = ""  # NOTIFY's BACKEND; "": nobody is told of missed runs
+    notifier: str = ""  # NOTIFY's BACKEND; "": nobody is told of missed or failed runs
     messages: int = 0  # the notifier accepted them
-    told: int = 0  # misses in those messages
+    told: int = 0  # alerts in those messages
+    grouped: int = 0  # alerts grouped into their schedule's streak, told of in its reminders
     failed: int = 0  # messages refused (or raising): sent again after a back-off
     waiting: int = 0  # misses still waiting when it ended
     rate_limited: bool = False  # the minute's messages were spent: the rest wait for the next
@@ -53,10 +56,10 @@ class Delivery:
 
     def summary(self) -> str:
         if not self.notifier:
-            return "nobody is told (NOTIFY is None, or its EVENTS leave out 'missed')"
+            return "nobody is told (NOTIFY is None, or its EVENTS leave out 'missed' and 'failed')"
         text = (
-            f"{self.messages} message(s) sent ({self.told} missed run(s)), {self.failed} "
-            f"refused, {self.waiting} waiting"
+            f"{self.messages} message(s) sent ({self.told} alert(s)), {self.grouped} grouped "
+            f"into a streak already told of, {self.failed} refused, {self.waiting} waiting"
         )
         if self.rate_limited:
             text += " (the minute's messages are spent: NOTIFY_MESSAGES_PER_MINUTE)"
@@ -83,14 +86,14 @@ def deliver_outbox(
     budget_seconds = app_settings.NOTIFY_DELIVERY_SECONDS if seconds is None else seconds
     deadline = time.monotonic() + budget_seconds
     report = Delivery()
-    name = outbox.notifier_for(NotifyEvent.MISSED)
+    name = outbox.delivering()
     if name is None:
-        return report  # nobody is told of misses: what waits, waits
+        return report  # nobody is told of missed or failed runs: what waits, waits
     report.notifier = name
     try:
         notifier = get_notifier()
     except ImproperlyConfigured:
-        logger.exception("Could not build the notifier: the missed runs raised wait for it.")
+        logger.exception("Could not build the notifier: the alerts raised wait for it.")
         report.waiting = outbox.waiting(name, using=db)
         return report
     assert notifier is not None  # notifier_for() found NOTIFY
@@ -99,7 +102,7 @@ def deliver_outbox(
     moved = outbox.retarget(name, using=db)
     if moved:
         logger.warning(
-            "%d missed run(s) waited for a notifier that is no longer configured: they go to %s.",
+            "%d alert(s) waited for a notifier that is no longer configured: they go to %s.",
             moved,
             name,
         )
@@ -155,7 +158,13 @@ class _Step:
         claimed = outbox.claim(
             self.name, now=now, until=now + self.lease, token=self.token, using=self.db
         )
-        messages, held_back = _messages(claimed, left)
+        # Grouped into a streak already told of: its reminders and its end count them.
+        grouped = [e.pk for e in claimed if e.role == AlertRole.GROUPED]
+        if grouped:
+            outbox.delivered(grouped, token=self.token, now=now, using=self.db, told=False)
+            self.report.grouped += len(grouped)
+        told = [e for e in claimed if e.role != AlertRole.GROUPED]
+        messages, held_back = _messages(told, left)
         if held_back:
             self.report.rate_limited = True
             outbox.release([e.pk for e in held_back], token=self.token, using=self.db)
@@ -243,24 +252,29 @@ def _messages(
     return messages, held_back
 
 
-def _miss(entry: Notification) -> Event:
+def _alert(entry: Notification) -> Event:
     return Event(
-        NotifyEvent.MISSED,
+        entry.kind,
         entry.raised_at,
         schedule_id=entry.schedule_id,
         scheduled_for=entry.scheduled_for,
         run_id=entry.run_id,
         reason=entry.reason,
         grace=entry.grace,
+        error=entry.error,
+        role=entry.role,
+        count=entry.count if entry.role in (AlertRole.REPEAT, AlertRole.RECOVERED) else 0,
+        since=entry.since,
+        repeat=grouping.repeat_after() if entry.role == AlertRole.FIRST else None,
     )
 
 
 def _event(entries: list[Notification]) -> Event:
-    """A miss alone, or a digest of many: the first NOTIFY_DIGEST_SIZE listed, the rest
+    """An alert alone, or a digest of many: the first NOTIFY_DIGEST_SIZE listed, the rest
     counted (names not read yet: ``_completed`` reads them once the notifier wants it)."""
     if len(entries) == 1:
-        return _miss(entries[0])
-    listed = tuple(_miss(e) for e in entries[: app_settings.NOTIFY_DIGEST_SIZE])
+        return _alert(entries[0])
+    listed = tuple(_alert(e) for e in entries[: app_settings.NOTIFY_DIGEST_SIZE])
     noticed = min(e.raised_at for e in entries)
     return Event("digest", noticed, listed=listed, count=len(entries))
 

@@ -323,10 +323,11 @@ def _warnings(report: ClusterStatus) -> list[Finding]:
         found.append(
             Finding(
                 "alerts-undelivered",
-                f"{report.alerts_failing} missed run(s) wait in the alerts' outbox: their "
-                f"notifier refused them (last error: {report.alerts_error[:300]}). They go "
-                f"again after a back-off, until it accepts them: fix what the error names "
-                f"(NOTIFY, the webhook target, the mail server).",
+                f"{report.alerts_failing} alert(s) (missed or failed runs) wait in the "
+                f"alerts' outbox: their notifier refused them (last error: "
+                f"{report.alerts_error[:300]}). They go again after a back-off, until it "
+                f"accepts them: fix what the error names (NOTIFY, the webhook target, the "
+                f"mail server).",
             )
         )
     if report.index.eviction_warning:

@@ -127,6 +127,12 @@ COUNTERS: dict[str, tuple[str, str]] = {
         "schedulinator_lane_full_runs",
         "Runs left pending because their dispatcher's lane was stuck (a take-over sends them).",
     ),
+    "failed": (
+        "schedulinator_runs_failed",
+        "Runs this scheduler recorded as failed: the task raised or timed out where its "
+        "dispatcher runs it, or its hand-offs were given up on (runs a worker reports are "
+        "recorded where it runs).",
+    ),
     "missed": (
         "schedulinator_occurrences_missed",
         "Occurrences with no successful run within their schedule's grace, raised by this "

@@ -1,9 +1,14 @@
-"""The outbox of missed-run notifications: a miss raised is an entry here (``Notification``)
-until its notifier accepted it. Every read and write of those rows is in this module.
+"""The outbox of alerts: a missed run or a failed run raised is an entry here
+(``Notification``) until its notifier accepted it. Every read and write of those rows is
+in this module (and in ``grouping``, which gives each its role in its schedule's streak).
 
 Marking a miss and telling someone of it are two steps. The check (``alerts.check``) adds
 the entries in the transaction that marks the misses (``add``): a miss is never marked
-without them. The delivery step (``delivery.deliver_outbox``) sends them, and marks them
+without them. A failed run's entry is added in the transaction that records the failure
+(``add_failed``, from ``outcomes``). Either way the entry's role (sent, grouped into a
+streak already told of, a reminder) is decided there too (``grouping.assign``).
+
+The delivery step (``delivery.deliver_outbox``) sends them, and marks them
 delivered only once the notifier accepted them. Whatever stops it between the two (a crash,
 a kill at a deadline, a notifier that refuses or times out, a lock) leaves them waiting for
 the next step, never a silent gap.
@@ -20,7 +25,8 @@ the next step, never a silent gap.
   seconds doubling up to 15 minutes, half of it random (``RETRY``), and is never given
   up on: it is sent once the notifier accepts it.
 - **Retention.** Delivered entries stay ``KEEP_DELIVERED`` (the rate limit counts the last
-  minute's; the rest show what was told), then each step deletes a batch of them.
+  minute's; the rest show what was told), then each step deletes a batch of them, and of
+  the streaks that ended as long ago.
 """
 
 from __future__ import annotations
@@ -34,7 +40,9 @@ from django.db.models import Count, F, Q
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.models import Notification
+from django_schedulinator.operations import grouping
 from django_schedulinator.services.ledger import Retry
+from django_schedulinator.timing.vocabulary import NotifyEvent
 
 # Entries one claim takes at most: one message carries at most that many misses.
 CLAIM_BATCH = 5000
@@ -44,6 +52,18 @@ KEEP_DELIVERED = timedelta(days=7)
 PRUNE_BATCH = 1000
 # The rate limit's window.
 MINUTE = timedelta(minutes=1)
+
+
+def delivering() -> str | None:
+    """The notifier the outbox is delivered to: NOTIFY's BACKEND when its EVENTS ask for
+    missed or failed runs (the events that go through the outbox), else None."""
+    try:
+        config = app_settings.NOTIFY
+    except ImproperlyConfigured:
+        return None
+    if config is None or not {NotifyEvent.MISSED, NotifyEvent.FAILED} & set(config.events):
+        return None
+    return config.backend
 
 
 def notifier_for(kind: str) -> str | None:
@@ -71,23 +91,62 @@ class Missed:
 
 
 def add(missed: Sequence[Missed], *, notifier: str, raised_at: datetime, using: str) -> None:
-    """An entry for each miss, to be told to ``notifier``: call inside the transaction that
-    marks them."""
-    Notification.objects.using(using).bulk_create(
-        [
-            Notification(
-                notifier=notifier,
-                kind="missed",
-                schedule_id=m.schedule_id,
-                scheduled_for=m.scheduled_for,
-                run_id=m.run_id,
-                reason=m.reason,
-                grace=m.grace,
-                raised_at=raised_at,
-            )
-            for m in missed
-        ]
-    )
+    """An entry for each miss, to be told to ``notifier``, with its role in its schedule's
+    streak of misses: call inside the transaction that marks them."""
+    entries = [
+        Notification(
+            notifier=notifier,
+            kind=NotifyEvent.MISSED,
+            schedule_id=m.schedule_id,
+            scheduled_for=m.scheduled_for,
+            run_id=m.run_id,
+            reason=m.reason,
+            grace=m.grace,
+            raised_at=raised_at,
+        )
+        for m in missed
+    ]
+    grouping.assign(entries, now=raised_at, using=using)
+    Notification.objects.using(using).bulk_create(entries)
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A run recorded as failed (``outcomes``)."""
+
+    schedule_id: int
+    scheduled_for: datetime
+    run_id: int
+    error: str
+
+
+def add_failed(
+    failed: Sequence[Failure], *, notifier: str, raised_at: datetime, using: str
+) -> None:
+    """An entry for each failed run, to be told to ``notifier``, with its role in its
+    schedule's streak of failures: call inside the transaction that records them, which
+    holds their schedules' rows."""
+    entries = [
+        Notification(
+            notifier=notifier,
+            kind=NotifyEvent.FAILED,
+            schedule_id=f.schedule_id,
+            scheduled_for=f.scheduled_for,
+            run_id=f.run_id,
+            reason="",
+            error=f.error,
+            raised_at=raised_at,
+        )
+        for f in failed
+    ]
+    grouping.assign(entries, now=raised_at, using=using)
+    Notification.objects.using(using).bulk_create(entries)
+
+
+def end_streaks(now: datetime, *, using: str) -> list[Notification]:
+    """End the streaks whose schedule succeeded again, each with its entry for the
+    notifier of its event (``grouping.end_streaks``): inside the check's transaction."""
+    return grouping.end_streaks(now, using=using, notifier_for=notifier_for)
 
 
 def _waiting(notifier: str) -> Q:
@@ -171,8 +230,9 @@ def start(ids: Sequence[int], *, message: str, token: str, until: datetime, usin
 def delivered(
     ids: Sequence[int], *, token: str, now: datetime, using: str, told: bool = True
 ) -> int:
-    """The notifier accepted them (``told``), or nobody would be told of them (its
-    ``wants`` said so: not a message of the rate limit's)."""
+    """The notifier accepted them (``told``), or nobody is told of them on their own (its
+    ``wants`` said so, or they are grouped into a streak already told of: not a message of
+    the rate limit's)."""
     extra = {} if told else {"message": ""}
     return (
         Notification.objects.using(using)
@@ -213,7 +273,9 @@ def release(
 
 
 def prune_delivered(now: datetime, *, using: str) -> int:
-    """Delete a batch of the entries delivered more than ``KEEP_DELIVERED`` ago."""
+    """Delete a batch of the entries delivered more than ``KEEP_DELIVERED`` ago, and one of
+    the streaks (``grouping``) that ended as long ago."""
+    grouping.prune_ended(now - KEEP_DELIVERED, batch=PRUNE_BATCH, using=using)
     old = list(
         Notification.objects.using(using)
         .filter(delivered_at__lt=now - KEEP_DELIVERED)

@@ -1,11 +1,10 @@
 """The receivers of the app's signals for the events a notifier is told of, once each,
-from the process that made them true: ``run_finished`` with the status "failed"
-("failed"), ``schedule_paused`` with ``auto`` ("auto_paused") and ``schedulers_down``
-("no_scheduler"); a notifier that fails them is logged, and they are not tried again.
-``connect_receivers`` (called by ``ready()``, and again when the setting changes) connects
-only the signals of the events in NOTIFY's ``EVENTS``: "failed" is left out by default,
-since a receiver of ``run_finished`` costs a query per recorded batch. A missed run is told
-from the outbox (``delivery.py``), not from its signal.
+from the process that made them true: ``schedule_paused`` with ``auto`` ("auto_paused") and
+``schedulers_down`` ("no_scheduler"); a notifier that fails them is logged, and they are not
+tried again. ``connect_receivers`` (called by ``ready()``, and again when the setting
+changes) connects only the signals of the events in NOTIFY's ``EVENTS``. A missed run and a
+failed run are told from the outbox (``delivery.py``), where their streaks are grouped
+(``grouping.py``), not from their signals.
 """
 
 from __future__ import annotations
@@ -22,31 +21,7 @@ from django_schedulinator import signals
 from django_schedulinator.conf import SETTING_NAME, app_settings
 from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.events import Event
-from django_schedulinator.statuses import RunStatus
 from django_schedulinator.timing.vocabulary import NotifyEvent
-
-
-def _failed(
-    sender: Any,
-    *,
-    run_id: int,
-    schedule_id: int,
-    scheduled_for: datetime,
-    status: str,
-    error: str,
-    **kwargs: Any,
-) -> None:
-    if status == RunStatus.FAILED:
-        courier.put(
-            Event(
-                NotifyEvent.FAILED,
-                timezone.now(),
-                schedule_id=schedule_id,
-                scheduled_for=scheduled_for,
-                run_id=run_id,
-                error=error,
-            )
-        )
 
 
 def _auto_paused(sender: Any, *, schedule_id: int, note: str, auto: bool, **kwargs: Any) -> None:
@@ -60,9 +35,8 @@ def _schedulers_down(sender: Any, *, since: datetime, **kwargs: Any) -> None:
     courier.put(Event(NotifyEvent.NO_SCHEDULER, since))
 
 
-# "missed" is told from the outbox (deliver_outbox), not from its signal.
+# "missed" and "failed" are told from the outbox (deliver_outbox), not from their signals.
 RECEIVERS: dict[str, tuple[Signal, Callable[..., None]]] = {
-    NotifyEvent.FAILED: (signals.run_finished, _failed),
     NotifyEvent.AUTO_PAUSED: (signals.schedule_paused, _auto_paused),
     NotifyEvent.NO_SCHEDULER: (signals.schedulers_down, _schedulers_down),
 }

@@ -29,7 +29,7 @@ from django_schedulinator.operations import alerts, retention
 from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.index_health import check_drift, eviction_risk, record_drift
 from django_schedulinator.operations.retention import Pruner, PruneReport
-from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
 if TYPE_CHECKING:

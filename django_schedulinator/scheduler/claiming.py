@@ -26,9 +26,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -68,6 +67,7 @@ from django_schedulinator.models.batches import (
     json_ids,
 )
 from django_schedulinator.models.keys import occurrence_key
+from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.now import LoopClock
 from django_schedulinator.services import ledger
@@ -101,50 +101,6 @@ LOCKED_RETRY = timedelta(seconds=1)
 
 def new_token() -> str:
     return secrets.token_hex(8)
-
-
-_ADDING = threading.Lock()
-
-
-@dataclass(slots=True)
-class Counters:
-    """What the passes did; the worker logs them and tests read them."""
-
-    claimed: int = 0
-    fired: int = 0
-    skipped: int = 0  # occurrences recorded as skipped (catch-up, overlap, DST)
-    buffered: int = 0  # occurrences waiting for their schedule's previous run (overlap)
-    queued: int = 0  # runs queued in SQL (run now, backfill, buffered) and dispatched
-    repaired: int = 0  # stale entries re-indexed at the row's true time
-    dropped: int = 0  # entries of deleted, disabled or finished rows
-    lost_races: int = 0  # another process (or an edit) changed the row first
-    busy: int = 0  # due rows another transaction held locked: retried shortly
-    duplicates: int = 0  # occurrence already in the ledger
-    invalid: int = 0  # rows whose timing cannot be evaluated
-    leases_expired: int = 0  # in-flight entries returned to the due set
-    redispatched: int = 0  # pending runs taken over after their lease expired
-    retried: int = 0  # failed hand-offs handed off again once their back-off ended
-    reconciled: int = 0  # entries healed by reconcile passes (lost sync writes)
-    auto_paused: int = 0  # schedules paused after too many failures in a row
-    # Committed runs not dispatched: their schedule was deleted or paused before dispatch.
-    cancelled: int = 0
-    # Runs left pending because their dispatcher's lane was stuck: a take-over sends them.
-    lane_full: int = 0
-    # Occurrences with no successful run within their schedule's grace, raised by this
-    # process's missed-run checks (alerts.py): each is counted once, by one scheduler.
-    missed: int = 0
-    pruned: int = 0  # runs deleted by retention (this process's prunes)
-
-    def add(self, other: Counters) -> None:
-        # The loop and the commit stage (pipeline.py) both add to a worker's counters.
-        with _ADDING:
-            for f in fields(self):
-                # Zeros are left alone: the dispatch thread counts some fields itself.
-                if value := getattr(other, f.name):
-                    setattr(self, f.name, getattr(self, f.name) + value)
-
-    def as_dict(self) -> dict[str, int]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 @dataclass(slots=True)

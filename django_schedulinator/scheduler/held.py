@@ -25,8 +25,10 @@ from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.models.batches import PreparedQuery
 from django_schedulinator.outcomes import Reported
+from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.now import LoopClock
 from django_schedulinator.services import ledger
+from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
     from django_schedulinator.operations.metrics import Metrics
@@ -89,6 +91,8 @@ class HeldRuns:
         self.db = using
         self.retries = PlannedRetries()
         self.metrics: Metrics | None = None  # the worker's, while metrics are on
+        # The scheduler's counters (Worker sets them): the runs it records as failed.
+        self.counters: Counters | None = None
 
     def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
         """Extend the leases of the runs that ``token`` still holds; their ids.
@@ -186,6 +190,9 @@ class HeldRuns:
             batches, dispatcher=dispatcher, now=now, using=self.db, index=self.index
         )
         self.retries.add(recorded.retry_at)  # after the commit: a take-over finds them
+        failed = sum(o.status == OutcomeStatus.FAILED for o in recorded.ended)
+        if failed and self.counters is not None:
+            self.counters.add(Counters(failed=failed))
         schedule_of = {run_id: sid for b in batches for run_id, sid in b.schedule_of.items()}
         if self.metrics is not None:
             self.metrics.recorded(

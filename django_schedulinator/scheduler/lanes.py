@@ -29,7 +29,7 @@ from django_schedulinator.dispatch import (
     dispatchers,
 )
 from django_schedulinator.operations.stage import Stage
-from django_schedulinator.scheduler.claiming import Counters
+from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.leases import Leased, LeaseKeeper
 from django_schedulinator.scheduler.progress import BatchProgress
 from django_schedulinator.scheduler.recording import OutcomeRecorder

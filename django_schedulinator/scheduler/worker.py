@@ -36,7 +36,8 @@ from django_schedulinator.index.rebuild import ensure_built, layout_message
 from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.heartbeat import HeartbeatKeeper
 from django_schedulinator.scheduler.chores import Chores
-from django_schedulinator.scheduler.claiming import Claimer, Counters, Plan
+from django_schedulinator.scheduler.claiming import Claimer, Plan
+from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.lanes import STOP_RECORD_SECONDS, Lanes
 from django_schedulinator.scheduler.leases import Leased
 from django_schedulinator.scheduler.pipeline import CommitStage
@@ -111,6 +112,7 @@ class Worker:
         self.counters = Counters()
         # The runs it commits, from their commit to their recorded outcome (held.py).
         self.held = self.claimer.held_runs()
+        self.held.counters = self.counters
         self.lanes = Lanes(self.held, self.counters, self.lease_seconds, dispatcher)
         self.dispatcher = self.lanes.dispatcher
         # While the loop runs, batches commit on a thread of their own (pipeline.py).

@@ -108,3 +108,14 @@ class NotifyEvent(StrEnum):
     FAILED = "failed"  # a run failed
     AUTO_PAUSED = "auto_paused"  # a schedule paused after failures in a row
     NO_SCHEDULER = "no_scheduler"  # no scheduler is alive
+
+
+class AlertRole(StrEnum):
+    """What an alert of the outbox is in its schedule's streak of one event (``grouping``):
+    the throttle of a schedule that keeps failing."""
+
+    ALONE = "alone"  # a message of its own (NOTIFY_REPEAT_SECONDS None, or no streak)
+    FIRST = "first"  # opened a streak: sent, and says the next ones are grouped
+    GROUPED = "grouped"  # in a streak already told of: counted, not sent
+    REPEAT = "repeat"  # a reminder, NOTIFY_REPEAT_SECONDS after the last message: counts them
+    RECOVERED = "recovered"  # a run succeeded again: the streak is over

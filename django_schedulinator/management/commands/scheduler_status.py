@@ -184,7 +184,7 @@ class Raised:
             f"  schedule {m.schedule_id} at {moment(m.scheduled_for)}: {m.reason}"
             for m in self.missed[:20]
         ]
-        lines.append(f"Notifications of missed runs: {self.delivery.summary()}")
+        lines.append(f"Notifications of missed and failed runs: {self.delivery.summary()}")
         return lines
 
 

@@ -129,27 +129,17 @@ def iso_text(value: Any) -> str:
     return exact_time(moment)
 
 
-def _list_time_of(field: models.DateTimeField[Any, Any]) -> Callable[[Model], str | None]:
-    """What shows ``field`` in a list column: named after it, so its column keeps the
-    field's CSS class and header, and sorted by it."""
+def _time_of(
+    field: models.DateTimeField[Any, Any], shown: Callable[[datetime], str]
+) -> Callable[[Model], str | None]:
+    """What shows ``field`` as ``shown`` makes it (``list_time`` in a list column,
+    ``exact_time`` read-only on a page): named after it, so its column or field keeps the
+    field's CSS class, header and help text, and sorted by it."""
 
     @admin.display(description=field.verbose_name, ordering=field.name)
     def show(obj: Model) -> str | None:
         value = getattr(obj, field.name)
-        return None if value is None else list_time(value)  # None: the admin's "-"
-
-    show.__name__ = field.name
-    return show
-
-
-def _exact_time_of(field: models.DateTimeField[Any, Any]) -> Callable[[Model], str | None]:
-    """What shows ``field`` read-only: named after it, so its page keeps the field's CSS
-    class and help text, and sorted by it."""
-
-    @admin.display(description=field.verbose_name, ordering=field.name)
-    def show(obj: Model) -> str | None:
-        value = getattr(obj, field.name)
-        return None if value is None else exact_time(value)  # None: the admin's "-"
+        return None if value is None else shown(value)  # None: the admin's "-"
 
     show.__name__ = field.name
     return show
@@ -167,16 +157,15 @@ class ExactTimes(_ModelAdmin):
 
     @cached_property
     def _exact_times(self) -> dict[str, Callable[[Model], str | None]]:
-        return {
-            field.name: _exact_time_of(field)
-            for field in self.model._meta.get_fields()
-            if isinstance(field, models.DateTimeField)
-        }
+        return self._times(exact_time)
 
     @cached_property
     def _list_times(self) -> dict[str, Callable[[Model], str | None]]:
+        return self._times(list_time)
+
+    def _times(self, shown: Callable[[datetime], str]) -> dict[str, Callable[[Model], str | None]]:
         return {
-            field.name: _list_time_of(field)
+            field.name: _time_of(field, shown)
             for field in self.model._meta.get_fields()
             if isinstance(field, models.DateTimeField)
         }

@@ -36,6 +36,7 @@ from django_schedulinator.operations.health import (
     record_drift,
 )
 from django_schedulinator.operations.metrics import ClusterCollector
+from django_schedulinator.operations.stage import stage_thread
 from django_schedulinator.scheduler.worker import Worker
 
 from .support.commits import committed
@@ -482,7 +483,7 @@ def node_away(monkeypatch: pytest.MonkeyPatch, index: DueIndex, shard: int) -> l
 def test_a_shard_whose_node_is_away_is_backed_off_from_alone(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sharded.watch_shards()  # as a scheduler's index
+    sharded.watch_shards(stage_thread)  # as a scheduler's index
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
     sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 10)])
@@ -509,7 +510,7 @@ def test_a_shard_whose_node_is_away_is_backed_off_from_alone(
 def test_while_shard_0_is_away_the_pass_reads_time_on_another_shards_node(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sharded.watch_shards()  # as a scheduler's index
+    sharded.watch_shards(stage_thread)  # as a scheduler's index
     sharded.mark_built({"by": "tests"})
     now = sharded.now_ms()
     sharded.apply([Change(sid, 1, SET, now - 1_000) for sid in range(1, 7)])
@@ -527,7 +528,7 @@ def test_while_shard_0_is_away_the_pass_reads_time_on_another_shards_node(
 def test_an_apply_that_fails_on_one_shard_writes_the_others(
     sharded: DueIndex, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sharded.watch_shards()
+    sharded.watch_shards(stage_thread)
     now = sharded.now_ms()
     node_away(monkeypatch, sharded, 1)
     with pytest.raises(ShardsAway) as raised:

@@ -241,6 +241,24 @@ def test_every_thread_beside_the_loop_runs_on_one_stage_below_it() -> None:
     assert {m for m in operations if {i for i in graph[m] if i.startswith(LOOP_PACKAGE)}} == set()
 
 
+# The threads the package starts other than through the stage: the two the stage's docstring
+# names, which run the user's tasks or an event loop, not a queue beside the loop.
+THREADS_NOT_ON_THE_STAGE = {"dispatch/inline.py", "dispatch/webhook.py"}
+
+
+def test_no_thread_is_started_but_through_the_stage() -> None:
+    starting = set()
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "Thread"
+            ):
+                starting.add(path.relative_to(ROOT).as_posix())
+    assert starting - {"operations/stage.py"} == THREADS_NOT_ON_THE_STAGE
+
+
 # The timing rules (``timing/``), in the order its docstring reads them: each module imports
 # only those before it, and outside the package only the errors: no model, no setting, no
 # Redis. The calendars' days come in as days.

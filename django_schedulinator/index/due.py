@@ -26,6 +26,11 @@ shard count its caller routes by and refuses a shard that records another: a pro
 on the old count (a write-back its claim began before the rebuild, a web host not yet
 redeployed) can neither bring a dropped shard back nor leave an entry in the wrong shard.
 ``apply`` then routes the refused changes by the layout the shard records.
+
+Longer than the package's other modules, as one subject: the index as its callers see it.
+Each section (the shards, claiming, writing, reading, the markers and the layout) routes
+to the shards and joins what they answer; what a shard does is ``shard.py``'s, and the
+control plane's ``control.py``'s.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -136,13 +141,16 @@ class DueIndex(LazyClient):
         # and retried once their back-off ends, unless watched (``watch_shards``).
         self.health = ShardHealth(log=False)
 
-    def watch_shards(self) -> None:
+    def watch_shards(self, start_thread: Callable[[str, Callable[[], None]], object]) -> None:
         """Back off from shards away as a scheduler does, for as long as this index lives:
-        each shard away probed on a thread of its own until it answers (no claim or write
-        calls it meanwhile), its outage and its return logged once. A scheduler's index
-        only: one per process."""
+        each shard away probed on a thread of its own, started by ``start_thread`` (name,
+        target: the scheduler's ``stage_thread``), until it answers (no claim or write calls
+        it meanwhile), its outage and its return logged once. A scheduler's index only: one
+        per process."""
         if self.shard_count > 1:
-            self.health = ShardHealth(probe=lambda k: self._part(k).now_ms())
+            self.health = ShardHealth(
+                probe=lambda k: self._part(k).now_ms(), start_thread=start_thread
+            )
 
     def __repr__(self) -> str:
         covered = "" if self.covers_all else f", shards {sorted(self.parts)}"

@@ -13,6 +13,7 @@ between masters); anything else is no outage and goes up as before.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -74,13 +75,24 @@ class ShardHealth:
     a shard's node (``Shard.now_ms``): while the shard is away, a daemon thread calls it
     until it answers; None: no probe, a shard is called again once its back-off ends.
     ``log``: say when a shard goes and comes back (a scheduler's index: one per process;
-    not a web request's, whose write failing is its caller's to report)."""
+    not a web request's, whose write failing is its caller's to report). ``start_thread``
+    (name, target) starts the probe's thread: the scheduler's ``operations.stage.stage_thread``,
+    as every thread beside its loop, handed down because the index sits below the stage."""
 
-    def __init__(self, probe: Callable[[int], object] | None = None, *, log: bool = True) -> None:
+    def __init__(
+        self,
+        probe: Callable[[int], object] | None = None,
+        *,
+        start_thread: Callable[[str, Callable[[], None]], object] | None = None,
+        log: bool = True,
+    ) -> None:
+        if (probe is None) != (start_thread is None):
+            raise ValueError("A probe needs a thread to run on, and a thread a probe.")
         self._lock = threading.Lock()
         self._away: dict[int, _Away] = {}
         self._clock = 0  # the shard whose node's TIME the last claim read
         self._probe = probe
+        self._start_thread = start_thread
         self._log = log
 
     def ready(self, shard: int) -> bool:
@@ -118,13 +130,9 @@ class ShardHealth:
                 type(exc).__name__,
                 exc,
             )
-        if failures == 1 and self._probe is not None:
-            threading.Thread(
-                target=self._probing,
-                args=(shard, self._probe),
-                name=f"schedulinator-probe-shard-{shard}",
-                daemon=True,
-            ).start()
+        if failures == 1 and self._probe is not None and self._start_thread is not None:
+            probing = functools.partial(self._probing, shard, self._probe)
+            self._start_thread(f"schedulinator-probe-shard-{shard}", probing)
 
     def _probing(self, shard: int, probe: Callable[[int], object]) -> None:
         """Look at ``shard``'s node after each back-off until it answers (then it is

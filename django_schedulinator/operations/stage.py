@@ -1,8 +1,8 @@
 """The one way a thread runs beside a scheduler's loop: ``stage_thread``, the thread every
 one of them runs on (the commit stage, the lanes, the recorder, the lease keeper, the prune,
 the heartbeat, the probe server with its requests and checks, the notifications' courier,
-the Sentry check-ins' sender); and ``Stage``, such a thread that handles what is put in
-its bounded queue, in order.
+the Sentry check-ins' sender, the probe of a due index's shard that is away); and
+``Stage``, such a thread that handles what is put in its bounded queue, in order.
 
 Every such thread is set up and torn down the same way, which is why there is one place for
 it: it is marked as a stage thread (``on_stage_thread``), so that its database connections

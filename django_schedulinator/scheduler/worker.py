@@ -35,6 +35,7 @@ from django_schedulinator.index.due import REQUEUE, Change, ClaimedBatch, DueInd
 from django_schedulinator.index.rebuild import ensure_built, layout_message
 from django_schedulinator.operations.courier import courier
 from django_schedulinator.operations.heartbeat import HeartbeatKeeper
+from django_schedulinator.operations.stage import stage_thread
 from django_schedulinator.scheduler.chores import Chores
 from django_schedulinator.scheduler.claiming import Claimer, Plan
 from django_schedulinator.scheduler.counters import Counters
@@ -101,8 +102,9 @@ class Worker:
         self.worker_id = worker_id or default_worker_id()
         self.max_sleep = max_sleep or app_settings.MAX_SLEEP_SECONDS
         self.index = index or get_index()
-        # A shard whose node is away is probed, not called, until it answers (health.py).
-        self.index.watch_shards()
+        # A shard whose node is away is probed, not called, until it answers (health.py),
+        # on a thread beside the loop like the others.
+        self.index.watch_shards(stage_thread)
         self.claimer = Claimer(
             worker_id=self.worker_id,
             lease_seconds=self.lease_seconds,

@@ -1,5 +1,6 @@
 """The schema of the first release: the development versions' migrations, squashed into one
-(docs/upgrading.md says what a database migrated by one of them needs: nothing)."""
+(docs/upgrading.md says what a database migrated by one of them needs: nothing, once it is
+at the last of them)."""
 
 import django.core.validators
 import django.db.models.deletion
@@ -159,7 +160,12 @@ class Migration(migrations.Migration):
                 (
                     "kind",
                     models.CharField(
-                        choices=[("cron", "Cron"), ("interval", "Interval"), ("once", "One-off")],
+                        choices=[
+                            ("cron", "Cron"),
+                            ("interval", "Interval"),
+                            ("once", "One-off"),
+                            ("solar", "Solar (sunrise, sunset, ...)"),
+                        ],
                         default="cron",
                         max_length=16,
                         verbose_name="kind",
@@ -198,10 +204,57 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 (
+                    "solar_event",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("dawn_astronomical", "Astronomical dawn (-18°)"),
+                            ("dawn_nautical", "Nautical dawn (-12°)"),
+                            ("dawn_civil", "Civil dawn (-6°)"),
+                            ("sunrise", "Sunrise"),
+                            ("solar_noon", "Solar noon"),
+                            ("sunset", "Sunset"),
+                            ("dusk_civil", "Civil dusk (-6°)"),
+                            ("dusk_nautical", "Nautical dusk (-12°)"),
+                            ("dusk_astronomical", "Astronomical dusk (-18°)"),
+                        ],
+                        help_text="Solar: the event of the sun it fires at, each day it happens at the place (the polar night and the midnight sun pass days over).",
+                        max_length=24,
+                        verbose_name="solar event",
+                    ),
+                ),
+                (
+                    "latitude",
+                    models.FloatField(
+                        blank=True,
+                        help_text="Solar: degrees north (negative: south), -90 to 90.",
+                        null=True,
+                        verbose_name="latitude",
+                    ),
+                ),
+                (
+                    "longitude",
+                    models.FloatField(
+                        blank=True,
+                        help_text="Solar: degrees east (negative: west), -180 to 180.",
+                        null=True,
+                        verbose_name="longitude",
+                    ),
+                ),
+                (
+                    "solar_offset",
+                    models.DurationField(
+                        blank=True,
+                        help_text="Solar: fire this long after the event (negative: before it), at most 12 hours either way; for example -00:30:00 for half an hour before sunset.",
+                        null=True,
+                        verbose_name="solar offset",
+                    ),
+                ),
+                (
                     "timezone",
                     models.CharField(
                         default=django_schedulinator.models.calendar.default_timezone,
-                        help_text="IANA zone in which the cron expression is evaluated.",
+                        help_text="IANA zone in which the cron expression is evaluated, the previews are shown and the calendars' days are read.",
                         max_length=64,
                         verbose_name="timezone",
                     ),
@@ -749,6 +802,38 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name="AlertStreak",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("schedule_id", models.BigIntegerField(verbose_name="schedule id")),
+                ("kind", models.CharField(max_length=16, verbose_name="kind")),
+                ("first_at", models.DateTimeField(verbose_name="first at")),
+                ("last_at", models.DateTimeField(verbose_name="last at")),
+                ("count", models.PositiveIntegerField(default=1, verbose_name="count")),
+                ("told_at", models.DateTimeField(verbose_name="told at")),
+                ("told", models.PositiveIntegerField(default=1, verbose_name="told")),
+                ("opened_at", models.DateTimeField(verbose_name="opened at")),
+                ("ended_at", models.DateTimeField(blank=True, null=True, verbose_name="ended at")),
+            ],
+            options={
+                "verbose_name": "alert streak",
+                "verbose_name_plural": "alert streaks",
+                "ordering": ("-id",),
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("ended_at__isnull", True)),
+                        fields=("schedule_id", "kind"),
+                        name="schedulinator_streak_open",
+                    )
+                ],
+            },
+        ),
+        migrations.CreateModel(
             name="ExcludedDay",
             fields=[
                 (
@@ -786,6 +871,10 @@ class Migration(migrations.Migration):
                 ),
                 ("notifier", models.CharField(max_length=200, verbose_name="notifier")),
                 ("kind", models.CharField(default="missed", max_length=16, verbose_name="kind")),
+                ("role", models.CharField(default="alone", max_length=16, verbose_name="role")),
+                ("count", models.PositiveIntegerField(default=1, verbose_name="count")),
+                ("since", models.DateTimeField(blank=True, null=True, verbose_name="since")),
+                ("error", models.TextField(blank=True, verbose_name="error")),
                 ("schedule_id", models.BigIntegerField(verbose_name="schedule id")),
                 ("scheduled_for", models.DateTimeField(verbose_name="scheduled for")),
                 ("run_id", models.BigIntegerField(blank=True, null=True, verbose_name="run id")),
@@ -874,6 +963,19 @@ class Migration(migrations.Migration):
                 ),
                 name="schedulinator_next_after_fired",
             ),
+        ),
+        migrations.CreateModel(
+            name="SchedulerOperations",
+            fields=[],
+            options={
+                "verbose_name": "scheduler operations",
+                "verbose_name_plural": "scheduler operations",
+                "proxy": True,
+                "default_permissions": (),
+                "indexes": [],
+                "constraints": [],
+            },
+            bases=("django_schedulinator.schedule",),
         ),
         migrations.AddField(
             model_name="run",
@@ -969,19 +1071,5 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="schedulechange",
             index=models.Index(fields=["schedule", "-at"], name="schedulinator_change_of"),
-        ),
-        # The admin's entry for the operations page: no table, no permission of its own.
-        migrations.CreateModel(
-            name="SchedulerOperations",
-            fields=[],
-            options={
-                "verbose_name": "scheduler operations",
-                "verbose_name_plural": "scheduler operations",
-                "proxy": True,
-                "default_permissions": (),
-                "indexes": [],
-                "constraints": [],
-            },
-            bases=("django_schedulinator.schedule",),
         ),
     ]

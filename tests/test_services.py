@@ -68,6 +68,36 @@ def test_create_validates_writes_records_and_indexes_after_commit(
         services.create(schedule)
 
 
+def test_a_write_through_the_services_checks_the_rules_once(
+    index: DueIndex, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The services validate (``services.validate``: the row's rules and the rest) and
+    save() writes what was validated without checking it again; a save of settings changed
+    since, or a save with no service before it, checks them."""
+    checked: list[str] = []
+    clean = Schedule.clean
+
+    def counting(self: Schedule) -> None:
+        checked.append(self.name)
+        clean(self)
+
+    monkeypatch.setattr(Schedule, "clean", counting)
+    schedule = services.create(fields())
+    assert checked == ["nightly"]
+    services.update(schedule, {"cron": "0 4 * * *"})
+    assert checked == ["nightly"] * 2
+    services.pause(schedule)
+    assert checked == ["nightly"] * 3  # no service validates a pause first: save() checks
+
+    validated = Schedule(**{**fields(), "name": "changed after"})
+    services.validate(validated)
+    validated.set_first_run(timezone.now())
+    validated.cron = "61 * * * *"  # changed after the check: save() checks again
+    with pytest.raises(ValidationError) as refused:
+        validated.save()
+    assert "cron" in refused.value.message_dict
+
+
 @pytest.mark.parametrize(
     "finished",
     [

@@ -395,6 +395,9 @@ class Schedule(models.Model):
     # host's: the reconcile watermark.
     updated_at = DatabaseClockField(_("updated at"))
 
+    # The settings as services.validate found them valid (mark_validated), until a save.
+    _validated: str | None = None
+
     objects: ClassVar[ScheduleQuerySet[Schedule]] = ScheduleQuerySet.as_manager()  # type: ignore[assignment]
 
     TIMING_FIELDS = (
@@ -463,8 +466,18 @@ class Schedule(models.Model):
           ``next_run_at``, which would re-arm an occurrence that fired;
         - a write that would leave the row inconsistent is refused with a
           ``ValidationError`` that names the service to use (``transition_errors``).
+
+        The rules are checked once a write: here, unless ``services.validate`` found these
+        very settings valid just before (``mark_validated``), as every service does.
+
+        Why the guards stay here rather than in the services' write helper: a save of the
+        model is a path of its own (user code, a shell, a data fix), and what stops an
+        occurrence firing twice must hold on every path, not only the services'.
         """
-        self.full_clean(validate_unique=False, validate_constraints=False)
+        validated = getattr(self, "_validated", None)
+        if validated is None or validated != self._settings_text():
+            self.full_clean(validate_unique=False, validate_constraints=False)
+        self._validated = None  # one write: the next save checks again
         update_fields = kwargs.get("update_fields")
         written: set[str] | None = None  # None: an insert writes every field
         if not self._state.adding:
@@ -483,6 +496,19 @@ class Schedule(models.Model):
             db = kwargs.get("using") or router.db_for_write(type(self), instance=self)
             self.refresh_from_db(using=db, fields=["revision", "version"])
         self._loaded = {f: getattr(self, f) for f in self.LOADED_FIELDS}
+
+    def mark_validated(self) -> None:
+        """Its settings as ``services.validate`` has just found them: the next ``save()``
+        writes them without checking them again, unless they change before it."""
+        self._validated = self._settings_text()
+
+    def _settings_text(self) -> str | None:
+        # By value (repr), so that an argument edited in place after the check shows; None
+        # (unlike any text) for arguments nested too deep to write out, which full_clean names.
+        try:
+            return repr([getattr(self, name) for name in self.SETTINGS_FIELDS])
+        except RecursionError:
+            return None
 
     def _edited_fields(self) -> list[str]:
         """What a whole-row save writes: every field, but the scheduler's fields this

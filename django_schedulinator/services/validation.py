@@ -44,6 +44,8 @@ def validate(
         errors.setdefault(name, [ValidationError(message)])
     if errors:
         raise ValidationError(errors)
+    if not exclude:  # every rule checked: the save that follows needs not check them again
+        schedule.mark_validated()
 
 
 def outside_errors(

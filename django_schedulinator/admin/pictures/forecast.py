@@ -38,6 +38,7 @@ for predicting one schedule.
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -473,7 +474,9 @@ def _busiest(
     )
     start_ms = timing.to_ms(result.start)
     # The occurrences of each timing in each minute: each timeline walked once, over the
-    # span of its groups (so bounded by the expansion's budget).
+    # span of its groups (so bounded by the expansion's budget). Timelines and families are
+    # numbered first: the counts below run per occurrence and per minute, and hashing a
+    # key (a dataclass of a dozen fields) there was most of the picture's cost.
     spans: dict[TimelineKey, tuple[int, int]] = {}
     families: dict[TimelineKey, dict[Family, int]] = defaultdict(lambda: defaultdict(int))
     for group in groups:
@@ -481,34 +484,40 @@ def _busiest(
         low, high = spans.get(key, (group.first, group.stop))
         spans[key] = (min(low, group.first), max(high, group.stop))
         families[key][group.family] += group.members
-    by_minute: dict[int, dict[TimelineKey, int]] = defaultdict(lambda: defaultdict(int))
-    for key, (low, high) in spans.items():
+    keys = list(spans)
+    # A family's number is its place in the order of its repr: what breaks ties between
+    # families of the same weight, so the listing does not depend on the groups' order.
+    ranked = sorted({f for members in families.values() for f in members}, key=repr)
+    rank = {family: number for number, family in enumerate(ranked)}
+    members_of = [[(rank[f], m) for f, m in families[key].items()] for key in keys]
+    by_minute: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for number, key in enumerate(keys):
         line = timelines[key]
         if line is None or line.frequent:
             continue
+        low, high = spans[key]
         for at in itertools.islice(line.times, low, high):
             minute = (at - start_ms) // MINUTE_MS
             if 0 <= minute < WINDOW_MINUTES:
-                by_minute[minute][key] += 1
+                by_minute[minute][number] += 1
     mean = max(result.mean, 1.0)
     # A minute is told by the families that lead it (as many as its row names): one led by
     # the same as a minute listed is named in that row, not listed again.
-    listed: dict[frozenset[Family], list[int]] = {}
+    listed: dict[frozenset[int], list[int]] = {}
     for minute in order:
         weighed = [
-            (count * members, family)
-            for key, count in by_minute.get(minute, {}).items()
-            for family, members in families[key].items()
+            (-count * members, family)
+            for number, count in by_minute.get(minute, {}).items()
+            for family, members in members_of[number]
         ]
-        weighed.sort(key=lambda item: (-item[0], repr(item[1])))
-        signature = frozenset(family for _weight, family in weighed[:SHARES_SHOWN])
+        signature = frozenset(family for _weight, family in heapq.nsmallest(SHARES_SHOWN, weighed))
         if signature in listed:
             listed[signature].append(minute)
         elif len(listed) < BUSIEST_SHOWN:
             listed[signature] = [minute]
     busy = []
     for minute, *alike in listed.values():
-        timings = frozenset(by_minute.get(minute, {}))
+        timings = frozenset(keys[number] for number in by_minute.get(minute, {}))
         shares = _shares_at(minute, timings, result, groups, timelines, mean)
         when = result.minute_at(minute)
         busy.append(BusyMinute(minute, when, occasional[minute], shares, sorted(alike)))

@@ -54,3 +54,34 @@ def test_one_compilation_serves_every_batch_and_value(built_index: Any) -> None:
     assert HELD.rows("default", [run.pk, run.pk + 1], "mine") == [(run.pk, "schedule", True)]
     assert HELD.rows("default", [], "mine") == []
     assert HELD._compiled.default is compiled
+
+
+def test_the_recheck_converts_as_django_does_and_gives_each_row_its_own_values() -> None:
+    """Empty arguments are made without the JSON decoder and timestamps loaded by psycopg's
+    own loader where the connection is on UTC: the values, their types and their zones are
+    Django's, and no two rows share a list or a dict (a task may change its arguments)."""
+    first = timezone.now().replace(microsecond=123000) + timedelta(hours=1)
+    schedules = [
+        make_schedule(next_run_at=first),
+        make_schedule(next_run_at=first),
+        make_schedule(args=["[]", "{}"], kwargs={"{}": []}, dispatch_options={"queue": "q"}),
+    ]
+    ids = [s.pk for s in schedules]
+    expected = {
+        r.pk: r for r in Schedule.objects.filter(pk__in=ids).values_list(*ROW_FIELDS, named=True)
+    }
+
+    rows = {row.pk: row for row in RECHECK.rows("default", ids)}
+
+    assert rows == expected
+    for pk, row in rows.items():
+        for name in ROW_FIELDS:
+            value, orm = getattr(row, name), getattr(expected[pk], name)
+            assert type(value) is type(orm), name
+            if hasattr(orm, "tzinfo"):
+                assert value.tzinfo == orm.tzinfo and value.utcoffset() == orm.utcoffset(), name
+    one, two, three = (rows[pk] for pk in ids)
+    assert one.next_run_at == first
+    assert (one.args, one.kwargs, one.dispatch_options) == ([], {}, {})
+    assert one.args is not two.args and one.kwargs is not two.kwargs
+    assert (three.args, three.kwargs) == (["[]", "{}"], {"{}": []})

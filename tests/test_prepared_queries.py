@@ -79,9 +79,11 @@ def test_the_recheck_converts_as_django_does_and_gives_each_row_its_own_values()
             value, orm = getattr(row, name), getattr(expected[pk], name)
             assert type(value) is type(orm), name
             if hasattr(orm, "tzinfo"):
-                assert value.tzinfo == orm.tzinfo and value.utcoffset() == orm.utcoffset(), name
+                assert value.tzinfo == orm.tzinfo, name
+                assert value.utcoffset() == orm.utcoffset(), name
     one, two, three = (rows[pk] for pk in ids)
     assert one.next_run_at == first
     assert (one.args, one.kwargs, one.dispatch_options) == ([], {}, {})
-    assert one.args is not two.args and one.kwargs is not two.kwargs
+    assert one.args is not two.args
+    assert one.kwargs is not two.kwargs
     assert (three.args, three.kwargs) == (["[]", "{}"], {"{}": []})

@@ -147,7 +147,12 @@ IDS_SQL = {"postgresql": "SELECT unnest(%s::bigint[])", "sqlite": "SELECT value 
 
 
 def _ids_param(connection: Any, ids: Sequence[int]) -> Any:
-    return list(ids) if connection.vendor == "postgresql" else json.dumps(list(ids))
+    """PostgreSQL: the array's text, cast by the SQL; psycopg's dumper of a list of ints
+    cost about 0.3 ms of CPU for a batch of 500, which the hot path paid several times a
+    batch (the re-check, the check before dispatch, the outcomes)."""
+    if connection.vendor == "postgresql":
+        return "{%s}" % ",".join([str(int(i)) for i in ids])  # noqa: UP031
+    return json.dumps(list(ids))
 
 
 class _Compiled(NamedTuple):
@@ -302,6 +307,22 @@ def json_time(connection: Any, value: datetime | None) -> str | None:
     if connection.vendor == "postgresql":
         return value.isoformat()
     return str(connection.ops.adapt_datetimefield_value(value))  # Django's SQLite text form
+
+
+def json_times(connection: Any) -> Any:
+    """``json_time`` for one batch, each instant written once: a burst's occurrences share
+    their nominal and next times, three instants a run."""
+    memo: dict[datetime, str | None] = {}
+
+    def json_time_of(value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = memo.get(value)
+        if text is None:
+            text = memo[value] = json_time(connection, value)
+        return text
+
+    return json_time_of
 
 
 def table_and_columns(model: Any, connection: Any) -> tuple[str, dict[str, str]]:

@@ -141,6 +141,10 @@ def _runs_of(due: Due) -> list[NewRun]:
     off after all gives it back), buffered (waiting for the previous run), skipped. With a
     grace, the fired and buffered ones are missed at their nominal time plus the grace."""
     row, grace = due.row, due.row.grace
+    if grace is None and not due.buffer and not due.plan.skips:
+        # The bulk of a burst: pending runs alone, NewRun's defaults (built positionally).
+        snapshot = (row.task, row.args, row.kwargs, row.dispatcher, row.dispatch_options)
+        return [NewRun(row.pk, at, *snapshot) for at in due.plan.fire]
     return [
         *(NewRun.of(row, at, alert_at=alert_time(grace, at)) for at in due.plan.fire),
         *(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
@@ -19,7 +20,7 @@ from django_schedulinator.index.rebuild import ensure_built
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.models.batches import Advance, NewRun
 from django_schedulinator.models.keys import occurrence_key
-from django_schedulinator.scheduler.claiming import Claimer
+from django_schedulinator.scheduler.claiming import Claimer, _runs_of
 from django_schedulinator.scheduler.held import PlannedRetries
 from django_schedulinator.scheduler.leases import Leased
 from django_schedulinator.scheduler.transient import bound_lock_waits
@@ -496,3 +497,27 @@ def test_a_planned_retry_is_due_once_its_lease_has_ended() -> None:
     assert not retries.take_due(1_700_000_000_100)
     assert retries.take_due(1_700_000_000_200)
     assert retries.next_ms() is None
+
+
+def test_a_plain_due_schedules_runs_are_those_the_general_path_builds(
+    built_index: DueIndex,
+) -> None:
+    """The pending runs of a schedule with no grace, buffer or skip are built the short
+    way: the same runs, field for field, as ``NewRun.of`` gives."""
+    [sid] = make_due(1)
+    Schedule.objects.filter(pk=sid).update(
+        args=[1, {"two": 2}], kwargs={"k": "v"}, dispatch_options={"queue": "q"}
+    )
+    resync_schedules([sid])
+    claimer = Claimer(worker_id="a", lease_seconds=30)
+    batch, _token = claimer.claim(10)
+    [due] = claimer.recheck(batch).due
+    second = due.plan.fire[0] + timedelta(minutes=1)
+    due.plan = replace(due.plan, fire=(*due.plan.fire, second))
+
+    runs = _runs_of(due)
+
+    assert runs == [NewRun.of(due.row, at, alert_at=None) for at in due.plan.fire]
+    assert [r.args for r in runs] == [[1, {"two": 2}]] * 2
+    assert runs[0].kwargs == {"k": "v"}
+    assert runs[0].dispatch_options == {"queue": "q"}

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Run, Schedule, ZoneRules
 from django_schedulinator.scheduler.claiming import RECHECK, ROW_FIELDS
 from django_schedulinator.scheduler.held import HELD
 
@@ -30,7 +30,8 @@ def test_the_recheck_reads_what_the_orm_reads() -> None:
     expected = list(Schedule.objects.filter(pk__in=ids).values_list(*ROW_FIELDS, named=True))
 
     for batch in (ids, ids[:1], [*ids, 10**9]):
-        rows = RECHECK.rows("default", batch)
+        # Each row also carries the tz release the next runs were planned with (below).
+        rows = [(*row[: len(ROW_FIELDS)],) for row in RECHECK.rows("default", batch)]
         assert sorted(rows) == sorted(r for r in expected if r.pk in batch)
     # Fields are named and typed as Django gives them.
     [row] = RECHECK.rows("default", ids[:1])
@@ -54,3 +55,50 @@ def test_one_compilation_serves_every_batch_and_value(built_index: Any) -> None:
     assert HELD.rows("default", [run.pk, run.pk + 1], "mine") == [(run.pk, "schedule", True)]
     assert HELD.rows("default", [], "mine") == []
     assert HELD._compiled.default is compiled
+
+
+def test_the_recheck_converts_as_django_does_and_gives_each_row_its_own_values() -> None:
+    """Empty arguments are made without the JSON decoder and timestamps loaded by psycopg's
+    own loader where the connection is on UTC: the values, their types and their zones are
+    Django's, and no two rows share a list or a dict (a task may change its arguments)."""
+    first = timezone.now().replace(microsecond=123000) + timedelta(hours=1)
+    schedules = [
+        make_schedule(next_run_at=first),
+        make_schedule(next_run_at=first),
+        make_schedule(args=["[]", "{}"], kwargs={"{}": []}, dispatch_options={"queue": "q"}),
+    ]
+    ids = [s.pk for s in schedules]
+    expected = {
+        r.pk: r for r in Schedule.objects.filter(pk__in=ids).values_list(*ROW_FIELDS, named=True)
+    }
+
+    rows = {row.pk: row for row in RECHECK.rows("default", ids)}
+
+    assert {pk: (*row[: len(ROW_FIELDS)],) for pk, row in rows.items()} == expected
+    for pk, row in rows.items():
+        for name in ROW_FIELDS:
+            value, orm = getattr(row, name), getattr(expected[pk], name)
+            assert type(value) is type(orm), name
+            if hasattr(orm, "tzinfo"):
+                assert value.tzinfo == orm.tzinfo, name
+                assert value.utcoffset() == orm.utcoffset(), name
+    one, two, three = (rows[pk] for pk in ids)
+    assert one.next_run_at == first
+    assert (one.args, one.kwargs, one.dispatch_options) == ([], {}, {})
+    assert one.args is not two.args
+    assert one.kwargs is not two.kwargs
+    assert (three.args, three.kwargs) == (["[]", "{}"], {"{}": []})
+
+
+def test_the_recheck_reads_the_release_the_next_runs_were_planned_with() -> None:
+    schedule = make_schedule()
+    now = timezone.now()
+    ZoneRules.objects.update_or_create(
+        pk=1,
+        defaults={"version": "2031a", "source": "tzdata", "start": now, "end": now,
+                  "offsets": {}, "recorded_at": now},
+    )  # fmt: skip
+
+    [row] = RECHECK.rows("default", [schedule.pk])
+
+    assert row.planned_with == "2031a"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from django_schedulinator.models.batches import (
     batches_as_json,
     json_ids,
     json_rows,
-    json_time,
+    json_times,
     table_and_columns,
 )
 from django_schedulinator.models.dbclock import DatabaseNow
@@ -144,7 +143,7 @@ class ScheduleQuerySet(models.QuerySet[Row]):
         if not batches_as_json(connection):
             return self._advance_row_by_row(advances, fired_at)
         table, col = table_and_columns(self.model, connection)
-        t = functools.partial(json_time, connection)
+        t = json_times(connection)
         # due_at travels only when jitter makes it differ from next_run_at.
         rows = json.dumps(
             [
@@ -481,7 +480,7 @@ def _insert_runs_sql(
         "lease_expires_at", "alert_at", "claimed_at", "worker_id", "claim_token", "error",
         "external_id", "output",
     )  # fmt: skip
-    t = functools.partial(json_time, connection)
+    t = json_times(connection)
     # NewRun's fields are in the order of the columns of INSERT_TYPES. A plain run (the
     # bulk of a claim) sends the schedule's snapshot only; the SQL fills in the defaults.
     rows = json.dumps(

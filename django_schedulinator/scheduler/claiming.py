@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import OperationalError, connections, router
+from django.db import OperationalError, router
+from django.db.models import Subquery
 
 from django_schedulinator import services, signals, timing
 from django_schedulinator.conf import app_settings
@@ -90,8 +91,15 @@ RUN_FIELDS = (
     "pk", "schedule_id", "schedule__name", "task", "args", "kwargs", "dispatcher",
     "dispatch_options", "scheduled_for", "attempts",
 )  # fmt: skip
-# The read of every pass, compiled once (batches.PreparedQuery): the claimed rows.
-RECHECK = PreparedQuery(lambda ids: Schedule.objects.filter(pk__in=ids), ROW_FIELDS)
+# The read of every pass, compiled once (batches.PreparedQuery): the claimed rows, each
+# with the tz release the next runs were planned with (``Claimer._check_zone_rules``), read
+# in the same statement: one round trip of the loop's, and one snapshot for both.
+RECHECK = PreparedQuery(
+    lambda ids: Schedule.objects.filter(pk__in=ids).annotate(
+        planned_with=Subquery(ZoneRules.objects.filter(pk=1).values("version")[:1])
+    ),
+    (*ROW_FIELDS, "planned_with"),
+)
 # A row whose timing cannot be evaluated (it reached SQL around validation) is looked at
 # again after this long instead of spinning.
 INVALID_RETRY = timedelta(minutes=1)
@@ -141,6 +149,10 @@ def _runs_of(due: Due) -> list[NewRun]:
     off after all gives it back), buffered (waiting for the previous run), skipped. With a
     grace, the fired and buffered ones are missed at their nominal time plus the grace."""
     row, grace = due.row, due.row.grace
+    if grace is None and not due.buffer and not due.plan.skips:
+        # The bulk of a burst: pending runs alone, NewRun's defaults (built positionally).
+        snapshot = (row.task, row.args, row.kwargs, row.dispatcher, row.dispatch_options)
+        return [NewRun(row.pk, at, *snapshot) for at in due.plan.fire]
     return [
         *(NewRun.of(row, at, alert_at=alert_time(grace, at)) for at in due.plan.fire),
         *(
@@ -203,7 +215,8 @@ class Claimer:
         ids = [sid for sid, _score in batch.entries]
         entry_ms = dict(batch.entries)
         rows = {row.pk: row for row in RECHECK.rows(self.db, ids)}
-        self._check_zone_rules()
+        if rows:
+            self._check_zone_rules(next(iter(rows.values())).planned_with)
         counters = plan.counters
         defaults = catch_up_policy("", None)
         skips_recorded = app_settings.MAX_SKIPS_RECORDED
@@ -290,21 +303,17 @@ class Claimer:
             )
         return plan
 
-    def _check_zone_rules(self) -> None:
+    def _check_zone_rules(self, planned_with: str | None) -> None:
         """Refuse to plan (``OutdatedZoneRules``) when the next runs were planned with a
         newer tz database than this process reads: during a rolling restart, a process not
-        restarted yet would plan the next runs with the old rules. Read after the rows: a
-        re-plan that commits after this read changed their revision, so this batch's
-        advance loses instead (``services.replan_for_zone_rules``)."""
-        if self.zone_rules is None:
+        restarted yet would plan the next runs with the old rules. ``planned_with`` is read
+        with the rows, in one snapshot: a re-plan that commits after it changed their
+        revision, so this batch's advance loses instead (``services.replan_for_zone_rules``).
+        None: no release recorded."""
+        if self.zone_rules is None or planned_with is None:
             return
-        connection = connections[self.db]
-        table = connection.ops.quote_name(ZoneRules._meta.db_table)
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT version FROM {table} WHERE id = 1")
-            row = cursor.fetchone()
-        if row is not None and zonedata.newer(row[0], self.zone_rules):
-            raise OutdatedZoneRules(zonedata.outdated_message(row[0], self.zone_rules))
+        if zonedata.newer(planned_with, self.zone_rules):
+            raise OutdatedZoneRules(zonedata.outdated_message(planned_with, self.zone_rules))
 
     def _apply_overlap(self, plan: Plan) -> None:
         """Hold back what the overlap policies forbid: runs of schedules whose previous run

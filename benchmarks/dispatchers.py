@@ -213,7 +213,8 @@ def create_schedules(total: int) -> None:
 def arm(due: int, system: str) -> None:
     """The first ``due`` schedules due a few seconds ago, sent through ``system``'s alias
     (its task, its options), at a newer revision; their index entries written; the ledger
-    emptied."""
+    emptied, and with it what they had fired through (a round before may have fired an
+    occurrence after "a few seconds ago": a cron one at a five-minute boundary)."""
     from django.db import connection
     from django.utils import timezone
 
@@ -230,7 +231,8 @@ def arm(due: int, system: str) -> None:
         cursor.execute(
             f"UPDATE {table} SET {col['next_run_at']} = %s, {col['anchor_at']} = %s, "
             f"{col['due_at']} = %s, {col['task']} = %s, {col['dispatcher']} = %s, "
-            f"{col['dispatch_options']} = %s::jsonb, {col['revision']} = {col['revision']} + 1 "
+            f"{col['dispatch_options']} = %s::jsonb, {col['fired_through']} = NULL, "
+            f"{col['revision']} = {col['revision']} + 1 "
             f"WHERE {col['id']} <= %s",
             [at, at, at, TASK.get(system, "bench.noop"), system,
              json.dumps(OPTIONS.get(system, {})), ids[-1]],

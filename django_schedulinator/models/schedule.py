@@ -474,8 +474,7 @@ class Schedule(models.Model):
         model is a path of its own (user code, a shell, a data fix), and what stops an
         occurrence firing twice must hold on every path, not only the services'.
         """
-        validated = getattr(self, "_validated", None)
-        if validated is None or validated != self._settings_text():
+        if self._validated is None or self._validated != self._settings_text():
             self.full_clean(validate_unique=False, validate_constraints=False)
         self._validated = None  # one write: the next save checks again
         update_fields = kwargs.get("update_fields")

@@ -24,7 +24,7 @@ from django_schedulinator import outcomes, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.operations import alerts, retention
+from django_schedulinator.operations import alerts, partitions, retention
 from django_schedulinator.operations.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.services import ledger
@@ -84,6 +84,19 @@ def left(schedule: Schedule) -> list[datetime]:
     return sorted(Run.objects.filter(schedule=schedule).values_list("scheduled_for", flat=True))
 
 
+@pytest.fixture(params=["plain", "partitioned"])
+def layout(request: pytest.FixtureRequest) -> str:
+    """Each rule of retention holds on both layouts of the ledger: a plain table (the
+    walk deletes), and one partitioned by day on PostgreSQL (expired days are dropped whole,
+    what must stay moved out first; older runs are in the default partition, walked). The
+    conversion is DDL in the test's transaction: rolled back with it."""
+    if request.param == "partitioned":
+        if connection.vendor != "postgresql":
+            pytest.skip("the ledger is partitioned on PostgreSQL only")
+        partitions.partition(today=NOW.date(), days_behind=120, days_ahead=3, using="default")
+    return str(request.param)
+
+
 def prune_now(**options: Any) -> PruneReport:
     options.setdefault("run_age", 30 * DAY)
     options.setdefault("keep_last", 1)
@@ -124,7 +137,9 @@ def test_a_bad_age_says_what_an_age_is(text: str, error: str) -> None:
 # -- what goes and what stays ---------------------------------------------------------------
 
 
-def test_a_failed_run_whose_grace_has_not_ended_stays_until_its_alert_is_raised() -> None:
+def test_a_failed_run_whose_grace_has_not_ended_stays_until_its_alert_is_raised(
+    layout: str,
+) -> None:
     """Issue 32, item 15: a grace may be up to 31 days and retention 30. A run that failed
     30.5 days ago, its alert due tomorrow, is not done: the prune keeps it, and the check
     raises it once its grace ends; then it may go."""
@@ -147,7 +162,7 @@ def test_a_failed_run_whose_grace_has_not_ended_stays_until_its_alert_is_raised(
     assert prune_now().runs == 1  # raised: nothing waits for it any more
 
 
-def test_unfinished_runs_are_never_deleted() -> None:
+def test_unfinished_runs_are_never_deleted(layout: str) -> None:
     schedule = idle_schedule()
     newest = add_runs(schedule, 1, first=NOW)  # kept as the newest: out of the way
     gone = {
@@ -180,7 +195,7 @@ def test_unfinished_runs_are_never_deleted() -> None:
     assert not {overdue.pk, unreported.pk, *(r.pk for r in gone.values())} & remaining
 
 
-def test_each_schedule_keeps_its_newest_runs_by_nominal_time() -> None:
+def test_each_schedule_keeps_its_newest_runs_by_nominal_time(layout: str) -> None:
     """Its newest runs are the latest occurrences, whatever the order they entered the
     ledger in (a backfill writes older occurrences after newer ones)."""
     a, b, few = idle_schedule(), idle_schedule(), idle_schedule()
@@ -198,7 +213,7 @@ def test_each_schedule_keeps_its_newest_runs_by_nominal_time() -> None:
     assert prune_now(keep_last=5).runs == 0
 
 
-def test_a_runs_age_is_when_it_was_recorded_not_its_nominal_time() -> None:
+def test_a_runs_age_is_when_it_was_recorded_not_its_nominal_time(layout: str) -> None:
     schedule = idle_schedule()
     add_runs(schedule, 1, first=NOW)  # the newest
     # A backfill of last year, run yesterday; one that entered the ledger long ago but
@@ -219,7 +234,7 @@ def test_a_runs_age_is_when_it_was_recorded_not_its_nominal_time() -> None:
     assert not {old.pk, skipped[0].pk} & remaining
 
 
-def test_a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing() -> None:
+def test_a_dry_run_counts_what_a_prune_deletes_and_deletes_nothing(layout: str) -> None:
     schedules = [idle_schedule() for _ in range(3)]
     for schedule in schedules:
         add_runs(schedule, 20)
@@ -271,7 +286,7 @@ def test_a_prune_in_slices_goes_on_where_it_stopped() -> None:
 
 
 def test_a_skipped_run_a_backfill_queues_meanwhile_is_not_deleted(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, layout: str
 ) -> None:
     """The DELETE states again which rows may go: a skipped run turned into a pending one
     between the read of its batch and the delete stays, and is dispatched."""

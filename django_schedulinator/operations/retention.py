@@ -43,9 +43,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, fields
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from django.db import OperationalError, connections, router, transaction
@@ -59,11 +59,16 @@ from django_schedulinator.conf import (
 )
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
 from django_schedulinator.models.batches import is_lock_timeout, json_ids, json_rows, json_time
+from django_schedulinator.operations import partitions
 from django_schedulinator.operations.stage import stage_thread
 
 logger = logging.getLogger("django_schedulinator.retention")
 
 AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+# What the walks read of each run: enough for retention's rule (``Pruner._doomed``).
+WALKED = ("pk", "schedule_id", "scheduled_for", "claimed_at", "trigger")
+Walked = tuple[int, int, datetime, datetime, str]
 _AGE = re.compile(r"^\s*(\d+)\s*([smhd])\s*$")
 
 
@@ -94,7 +99,8 @@ def parse_age(text: str) -> timedelta:
 class PruneReport:
     """What a prune (or one slice of it) did; with ``dry_run``, what it would have done."""
 
-    runs: int = 0  # runs deleted
+    runs: int = 0  # runs deleted (those of the days dropped included)
+    days: int = 0  # days of a partitioned ledger dropped
     changes: int = 0  # change log entries deleted
     read: int = 0  # rows read by the walks (kept ones included)
     batches: int = 0
@@ -103,7 +109,7 @@ class PruneReport:
     dry_run: bool = False
 
     def add(self, other: PruneReport) -> None:
-        for name in ("runs", "changes", "read", "batches", "seconds"):
+        for name in ("runs", "days", "changes", "read", "batches", "seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.caught_up = other.caught_up
 
@@ -155,6 +161,16 @@ class Pruner:
         self._newest_change: dict[int, int | None] = {}
         # Each schedule's mark and kind, read once per prune (``guards_an_occurrence``).
         self._guards: dict[int, tuple[datetime | None, str]] = {}
+        # A partitioned ledger (partitions.py): its expired days are dropped whole, and the
+        # walk reads only the runs before its first day left (the default partition's).
+        layout = partitions.layout(self.db)
+        self._make_days = layout is not None and not dry_run
+        self._days: list[date] = []
+        self._below: datetime | None = None
+        if layout is not None and self.run_cutoff is not None:
+            self._days = layout.expired(self.run_cutoff)
+            left = layout.days[len(self._days) :]
+            self._below = partitions.start_of(left[0]) if left else None
 
     @classmethod
     def from_settings(cls, now: datetime, *, using: str | None = None) -> Pruner | None:
@@ -173,7 +189,7 @@ class Pruner:
 
     @property
     def caught_up(self) -> bool:
-        return self.run_cutoff is None and self.change_cutoff is None
+        return self.run_cutoff is None and self.change_cutoff is None and not self._days
 
     def step(
         self,
@@ -185,10 +201,17 @@ class Pruner:
         with what each batch did."""
         started = time.monotonic()
         report = PruneReport(dry_run=self.dry_run)
+        if self._make_days:
+            partitions.ensure_days(today=self.now.astimezone(UTC).date(), using=self.db)
+            self._make_days = False
         while not self.caught_up:
             batch_started = time.monotonic()
             batch = PruneReport(dry_run=self.dry_run, batches=1)
-            if self.run_cutoff is not None:
+            if self._days:
+                assert self.run_cutoff is not None
+                self._drop_day(self._days[0], self.run_cutoff, batch)
+                self._days.pop(0)
+            elif self.run_cutoff is not None:
                 self._run_batch(self.run_cutoff, batch)
             else:
                 assert self.change_cutoff is not None
@@ -207,44 +230,125 @@ class Pruner:
     # -- the ledger ------------------------------------------------------------------------
 
     def _run_batch(self, cutoff: datetime, report: PruneReport) -> None:
+        walked = Run.objects.using(self.db)
+        if self._below is not None:  # a partitioned ledger: the default partition's old runs
+            walked = walked.filter(scheduled_for__lt=self._below)
         rows = list(
-            Run.objects.using(self.db)
-            .filter(pk__gt=self._run_cursor)
+            walked.filter(pk__gt=self._run_cursor)
             .order_by("pk")
-            .values_list("pk", "schedule_id", "scheduled_for", "claimed_at", "trigger")[
-                : self.batch_size
-            ]
+            .values_list(*WALKED)[: self.batch_size]
         )
         report.read += len(rows)
-        # Entered the ledger before the cutoff: the rows that may have been recorded before it.
-        old = [(pk, sid, at, trigger) for pk, sid, at, claimed_at, trigger in rows
-               if claimed_at < cutoff]  # fmt: skip
-        if old:
-            schedules = {sid for _pk, sid, _at, _trigger in old}
-            kept_from = self._kept_from_of(schedules)
-            guards = self._guards_of(schedules)
-            candidates = [
-                (pk, sid)
-                for pk, sid, at, trigger in old
-                if (first_kept := kept_from.get(sid)) is not None
-                and at < first_kept
-                and not guards_an_occurrence(trigger, at, *guards.get(sid, (None, "")))
-            ]
-            if candidates:
-                doomed = (
-                    Run.objects.using(self.db)
-                    .filter(pk__in=json_ids([pk for pk, _sid in candidates], self.db))
-                    .done(self.now)
-                    .recorded_before(cutoff)
-                )
-                if self.dry_run:
-                    report.runs += doomed.count()
-                else:
-                    report.runs += self._delete(doomed, {sid for _pk, sid in candidates})
+        doomed, schedules, old = self._doomed(rows, cutoff)
+        if doomed is not None:
+            if self._below is not None:
+                doomed = doomed.filter(scheduled_for__lt=self._below)
+            if self.dry_run:
+                report.runs += doomed.count()
+            else:
+                report.runs += self._delete(doomed, schedules)
         if rows:
             self._run_cursor = rows[-1][0]
         if len(rows) < self.batch_size or not old:
             self.run_cutoff = None  # the end of the table, or of the rows old enough
+
+    def _doomed(self, rows: Sequence[Walked], cutoff: datetime) -> tuple[Any, set[int], bool]:
+        """Which of ``rows`` (``WALKED``) may go: retention's rule, which every way of
+        pruning goes through (a batch of the walk, a day of a partitioned ledger). Returns
+        the runs that may go as a queryset (None: none), their schedules, and whether any
+        of the rows entered the ledger before the cutoff.
+
+        A run may go when it entered the ledger before the cutoff, is not among its
+        schedule's newest ``keep_last``, guards no occurrence (``guards_an_occurrence``),
+        and, read in the same statement as its delete, nothing waits for it
+        (``RunQuerySet.done``) and it was last recorded before the cutoff."""
+        # Entered the ledger before the cutoff: the rows that may have been recorded before it.
+        old = [(pk, sid, at, trigger) for pk, sid, at, claimed_at, trigger in rows
+               if claimed_at < cutoff]  # fmt: skip
+        if not old:
+            return None, set(), False
+        schedules = {sid for _pk, sid, _at, _trigger in old}
+        kept_from = self._kept_from_of(schedules)
+        guards = self._guards_of(schedules)
+        candidates = [
+            (pk, sid)
+            for pk, sid, at, trigger in old
+            if (first_kept := kept_from.get(sid)) is not None
+            and at < first_kept
+            and not guards_an_occurrence(trigger, at, *guards.get(sid, (None, "")))
+        ]
+        if not candidates:
+            return None, set(), True
+        doomed = (
+            Run.objects.using(self.db)
+            .filter(pk__in=json_ids([pk for pk, _sid in candidates], self.db))
+            .done(self.now)
+            .recorded_before(cutoff)
+        )
+        return doomed, {sid for _pk, sid in candidates}, True
+
+    def _drop_day(self, day: date, cutoff: datetime, report: PruneReport) -> None:
+        """Drop a day of a partitioned ledger, its runs that may not go yet (``_doomed``)
+        moved to the default partition first, in one transaction: the day's partition is
+        held (no run of it changes meanwhile), read by primary key in batches, what it
+        deletes recorded per schedule (``PrunedRuns``), then dropped."""
+        first, end = partitions.start_of(day), partitions.start_of(day + partitions.DAY)
+        in_day = Run.objects.using(self.db).filter(scheduled_for__gte=first, scheduled_for__lt=end)
+        keep: list[int] = []
+        going = 0
+        with transaction.atomic(using=self.db):
+            if not self.dry_run:
+                partitions.hold_day(day, self.db)
+            cursor = 0
+            while True:
+                rows = list(
+                    in_day.filter(pk__gt=cursor)
+                    .order_by("pk")
+                    .values_list(*WALKED)[:MAX_PRUNE_BATCH_SIZE]
+                )
+                if not rows:
+                    break
+                report.read += len(rows)
+                cursor = rows[-1][0]
+                doomed, _schedules, _old = self._doomed(rows, cutoff)
+                gone = (
+                    set()
+                    if doomed is None
+                    else set(
+                        doomed.filter(scheduled_for__gte=first, scheduled_for__lt=end).values_list(
+                            "pk", flat=True
+                        )
+                    )
+                )
+                keep += [row[0] for row in rows if row[0] not in gone]
+                going += len(gone)
+            if not self.dry_run:
+                self._record_day(day, keep)
+                partitions.drop_day(day, keep=keep, using=self.db)
+        report.runs += going
+        report.days += 1
+        (logger.info if going or keep else logger.debug)(
+            "Dropped the ledger's partition of %s: %d run(s), %d kept (moved to the default "
+            "partition).",
+            day.isoformat(),
+            going,
+            len(keep),
+        )
+
+    def _record_day(self, day: date, keep: Sequence[int]) -> None:
+        """Record, per schedule, the runs of ``day`` that go (all but ``keep``): one
+        statement over the day's partition."""
+        connection = connections[self.db]
+        qn = connection.ops.quote_name
+        source = (
+            f"SELECT schedule_id, MAX(scheduled_for), COUNT(*), %s "
+            f"FROM {qn(partitions.partition_name(day))} "
+            f"WHERE NOT (id = ANY(%s::bigint[])) GROUP BY schedule_id"
+        )
+        ids = "{%s}" % ",".join(str(int(i)) for i in keep)  # noqa: UP031
+        now = connection.ops.adapt_datetimefield_value(self.now)
+        with connection.cursor() as cursor:
+            cursor.execute(_upsert_pruned(connection, source), [now, ids])
 
     def _delete(self, doomed: Any, schedule_ids: Collection[int]) -> int:
         """Delete the runs ``doomed`` selects (of ``schedule_ids``), and record in the same
@@ -278,27 +382,26 @@ class Pruner:
         connection = connections[self.db]
         qn = connection.ops.quote_name
         runs, schedules = qn(Run._meta.db_table), qn(Schedule._meta.db_table)
-        marks = qn(PrunedRuns._meta.db_table)
-        column = {f.name: qn(f.column or "") for f in PrunedRuns._meta.concrete_fields}
         selected, params = doomed.values("pk").query.get_compiler(using=self.db).as_sql()
+        # A partitioned ledger: the delete planned over the walked partition only.
+        bound, bound_params = ("", []) if self._below is None else (
+            " AND scheduled_for < %s", [connection.ops.adapt_datetimefield_value(self._below)]
+        )  # fmt: skip
+        marks = _upsert_pruned(
+            connection, "SELECT schedule_id, MAX(scheduled_for), COUNT(*), %s FROM d "
+            "GROUP BY schedule_id"
+        )  # fmt: skip
         sql = (
             f"WITH s AS (SELECT id FROM {schedules} WHERE id = ANY(%s) ORDER BY id "
             f"FOR KEY SHARE), "
             f"d AS (DELETE FROM {runs} WHERE id IN ({selected}) AND schedule_id IN "
-            f"(SELECT id FROM s) RETURNING schedule_id, scheduled_for), "
-            f"m AS (INSERT INTO {marks} ({column['schedule']}, {column['through']}, "
-            f"{column['runs']}, {column['pruned_at']}) "
-            f"SELECT schedule_id, MAX(scheduled_for), COUNT(*), %s FROM d GROUP BY schedule_id "
-            f"ON CONFLICT ({column['schedule']}) DO UPDATE SET "
-            f"{column['through']} = GREATEST({marks}.{column['through']}, "
-            f"excluded.{column['through']}), "
-            f"{column['runs']} = {marks}.{column['runs']} + excluded.{column['runs']}, "
-            f"{column['pruned_at']} = excluded.{column['pruned_at']}) "
+            f"(SELECT id FROM s){bound} RETURNING schedule_id, scheduled_for), "
+            f"m AS ({marks}) "
             f"SELECT COUNT(*) FROM d"
         )
         now = connection.ops.adapt_datetimefield_value(self.now)
         with transaction.atomic(using=self.db), connection.cursor() as cursor:
-            cursor.execute(sql, [schedule_ids, *params, now])
+            cursor.execute(sql, [schedule_ids, *params, *bound_params, now])
             (deleted,) = cursor.fetchone()
         return int(deleted)
 
@@ -423,26 +526,35 @@ def record_pruned(pruned: dict[int, tuple[datetime, int]], *, now: datetime, usi
                 mark.pruned_at = now
                 mark.save(using=using)
         return
+    rows = json.dumps(
+        [[sid, json_time(connection, at), count] for sid, (at, count) in pruned.items()]
+    )
+    values = json_rows(connection, "bigint", "timestamp", "bigint")
+    # WHERE true: SQLite's parser, for an INSERT ... SELECT with an ON CONFLICT clause.
+    sql = f"WITH v(sid, thr, n) AS ({values}) " + _upsert_pruned(
+        connection, "SELECT v.sid, v.thr, v.n, %s FROM v WHERE true"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [rows, connection.ops.adapt_datetimefield_value(now)])
+
+
+def _upsert_pruned(connection: Any, source: str) -> str:
+    """The statement that moves each schedule's ``PrunedRuns`` up by the rows of ``source``
+    (a SELECT of schedule id, the latest nominal time pruned, how many, and when): never
+    back, counts added. PostgreSQL and SQLite."""
     qn = connection.ops.quote_name
     meta = PrunedRuns._meta
     table = qn(meta.db_table)
     column = {f.name: qn(f.column or "") for f in meta.concrete_fields}
     later = "GREATEST" if connection.vendor == "postgresql" else "MAX"
     highest, runs = column["through"], column["runs"]
-    rows = json.dumps(
-        [[sid, json_time(connection, at), count] for sid, (at, count) in pruned.items()]
-    )
-    sql = (
-        f"WITH v(sid, thr, n) AS ({json_rows(connection, 'bigint', 'timestamp', 'bigint')}) "
+    return (
         f"INSERT INTO {table} ({column['schedule']}, {highest}, {runs}, {column['pruned_at']}) "
-        f"SELECT v.sid, v.thr, v.n, %s FROM v WHERE true "  # WHERE true: SQLite's parser
-        f"ON CONFLICT ({column['schedule']}) DO UPDATE SET "
+        f"{source} ON CONFLICT ({column['schedule']}) DO UPDATE SET "
         f"{highest} = {later}({table}.{highest}, excluded.{highest}), "
         f"{runs} = {table}.{runs} + excluded.{runs}, "
         f"{column['pruned_at']} = excluded.{column['pruned_at']}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [rows, connection.ops.adapt_datetimefield_value(now)])
 
 
 def prune(

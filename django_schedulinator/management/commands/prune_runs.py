@@ -134,6 +134,8 @@ class Command(BaseCommand):
                 f", and {report.changes:,} change log entr{'y' if report.changes == 1 else 'ies'}"
                 f" older than {now - change_age:%Y-%m-%d %H:%M:%S} UTC"
             )
+        if report.days:
+            line += f" ({report.days:,} day(s) of the partitioned ledger dropped whole)"
         self.stdout.write(
             f"{line}. Read {report.read:,} rows in {report.batches:,} batch(es), "
             f"{report.seconds:.1f}s."

@@ -2,7 +2,9 @@
 beside it.
 
     python -m benchmarks.prune --runs 3000000 --schedules 1000 --seconds 30
-    python -m benchmarks.prune --smoke   # a few seconds on tiny sizes (CI)
+    python -m benchmarks.prune --runs 3000000 --schedules 1000 --seconds 30 --partitioned
+    python -m benchmarks.prune --month --runs-per-day 100000
+    python -m benchmarks.prune --smoke [--partitioned | --month]   # seconds, tiny sizes (CI)
 
 Creates ``--schedules`` schedules firing every second, spread evenly over the second (a
 steady ``--schedules`` occurrences per second), and a ledger of ``--runs`` runs of theirs that
@@ -21,6 +23,16 @@ hand-off, ``dispatched_at - scheduled_for``) in three phases:
 It prints, for each phase, the occurrences fired, the lateness p50, p99 and maximum, and for
 the prunes the rows deleted, the time and the rate. The database is ``schedulinator_bench_prune``
 (``BENCH_PG_NAME``): the ledger is larger than the other benchmarks'.
+
+``--partitioned``: the same phases on a ledger partitioned by day (``manage.py
+partition_runs``, converted while empty; converted back at the end): the old runs are one
+day's partition, which both prunes drop whole.
+
+``--month``: no scheduler; the ledger's size after a simulated month and more, on each layout.
+For each of ``--days`` days, ``--runs-per-day`` runs of that day are written (ended that
+day), then retention (30 days, the default) prunes as of the day's end. It prints the table's
+and its indexes' sizes, the dead tuples autovacuum has left to do, and the time the prunes
+took, for the plain ledger and the partitioned one.
 """
 
 from __future__ import annotations
@@ -48,10 +60,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of phase 1")
     parser.add_argument("--batch-size", type=int, default=None, help="PRUNE_BATCH_SIZE")
     parser.add_argument("--max-seconds", type=float, default=None, help="PRUNE_MAX_SECONDS")
+    parser.add_argument(
+        "--partitioned", action="store_true", help="the ledger partitioned by day (PostgreSQL)"
+    )
+    parser.add_argument(
+        "--month", action="store_true", help="the ledger's size after --days days, each layout"
+    )
+    parser.add_argument("--days", type=int, default=40, help="days simulated by --month")
+    parser.add_argument("--runs-per-day", type=int, default=100_000, help="with --month")
     add_smoke_option(parser)
     options = parser.parse_args()
     if options.smoke:
         options.runs, options.schedules, options.seconds = 4000, 20, 2.0
+        options.days, options.runs_per_day = 33, 200
     else:
         os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_prune")
 
@@ -67,9 +88,36 @@ def main() -> None:
         overrides["PRUNE_MAX_SECONDS"] = options.max_seconds
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
     try:
-        measure(options, index)
+        if options.month:
+            month(options)
+        else:
+            measure(options, index)
     finally:
         index.drop()
+        unpartition()
+
+
+def partition(*, behind: int) -> None:
+    """The ledger (empty) partitioned by day, from ``behind`` days ago to 3 days ahead."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.operations import partitions
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {partitions.table()}")
+    unpartition()
+    partitions.partition(
+        today=timezone.now().date(), days_behind=behind, days_ahead=3, using="default"
+    )
+
+
+def unpartition() -> None:
+    """The ledger one table again, as the other benchmarks expect it."""
+    from django_schedulinator.operations import partitions
+
+    if partitions.layout("default") is not None:
+        partitions.unpartition(using="default")
 
 
 def measure(options: argparse.Namespace, index: Any) -> None:
@@ -100,6 +148,9 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         f"{app_settings.PRUNE_BATCH_SIZE}, PRUNE_MAX_SECONDS {app_settings.PRUNE_MAX_SECONDS:g}"
     )
 
+    if options.partitioned:
+        partition(behind=91)
+        print("ledger: partitioned by day (the old runs: one day's partition)")
     write_old_ledger(options.runs, first=0)
     table = Run._meta.db_table
     with connection.cursor() as cursor:
@@ -133,6 +184,7 @@ def measure(options: argparse.Namespace, index: Any) -> None:
             "chore", t0, timezone.now(), f"deleted {deleted:,} runs in {elapsed:.1f}s "
             f"({deleted / elapsed:,.0f}/s), {total.batches:,} batches on the scheduler's "
             f"prune thread, {total.seconds:.1f}s of them deleting"
+            + (f", {total.days} day partition(s) dropped" if total.days else "")
         )  # fmt: skip
         settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, "RUN_RETENTION_SECONDS": None}
         scheduler.stop()
@@ -141,6 +193,8 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         # as a ledger grows: the walk ends at the first batch with nothing old).
         with connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {table} RESTART IDENTITY")
+        if options.partitioned:
+            partition(behind=91)  # the dropped day made again
         write_old_ledger(options.runs, first=0)
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {table}")
@@ -157,6 +211,93 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         report("command", t0, timezone.now(), f"{done.stdout.strip()} ({elapsed:.1f}s wall)")
     finally:
         scheduler.stop()
+
+
+def month(options: argparse.Namespace) -> None:
+    """The ledger's size after ``options.days`` days of ``options.runs_per_day`` runs, pruned
+    each day with the default retention, on each layout."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.conf import app_settings
+    from django_schedulinator.models import Schedule
+    from django_schedulinator.operations import partitions
+    from django_schedulinator.operations.retention import Pruner
+
+    retention = timedelta(seconds=RETENTION)
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    # Fired through today: no run of theirs guards an occurrence (retention.py).
+    Schedule.objects.bulk_create(
+        Schedule(name=f"bench-{i}", task="bench.noop", kind=Schedule.Kind.INTERVAL,
+                 interval=timedelta(seconds=10), timezone="UTC", fired_through=today)
+        for i in range(1000)
+    )  # fmt: skip
+    first = today - timedelta(days=options.days)
+    table = partitions.table()
+    for layout in ("plain", "partitioned"):
+        with connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {table} RESTART IDENTITY")
+        if layout == "partitioned":
+            partition(behind=options.days + 1)
+        else:
+            unpartition()
+        pruning = 0.0
+        for d in range(options.days):
+            day = first + timedelta(days=d)
+            write_day(options.runs_per_day, day)
+            pruner = Pruner(
+                now=day + timedelta(days=1), run_age=retention, keep_last=app_settings.RUN_KEEP_LAST
+            )
+            started = time.perf_counter()
+            pruner.step()
+            pruning += time.perf_counter() - started
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COALESCE(SUM(pg_table_size(c.oid)), 0), "
+                "COALESCE(SUM(pg_indexes_size(c.oid)), 0), COALESCE(SUM(s.n_live_tup), 0), "
+                "COALESCE(SUM(s.n_dead_tup), 0) FROM pg_class c "
+                "LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid "
+                "WHERE c.relname = %s OR c.relname LIKE %s",
+                [table, f"{table}\\_%"],
+            )
+            data, indexes, live, dead = cursor.fetchone()
+            cursor.execute(f"SELECT count(*) FROM {table}")
+            (rows,) = cursor.fetchone()
+        mib = 1024 * 1024
+        print(
+            f"{layout}: {options.days} days of {options.runs_per_day:,} runs, pruned daily "
+            f"(30 days kept): {rows:,} runs left; table {data / mib:,.1f} MiB, indexes "
+            f"{indexes / mib:,.1f} MiB, dead tuples {dead:,} (live {live:,}); prunes took "
+            f"{pruning:.1f}s in all"
+        )
+
+
+def write_day(total: int, day: datetime) -> None:
+    """``total`` runs of the schedules in ``day``, spread over it, ended when due."""
+    from django.db import connection
+
+    from django_schedulinator.models import Run, Schedule
+
+    qn = connection.ops.quote_name
+    columns = ", ".join(
+        qn(Run._meta.get_field(name).column)
+        for name in ("schedule", "scheduled_for", "status", "trigger", "skip_reason", "task",
+                     "args", "kwargs", "dispatcher", "dispatch_options", "claimed_at",
+                     "dispatched_at", "finished_at", "worker_id", "claim_token", "attempts",
+                     "output", "external_id", "error", "note")
+    )  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {qn(Run._meta.db_table)} ({columns}) "
+            "SELECT s.id, t.at, 'succeeded', 'schedule', '', 'bench.noop', '[]', '{}', "
+            "'default', '{}', t.at, t.at, t.at, 'bench-old', '', 1, '', '', '', '' "
+            "FROM generate_series(0, %s - 1) AS g "
+            f"JOIN {qn(Schedule._meta.db_table)} AS s ON s.id = (SELECT min(id) FROM "
+            f"{qn(Schedule._meta.db_table)}) + g %% 1000 "
+            "CROSS JOIN LATERAL (SELECT %s::timestamptz + (g * 86400.0 / %s) * "
+            "interval '1 second' AS at) AS t",
+            [total, day, total],
+        )
 
 
 def arm(index: Any) -> None:

@@ -848,6 +848,7 @@ COMMAND_LINES = [
     ("commands.md", "synopsis-rebuild_due_index"),
     ("commands.md", "synopsis-scheduler_status"),
     ("commands.md", "synopsis-prune_runs"),
+    ("commands.md", "synopsis-partition_runs"),
     ("commands.md", "synopsis-schedule"),
     ("commands.md", "synopsis-sync_schedules"),
     ("commands.md", "synopsis-import_schedules"),

@@ -47,6 +47,11 @@ logger = logging.getLogger("django_schedulinator.retention")
 
 # Days whose partitions the prune chore makes ahead of time.
 DAYS_AHEAD = 3
+# How long a drop waits to detach its day (a lock on the whole ledger, which every query
+# queued behind it waits for): under PostgreSQL's deadlock_timeout (1 s by default), so that
+# when a write of that day waits for the drop's hold meanwhile, the drop gives way (and
+# tries again at the next prune), not the write.
+DETACH_WAIT_MS = 500
 DAY = timedelta(days=1)
 
 
@@ -303,6 +308,7 @@ def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
     name, columns = qn(partition_name(day)), _columns(connection)
     with connection.cursor() as cursor:
         _prepare(cursor)
+        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{DETACH_WAIT_MS}ms"])
         cursor.execute(f"ALTER TABLE {qn(table())} DETACH PARTITION {name}")
         if keep:
             cursor.execute(

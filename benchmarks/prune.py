@@ -4,7 +4,7 @@ beside it.
     python -m benchmarks.prune --runs 3000000 --schedules 1000 --seconds 30
     python -m benchmarks.prune --runs 3000000 --schedules 1000 --seconds 30 --partitioned
     python -m benchmarks.prune --month --runs-per-day 100000
-    python -m benchmarks.prune --smoke [--partitioned | --month]   # seconds, tiny sizes (CI)
+    python -m benchmarks.prune --smoke   # each mode on tiny sizes, a minute (CI)
 
 Creates ``--schedules`` schedules firing every second, spread evenly over the second (a
 steady ``--schedules`` occurrences per second), and a ledger of ``--runs`` runs of theirs that
@@ -88,7 +88,14 @@ def main() -> None:
         overrides["PRUNE_MAX_SECONDS"] = options.max_seconds
     settings.SCHEDULINATOR = {**settings.SCHEDULINATOR, **overrides}
     try:
-        if options.month:
+        if options.smoke and not (options.month or options.partitioned):
+            # CI's smoke (.ci/run) runs every mode, so that none rots.
+            measure(options, index)
+            index = start(smoke=True)
+            measure(argparse.Namespace(**{**vars(options), "partitioned": True}), index)
+            index = start(smoke=True)
+            month(options)
+        elif options.month:
             month(options)
         else:
             measure(options, index)
@@ -206,7 +213,9 @@ def measure(options: argparse.Namespace, index: Any) -> None:
         command += ["--no-progress"]
         if options.batch_size:
             command += ["--batch-size", str(options.batch_size)]
-        done = subprocess.run(command, capture_output=True, text=True, check=True, env=os.environ)
+        done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+        if done.returncode:
+            raise SystemExit(f"prune_runs failed ({done.returncode}): {done.stderr.strip()}")
         elapsed = time.monotonic() - started
         report("command", t0, timezone.now(), f"{done.stdout.strip()} ({elapsed:.1f}s wall)")
     finally:

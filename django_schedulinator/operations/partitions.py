@@ -41,7 +41,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_schedulinator.conf import app_settings
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, Schedule
 
 logger = logging.getLogger("django_schedulinator.retention")
 
@@ -301,14 +301,20 @@ def hold_day(day: date, using: str) -> None:
 
 def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
     """In the caller's transaction (``hold_day`` first): drop ``day``'s partition, its runs
-    among ``keep`` moved to the default partition first. Detaching locks the whole ledger,
-    for as long as the kept runs take to copy (those of one day: usually a few)."""
+    among ``keep`` moved to the default partition first. This locks the schedules and the
+    whole ledger, for as long as the kept runs take to copy (those of one day: usually a
+    few): dropping a table with a foreign key removes the triggers PostgreSQL keeps for it
+    on the schedules' table, which takes that table's strongest lock. Both are taken up
+    front, the schedules first, as every writer of both takes them (``streaks``): a lock
+    taken later would wait for a writer that waits for the first."""
     connection = connections[using]
     qn = connection.ops.quote_name
     name, columns = qn(partition_name(day)), _columns(connection)
     with connection.cursor() as cursor:
         _prepare(cursor)
         cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{DETACH_WAIT_MS}ms"])
+        cursor.execute(f"LOCK TABLE {qn(Schedule._meta.db_table)} IN ACCESS EXCLUSIVE MODE")
+        cursor.execute(f"LOCK TABLE {qn(table())} IN ACCESS EXCLUSIVE MODE")
         cursor.execute(f"ALTER TABLE {qn(table())} DETACH PARTITION {name}")
         if keep:
             cursor.execute(

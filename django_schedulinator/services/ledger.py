@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import F, Q, Value
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
 
 from django_schedulinator import timing
@@ -196,11 +196,14 @@ def count_hand_offs(
     instead). So a run that waits (a full lane, a stop) is taken over lease after lease
     without using any up; one whose process died between its claim and its hand-off is
     counted once more than it was handed off."""
+    enabled = Schedule.objects.using(using).filter(pk=OuterRef("schedule_id"), enabled=True)
     return (
         Run.objects.using(using)
         .within(span)
         .held_by(claim_token, json_ids(run_ids, using))
-        .filter(Q(schedule__enabled=True) | ~Q(trigger=Run.Trigger.SCHEDULE))
+        # Exists, not a join: an UPDATE with a join becomes "id IN (a subquery)", whose
+        # outer statement no bound reaches (planned over every partition).
+        .filter(Q(Exists(enabled)) | ~Q(trigger=Run.Trigger.SCHEDULE))
         .update(attempts=F("attempts") + 1)
     )
 

@@ -25,6 +25,7 @@ from django_schedulinator.index import clock
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.models.batches import json_ids
 from django_schedulinator.models.keys import occurrence_key, parse_key
+from django_schedulinator.models.spans import Span
 from django_schedulinator.operations import outbox
 from django_schedulinator.services import ledger, streaks
 from django_schedulinator.statuses import OutcomeStatus, ReportedStatus
@@ -102,11 +103,13 @@ def outcome_timeout(alias: str) -> timedelta:
 
 class Reported(NamedTuple):
     """What a dispatcher returned for one batch: the outcomes, the schedule of each run,
-    and when the batch was handed to it."""
+    when the batch was handed to it, and the span of its runs' nominal times (None: not
+    known), which bounds every statement on them (``spans.py``)."""
 
     outcomes: Sequence[Outcome]
     schedule_of: Mapping[int, int]
     dispatched_at: datetime
+    span: Span | None
 
 
 def record(
@@ -147,11 +150,13 @@ def record(
                 using=using,
                 outcome_due_by=due_by if awaited else None,
                 retry=retry,
+                span=batch.span,
             )
             recorded.ended += part.ended
             recorded.retry_at += part.retry_at
+        span = Span.cover(b.span for b in batches)
         failed = [o for o in recorded.ended if o.status == OutcomeStatus.FAILED]
-        of = _failed_runs([o.run_id for o in failed], using)
+        of = _failed_runs([o.run_id for o in failed], using, span)
         _streaks(
             resets,
             {sid: [at for _, at, _ in runs] for sid, runs in _by_schedule(of).items()},
@@ -169,7 +174,7 @@ def record(
                 using=using,
             )
         handed_off = [o for o in every if o.status == OutcomeStatus.DISPATCHED]
-        _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using)
+        _announce(handed_off, recorded.ended, dispatcher.alias, awaited, using=using, span=span)
     return recorded
 
 
@@ -180,6 +185,7 @@ def _announce(
     awaited: bool,
     *,
     using: str,
+    span: Span | None,
 ) -> None:
     """Send ``run_handed_off`` and ``run_finished`` once the caller's transaction commits.
     Their nominal times cost a query, made only when a receiver is connected."""
@@ -189,6 +195,7 @@ def _announce(
     of = {
         pk: (schedule_id, at)
         for pk, schedule_id, at in Run.objects.using(using)
+        .within(span)
         .filter(pk__in=json_ids(run_ids, using))
         .values_list("pk", "schedule_id", "scheduled_for")
     }
@@ -350,7 +357,7 @@ class FailedRun(NamedTuple):
     name: str
 
 
-def _failed_runs(run_ids: Sequence[int], using: str) -> dict[int, FailedRun]:
+def _failed_runs(run_ids: Sequence[int], using: str, span: Span | None) -> dict[int, FailedRun]:
     """These runs' schedules, nominal times and schedule names, by run: one query, made only
     when runs failed."""
     if not run_ids:
@@ -358,6 +365,7 @@ def _failed_runs(run_ids: Sequence[int], using: str) -> dict[int, FailedRun]:
     return {
         pk: FailedRun(schedule_id, at, name)
         for pk, schedule_id, at, name in Run.objects.using(using)
+        .within(span)
         .filter(pk__in=json_ids(run_ids, using))
         .values_list("pk", "schedule_id", "scheduled_for", "schedule__name")
     }

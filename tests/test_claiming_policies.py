@@ -17,6 +17,7 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.spans import Span
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.timing import to_ms
 
@@ -238,7 +239,14 @@ def test_overlap_buffer_keeps_one_and_runs_it_when_the_previous_ends(sim: Simula
 
     # The running one ends (recorded by its scheduler), which releases the buffered run.
     sim.worker.held.record(
-        [Reported([actions_outcome(busy.pk)], {busy.pk: schedule.pk}, timezone.now())],
+        [
+            Reported(
+                [actions_outcome(busy.pk)],
+                {busy.pk: schedule.pk},
+                timezone.now(),
+                Span.of([busy.scheduled_for]),
+            )
+        ],
         sim.worker.dispatcher,
     )
     sim.worker.held.release_buffered({schedule.pk})

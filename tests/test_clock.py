@@ -24,6 +24,7 @@ from django_schedulinator.index import clock
 from django_schedulinator.index.connection import get_redis
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.timing import from_ms
 
@@ -199,7 +200,11 @@ def test_any_redis_error_while_renewing_leases_means_redis_is_unavailable(
         worker_id="test", lease_seconds=30, index=DueIndex(client=refused, prefix=index.prefix)
     )
 
-    held = renewing.held_runs().renew_leases([o.run_id for o in occurrences], token)
+    held = renewing.held_runs().renew_leases(
+        [o.run_id for o in occurrences],
+        token,
+        span=Span.of(o.scheduled_for for o in occurrences),
+    )
 
     assert held == {o.run_id for o in occurrences}
     assert "this host's clock" in caplog.text

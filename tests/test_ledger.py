@@ -17,6 +17,7 @@ from django_schedulinator import resync_schedules
 from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.services import ledger
@@ -55,8 +56,9 @@ def test_a_batch_taken_over_while_queued_is_not_dispatched_twice(built_index: Du
     taken, fast_token, _counters = fast.take_over_expired(built_index.now_ms(), 10)
     assert len(taken) == 3
 
-    assert slow.held_runs().renew_leases([o.run_id for o in occurrences], token) == set()
-    renewed = fast.held_runs().renew_leases([o.run_id for o in taken], fast_token)
+    span = Span.of(o.scheduled_for for o in occurrences)
+    assert slow.held_runs().renew_leases([o.run_id for o in occurrences], token, span=span) == set()
+    renewed = fast.held_runs().renew_leases([o.run_id for o in taken], fast_token, span=span)
     assert renewed == {o.run_id for o in taken}
 
 
@@ -141,7 +143,7 @@ def committed_runs(index: DueIndex, count: int) -> list[Occurrence]:
 def record(outcomes: list[Outcome]) -> None:
     now = timezone.now()
     with transaction.atomic():
-        ledger.record_outcomes(outcomes, dispatched_at=now, now=now, using="default")
+        ledger.record_outcomes(outcomes, dispatched_at=now, now=now, using="default", span=None)
 
 
 def test_each_run_keeps_what_its_receiver_said_and_the_others_keep_theirs(

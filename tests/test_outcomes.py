@@ -18,6 +18,7 @@ from django_schedulinator.dispatch import Outcome, dispatchers
 from django_schedulinator.errors import InvalidKey
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule, ScheduleChange
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.worker import Worker
 from django_schedulinator.services import streaks
 from django_schedulinator.timing import truncate_ms
@@ -449,6 +450,7 @@ def record_outcome(occurrence: Any, schedule: Schedule, status: str) -> None:
                 [Outcome(occurrence.run_id, status, "boom", external_id=f"ext-{occurrence.key}")],
                 {occurrence.run_id: schedule.pk},
                 timezone.now(),
+                Span.of([occurrence.scheduled_for]),
             )
         ],
         dispatcher=dispatchers.create_connection("queue"),

@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_schedulinator.models import Run, Schedule, ZoneRules
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.claiming import RECHECK, ROW_FIELDS
 from django_schedulinator.scheduler.held import HELD
 
@@ -49,12 +50,52 @@ def test_one_compilation_serves_every_batch_and_value(built_index: Any) -> None:
         claimed_at=timezone.now(),
         lease_expires_at=timezone.now() + timedelta(minutes=1),
     )
-    assert HELD.rows("default", [run.pk], "mine") == [(run.pk, "schedule", True)]
-    compiled = HELD._compiled.default  # this thread's, for this database
-    assert HELD.rows("default", [run.pk], "theirs") == []
-    assert HELD.rows("default", [run.pk, run.pk + 1], "mine") == [(run.pk, "schedule", True)]
-    assert HELD.rows("default", [], "mine") == []
-    assert HELD._compiled.default is compiled
+    span = Span.of([run.scheduled_for])
+    assert HELD.rows("default", [run.pk], "mine", span=span) == [(run.pk, "schedule", True)]
+    compiled = HELD._spanned.default  # this thread's, for this database
+    assert HELD.rows("default", [run.pk], "theirs", span=span) == []
+    assert HELD.rows("default", [run.pk, run.pk + 1], "mine", span=span) == [
+        (run.pk, "schedule", True)
+    ]
+    assert HELD.rows("default", [], "mine", span=span) == []
+    assert HELD._spanned.default is compiled
+
+
+def test_a_spanned_query_is_bounded_by_each_executions_own_span() -> None:
+    """The span's ends are slots of the compiled statement, like the ids: each execution
+    finds the runs within its own span, both ends included, and none outside it; without
+    a span, the statement compiled without the bound finds them all."""
+    schedule = make_schedule()
+    now = timezone.now().replace(microsecond=0)
+    times = [now - timedelta(days=3), now, now + timedelta(days=2, milliseconds=1)]
+    runs = [
+        Run.objects.create(
+            schedule=schedule,
+            scheduled_for=at,
+            task=schedule.task,
+            claim_token="mine",
+            claimed_at=now,
+            lease_expires_at=now + timedelta(minutes=1),
+        )
+        for at in times
+    ]
+    ids = [r.pk for r in runs]
+
+    def held(span: Span | None) -> set[int]:
+        return {row.pk for row in HELD.rows("default", ids, "mine", span=span)}
+
+    assert held(Span.of(times)) == set(ids)
+    assert held(Span(times[1], times[1])) == {ids[1]}
+    assert held(Span(times[0], times[1])) == set(ids[:2])
+    assert held(Span(times[1] + timedelta(milliseconds=1), times[2])) == {ids[2]}
+    assert held(Span(times[2] + timedelta(milliseconds=1), times[2] + timedelta(days=1))) == set()
+    assert held(None) == set(ids)
+    assert HELD._spanned.default is not HELD._compiled.default
+
+
+def test_a_query_made_without_a_span_refuses_one() -> None:
+    with pytest.raises(TypeError):
+        RECHECK.rows("default", [1], span=Span.of([timezone.now()]))
 
 
 def test_the_recheck_converts_as_django_does_and_gives_each_row_its_own_values() -> None:

@@ -20,6 +20,7 @@ from django.utils import timezone
 from django_schedulinator import resync_schedules
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.worker import Worker
 
 from .models import Receipt, Redelivery
@@ -158,6 +159,7 @@ def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
     batch, token = worker.claimer.claim(10)
     occurrences, _ = worker.claimer.commit(worker.claimer.recheck(batch), token)
     run_ids = [o.run_id for o in occurrences]
+    span = Span.of(o.scheduled_for for o in occurrences)
     monkeypatch.setattr(worker, "_sleep", lambda seconds: None)  # no back-off pauses
     errors: list[BaseException] = []
     renewals = 0
@@ -168,7 +170,7 @@ def test_recovering_from_a_failed_pass_leaves_the_dispatch_threads_redis_alone(
         try:
             while not done.is_set():
                 try:
-                    worker.held.renew_leases(run_ids, token)
+                    worker.held.renew_leases(run_ids, token, span=span)
                     renewals += 1
                 except Exception as exc:
                     errors.append(exc)

@@ -18,6 +18,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.utils import create_namedtuple_class
 
+from django_schedulinator.models.spans import Span
 from django_schedulinator.statuses import RunStatus
 
 
@@ -160,7 +161,8 @@ class _Compiled(NamedTuple):
     compiler: Any
     sql: str
     params: tuple[Any, ...]
-    slots: tuple[int, ...]  # the positions of the ids, then of each value, among the params
+    # The positions of the ids, then of each value, then of the span's ends, among the params.
+    slots: tuple[int, ...]
     converters: dict[int, Any]
     row: Any  # the named tuple class of a row
     # psycopg's own loader of timestamptz, where it gives what Django's would (``_utc_loader``)
@@ -227,24 +229,42 @@ class PreparedQuery:
     paid twice per pass (the re-check, the dispatch check). ``build(ids, *values)`` makes
     the queryset from the ids' subquery and the values ``rows`` is given (each used once,
     as a parameter of its own); the rows come back as Django gives them, converted.
-    Databases other than PostgreSQL and SQLite run the query through the ORM each time."""
+    Databases other than PostgreSQL and SQLite run the query through the ORM each time.
 
-    def __init__(self, build: Any, fields: Sequence[str]) -> None:
+    ``spanned``: the query is on runs, and ``build`` takes a last argument, the runs'
+    ``Span`` (``RunQuerySet.within``), which ``rows`` is given as ``span``: its two ends
+    are slots of their own in the compiled SQL, like the ids, so that each execution is
+    bounded by its own batch's nominal times (a partitioned ledger, ``spans.py``). A span
+    of None runs the query compiled without the bound."""
+
+    def __init__(self, build: Any, fields: Sequence[str], *, spanned: bool = False) -> None:
         self.build = build
         self.fields = tuple(fields)
-        self._compiled = threading.local()
+        self.spanned = spanned
+        self._compiled = threading.local()  # without a bound, by database
+        self._spanned = threading.local()  # with one, by database
 
-    def rows(self, using: str, ids: Sequence[int], *values: Any) -> list[Any]:
+    def rows(
+        self, using: str, ids: Sequence[int], *values: Any, span: Span | None = None
+    ) -> list[Any]:
+        if span is not None and not self.spanned:
+            raise TypeError("This query takes no span: it was not made with spanned=True.")
         connection = connections[using]
+        bound = (span,) if self.spanned else ()
         if connection.vendor not in IDS_SQL:
-            queryset = self.build(json_ids(ids, using), *values).using(using)
+            queryset = self.build(json_ids(ids, using), *values, *bound).using(using)
             return list(queryset.values_list(*self.fields, named=True))
-        compiled = self._compiled.__dict__.get(using)
+        cache = self._compiled if span is None else self._spanned
+        compiled = cache.__dict__.get(using)
         if compiled is None or compiled.connection is not connection:
-            compiled = self._compile(connection, using, len(values))
-            self._compiled.__dict__[using] = compiled
+            compiled = self._compile(connection, using, len(values), span is not None)
+            cache.__dict__[using] = compiled
         params = list(compiled.params)
-        for slot, value in zip(compiled.slots, (_ids_param(connection, ids), *values), strict=True):
+        given = [_ids_param(connection, ids), *values]
+        if span is not None:
+            adapt = connection.ops.adapt_datetimefield_value
+            given += [adapt(span.first), adapt(span.last)]
+        for slot, value in zip(compiled.slots, given, strict=True):
             params[slot] = value
         with connection.cursor() as cursor:
             if compiled.timestamps is not None:
@@ -256,15 +276,22 @@ class PreparedQuery:
             rows = compiled.compiler.apply_converters(rows, compiled.converters)
         return [compiled.row._make(r) for r in rows]
 
-    def _compile(self, connection: Any, using: str, count: int) -> _Compiled:
+    def _compile(self, connection: Any, using: str, count: int, bounded: bool) -> _Compiled:
         # Stand-ins for the ids and the values until each execution, found by equality
         # among the compiled parameters (a field's preparation may copy a value).
-        markers = [f"\x00schedulinator-prepared-{i}" for i in range(count + 1)]
-        queryset = self.build(RawSQL(IDS_SQL[connection.vendor], [markers[0]]), *markers[1:])
+        markers: list[Any] = [f"\x00schedulinator-prepared-{i}" for i in range(count + 1)]
+        bound: tuple[Span | None, ...] = ()
+        if self.spanned:
+            bound = (Span(*SPAN_MARKERS) if bounded else None,)
+        queryset = self.build(
+            RawSQL(IDS_SQL[connection.vendor], [markers[0]]), *markers[1:], *bound
+        )
         compiler = (
             queryset.using(using).values_list(*self.fields, named=True).query.get_compiler(using)
         )
         sql, params = compiler.as_sql()
+        if bounded:  # as the field prepared them: datetimes, or SQLite's text
+            markers += [connection.ops.adapt_datetimefield_value(m) for m in SPAN_MARKERS]
         slots = tuple(params.index(marker) for marker in markers)
         columns = [column for column, _alias, _annotation in compiler.select[: compiler.col_count]]
         return _Compiled(
@@ -277,6 +304,14 @@ class PreparedQuery:
             create_namedtuple_class(*self.fields),
             _utc_loader(connection),
         )
+
+
+# The ends of a span while a spanned PreparedQuery compiles: instants no batch's own
+# parameters hold, found among the compiled ones like the other stand-ins.
+SPAN_MARKERS = (
+    datetime(2000, 1, 1, 0, 0, 0, 417, tzinfo=UTC),
+    datetime(2000, 1, 1, 0, 0, 0, 419, tzinfo=UTC),
+)
 
 
 def json_rows(connection: Any, *types: str) -> str:

@@ -31,6 +31,7 @@ from django_schedulinator.models.batches import (
     table_and_columns,
 )
 from django_schedulinator.models.dbclock import DatabaseNow
+from django_schedulinator.models.spans import Span
 from django_schedulinator.statuses import UNFINISHED, RunStatus
 
 # The model a queryset class serves (Schedule, Run). Generic rather than named:
@@ -298,6 +299,14 @@ class RunQuerySet(models.QuerySet[Row]):
         """Pending or running: a process holds each under a lease."""
         return self.filter(status__in=UNFINISHED)
 
+    def within(self, span: Span | None) -> Self:
+        """Only runs whose nominal time lies in ``span`` (both ends included); all of them
+        for None. The bound a statement by id carries so that a ledger partitioned by
+        ``scheduled_for`` is planned over the partitions in range only (``spans.py``)."""
+        if span is None:
+            return self
+        return self.filter(scheduled_for__gte=span.first, scheduled_for__lte=span.last)
+
     def held_by(self, claim_token: str, ids: Any) -> Self:
         """The unfinished runs among ``ids`` that the claim ``claim_token`` still holds (a
         run taken over by another process carries that process's token)."""
@@ -317,31 +326,41 @@ class RunQuerySet(models.QuerySet[Row]):
         """Unfinished runs whose lease has ended (a lease that ends now has ended)."""
         return self.unfinished().filter(lease_expires_at__lte=now)
 
-    def mark_missed(self, ids: Sequence[int], now: datetime) -> dict[int, str]:
+    def mark_missed(
+        self, ids: Sequence[int], now: datetime, *, span: Span | None
+    ) -> dict[int, str]:
         """Record the runs among ``ids`` that still await their alert time (``alert_at``
         set, and passed at ``now``) as missed at ``now``, their alert time cleared; returns
         the status of each run this call marked, by id. Conditional, in one statement: of
-        several processes marking the same run at once, exactly one gets it."""
+        several processes marking the same run at once, exactly one gets it. ``span``: the
+        runs' nominal times (``within``)."""
         if not ids:
             return {}
         connection = connections[self.db]
         if not batches_as_json(connection):  # other backends: one conditional row at a time
-            found = self.filter(pk__in=list(ids), alert_at__lte=now).values_list("pk", "status")
+            runs = self.within(span)
+            found = runs.filter(pk__in=list(ids), alert_at__lte=now).values_list("pk", "status")
             return {
                 pk: status
                 for pk, status in found
-                if self.filter(pk=pk, alert_at__lte=now).update(missed_at=now, alert_at=None)
+                if runs.filter(pk=pk, alert_at__lte=now).update(missed_at=now, alert_at=None)
             }
         table, col = table_and_columns(self.model, connection)
         wanted = json_ids(ids, self.db)
+        adapt = connection.ops.adapt_datetimefield_value
+        bound, bounds = "", []
+        if span is not None:
+            nominal = col["scheduled_for"]
+            bound = f" AND {nominal} >= %s AND {nominal} <= %s"
+            bounds = [adapt(span.first), adapt(span.last)]
         sql = (
             f"UPDATE {table} SET {col['missed_at']} = %s, {col['alert_at']} = NULL "
-            f"WHERE {col['id']} IN ({wanted.sql}) AND {col['alert_at']} <= %s "
+            f"WHERE {col['id']} IN ({wanted.sql}) AND {col['alert_at']} <= %s{bound} "
             f"RETURNING {col['id']}, {col['status']}"
         )
-        at = connection.ops.adapt_datetimefield_value(now)
+        at = adapt(now)
         with connection.cursor() as cursor:
-            cursor.execute(sql, [at, *wanted.params, at])
+            cursor.execute(sql, [at, *wanted.params, at, *bounds])
             return {int(pk): str(status) for pk, status in cursor.fetchall()}
 
     def done(self, now: datetime) -> Self:

@@ -44,6 +44,7 @@ from django_schedulinator import services, signals
 from django_schedulinator.index import clock
 from django_schedulinator.index.due import DueIndex, get_index
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.spans import Span
 from django_schedulinator.operations import outbox
 from django_schedulinator.operations.outbox import Missed
 from django_schedulinator.services import ledger
@@ -196,10 +197,14 @@ def _missed_runs(
     """Of the runs whose alert time has come, those of the schedules locked: recorded as
     missed, each by one process."""
     mine = [(pk, sid, at) for pk, sid, at in runs if sid in free]
+    forgotten = [(pk, at) for pk, sid, at in mine if free[sid][0] is None]
+    wanted = [(pk, at) for pk, sid, at in mine if free[sid][0] is not None]
     # Their schedule's grace was cleared since: nobody wants to hear of them any more.
-    ledger.forget_alerts([pk for pk, sid, _ in mine if free[sid][0] is None], using=db)
+    ledger.forget_alerts(
+        [pk for pk, _ in forgotten], using=db, span=Span.of(at for _, at in forgotten)
+    )
     recorded = ledger.record_missed(
-        [pk for pk, sid, _ in mine if free[sid][0] is not None], now=now, using=db
+        [pk for pk, _ in wanted], now=now, using=db, span=Span.of(at for _, at in wanted)
     )
     missed = []
     for pk, sid, at in mine:

@@ -20,6 +20,7 @@ from django_schedulinator import timing
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import TimingError
 from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models.spans import Span
 from django_schedulinator.operations.alerts import REASONS
 from django_schedulinator.outcomes import headline
 from django_schedulinator.timing.vocabulary import AlertRole, NotifyEvent
@@ -304,16 +305,18 @@ def complete_many(events: Sequence[Event]) -> list[Event]:
 def _errors(events: Sequence[Event]) -> dict[int, str]:
     """The errors of the runs of missed events whose reason is "failed", by run: what the
     message says the run failed with (one query, only for such events)."""
-    ids = sorted(
-        {
-            e.run_id
-            for e in events
-            if e.kind == NotifyEvent.MISSED and e.reason == "failed" and e.run_id and not e.error
-        }
-    )
-    if not ids:
+    wanted = [
+        e
+        for e in events
+        if e.kind == NotifyEvent.MISSED and e.reason == "failed" and e.run_id and not e.error
+    ]
+    if not wanted:
         return {}
-    runs = Run.objects.using(router.db_for_read(Run)).filter(pk__in=ids)
+    ids = sorted({e.run_id for e in wanted if e.run_id})
+    # Their nominal times bound the read (spans.py); each such event carries its own.
+    times = [e.scheduled_for for e in wanted]
+    span = None if None in times else Span.of(t for t in times if t is not None)
+    runs = Run.objects.using(router.db_for_read(Run)).within(span).filter(pk__in=ids)
     return dict(runs.values_list("pk", "error"))
 
 

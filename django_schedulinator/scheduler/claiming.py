@@ -68,6 +68,7 @@ from django_schedulinator.models.batches import (
     json_ids,
 )
 from django_schedulinator.models.keys import occurrence_key
+from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.held import HeldRuns
 from django_schedulinator.scheduler.now import LoopClock
@@ -464,13 +465,15 @@ class Claimer:
         back-off ended) or ``redispatched`` (left behind by the process that held it)."""
         now = timing.from_ms(now_ms)
         runs = Run.objects.using(self.db)
-        # Held by no process (an empty claim token): queued, or waiting for its retry.
-        held_before = {
-            pk: (claim_token, attempts)
-            for pk, claim_token, attempts in runs.lease_expired(now)
+        # Held by no process (an empty claim token): queued, or waiting for its retry. With
+        # their nominal times, which bound the statements on them by id (spans.py).
+        expired = list(
+            runs.lease_expired(now)
             .order_by("lease_expires_at")
-            .values_list("pk", "claim_token", "attempts")[:limit]
-        }
+            .values_list("pk", "claim_token", "attempts", "scheduled_for")[:limit]
+        )
+        held_before = {pk: (claim_token, attempts) for pk, claim_token, attempts, _at in expired}
+        span = Span.of(at for _pk, _token, _attempts, at in expired)
         candidates = list(held_before)
         token = new_token()
         counters = Counters()
@@ -483,8 +486,14 @@ class Claimer:
             claim_token=token,
             worker_id=self.worker_id,
             using=self.db,
+            span=span,
         )
-        taken = runs.pending().filter(pk__in=candidates, claim_token=token).values_list(*RUN_FIELDS)
+        taken = (
+            runs.within(span)
+            .pending()
+            .filter(pk__in=candidates, claim_token=token)
+            .values_list(*RUN_FIELDS)
+        )
         occurrences = [
             Occurrence(
                 key=occurrence_key(schedule_id, scheduled_for),

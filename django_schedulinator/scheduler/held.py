@@ -6,7 +6,9 @@ are due (``PlannedRetries``), for the loop's take-over. The fire path that commi
 ``claiming.Claimer``'s.
 
 Every write is conditional on the claim token that holds the runs: a run whose lease
-expired and that another scheduler took over is left to it.
+expired and that another scheduler took over is left to it. Every statement by run id is
+bounded by the runs' nominal times (``spans.Span``): the occurrences carry them, and the
+callers pass the span of the runs they name.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from django_schedulinator.dispatch.base import BaseDispatcher, Occurrence
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run
 from django_schedulinator.models.batches import PreparedQuery
+from django_schedulinator.models.spans import Span
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.now import LoopClock
@@ -36,10 +39,12 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_schedulinator.claiming")
 
 # The runs of a batch that its claim still holds, with their trigger and whether their
-# schedule is enabled: read before each dispatch, compiled once (batches.PreparedQuery).
+# schedule is enabled: read before each dispatch, compiled once (batches.PreparedQuery),
+# bounded by the batch's nominal times.
 HELD = PreparedQuery(
-    lambda ids, token: Run.objects.held_by(token, ids).order_by(),
+    lambda ids, token, span: Run.objects.held_by(token, ids).within(span).order_by(),
     ("pk", "trigger", "schedule__enabled"),
+    spanned=True,
 )
 
 
@@ -94,8 +99,9 @@ class HeldRuns:
         # The scheduler's counters (Worker sets them): the runs it records as failed.
         self.counters: Counters | None = None
 
-    def renew_leases(self, run_ids: Sequence[int], token: str) -> set[int]:
-        """Extend the leases of the runs that ``token`` still holds; their ids.
+    def renew_leases(self, run_ids: Sequence[int], token: str, *, span: Span | None) -> set[int]:
+        """Extend the leases of the runs that ``token`` still holds; their ids. ``span``:
+        their nominal times (here and below: ``spans.Span``).
 
         Conditional on the token: a run whose lease expired and that another process took
         over (with a token of its own) is not renewed, and the caller must not dispatch it.
@@ -103,7 +109,7 @@ class HeldRuns:
         clock stands in, so work already committed is still dispatched.
         """
         now = self.clock.now()
-        return ledger.renew_leases(run_ids, token, until=now + self.lease, using=self.db)
+        return ledger.renew_leases(run_ids, token, until=now + self.lease, using=self.db, span=span)
 
     def dispatchable(
         self, occurrences: Sequence[Occurrence], token: str, *, counted: bool = False
@@ -125,29 +131,33 @@ class HeldRuns:
         if not occurrences:
             return [], 0
         ids = [o.run_id for o in occurrences]
+        span = Span.of(o.scheduled_for for o in occurrences)
         # The usual case: every run is still held here and goes. Each occurrence's attempt
         # is already the count this makes (the lease kept anyone else from changing it).
         if not counted:
             # A take-over: counted now, and each occurrence says which hand-off it is as
             # the ledger has it now (a waiting batch may have given its count back since).
-            handed_off = ledger.count_hand_offs(ids, token, using=self.db)
-            attempts = ledger.attempts_held(ids, token, using=self.db)
+            handed_off = ledger.count_hand_offs(ids, token, using=self.db, span=span)
+            attempts = ledger.attempts_held(ids, token, using=self.db, span=span)
             occurrences = [
                 replace(o, attempt=attempts.get(o.run_id, o.attempt)) for o in occurrences
             ]
             if handed_off == len(ids):
                 return occurrences, 0
-        held = {pk: (trigger, enabled) for pk, trigger, enabled in HELD.rows(self.db, ids, token)}
+        held = {
+            pk: (trigger, enabled)
+            for pk, trigger, enabled in HELD.rows(self.db, ids, token, span=span)
+        }
         paused = [
             pk
             for pk, (trigger, enabled) in held.items()
             if not enabled and trigger == Run.Trigger.SCHEDULE
         ]
-        ledger.cancel_paused(paused, token, using=self.db)
+        ledger.cancel_paused(paused, token, using=self.db, span=span)
         missing = set(ids) - held.keys()
         deleted = set()
         if missing:  # rare: gone with their schedule, or taken over (those still exist)
-            runs = Run.objects.using(self.db).filter(pk__in=sorted(missing))
+            runs = Run.objects.using(self.db).within(span).filter(pk__in=sorted(missing))
             deleted = missing - set(runs.values_list("pk", flat=True))
         if paused or deleted:
             logger.info(
@@ -159,7 +169,7 @@ class HeldRuns:
             )
         if len(missing) > len(deleted):
             if counted:  # never handed off from here: the process that took them counts
-                ledger.give_back_hand_offs(sorted(missing - deleted), using=self.db)
+                ledger.give_back_hand_offs(sorted(missing - deleted), using=self.db, span=span)
             logger.warning(
                 "%d run(s) were taken over by another scheduler while queued here; not "
                 "dispatching them twice.",
@@ -168,15 +178,15 @@ class HeldRuns:
         wanted = held.keys() - set(paused)
         return [o for o in occurrences if o.run_id in wanted], len(paused) + len(deleted)
 
-    def give_back_hand_offs(self, run_ids: Sequence[int], token: str) -> None:
+    def give_back_hand_offs(self, run_ids: Sequence[int], token: str, *, span: Span | None) -> None:
         """The runs of a claimed batch that will not be handed off from here after all (a
         stuck lane refused it, a stop gave up on it): their counted hand-off is given back,
         so that waiting never uses up attempts."""
-        ledger.give_back_hand_offs(run_ids, claim_token=token, using=self.db)
+        ledger.give_back_hand_offs(run_ids, claim_token=token, using=self.db, span=span)
 
-    def mark_running(self, run_ids: Collection[int], token: str) -> None:
+    def mark_running(self, run_ids: Collection[int], token: str, *, span: Span | None) -> None:
         """Record that the dispatcher started these runs (those ``token`` still holds)."""
-        ledger.mark_running(run_ids, token, using=self.db)
+        ledger.mark_running(run_ids, token, using=self.db, span=span)
 
     # -- 4. record outcomes ---------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from django_schedulinator.dispatch import (
     Progress,
     dispatchers,
 )
+from django_schedulinator.models.spans import Span
 from django_schedulinator.operations.stage import Stage
 from django_schedulinator.scheduler.counters import Counters
 from django_schedulinator.scheduler.leases import Leased, LeaseKeeper
@@ -298,7 +299,8 @@ class Lanes:
         if time.monotonic() - renewed >= renew_every:
             # The batch waited behind others: renew its leases first (a fresh batch skips
             # this: no lease of it can have expired yet).
-            self.held.renew_leases([o.run_id for o in occurrences], token)
+            span = Span.of(o.scheduled_for for o in occurrences)
+            self.held.renew_leases([o.run_id for o in occurrences], token, span=span)
             renewed = time.monotonic()
         # Leave out runs whose schedule was deleted or paused while the batch waited, and
         # runs another scheduler took over (it dispatches them: doing it here too would
@@ -359,7 +361,11 @@ class Lanes:
         if not leased.counted:
             return
         try:
-            self.held.give_back_hand_offs([o.run_id for o in leased.occurrences], leased.token)
+            self.held.give_back_hand_offs(
+                [o.run_id for o in leased.occurrences],
+                leased.token,
+                span=Span.of(o.scheduled_for for o in leased.occurrences),
+            )
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             logger.warning(

@@ -96,7 +96,7 @@ class LeaseKeeper:
         batch.renewed = time.monotonic()
         run_ids = batch.unrecorded()
         try:
-            self.held.renew_leases(run_ids, batch.token)
+            self.held.renew_leases(run_ids, batch.token, span=batch.span)
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
             logger.warning(

@@ -15,6 +15,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_schedulinator.dispatch import BaseDispatcher, Occurrence, Outcome, Progress
+from django_schedulinator.models.spans import Span
 from django_schedulinator.outcomes import Reported
 from django_schedulinator.scheduler.transient import TRANSIENT_ERRORS
 
@@ -48,6 +49,8 @@ class BatchProgress(Progress):
         self._stopped = stopped  # whether the stop's grace is over
         self.run_ids = [o.run_id for o in occurrences]
         self.schedule_of = {o.run_id: o.schedule_id for o in occurrences}
+        # Their nominal times: every statement on the batch's runs is bounded by them.
+        self.span = Span.of(o.scheduled_for for o in occurrences)
         self.renewed = renewed  # time.monotonic() of the last lease renewal
         self.dispatched_at = timezone.now()
         self.recorded: set[int] = set()
@@ -65,7 +68,7 @@ class BatchProgress(Progress):
         if not new:
             return
         try:
-            self.held.mark_running(new, self.token)
+            self.held.mark_running(new, self.token, span=self.span)
             self.marked_running |= new
         except TRANSIENT_ERRORS as exc:
             connections.close_all()
@@ -98,7 +101,7 @@ class BatchProgress(Progress):
         if not new:
             return None
         return Reported(
-            new, {o.run_id: self.schedule_of[o.run_id] for o in new}, self.dispatched_at
+            new, {o.run_id: self.schedule_of[o.run_id] for o in new}, self.dispatched_at, self.span
         )
 
     def recorded_now(self, batch: Reported, ended: set[int]) -> set[int]:

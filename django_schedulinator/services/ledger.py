@@ -28,12 +28,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db.models import F, Q, Value
+from django.db.models import Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Coalesce
 
 from django_schedulinator import timing
 from django_schedulinator.models import Run, Schedule, alert_time
 from django_schedulinator.models.batches import NewRun, json_ids, per_row
+from django_schedulinator.models.spans import Span
 from django_schedulinator.statuses import OutcomeStatus
 
 if TYPE_CHECKING:
@@ -158,13 +159,19 @@ def take_over(
     claim_token: str,
     worker_id: str,
     using: str,
+    span: Span | None,
 ) -> int:
     """Lease the runs among ``candidates`` whose lease expired to this process under a new
     claim token. Conditional: of two processes taking over the same run, exactly one
     matches. Returns how many it took. Taking a run is not handing it off: its attempts
-    stay (``count_hand_offs`` counts them)."""
+    stay (``count_hand_offs`` counts them).
+
+    ``span``, here and in every function of this module that reaches runs by id: the
+    nominal times of those runs (``spans.Span``; None where the caller cannot know), so
+    that a ledger partitioned by them is searched in those partitions only."""
     return (
         Run.objects.using(using)
+        .within(span)
         .filter(pk__in=candidates)
         .lease_expired(now)
         .update(
@@ -176,7 +183,9 @@ def take_over(
     )
 
 
-def count_hand_offs(run_ids: Sequence[int], claim_token: str, *, using: str) -> int:
+def count_hand_offs(
+    run_ids: Sequence[int], claim_token: str, *, using: str, span: Span | None
+) -> int:
     """One attempt more for each run among ``run_ids`` that ``claim_token`` still holds and
     that is about to be handed off: queued by hand, or of a schedule not paused since its
     claim (``cancel_paused`` takes those). How many were counted.
@@ -187,28 +196,35 @@ def count_hand_offs(run_ids: Sequence[int], claim_token: str, *, using: str) -> 
     instead). So a run that waits (a full lane, a stop) is taken over lease after lease
     without using any up; one whose process died between its claim and its hand-off is
     counted once more than it was handed off."""
+    enabled = Schedule.objects.using(using).filter(pk=OuterRef("schedule_id"), enabled=True)
     return (
         Run.objects.using(using)
+        .within(span)
         .held_by(claim_token, json_ids(run_ids, using))
-        .filter(Q(schedule__enabled=True) | ~Q(trigger=Run.Trigger.SCHEDULE))
+        # Exists, not a join: an UPDATE with a join becomes "id IN (a subquery)", whose
+        # outer statement no bound reaches (planned over every partition).
+        .filter(Q(Exists(enabled)) | ~Q(trigger=Run.Trigger.SCHEDULE))
         .update(attempts=F("attempts") + 1)
     )
 
 
-def attempts_held(run_ids: Sequence[int], claim_token: str, *, using: str) -> dict[int, int]:
+def attempts_held(
+    run_ids: Sequence[int], claim_token: str, *, using: str, span: Span | None
+) -> dict[int, int]:
     """The attempts of the runs among ``run_ids`` that ``claim_token`` still holds."""
-    held = Run.objects.using(using).held_by(claim_token, json_ids(list(run_ids), using))
+    runs = Run.objects.using(using).within(span)
+    held = runs.held_by(claim_token, json_ids(list(run_ids), using))
     return dict(held.values_list("pk", "attempts"))
 
 
 def give_back_hand_offs(
-    run_ids: Sequence[int], *, claim_token: str | None = None, using: str
+    run_ids: Sequence[int], *, claim_token: str | None = None, using: str, span: Span | None
 ) -> int:
     """One attempt less for each run among ``run_ids`` whose counted hand-off did not
     happen: a claimed batch (counted when its runs were inserted) that a stuck lane refused
     or a stop gave up on (those ``claim_token`` still holds), or whose runs another process
     took over before this one handed them off. How many."""
-    runs = Run.objects.using(using)
+    runs = Run.objects.using(using).within(span)
     if claim_token is None:
         waiting = runs.filter(pk__in=json_ids(list(run_ids), using))
     else:
@@ -217,21 +233,25 @@ def give_back_hand_offs(
 
 
 def renew_leases(
-    run_ids: Sequence[int], claim_token: str, *, until: datetime, using: str
+    run_ids: Sequence[int], claim_token: str, *, until: datetime, using: str, span: Span | None
 ) -> set[int]:
     """Extend the leases of the runs ``claim_token`` still holds; their ids."""
-    held = Run.objects.using(using).held_by(claim_token, json_ids(run_ids, using))
+    runs = Run.objects.using(using).within(span)
+    held = runs.held_by(claim_token, json_ids(run_ids, using))
     held.update(lease_expires_at=until)
     return set(held.values_list("pk", flat=True))
 
 
-def cancel_paused(run_ids: Sequence[int], claim_token: str, *, using: str) -> int:
+def cancel_paused(
+    run_ids: Sequence[int], claim_token: str, *, using: str, span: Span | None
+) -> int:
     """Scheduled runs whose schedule was paused between their claim and their dispatch are
     recorded as skipped ("paused") instead of dispatched."""
     if not run_ids:
         return 0
     return (
         Run.objects.using(using)
+        .within(span)
         .held_by(claim_token, json_ids(run_ids, using))
         .update(
             status=Run.Status.SKIPPED,
@@ -243,27 +263,32 @@ def cancel_paused(run_ids: Sequence[int], claim_token: str, *, using: str) -> in
     )
 
 
-def record_missed(run_ids: Sequence[int], *, now: datetime, using: str) -> dict[int, str]:
+def record_missed(
+    run_ids: Sequence[int], *, now: datetime, using: str, span: Span | None
+) -> dict[int, str]:
     """The runs among ``run_ids`` whose alert time has come without a success, recorded as
     missed at ``now`` (``missed_at``; their ``alert_at`` cleared, so nothing raises them
     again). Returns the status of each run this call recorded, by id: of several processes
     that check at once, each run is recorded by exactly one."""
-    return Run.objects.using(using).mark_missed(run_ids, now)
+    return Run.objects.using(using).mark_missed(run_ids, now, span=span)
 
 
-def forget_alerts(run_ids: Sequence[int], *, using: str) -> int:
+def forget_alerts(run_ids: Sequence[int], *, using: str, span: Span | None) -> int:
     """Stop waiting for a success of these runs without raising them (their schedule's grace
     was cleared since they entered the ledger). How many."""
     if not run_ids:
         return 0
-    runs = Run.objects.using(using).filter(pk__in=json_ids(run_ids, using))
+    runs = Run.objects.using(using).within(span).filter(pk__in=json_ids(run_ids, using))
     return runs.exclude(alert_at=None).update(alert_at=None)
 
 
-def mark_running(run_ids: Collection[int], claim_token: str, *, using: str) -> int:
+def mark_running(
+    run_ids: Collection[int], claim_token: str, *, using: str, span: Span | None
+) -> int:
     """The dispatcher started these runs (those ``claim_token`` still holds)."""
     return (
         Run.objects.using(using)
+        .within(span)
         .pending()
         .filter(pk__in=json_ids(list(run_ids), using), claim_token=claim_token)
         .update(status=Run.Status.RUNNING)
@@ -305,6 +330,7 @@ def record_outcomes(
     using: str,
     outcome_due_by: datetime | None = None,
     retry: Retry = NO_RETRY,
+    span: Span | None,
 ) -> Recorded:
     """Store what the dispatcher said of each run (those still unfinished), in one
     transaction (the caller's). Returns the outcomes that ended runs (succeeded or failed,
@@ -320,8 +346,11 @@ def record_outcomes(
       the same key. At the limit it fails. A run
       a worker reported started meanwhile keeps that status: its hand-off arrived.
     - ``succeeded``/``failed``: ended.
+
+    ``span``: the nominal times of the outcomes' runs; every statement here is bounded by
+    it (one span for the batch: a run's own time lies within it).
     """
-    runs = Run.objects.using(using)
+    runs = Run.objects.using(using).within(span)
     outcomes = [_storable(o) for o in outcomes]
     recorded = Recorded()
     ended = recorded.ended

@@ -25,6 +25,7 @@ from django_schedulinator.models.batches import (
     ClaimedRuns,
     advances_in_one_statement,
 )
+from django_schedulinator.models.spans import Span
 from django_schedulinator.registry import registry
 from django_schedulinator.services import ledger
 from django_schedulinator.services.changelog import Origin
@@ -165,7 +166,7 @@ def run_now(schedule: Schedule, *, advance: bool = False, origin: Origin = PYTHO
             raise ServiceError("Could not find a free instant for the run; try again.")
         if advance:
             _replace_next_run(current, at, now, db)
-        run = Run.objects.using(db).get(pk=next(iter(inserted.values())))
+        run = Run.objects.using(db).within(Span(at, at)).get(pk=next(iter(inserted.values())))
         _record(
             current,
             origin,

@@ -275,6 +275,9 @@ def _make_day(day: date, using: str) -> None:
     bounds = [start_of(day), start_of(day + DAY)]
     with transaction.atomic(using=using), connection.cursor() as cursor:
         _prepare(cursor)
+        # Attaching gives the new partition the foreign key, whose triggers go on the
+        # schedules' table: its lock first, as every writer of both takes them (drop_day).
+        cursor.execute(f"LOCK TABLE {qn(Schedule._meta.db_table)} IN SHARE ROW EXCLUSIVE MODE")
         cursor.execute(
             f"CREATE TABLE {qn(name)} (LIKE {qn(table())} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         )

@@ -3,9 +3,8 @@ every statement that reaches runs by id names a range of their nominal times
 (``spans.Span``), so that PostgreSQL plans it over the partitions in range only, and a
 batch whose runs lie days apart is still found and written whole.
 
-The partitioned ledger is built here with raw SQL (the table renamed, a partitioned copy
-with a partition a day and a default one, the rows copied) and the plain table put back
-after the test. What the scheduler's threads send is captured from every connection: the
+The partitioned ledger is ``partition_runs``'s (``operations/partitions.py``), converted
+back after the test. What the scheduler's threads send is captured from every connection: the
 lanes, the recorder and the inline dispatcher's pool each have their own."""
 
 from __future__ import annotations
@@ -26,8 +25,9 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Run
 from django_schedulinator.operations import alerts
+from django_schedulinator.operations import partitions as layout
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.scheduler.leases import Leased
 from django_schedulinator.scheduler.worker import Worker
@@ -41,57 +41,27 @@ pytestmark = [
 ]
 
 TABLE = Run._meta.db_table
-PLAIN = f"{TABLE}_plain"
 DAYS_BEFORE, DAYS_AFTER = 6, 3
 
 
 def partition_name(day: datetime) -> str:
-    return f"{TABLE}_{day:%Y%m%d}"
+    return layout.partition_name(day.date())
 
 
 @pytest.fixture
 def partitions(transactional_db: None) -> Iterator[list[str]]:
     """The ledger partitioned by day of ``scheduled_for`` (UTC) from DAYS_BEFORE days ago
-    to DAYS_AFTER days ahead, with a default partition; its daily partitions' names, oldest
-    first. The plain table comes back afterwards, whatever the test did."""
-    today = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    days = [today + timedelta(days=d) for d in range(-DAYS_BEFORE, DAYS_AFTER + 1)]
-    qn = connection.ops.quote_name
-    schedules = qn(Schedule._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"ALTER TABLE {qn(TABLE)} RENAME TO {qn(PLAIN)}")
-        try:
-            cursor.execute(
-                f"CREATE TABLE {qn(TABLE)} (LIKE {qn(PLAIN)} INCLUDING DEFAULTS "
-                "INCLUDING CONSTRAINTS) PARTITION BY RANGE (scheduled_for)"
-            )
-            # An identity column cannot be partitioned (PostgreSQL < 17): the plain
-            # table's sequence numbers the runs here.
-            cursor.execute(
-                f"ALTER TABLE {qn(TABLE)} ALTER COLUMN id SET DEFAULT "
-                f"nextval(pg_get_serial_sequence('{PLAIN}', 'id'))"
-            )
-            # A partitioned table's unique keys hold its partition key.
-            cursor.execute(f"ALTER TABLE {qn(TABLE)} ADD PRIMARY KEY (id, scheduled_for)")
-            cursor.execute(f"ALTER TABLE {qn(TABLE)} ADD UNIQUE (schedule_id, scheduled_for)")
-            cursor.execute(
-                f"ALTER TABLE {qn(TABLE)} ADD FOREIGN KEY (schedule_id) REFERENCES "
-                f"{schedules} (id) DEFERRABLE INITIALLY DEFERRED"
-            )
-            for day in days:
-                cursor.execute(
-                    f"CREATE TABLE {qn(partition_name(day))} PARTITION OF {qn(TABLE)} "
-                    "FOR VALUES FROM (%s) TO (%s)",
-                    [day, day + timedelta(days=1)],
-                )
-            cursor.execute(
-                f"CREATE TABLE {qn(TABLE + '_default')} PARTITION OF {qn(TABLE)} DEFAULT"
-            )
-            cursor.execute(f"INSERT INTO {qn(TABLE)} SELECT * FROM {qn(PLAIN)}")
-            yield [partition_name(day) for day in days]
-        finally:
-            cursor.execute(f"DROP TABLE IF EXISTS {qn(TABLE)} CASCADE")
-            cursor.execute(f"ALTER TABLE {qn(PLAIN)} RENAME TO {qn(TABLE)}")
+    to DAYS_AFTER days ahead, with a default partition (``manage.py partition_runs``'s
+    conversion); its daily partitions' names, oldest first. Converted back afterwards,
+    whatever the test did."""
+    today = timezone.now().astimezone(UTC).date()
+    converted = layout.partition(
+        today=today, days_behind=DAYS_BEFORE, days_ahead=DAYS_AFTER, using="default"
+    )
+    try:
+        yield [layout.partition_name(day) for day in converted.days]
+    finally:
+        layout.unpartition(using="default")
 
 
 class Statements:
@@ -169,7 +139,7 @@ def days_between(times: list[datetime]) -> set[str]:
     day, last = (at.astimezone(UTC).date() for at in (min(times), max(times)))
     days = set()
     while day <= last:
-        days.add(f"{TABLE}_{day:%Y%m%d}")
+        days.add(layout.partition_name(day))
         day += timedelta(days=1)
     return days
 

@@ -37,7 +37,7 @@ import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ALL_COMPLETED, Future, wait
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -194,23 +194,20 @@ class WebhookDispatcher(BaseDispatcher):
         the request); what ended since the last report is returned with the rest, and the
         recorder writes it. If waiting breaks off, what ended is reported first."""
         senders = self._started()
-        pending: dict[Future[Outcome | None], Occurrence] = {}
+        batch = _Batch(len(occurrences), progress)
         for occurrence in occurrences:
-            future: Future[Outcome | None] = Future()
-            senders.queue.put((future, occurrence, progress))
-            pending[future] = occurrence
+            senders.queue.put((batch, occurrence))
         outcomes: list[Outcome] = []
         unreported: list[Outcome] = []
         next_report = time.monotonic() + REPORT_EVERY_SECONDS
         try:
-            while pending:
-                timeout = max(0.0, next_report - time.monotonic())
-                done, _ = wait(pending, timeout=timeout, return_when=ALL_COMPLETED)
-                for future in done:
-                    del pending[future]
-                    if (outcome := future.result()) is not None:
-                        unreported.append(outcome)
-                if pending and unreported and time.monotonic() >= next_report:
+            while True:
+                ended = batch.done.wait(max(0.0, next_report - time.monotonic()))
+                unreported += batch.take()
+                batch.check()
+                if ended:
+                    return outcomes + unreported
+                if unreported and time.monotonic() >= next_report:
                     outcomes += unreported
                     progress.finished(unreported)
                     unreported = []
@@ -220,22 +217,19 @@ class WebhookDispatcher(BaseDispatcher):
             if unreported:
                 progress.finished(unreported)
             raise
-        return outcomes + unreported
 
     def _serve(self, senders: _Senders) -> None:
         """One sending thread: the requests of its queue, one at a time, each to the
         thread's own connection to its target (kept alive between them)."""
         connections: dict[str, Any] = {}  # by target: an httpcore pool of one connection
         while (item := senders.queue.get()) is not None:
-            future, occurrence, progress = item
-            if not future.set_running_or_notify_cancel():
-                continue  # cancelled by a close before it started
+            batch, occurrence = item
             try:
-                outcome = self._hand_off_in_turn(senders, connections, occurrence, progress)
+                outcome = self._hand_off_in_turn(senders, connections, occurrence, batch.progress)
             except BaseException as exc:
-                future.set_exception(exc)
+                batch.end(None, exc)
             else:
-                future.set_result(None if senders.closed else outcome)
+                batch.end(None if senders.closed else outcome)
 
     def _hand_off_in_turn(
         self,
@@ -331,6 +325,44 @@ class WebhookDispatcher(BaseDispatcher):
 Answer = tuple[int | None, str, bytearray, str | None]
 
 
+class _Batch:
+    """The requests of one ``dispatch``: what the sending threads ended of them, taken by
+    ``dispatch`` as it reports (a Future each cost more CPU than the rest of the wait)."""
+
+    def __init__(self, size: int, progress: Progress) -> None:
+        self.progress = progress
+        self.done = threading.Event()
+        self._left = size
+        self._ended: list[Outcome] = []
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        if not size:
+            self.done.set()
+
+    def end(self, outcome: Outcome | None, error: BaseException | None = None) -> None:
+        """One request ended: its outcome (None: none, it was not sent), or what it raised
+        (``take`` raises it: the batch breaks off as a whole, its runs left pending)."""
+        with self._lock:
+            if outcome is not None:
+                self._ended.append(outcome)
+            if error is not None and self._error is None:
+                self._error = error
+            self._left -= 1
+            if not self._left:
+                self.done.set()
+
+    def take(self) -> list[Outcome]:
+        """The outcomes ended since the last take."""
+        with self._lock:
+            ended, self._ended = self._ended, []
+        return ended
+
+    def check(self) -> None:
+        """Raise what a request raised, if one did."""
+        if self._error is not None:
+            raise self._error
+
+
 class _Senders:
     """The sending threads of one start of the dispatcher and what they share: the queue of
     requests, the connections' backend (``deadlines.Deadlines``: every wait within the
@@ -342,8 +374,7 @@ class _Senders:
         self.deadline = deadline
         self.tls = tls
         self.deadlines = deadlines
-        self.queue: queue.SimpleQueue[tuple[Future[Outcome | None], Occurrence, Progress] | None]
-        self.queue = queue.SimpleQueue()
+        self.queue: queue.SimpleQueue[tuple[_Batch, Occurrence] | None] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
         self.closed = False
         self.pools: list[Any] = []  # every httpcore pool made, to close
@@ -465,7 +496,7 @@ class _Senders:
         with contextlib.suppress(queue.Empty):
             while True:
                 if (item := self.queue.get_nowait()) is not None:
-                    item[0].cancel()
+                    item[0].end(None, CancelledError())
         self.deadlines.cut_all()
         self._close_loop()
         for _ in self.threads:

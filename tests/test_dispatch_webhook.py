@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -618,4 +621,71 @@ def test_credentials_in_a_targets_url_are_sent_as_basic_auth_as_httpx_sends_them
     [request] = receiver.received
     assert (
         request.headers["authorization"] == "Basic " + base64.b64encode(b"hook@user:pa:ss").decode()
+    )
+
+
+@pytest.fixture
+def certificate(tmp_path: Any) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (files), made by openssl."""
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+         "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_an_https_target_is_posted_over_tls_trusting_what_httpx_trusts(
+    certificate: tuple[str, str], environment: pytest.MonkeyPatch
+) -> None:
+    """httpx's default TLS context (certifi, or SSL_CERT_FILE): a receiver whose
+    certificate it does not trust is refused, one it trusts gets every request."""
+    cert, key = certificate
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    batch = [occurrence(1, "billing"), occurrence(2, "billing")]
+    with webhook_receiver(tls=server) as receiver:
+        untrusted = send(hooks(receiver.url)["OPTIONS"], batch[:1])
+        environment.setenv("SSL_CERT_FILE", cert)
+        trusted = send(hooks(receiver.url)["OPTIONS"], batch)
+
+    assert untrusted[1].status == "retry"
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted[1].error
+    assert {i: o.status for i, o in trusted.items()} == {1: "succeeded", 2: "succeeded"}
+    assert sorted(receiver.keys()) == sorted(o.key for o in batch)
+    assert all(r.verified for r in receiver.received)
+
+
+def test_a_tls_handshake_that_trickles_is_cut_at_the_deadline() -> None:
+    """A server that accepts and then sends its handshake a byte at a time (each read is
+    answered in time): the request ends at its deadline (Python's ssl bounds a handshake
+    as a whole by the socket's timeout, which is what is left of the deadline)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        accepted.append(connection)
+        with contextlib.suppress(OSError):
+            connection.recv(65536)  # the ClientHello
+            while not stop.wait(0.1):
+                connection.send(b"\x16")  # a handshake record's first byte, again and again
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        outcomes = send(hooks(url, TIMEOUT_SECONDS=0.5)["OPTIONS"], [occurrence(1, "billing")])
+    finally:
+        stop.set()
+        for connection in accepted:
+            connection.close()
+        listener.close()
+
+    assert (outcomes[1].status, outcomes[1].error) == (
+        "retry",
+        "The target 'billing' did not answer within 0.5s in all.",
     )

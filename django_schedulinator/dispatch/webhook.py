@@ -131,7 +131,6 @@ class WebhookDispatcher(BaseDispatcher):
         self.targets: dict[str, dict[str, str]] = dict(self.settings["TARGETS"] or {})
         # Started with the first batch: the sending threads and their connections.
         self._senders: _Senders | None = None
-        self._urls: dict[str, _Url] = {}  # by target: its URL as httpcore sends it
         self._tls: Any = None  # one TLS context for every connection (each its own: ~20 ms)
 
     @classmethod
@@ -228,7 +227,7 @@ class WebhookDispatcher(BaseDispatcher):
     def _serve(self, senders: _Senders) -> None:
         """One sending thread: the requests of its queue, one at a time, each to the
         thread's own connection to its target (kept alive between them)."""
-        connections: dict[str, Any] = {}  # by target: an httpcore pool of one connection
+        connections: dict[str, _Direct | _Proxied] = {}  # by target
         while (item := senders.queue.get()) is not None:
             batch, occurrence = item
             try:
@@ -241,7 +240,7 @@ class WebhookDispatcher(BaseDispatcher):
     def _hand_off_in_turn(
         self,
         senders: _Senders,
-        connections: dict[str, Any],
+        connections: dict[str, _Direct | _Proxied],
         occurrence: Occurrence,
         progress: Progress,
     ) -> Outcome | None:
@@ -256,7 +255,11 @@ class WebhookDispatcher(BaseDispatcher):
             return self.failure(occurrence, exc)
 
     def _post(
-        self, senders: _Senders, connections: dict[str, Any], occurrence: Occurrence, call: Call
+        self,
+        senders: _Senders,
+        connections: dict[str, _Direct | _Proxied],
+        occurrence: Occurrence,
+        call: Call,
     ) -> Outcome:
         run_id = occurrence.run_id
         name = occurrence.dispatch_options.get("target")
@@ -284,7 +287,7 @@ class WebhookDispatcher(BaseDispatcher):
         if isinstance(connection, _Proxied):
             answer = senders.through_httpx(connection, target["URL"], headers, body)
         else:
-            answer = senders.send(connection, self._urls[name], headers, body)
+            answer = senders.send(connection, headers, body)
         status, location, kept, error = answer
         if status is None:
             if error is None:
@@ -303,7 +306,6 @@ class WebhookDispatcher(BaseDispatcher):
 
             if self._tls is None:
                 self._tls = httpx.create_ssl_context()  # httpx's default: certifi, SSL_CERT_FILE
-            self._urls = {name: _Url.of(t["URL"]) for name, t in self.targets.items()}
             senders = _Senders(
                 self.alias, self.settings["TIMEOUT_SECONDS"], self._tls, deadlines.Deadlines()
             )
@@ -391,7 +393,7 @@ class _Senders:
         self._loop_thread: threading.Thread | None = None
         self._clients: list[Any] = []  # every httpx client made, to close
 
-    def connect(self, url: str) -> Any:
+    def connect(self, url: str) -> _Direct | _Proxied:
         """A sending thread's own connection to a target: an httpcore pool of one
         connection, or httpx's client where a proxy of the environment may apply."""
         if may_be_proxied(url):
@@ -405,9 +407,9 @@ class _Senders:
             network_backend=self.deadlines,
         )
         self.pools.append(pool)
-        return pool
+        return _Direct(pool, *_as_httpx_sends(url))
 
-    def send(self, pool: Any, url: _Url, headers: dict[str, str], body: bytes) -> Answer:
+    def send(self, direct: _Direct, headers: dict[str, str], body: bytes) -> Answer:
         """POST with httpcore, on this thread: within the deadline, in all."""
         import httpcore
 
@@ -417,10 +419,12 @@ class _Senders:
         status: int | None = None
         location = ""
         kept = bytearray()
-        raw = [*url.headers, *((k.encode(), v.encode()) for k, v in headers.items())]
+        raw = [*direct.headers, *((k.encode(), v.encode()) for k, v in headers.items())]
         limits = {"timeout": self.timeouts}
         try:
-            with pool.stream("POST", url.url, headers=raw, content=body, extensions=limits) as r:
+            with direct.pool.stream(
+                "POST", direct.url, headers=raw, content=body, extensions=limits
+            ) as r:
                 status = r.status
                 location = next(
                     (v.decode("latin-1") for k, v in r.headers if k.lower() == b"location"), ""
@@ -547,28 +551,31 @@ class _Proxied:
 
 
 @dataclass(frozen=True)
-class _Url:
-    """A target's URL as httpx would send it: httpcore's URL (the host IDNA-encoded, the
-    path and query quoted) and, for credentials in it, their basic Authorization."""
+class _Direct:
+    """A sending thread's httpcore pool of one connection to a target, and the target's
+    URL and headers as httpx would send them (``_as_httpx_sends``)."""
 
+    pool: Any  # httpcore.ConnectionPool
     url: Any  # httpcore.URL
     headers: list[tuple[bytes, bytes]]
 
-    @classmethod
-    def of(cls, url: str) -> _Url:
-        import httpcore
-        import httpx
 
-        parsed = httpx.URL(url)
-        headers = []
-        if parsed.username or parsed.password:
-            auth = httpx.BasicAuth(parsed.username, parsed.password)
-            request = next(auth.sync_auth_flow(httpx.Request("POST", parsed)))
-            headers.append((b"authorization", request.headers["authorization"].encode()))
-        raw = httpcore.URL(
-            scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
-        )
-        return cls(raw, headers)
+def _as_httpx_sends(url: str) -> tuple[Any, list[tuple[bytes, bytes]]]:
+    """A target's URL as httpx sends it: httpcore's URL (the host IDNA-encoded, the path
+    and query quoted), and for credentials in it their basic Authorization."""
+    import httpcore
+    import httpx
+
+    parsed = httpx.URL(url)
+    headers = []
+    if parsed.username or parsed.password:
+        auth = httpx.BasicAuth(parsed.username, parsed.password)
+        request = next(auth.sync_auth_flow(httpx.Request("POST", parsed)))
+        headers.append((b"authorization", request.headers["authorization"].encode()))
+    raw = httpcore.URL(
+        scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
+    )
+    return raw, headers
 
 
 def may_be_proxied(url: str) -> bool:

@@ -581,32 +581,43 @@ def test_a_name_lookup_that_hangs_is_given_up_at_the_deadline(
     assert outcomes[2].status == "succeeded"
 
 
-def test_a_close_cuts_the_request_in_flight_and_starts_no_other(receiver: Receiver) -> None:
+@pytest.mark.parametrize("proxied", [False, True], ids=["direct", "through a proxy"])
+def test_a_close_cuts_the_request_in_flight_and_starts_no_other(
+    receiver: Receiver,
+    environment: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    proxied: bool,
+) -> None:
     """Closing while a batch is sent (one request at a time, the first held by the
     receiver): the request in flight is cut and gets no outcome, the next is never sent,
-    and the batch breaks off (its runs stay pending, for a take-over)."""
+    and the batch breaks off (its runs stay pending, for a take-over); nothing is logged as
+    a failed hand-off."""
     receiver.hold("/hook", 60)
     dispatcher = WebhookDispatcher("hooks", hooks(receiver.url, MAX_CONCURRENCY=1)["OPTIONS"])
     ended: list[object] = []
 
     def dispatch() -> None:
+        batch = [occurrence(1, "billing"), occurrence(2, "billing")]
         try:
-            ended.append(
-                dispatcher.dispatch([occurrence(1, "billing"), occurrence(2, "billing")], Reports())
-            )
+            ended.append(dispatcher.dispatch(batch, Reports()))
         except BaseException as exc:
             ended.append(exc)
 
-    thread = threading.Thread(target=dispatch)
-    thread.start()
-    wait_for(lambda: len(receiver.received) == 1, timeout=30)
-    dispatcher.close()
-    thread.join(30)
+    with http_proxy() as proxy:
+        if proxied:
+            environment.setenv("HTTP_PROXY", proxy.url)
+        thread = threading.Thread(target=dispatch)
+        thread.start()
+        wait_for(lambda: len(receiver.received) == 1, timeout=30)
+        dispatcher.close()
+        thread.join(30)
 
     assert not thread.is_alive()
     [result] = ended
     assert isinstance(result, CancelledError)
     assert receiver.keys() == [occurrence(1, "billing").key]
+    assert len(proxy.targets) == proxied
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
 
 
 def test_credentials_in_a_targets_url_are_sent_as_basic_auth_as_httpx_sends_them(

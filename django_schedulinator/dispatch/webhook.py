@@ -447,7 +447,10 @@ class _Senders:
         sent = asyncio.run_coroutine_threadsafe(
             self._send_with_httpx(proxied.client, url, headers, body), loop
         )
-        return sent.result()
+        try:
+            return sent.result()
+        except CancelledError:  # by a close: no outcome comes of it
+            return None, "", bytearray(), "The dispatcher closed."
 
     async def _send_with_httpx(
         self, client: Any, url: str, headers: dict[str, str], body: bytes

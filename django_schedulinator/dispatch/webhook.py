@@ -46,7 +46,7 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from urllib.request import getproxies
 
@@ -64,6 +64,11 @@ from django_schedulinator.dispatch.base import (
 )
 from django_schedulinator.statuses import OutcomeStatus
 from django_schedulinator.timing.instants import to_ms
+
+if TYPE_CHECKING:  # httpcore and httpx are the [webhook] extra's: imported when sending
+    import httpcore
+
+    from django_schedulinator.dispatch.deadlines import Deadlines
 
 SECRET_PREFIX = "whsec_"
 # Statuses that say "try again later" rather than "no".
@@ -350,7 +355,7 @@ class _Batch:
 
     def end(self, outcome: Outcome | None, error: BaseException | None = None) -> None:
         """One request ended: its outcome (None: none, it was not sent), or what it raised
-        (``take`` raises it: the batch breaks off as a whole, its runs left pending)."""
+        (``check`` raises it: the batch breaks off as a whole, its runs left pending)."""
         with self._lock:
             if outcome is not None:
                 self._ended.append(outcome)
@@ -378,7 +383,7 @@ class _Senders:
     request's deadline), and, for targets a proxy of the environment may apply to, httpx's
     async client on an event loop of its own."""
 
-    def __init__(self, alias: str, deadline: float, tls: Any, deadlines: Any) -> None:
+    def __init__(self, alias: str, deadline: float, tls: Any, deadlines: Deadlines) -> None:
         self.alias = alias
         self.deadline = deadline
         self.tls = tls
@@ -386,7 +391,7 @@ class _Senders:
         self.queue: queue.SimpleQueue[tuple[_Batch, Occurrence] | None] = queue.SimpleQueue()
         self.threads: list[threading.Thread] = []
         self.closed = False
-        self.pools: list[Any] = []  # every httpcore pool made, to close
+        self.pools: list[httpcore.ConnectionPool] = []  # every one made, to close
         self.timeouts = dict.fromkeys(("connect", "read", "write", "pool"), deadline)
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -558,12 +563,12 @@ class _Direct:
     """A sending thread's httpcore pool of one connection to a target, and the target's
     URL and headers as httpx would send them (``_as_httpx_sends``)."""
 
-    pool: Any  # httpcore.ConnectionPool
-    url: Any  # httpcore.URL
+    pool: httpcore.ConnectionPool
+    url: httpcore.URL
     headers: list[tuple[bytes, bytes]]
 
 
-def _as_httpx_sends(url: str) -> tuple[Any, list[tuple[bytes, bytes]]]:
+def _as_httpx_sends(url: str) -> tuple[httpcore.URL, list[tuple[bytes, bytes]]]:
     """A target's URL as httpx sends it: httpcore's URL (the host IDNA-encoded, the path
     and query quoted), and for credentials in it their basic Authorization."""
     import httpcore

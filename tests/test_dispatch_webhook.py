@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import socket
+import ssl
+import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import CancelledError
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
@@ -16,7 +24,7 @@ from standardwebhooks import Webhook
 from django_schedulinator import resync_schedules, services
 from django_schedulinator.checks import check_settings
 from django_schedulinator.dispatch.base import REPORT_EVERY_SECONDS, Occurrence, Outcome, Progress
-from django_schedulinator.dispatch.webhook import WebhookDispatcher, sign
+from django_schedulinator.dispatch.webhook import WebhookDispatcher, may_be_proxied, sign
 from django_schedulinator.index.due import DueIndex
 from django_schedulinator.models import Run, Schedule
 from django_schedulinator.scheduler.worker import Worker
@@ -25,6 +33,7 @@ from django_schedulinator.timing import truncate_ms
 from .support.dispatchers import HandOff
 from .support.doc_examples import example
 from .support.handoff import run_in_thread
+from .support.http_proxy import http_proxy
 from .support.processes import wait_for
 from .support.redis_server import free_port
 from .support.schedules import make_schedule
@@ -443,3 +452,251 @@ def test_a_batch_that_ends_between_reports_records_every_outcome_once(
     assert all("answered HTTP 400" in runs[s.pk].error for s in elsewhere)
     assert sorted(receiver.keys()) == sorted(runs[s.pk].idempotency_key for s in billing)
     assert len(receiver.keys("/elsewhere")) == 3
+
+
+# -- the connections: the environment's proxies, deadlines, a close (issue 34, item 1) ------
+# httpcore sends from the dispatcher's threads; a target a proxy of the environment may apply
+# to goes through httpx's own client, which applies it (NO_PROXY included).
+
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable set, in either case, but those a test sets."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
+    return monkeypatch
+
+
+def send(options: dict[str, Any], batch: list[Occurrence]) -> dict[int, Outcome]:
+    """One batch through a dispatcher of ``options``: its outcomes by run."""
+    dispatcher = WebhookDispatcher("hooks", options)
+    try:
+        outcomes = dispatcher.dispatch(batch, Reports())
+    finally:
+        dispatcher.close()
+    return {o.run_id: o for o in outcomes}
+
+
+@pytest.mark.parametrize(
+    ("variables", "url", "proxied"),
+    [
+        ({}, "http://hooks.example/in", False),
+        ({"HTTP_PROXY": "http://px:3128"}, "http://hooks.example/in", True),
+        ({"http_proxy": "proxy:3128"}, "http://hooks.example/in", True),
+        ({"HTTP_PROXY": "http://px:3128"}, "https://hooks.example/in", False),
+        ({"HTTPS_PROXY": "http://px:3128"}, "https://hooks.example/in", True),
+        ({"ALL_PROXY": "http://px:3128"}, "https://hooks.example/in", True),
+        ({"ALL_PROXY": "http://px:3128", "NO_PROXY": "other.example, *"}, "http://h/", False),
+        # Whether NO_PROXY exempts a host is httpx's to say: it sends such a target.
+        ({"HTTP_PROXY": "http://px:3128", "NO_PROXY": "h.example"}, "http://h.example/", True),
+        ({"HTTPS_PROXY": "http://px:3128", "NO_PROXY": ".example"}, "https://a.example/", True),
+    ],
+)  # fmt: skip
+def test_a_target_goes_through_httpx_wherever_httpx_would_find_a_proxy_for_it(
+    environment: pytest.MonkeyPatch, variables: dict[str, str], url: str, proxied: bool
+) -> None:
+    """Sent with httpcore only where httpx itself, in the same environment, would send
+    without a proxy."""
+    for name, value in variables.items():
+        environment.setenv(name, value)
+    assert may_be_proxied(url) is proxied
+    with httpx.Client() as client:
+        transport = client._transport_for_url(httpx.URL(url))
+        if not proxied:
+            assert transport is client._transport  # httpx's own: no proxy
+
+
+def test_a_proxy_named_in_the_environment_carries_the_requests(
+    receiver: Receiver, environment: pytest.MonkeyPatch
+) -> None:
+    batch = [occurrence(1, "billing"), occurrence(2, "billing")]
+    with http_proxy() as proxy:
+        environment.setenv("HTTP_PROXY", proxy.url)
+        outcomes = send(hooks(receiver.url)["OPTIONS"], batch)
+
+    assert {i: o.status for i, o in outcomes.items()} == {1: "succeeded", 2: "succeeded"}
+    assert proxy.targets == [f"{receiver.url}/hook"] * 2
+    assert sorted(receiver.keys()) == sorted(o.key for o in batch)
+    assert all(r.verified for r in receiver.received)
+
+
+@pytest.mark.parametrize("no_proxy", ["127.0.0.1", "*"])
+def test_a_target_no_proxy_names_is_sent_past_the_proxy(
+    receiver: Receiver, environment: pytest.MonkeyPatch, no_proxy: str
+) -> None:
+    with http_proxy() as proxy:
+        environment.setenv("HTTP_PROXY", proxy.url)
+        environment.setenv("NO_PROXY", no_proxy)
+        outcomes = send(hooks(receiver.url)["OPTIONS"], [occurrence(1, "billing")])
+
+    assert outcomes[1].status == "succeeded"
+    assert proxy.targets == []
+    assert receiver.keys() == [occurrence(1, "billing").key]
+
+
+def test_through_a_proxy_a_request_still_has_its_deadline_in_all(
+    receiver: Receiver, environment: pytest.MonkeyPatch
+) -> None:
+    receiver.hold("/hook", 60)
+    with http_proxy() as proxy:
+        environment.setenv("HTTP_PROXY", proxy.url)
+        options = hooks(receiver.url, TIMEOUT_SECONDS=0.5)["OPTIONS"]
+        outcomes = send(options, [occurrence(1, "billing")])
+
+    assert proxy.targets == [f"{receiver.url}/hook"]
+    assert (outcomes[1].status, outcomes[1].error) == (
+        "retry",
+        "The target 'billing' did not answer within 0.5s in all.",
+    )
+
+
+def test_a_name_lookup_that_hangs_is_given_up_at_the_deadline(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deadline covers finding the target's address: a resolver that never answers
+    holds its request no longer than any other wait, and nothing else."""
+    resolved = threading.Event()
+    getaddrinfo = socket.getaddrinfo
+
+    def stalled(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host == "stalled.invalid":
+            resolved.wait(60)
+        return getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalled)
+    options = hooks(receiver.url, TIMEOUT_SECONDS=3)["OPTIONS"]
+    options["TARGETS"]["stalled"] = {"URL": "http://stalled.invalid/hook", "SECRET": SECRET}
+    try:
+        outcomes = send(options, [occurrence(1, "stalled"), occurrence(2, "billing")])
+    finally:
+        resolved.set()
+
+    assert (outcomes[1].status, outcomes[1].error) == (
+        "retry",
+        "The target 'stalled' did not answer within 3s in all.",
+    )
+    assert outcomes[2].status == "succeeded"
+
+
+@pytest.mark.parametrize("proxied", [False, True], ids=["direct", "through a proxy"])
+def test_a_close_cuts_the_request_in_flight_and_starts_no_other(
+    receiver: Receiver,
+    environment: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    proxied: bool,
+) -> None:
+    """Closing while a batch is sent (one request at a time, the first held by the
+    receiver): the request in flight is cut and gets no outcome, the next is never sent,
+    and the batch breaks off (its runs stay pending, for a take-over); nothing is logged as
+    a failed hand-off."""
+    receiver.hold("/hook", 60)
+    dispatcher = WebhookDispatcher("hooks", hooks(receiver.url, MAX_CONCURRENCY=1)["OPTIONS"])
+    ended: list[object] = []
+
+    def dispatch() -> None:
+        batch = [occurrence(1, "billing"), occurrence(2, "billing")]
+        try:
+            ended.append(dispatcher.dispatch(batch, Reports()))
+        except BaseException as exc:
+            ended.append(exc)
+
+    with http_proxy() as proxy:
+        if proxied:
+            environment.setenv("HTTP_PROXY", proxy.url)
+        thread = threading.Thread(target=dispatch)
+        thread.start()
+        wait_for(lambda: len(receiver.received) == 1, timeout=30)
+        dispatcher.close()
+        thread.join(30)
+
+    assert not thread.is_alive()
+    [result] = ended
+    assert isinstance(result, CancelledError)
+    assert receiver.keys() == [occurrence(1, "billing").key]
+    assert len(proxy.targets) == proxied
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+def test_credentials_in_a_targets_url_are_sent_as_basic_auth_as_httpx_sends_them(
+    receiver: Receiver,
+) -> None:
+    options = hooks(receiver.url)["OPTIONS"]
+    host = receiver.url.removeprefix("http://")
+    options["TARGETS"]["billing"]["URL"] = f"http://hook%40user:pa%3Ass@{host}/hook"
+    outcomes = send(options, [occurrence(1, "billing")])
+
+    assert outcomes[1].status == "succeeded"
+    [request] = receiver.received
+    assert (
+        request.headers["authorization"] == "Basic " + base64.b64encode(b"hook@user:pa:ss").decode()
+    )
+
+
+@pytest.fixture
+def certificate(tmp_path: Any) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (files), made by openssl."""
+    cert, key = str(tmp_path / "cert.pem"), str(tmp_path / "key.pem")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+         "-out", cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def test_an_https_target_is_posted_over_tls_trusting_what_httpx_trusts(
+    certificate: tuple[str, str], environment: pytest.MonkeyPatch
+) -> None:
+    """httpx's default TLS context (certifi, or SSL_CERT_FILE): a receiver whose
+    certificate it does not trust is refused, one it trusts gets every request."""
+    cert, key = certificate
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    batch = [occurrence(1, "billing"), occurrence(2, "billing")]
+    with webhook_receiver(tls=server) as receiver:
+        untrusted = send(hooks(receiver.url)["OPTIONS"], batch[:1])
+        environment.setenv("SSL_CERT_FILE", cert)
+        trusted = send(hooks(receiver.url)["OPTIONS"], batch)
+
+    assert untrusted[1].status == "retry"
+    assert "CERTIFICATE_VERIFY_FAILED" in untrusted[1].error
+    assert {i: o.status for i, o in trusted.items()} == {1: "succeeded", 2: "succeeded"}
+    assert sorted(receiver.keys()) == sorted(o.key for o in batch)
+    assert all(r.verified for r in receiver.received)
+
+
+def test_a_tls_handshake_that_trickles_is_cut_at_the_deadline() -> None:
+    """A server that accepts and then sends its handshake a byte at a time (each read is
+    answered in time): the request ends at its deadline (Python's ssl bounds a handshake
+    as a whole by the socket's timeout, which is what is left of the deadline)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        accepted.append(connection)
+        with contextlib.suppress(OSError):
+            connection.recv(65536)  # the ClientHello
+            while not stop.wait(0.1):
+                connection.send(b"\x16")  # a handshake record's first byte, again and again
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        outcomes = send(hooks(url, TIMEOUT_SECONDS=0.5)["OPTIONS"], [occurrence(1, "billing")])
+    finally:
+        stop.set()
+        for connection in accepted:
+            connection.close()
+        listener.close()
+
+    assert (outcomes[1].status, outcomes[1].error) == (
+        "retry",
+        "The target 'billing' did not answer within 0.5s in all.",
+    )

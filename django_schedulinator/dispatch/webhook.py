@@ -14,13 +14,20 @@ later by the key (the REST API's ``runs/report/``). Network errors, timeouts, 40
 5xx are retried with backoff and jitter (the alias's ``MAX_ATTEMPTS``); other answers fail
 the run at once. The status is stored on the run, with the start of an error answer.
 
-One request has ``TIMEOUT_SECONDS`` in all, from connecting to the end of what is read of
-the answer, however slowly a receiver sends it; of the answer's body, at most
-``READ_LIMIT_BYTES`` are read (what an error keeps), the rest is never downloaded. httpx
-(the ``[webhook]`` extra) sends the requests, on an event loop of the dispatcher's own (a
-daemon thread): a request past its deadline is cancelled, and so are those in flight when
-the dispatcher closes. Each request in flight has a client of one kept-alive connection;
-redirects are not followed. Outcomes are reported about once a second while a batch is sent.
+One request has ``TIMEOUT_SECONDS`` in all, from looking up the target's name to the end of
+what is read of the answer, however slowly a receiver sends it; of the answer's body, at most
+``READ_LIMIT_BYTES`` are read (what an error keeps), the rest is never downloaded.
+
+httpcore (brought by httpx, the ``[webhook]`` extra) sends the requests from
+``MAX_CONCURRENCY`` daemon threads of the dispatcher's own, each with a kept-alive connection
+to each target (a synchronous pool of one), all with one TLS context (httpx's default); every
+wait of a request ends at its deadline (``deadlines.Deadlines``), and a close cuts the
+requests in flight. No redirect is followed. A target that a proxy named in the environment
+(``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``) may apply to is sent by httpx's async client
+instead, on an event loop of the dispatcher's own, so that the proxy applies exactly as httpx
+applies it (``NO_PROXY`` included). httpcore used so costs about a third of the CPU per request
+of httpx's async client (docs/benchmarks.md). Outcomes are reported about once a second while
+a batch is sent.
 """
 
 from __future__ import annotations
@@ -32,13 +39,16 @@ import contextlib
 import hashlib
 import hmac
 import json
+import queue
 import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ALL_COMPLETED, Future, wait
-from typing import Any
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+from urllib.request import getproxies
 
 from django.core.checks import CheckMessage, Error, Warning
 
@@ -55,6 +65,11 @@ from django_schedulinator.dispatch.base import (
 from django_schedulinator.statuses import OutcomeStatus
 from django_schedulinator.timing.instants import to_ms
 
+if TYPE_CHECKING:  # httpcore and httpx are the [webhook] extra's: imported when sending
+    import httpcore
+
+    from django_schedulinator.dispatch.deadlines import Deadlines
+
 SECRET_PREFIX = "whsec_"
 # Statuses that say "try again later" rather than "no".
 RETRY_STATUSES = frozenset({408, 425, 429})
@@ -64,6 +79,8 @@ MAX_ERROR_CHARS = 2000
 READ_LIMIT_BYTES = 4 * MAX_ERROR_CHARS
 # How long closing waits for the requests in flight to be cancelled.
 CLOSE_SECONDS = 5.0
+# How long a connection may stay idle and still be reused (httpx's default).
+KEEPALIVE_SECONDS = 5.0
 
 
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
@@ -117,18 +134,9 @@ class WebhookDispatcher(BaseDispatcher):
     def __init__(self, alias: str = DEFAULT_ALIAS, options: Mapping[str, Any] | None = None):
         super().__init__(alias, options)
         self.targets: dict[str, dict[str, str]] = dict(self.settings["TARGETS"] or {})
-        # Started with the first batch: the event loop (on its thread) that sends, and the
-        # slots that bound the requests in flight.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._slots: asyncio.Semaphore | None = None
-        # The clients not sending now, by target; one client per request in flight, each
-        # with one kept-alive connection. httpx's pool checks every connection it holds on
-        # each request and each answer's end, so one pool of MAX_CONCURRENCY connections
-        # cost about 0.4 ms of CPU per request more (docs/benchmarks.md).
-        self._idle: dict[str, list[Any]] = {}
-        self._clients: list[Any] = []  # every client made, to close
-        self._tls: Any = None  # their one TLS context (each of its own took ~20 ms of CPU)
+        # Started with the first batch: the sending threads and their connections.
+        self._senders: _Senders | None = None
+        self._tls: Any = None  # one TLS context for every connection (each its own: ~20 ms)
 
     @classmethod
     def option_problems(cls, options: Mapping[str, Any]) -> list[str]:
@@ -196,23 +204,21 @@ class WebhookDispatcher(BaseDispatcher):
         does (each report is a transaction: one per request that ended cost more CPU than
         the request); what ended since the last report is returned with the rest, and the
         recorder writes it. If waiting breaks off, what ended is reported first."""
-        loop = self._started_loop()
-        pending: dict[Future[Outcome | None], Occurrence] = {
-            asyncio.run_coroutine_threadsafe(self._hand_off_in_turn(o, progress), loop): o
-            for o in occurrences
-        }
+        senders = self._started()
+        batch = _Batch(len(occurrences), progress)
+        for occurrence in occurrences:
+            senders.queue.put((batch, occurrence))
         outcomes: list[Outcome] = []
         unreported: list[Outcome] = []
         next_report = time.monotonic() + REPORT_EVERY_SECONDS
         try:
-            while pending:
-                timeout = max(0.0, next_report - time.monotonic())
-                done, _ = wait(pending, timeout=timeout, return_when=ALL_COMPLETED)
-                for future in done:
-                    del pending[future]
-                    if (outcome := future.result()) is not None:
-                        unreported.append(outcome)
-                if pending and unreported and time.monotonic() >= next_report:
+            while True:
+                ended = batch.done.wait(max(0.0, next_report - time.monotonic()))
+                unreported += batch.take()
+                batch.check()
+                if ended:
+                    return outcomes + unreported
+                if unreported and time.monotonic() >= next_report:
                     outcomes += unreported
                     progress.finished(unreported)
                     unreported = []
@@ -222,22 +228,44 @@ class WebhookDispatcher(BaseDispatcher):
             if unreported:
                 progress.finished(unreported)
             raise
-        return outcomes + unreported
 
-    async def _hand_off_in_turn(self, occurrence: Occurrence, progress: Progress) -> Outcome | None:
-        """``hand_off`` on the event loop: within MAX_CONCURRENCY requests at once, the
-        occurrence's task and arguments checked and its request sent, any error failing
-        this run alone. None: not sent, the scheduler is stopping (the run stays pending)."""
-        assert self._slots is not None
-        async with self._slots:
-            if progress.stopped():
-                return None
+    def _serve(self, senders: _Senders) -> None:
+        """One sending thread: the requests of its queue, one at a time, each to the
+        thread's own connection to its target (kept alive between them)."""
+        connections: dict[str, _Direct | _Proxied] = {}  # by target
+        while (item := senders.queue.get()) is not None:
+            batch, occurrence = item
             try:
-                return await self._post(occurrence, Call.of(occurrence))
-            except Exception as exc:
-                return self.failure(occurrence, exc)
+                outcome = self._hand_off_in_turn(senders, connections, occurrence, batch.progress)
+            except BaseException as exc:
+                batch.end(None, exc)
+            else:
+                batch.end(None if senders.closed else outcome)
 
-    async def _post(self, occurrence: Occurrence, call: Call) -> Outcome:
+    def _hand_off_in_turn(
+        self,
+        senders: _Senders,
+        connections: dict[str, _Direct | _Proxied],
+        occurrence: Occurrence,
+        progress: Progress,
+    ) -> Outcome | None:
+        """``hand_off`` on a sending thread: the occurrence's task and arguments checked and
+        its request sent, any error failing this run alone. None: not sent, the scheduler
+        is stopping (the run stays pending)."""
+        if progress.stopped() or senders.closed:
+            return None
+        try:
+            return self._post(senders, connections, occurrence, Call.of(occurrence))
+        except Exception as exc:
+            return self.failure(occurrence, exc)
+
+    def _post(
+        self,
+        senders: _Senders,
+        connections: dict[str, _Direct | _Proxied],
+        occurrence: Occurrence,
+        call: Call,
+    ) -> Outcome:
         run_id = occurrence.run_id
         name = occurrence.dispatch_options.get("target")
         if not isinstance(name, str) or (target := self.targets.get(name)) is None:
@@ -247,23 +275,10 @@ class WebhookDispatcher(BaseDispatcher):
                 f"The webhook target {name!r} is not in the dispatcher {self.alias!r}'s "
                 f"TARGETS ({', '.join(sorted(self.targets))}).",
             )
-        # A client no request uses now (within a slot: at most MAX_CONCURRENCY per target).
-        idle = self._idle.setdefault(name, [])
-        client = idle.pop() if idle else self._new_client()
-        try:
-            return await self._send(client, occurrence, name, target)
-        finally:
-            idle.append(client)
-
-    async def _send(
-        self, client: Any, occurrence: Occurrence, name: str, target: dict[str, str]
-    ) -> Outcome:
-        import httpx
-
-        run_id = occurrence.run_id
         body = body_of(occurrence)
         timestamp = int(time.time())
         headers = {
+            "accept": "*/*",
             "content-type": "application/json",
             "user-agent": "django-schedulinator",
             "accept-encoding": "identity",  # what is read is what is kept: nothing to inflate
@@ -271,14 +286,189 @@ class WebhookDispatcher(BaseDispatcher):
             "webhook-timestamp": str(timestamp),
             "webhook-signature": sign(target["SECRET"], occurrence.key, timestamp, body),
         }
-        deadline = self.settings["TIMEOUT_SECONDS"]
+        connection = connections.get(name)
+        if connection is None:
+            connection = connections[name] = senders.connect(target["URL"])
+        if isinstance(connection, _Proxied):
+            answer = senders.through_httpx(connection, target["URL"], headers, body)
+        else:
+            answer = senders.send(connection, headers, body)
+        status, location, kept, error = answer
+        if status is None:
+            if error is None:
+                text = f"The target {name!r} did not answer within {senders.deadline:g}s in all."
+                return Outcome(run_id, OutcomeStatus.RETRY, text)
+            return Outcome(run_id, OutcomeStatus.RETRY, error)
+        # The status came: a body cut short by the deadline or the connection keeps what came.
+        text = kept.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS]
+        return _outcome_of_answer(run_id, name, status, text, location)
+
+    def _started(self) -> _Senders:
+        if self._senders is None:
+            import httpx
+
+            from django_schedulinator.dispatch import deadlines
+
+            if self._tls is None:
+                self._tls = httpx.create_ssl_context()  # httpx's default: certifi, SSL_CERT_FILE
+            senders = _Senders(
+                self.alias, self.settings["TIMEOUT_SECONDS"], self._tls, deadlines.Deadlines()
+            )
+            for i in range(self.settings["MAX_CONCURRENCY"]):
+                thread = threading.Thread(
+                    target=self._serve,
+                    args=(senders,),
+                    name=f"schedulinator-webhook-{self.alias}-{i}",
+                    daemon=True,
+                )
+                senders.threads.append(thread)
+                thread.start()
+            self._senders = senders
+        return self._senders
+
+    def close(self) -> None:
+        """Cancel the requests in flight (their runs get no outcome from them), close the
+        connections and end the sending threads."""
+        senders, self._senders = self._senders, None
+        if senders is not None:
+            senders.close()
+
+
+# What a request got: the status (None: no answer), the Location, the start of the body, and
+# the error that cut it short before a status (None with no status: the deadline passed).
+Answer = tuple[int | None, str, bytearray, str | None]
+
+
+class _Batch:
+    """The requests of one ``dispatch``: what the sending threads ended of them, taken by
+    ``dispatch`` as it reports (a Future each cost more CPU than the rest of the wait)."""
+
+    def __init__(self, size: int, progress: Progress) -> None:
+        self.progress = progress
+        self.done = threading.Event()
+        self._left = size
+        self._ended: list[Outcome] = []
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        if not size:
+            self.done.set()
+
+    def end(self, outcome: Outcome | None, error: BaseException | None = None) -> None:
+        """One request ended: its outcome (None: none, it was not sent), or what it raised
+        (``check`` raises it: the batch breaks off as a whole, its runs left pending)."""
+        with self._lock:
+            if outcome is not None:
+                self._ended.append(outcome)
+            if error is not None and self._error is None:
+                self._error = error
+            self._left -= 1
+            if not self._left:
+                self.done.set()
+
+    def take(self) -> list[Outcome]:
+        """The outcomes ended since the last take."""
+        with self._lock:
+            ended, self._ended = self._ended, []
+        return ended
+
+    def check(self) -> None:
+        """Raise what a request raised, if one did."""
+        if self._error is not None:
+            raise self._error
+
+
+class _Senders:
+    """The sending threads of one start of the dispatcher and what they share: the queue of
+    requests, the connections' backend (``deadlines.Deadlines``: every wait within the
+    request's deadline), and, for targets a proxy of the environment may apply to, httpx's
+    async client on an event loop of its own."""
+
+    def __init__(self, alias: str, deadline: float, tls: Any, deadlines: Deadlines) -> None:
+        self.alias = alias
+        self.deadline = deadline
+        self.tls = tls
+        self.deadlines = deadlines
+        self.queue: queue.SimpleQueue[tuple[_Batch, Occurrence] | None] = queue.SimpleQueue()
+        self.threads: list[threading.Thread] = []
+        self.closed = False
+        self.pools: list[httpcore.ConnectionPool] = []  # every one made, to close
+        self.timeouts = dict.fromkeys(("connect", "read", "write", "pool"), deadline)
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._clients: list[Any] = []  # every httpx client made, to close
+
+    def connect(self, url: str) -> _Direct | _Proxied:
+        """A sending thread's own connection to a target: an httpcore pool of one
+        connection, or httpx's client where a proxy of the environment may apply."""
+        if may_be_proxied(url):
+            return _Proxied(self._new_client())
+        import httpcore
+
+        pool = httpcore.ConnectionPool(
+            ssl_context=self.tls,
+            max_connections=1,
+            keepalive_expiry=KEEPALIVE_SECONDS,
+            network_backend=self.deadlines,
+        )
+        self.pools.append(pool)
+        return _Direct(pool, *_as_httpx_sends(url))
+
+    def send(self, direct: _Direct, headers: dict[str, str], body: bytes) -> Answer:
+        """POST with httpcore, on this thread: within the deadline, in all."""
+        import httpcore
+
+        from django_schedulinator.dispatch.deadlines import ERRORS
+
+        self.deadlines.start(self.deadline)
+        status: int | None = None
+        location = ""
+        kept = bytearray()
+        raw = [*direct.headers, *((k.encode(), v.encode()) for k, v in headers.items())]
+        limits = {"timeout": self.timeouts}
+        try:
+            with direct.pool.stream(
+                "POST", direct.url, headers=raw, content=body, extensions=limits
+            ) as r:
+                status = r.status
+                location = next(
+                    (v.decode("latin-1") for k, v in r.headers if k.lower() == b"location"), ""
+                )
+                for chunk in r.iter_stream():
+                    kept += chunk[: READ_LIMIT_BYTES - len(kept)]
+                    if len(kept) >= READ_LIMIT_BYTES:
+                        break  # the rest of the body is never downloaded
+        except httpcore.TimeoutException:
+            pass
+        except ERRORS as exc:
+            return status, location, kept, f"{type(exc).__name__}: {exc or 'no detail'}"
+        return status, location, kept, None
+
+    def through_httpx(
+        self, proxied: _Proxied, url: str, headers: dict[str, str], body: bytes
+    ) -> Answer:
+        """POST with httpx's async client, on the event loop; this thread waits."""
+        loop = self._started_loop()
+        sent = asyncio.run_coroutine_threadsafe(
+            self._send_with_httpx(proxied.client, url, headers, body), loop
+        )
+        try:
+            return sent.result()
+        except CancelledError:  # by a close: no outcome comes of it
+            return None, "", bytearray(), "The dispatcher closed."
+
+    async def _send_with_httpx(
+        self, client: Any, url: str, headers: dict[str, str], body: bytes
+    ) -> Answer:
+        import httpx
+
         status: int | None = None
         location = ""
         kept = bytearray()
         try:
             async with (
-                asyncio.timeout(deadline),
-                client.stream("POST", target["URL"], content=body, headers=headers) as r,
+                asyncio.timeout(self.deadline),
+                client.stream("POST", url, content=body, headers=headers) as r,
             ):
                 status, location = r.status_code, r.headers.get("location", "")
                 async for chunk in r.aiter_raw():
@@ -286,54 +476,63 @@ class WebhookDispatcher(BaseDispatcher):
                     if len(kept) >= READ_LIMIT_BYTES:
                         break  # the rest of the body is never downloaded
         except TimeoutError:
-            if status is None:
-                text = f"The target {name!r} did not answer within {deadline:g}s in all."
-                return Outcome(run_id, OutcomeStatus.RETRY, text)
+            pass
         except httpx.HTTPError as exc:
-            if status is None:
-                return Outcome(
-                    run_id, OutcomeStatus.RETRY, f"{type(exc).__name__}: {exc or 'no detail'}"
-                )
-        # The status came: a body cut short by the deadline or the connection keeps what came.
-        text = kept.decode("utf-8", errors="replace")[:MAX_ERROR_CHARS]
-        return _outcome_of_answer(run_id, name, status, text, location)
-
-    def _started_loop(self) -> asyncio.AbstractEventLoop:
-        if self._loop is None:
-            import httpx  # noqa: F401  (without it the batch fails here, not run by run)
-
-            loop = asyncio.new_event_loop()
-            self._thread = threading.Thread(
-                target=loop.run_forever, name=f"schedulinator-webhook-{self.alias}", daemon=True
-            )
-            self._thread.start()
-            self._slots = asyncio.Semaphore(self.settings["MAX_CONCURRENCY"])
-            self._loop = loop
-        return self._loop
+            return status, location, kept, f"{type(exc).__name__}: {exc or 'no detail'}"
+        return status, location, kept, None
 
     def _new_client(self) -> Any:
-        """A client of one kept-alive connection (on the loop)."""
+        """httpx's async client of one kept-alive connection, which applies the proxies
+        named in the environment as httpx always does (NO_PROXY included)."""
         import httpx
 
-        if self._tls is None:
-            self._tls = httpx.create_ssl_context()  # httpx's default: certifi, SSL_CERT_FILE
         client = httpx.AsyncClient(
-            timeout=httpx.Timeout(self.settings["TIMEOUT_SECONDS"]),
+            timeout=httpx.Timeout(self.deadline),
             follow_redirects=False,
             limits=httpx.Limits(max_connections=1),
-            verify=self._tls,
+            verify=self.tls,
         )
         self._clients.append(client)
         return client
 
+    def _started_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._loop_thread = threading.Thread(
+                    target=loop.run_forever,
+                    name=f"schedulinator-webhook-{self.alias}-httpx",
+                    daemon=True,
+                )
+                self._loop_thread.start()
+                self._loop = loop
+            return self._loop
+
     def close(self) -> None:
-        """Cancel the requests in flight (their runs get no outcome from them), close the
-        clients and end the loop's thread."""
-        loop, thread, clients = self._loop, self._thread, self._clients
+        """Cancel the requests not started, cut those in flight (on both paths), end the
+        threads and close the connections."""
+        self.closed = True
+        with contextlib.suppress(queue.Empty):
+            while True:
+                if (item := self.queue.get_nowait()) is not None:
+                    item[0].end(None, CancelledError())
+        self.deadlines.cut_all()
+        self._close_loop()
+        for _ in self.threads:
+            self.queue.put(None)
+        ends = time.monotonic() + CLOSE_SECONDS
+        for thread in self.threads:
+            thread.join(max(0.0, ends - time.monotonic()))
+        for pool in self.pools:
+            with contextlib.suppress(Exception):
+                pool.close()
+
+    def _close_loop(self) -> None:
+        with self._lock:
+            loop, thread, clients = self._loop, self._loop_thread, self._clients
+            self._loop = self._loop_thread = None
         if loop is None or thread is None:
             return
-        self._loop = self._thread = self._slots = None
-        self._idle, self._clients = {}, []
 
         async def cancel_all() -> None:
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
@@ -350,6 +549,53 @@ class WebhookDispatcher(BaseDispatcher):
         thread.join(CLOSE_SECONDS)
         if not thread.is_alive():
             loop.close()
+
+
+@dataclass(frozen=True)
+class _Proxied:
+    """A sending thread's httpx client to a target that a proxy may apply to."""
+
+    client: Any
+
+
+@dataclass(frozen=True)
+class _Direct:
+    """A sending thread's httpcore pool of one connection to a target, and the target's
+    URL and headers as httpx would send them (``_as_httpx_sends``)."""
+
+    pool: httpcore.ConnectionPool
+    url: httpcore.URL
+    headers: list[tuple[bytes, bytes]]
+
+
+def _as_httpx_sends(url: str) -> tuple[httpcore.URL, list[tuple[bytes, bytes]]]:
+    """A target's URL as httpx sends it: httpcore's URL (the host IDNA-encoded, the path
+    and query quoted), and for credentials in it their basic Authorization."""
+    import httpcore
+    import httpx
+
+    parsed = httpx.URL(url)
+    headers = []
+    if parsed.username or parsed.password:
+        auth = httpx.BasicAuth(parsed.username, parsed.password)
+        request = next(auth.sync_auth_flow(httpx.Request("POST", parsed)))
+        headers.append((b"authorization", request.headers["authorization"].encode()))
+    raw = httpcore.URL(
+        scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
+    )
+    return raw, headers
+
+
+def may_be_proxied(url: str) -> bool:
+    """Whether a proxy named in the environment (``HTTP_PROXY``, ``HTTPS_PROXY``,
+    ``ALL_PROXY``, or their lowercase) may apply to ``url``, read as httpx reads them
+    (``urllib.request.getproxies``: its scheme's or ``all``; ``NO_PROXY=*`` turns them all
+    off). Whether another entry of ``NO_PROXY`` exempts it is httpx's to say: such a target
+    is sent by httpx's own client, which applies them all."""
+    proxies = getproxies()
+    if "*" in (host.strip() for host in proxies.get("no", "").split(",")):
+        return False
+    return bool(proxies.get(urlsplit(url).scheme) or proxies.get("all"))
 
 
 def _outcome_of_answer(

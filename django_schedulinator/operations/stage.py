@@ -32,8 +32,9 @@ the loop backs off from), or logs it.
 Two kinds of thread are not stages, on purpose: the inline dispatcher's task threads run
 the user's tasks, which must see Django's ordinary connections (no bound on their lock
 waits, which would fail a task that waits on a row lock of its own), and the webhook
-dispatcher's event loop is an event loop, not a queue (its requests have their own
-deadlines, and closing the dispatcher cancels them).
+dispatcher's sending threads, with the event loop of its targets behind a proxy and the name
+lookups it gives up at a deadline (``dispatch.deadlines``), send requests: they touch no
+database, each request has its own deadline, and closing the dispatcher cuts them.
 """
 
 from __future__ import annotations

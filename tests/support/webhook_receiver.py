@@ -10,6 +10,7 @@ as the sender reads it (``huge``); ``sent`` counts the bytes that went out on ea
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections import Counter
@@ -69,7 +70,8 @@ class Receiver:
 
 
 @contextmanager
-def webhook_receiver(secret: str = SECRET) -> Iterator[Receiver]:
+def webhook_receiver(secret: str = SECRET, tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """The receiver, over TLS with ``tls`` (a server's context): its URL is then https."""
     verifier = Webhook(secret)
     lock = threading.Lock()
     receiver: Receiver
@@ -130,7 +132,11 @@ def webhook_receiver(secret: str = SECRET) -> Iterator[Receiver]:
             pass  # quiet
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    receiver = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}")
+    scheme = "http"
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    receiver = Receiver(url=f"{scheme}://127.0.0.1:{server.server_address[1]}")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -261,6 +261,10 @@ def month(options: argparse.Namespace) -> None:
             pruner.step()
             pruning += time.perf_counter() - started
         with connection.cursor() as cursor:
+            # This process's counts of what it deleted, sent to the statistics now (PG 15).
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        time.sleep(1.0)
+        with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT COALESCE(SUM(pg_table_size(c.oid)), 0), "
                 "COALESCE(SUM(pg_indexes_size(c.oid)), 0), COALESCE(SUM(s.n_live_tup), 0), "

@@ -2,6 +2,7 @@
 
     python -m benchmarks.steady --rate 1000 --total 100000 --seconds 30
     python -m benchmarks.steady --rate 5000 --total 340000 --seconds 30 --json steady.json
+    python -m benchmarks.steady --rate 1000 --total 100000 --seconds 30 --partitioned
     python -m benchmarks.steady --smoke   # a few seconds on tiny sizes (CI)
 
 ``--total`` interval schedules (a no-op task, the inline dispatcher) share one interval,
@@ -25,6 +26,10 @@ so its CPU and its command counts are the schedulers' alone; ``--redis-url`` use
 (its CPU then is the whole server's, shared with whatever else uses it). The schedules are
 kept between runs of the same ``--total`` and armed again with one statement; the ledger
 is emptied. The database is ``schedulinator_bench_steady`` (``BENCH_PG_NAME``).
+
+``--partitioned`` runs on a ledger partitioned by day (``manage.py partition_runs``: a
+partition for each of the last 30 days and the next 3, and a default one), converted back
+at the end: what partitioning costs the hot path.
 
 ``--count-statements`` runs each scheduler through a wrapper that counts its passes and
 SQL statements by kind (a profile's figures, not a benchmark's: the counting costs CPU).
@@ -83,6 +88,9 @@ def main() -> None:
         help="measure only the claim's write of N schedules, one statement against two",
     )
     parser.add_argument("--json", default=None, metavar="PATH", help="write the figures here")
+    parser.add_argument(
+        "--partitioned", action="store_true", help="the ledger partitioned by day (PostgreSQL)"
+    )
     add_smoke_option(parser)
     options = parser.parse_args()
     if options.write_batch:
@@ -93,26 +101,56 @@ def main() -> None:
         return
     if options.smoke:
         options.rate, options.total, options.seconds, options.warm_up = 50, 200, 2.0, 1.0
-    result = measure(
-        options.rate,
-        options.total,
-        options.seconds,
-        options.processes,
-        batch_size=options.batch_size,
-        warm_up=options.warm_up,
-        redis_url=options.redis_url,
-        count_statements=options.count_statements,
-        smoke=options.smoke,
-    )
-    print(HEADER)
-    print(markdown_row(result))
+    # CI's smoke (.ci/run) runs both layouts, so that neither rots.
+    layouts = [False, True] if options.smoke and not options.partitioned else [options.partitioned]
+    for partitioned in layouts:
+        with partitioned_ledger(partitioned, smoke=options.smoke):
+            result = measure(
+                options.rate,
+                options.total,
+                options.seconds,
+                options.processes,
+                batch_size=options.batch_size,
+                warm_up=options.warm_up,
+                redis_url=options.redis_url,
+                count_statements=options.count_statements,
+                smoke=options.smoke,
+            )
+        print(HEADER)
+        print(markdown_row(result))
+        if options.smoke:
+            assert result["fired"] == result["expected"], result
+            assert not result["doubled"], result
     if options.count_statements:
         print(json.dumps(result["counted"], indent=2))
     if options.json:
         Path(options.json).write_text(json.dumps(result, indent=2) + "\n")
-    if options.smoke:
-        assert result["fired"] == result["expected"], result
-        assert not result["doubled"], result
+
+
+@contextmanager
+def partitioned_ledger(wanted: bool, *, smoke: bool) -> Iterator[None]:
+    """With ``wanted``, the benchmark's ledger partitioned by day (emptied first: the
+    measure empties it anyway) for the block, one table again after it."""
+    if not wanted:
+        yield
+        return
+    if not smoke:
+        os.environ.setdefault("BENCH_PG_NAME", "schedulinator_bench_steady")
+    set_up(smoke=smoke)
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_schedulinator.operations import partitions
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {partitions.table()}")
+    if partitions.layout("default") is not None:  # left so by a run that was killed
+        partitions.unpartition(using="default")
+    partitions.partition(today=timezone.now().date(), days_behind=30, days_ahead=3, using="default")
+    try:
+        yield
+    finally:
+        partitions.unpartition(using="default")
 
 
 def measure(

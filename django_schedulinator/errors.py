@@ -128,6 +128,11 @@ class NotifyError(SchedulinatorError):
     """A notification was refused (a webhook target answered with an error)."""
 
 
+class LedgerLayoutError(SchedulinatorError, ValueError):
+    """``partition_runs`` cannot convert the ledger: its database is not PostgreSQL, or the
+    ledger is in that layout already. Nothing was changed."""
+
+
 def validation_message(exc: Any) -> str:
     """A Django ``ValidationError`` in one line: "field: message; other: message"."""
     if hasattr(exc, "error_dict"):

@@ -41,6 +41,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import LedgerLayoutError
 from django_schedulinator.models import Run, Schedule
 
 logger = logging.getLogger("django_schedulinator.retention")
@@ -53,10 +54,6 @@ DAYS_AHEAD = 3
 # tries again at the next prune), not the write.
 DETACH_WAIT_MS = 500
 DAY = timedelta(days=1)
-
-
-class NotPartitionable(Exception):
-    """The ledger's database cannot be partitioned (not PostgreSQL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +140,12 @@ def partition(*, today: date, days_behind: int, days_ahead: int, using: str) -> 
     locked for the copy: schedulers wait for it (or stop them first)."""
     connection = connections[using]
     if connection.vendor != "postgresql":
-        raise NotPartitionable(
+        raise LedgerLayoutError(
             f"partitioning needs PostgreSQL; the database {using!r} is {connection.vendor} "
             "(retention deletes old runs in batches there)"
         )
     if layout(using) is not None:
-        raise ValueError("the ledger is partitioned already")
+        raise LedgerLayoutError("the ledger is partitioned already")
     qn = connection.ops.quote_name
     t, old = table(), f"{table()}_unpartitioned"
     columns = _columns(connection)
@@ -201,7 +198,7 @@ def unpartition(*, using: str) -> Converted:
     connection = connections[using]
     current = layout(using)
     if current is None:
-        raise ValueError("the ledger is not partitioned")
+        raise LedgerLayoutError("the ledger is not partitioned")
     qn = connection.ops.quote_name
     t, old = table(), f"{table()}_partitioned"
     columns = _columns(connection)

@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, router
 
 from django_schedulinator.conf import app_settings
+from django_schedulinator.errors import LedgerLayoutError
 from django_schedulinator.index import clock
 from django_schedulinator.models import Run
 from django_schedulinator.operations import partitions
@@ -77,7 +78,7 @@ class Command(BaseCommand):
             done = partitions.partition(
                 today=today, days_behind=behind, days_ahead=options["days_ahead"], using=using
             )
-        except (partitions.NotPartitionable, ValueError) as exc:
+        except LedgerLayoutError as exc:
             raise CommandError(f"{exc}.") from exc
         except DatabaseError as exc:
             raise CommandError(

@@ -681,10 +681,12 @@ def test_the_mail_example_mails_each_event_it_lists(
     alerts.no_scheduler_alive(False, index=index)
     subjects = [mail.subject for mail in mailoutbox]
     assert len(subjects) == 4, subjects
-    # The pause is told of once the outcome is committed; the failure and the miss go from
-    # the outbox with the delivery step after the check, in the order they were raised.
-    assert subjects[0].endswith("was paused after failures in a row")
-    assert subjects[1].startswith("[Django] Failed run of ")
+    # The pause is told of once the outcome is committed, and the failure from the outbox:
+    # on a busy machine the outbox's courier may send it first. The miss is raised by the
+    # check, after both.
+    first_two = sorted(subjects[:2], key=lambda subject: "paused" not in subject)
+    assert first_two[0].endswith("was paused after failures in a row")
+    assert first_two[1].startswith("[Django] Failed run of ")
     assert subjects[2].startswith("[Django] Missed run of ")
     assert subjects[3].startswith("[Django] No scheduler is running")
     assert all(mail.to == ["ops@example.com"] for mail in mailoutbox)

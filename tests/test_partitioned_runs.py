@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Run, Schedule, spans
 from django_schedulinator.operations import alerts
 from django_schedulinator.scheduler.claiming import Claimer
 from django_schedulinator.scheduler.leases import Leased
@@ -88,10 +88,13 @@ def partitions(transactional_db: None) -> Iterator[list[str]]:
                 f"CREATE TABLE {qn(TABLE + '_default')} PARTITION OF {qn(TABLE)} DEFAULT"
             )
             cursor.execute(f"INSERT INTO {qn(TABLE)} SELECT * FROM {qn(PLAIN)}")
+            spans.forget_partitioning()
+            assert spans.ledger_partitioned("default")
             yield [partition_name(day) for day in days]
         finally:
             cursor.execute(f"DROP TABLE IF EXISTS {qn(TABLE)} CASCADE")
             cursor.execute(f"ALTER TABLE {qn(PLAIN)} RENAME TO {qn(TABLE)}")
+            spans.forget_partitioning()
 
 
 class Statements:

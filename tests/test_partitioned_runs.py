@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from django_schedulinator import resync_schedules
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.models import Run
+from django_schedulinator.models import Run, spans
 from django_schedulinator.operations import alerts
 from django_schedulinator.operations import partitions as layout
 from django_schedulinator.scheduler.claiming import Claimer
@@ -58,10 +58,12 @@ def partitions(transactional_db: None) -> Iterator[list[str]]:
     converted = layout.partition(
         today=today, days_behind=DAYS_BEFORE, days_ahead=DAYS_AFTER, using="default"
     )
+    assert spans.ledger_partitioned("default")  # this process's connections know it
     try:
         yield [layout.partition_name(day) for day in converted.days]
     finally:
         layout.unpartition(using="default")
+        assert not spans.ledger_partitioned("default")
 
 
 class Statements:

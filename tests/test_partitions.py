@@ -21,7 +21,7 @@ from django.db import IntegrityError, connection, transaction
 
 from django_schedulinator import services
 from django_schedulinator.errors import PrunedRange
-from django_schedulinator.models import PrunedRuns, Run, Schedule
+from django_schedulinator.models import PrunedRuns, Run, Schedule, spans
 from django_schedulinator.operations import partitions, retention
 
 from .models import Delivery
@@ -34,6 +34,13 @@ on_postgresql = pytest.mark.skipif(
 )
 TODAY = date(2026, 3, 27)
 DAY = timedelta(days=1)
+
+
+@pytest.fixture(autouse=True)
+def forget_the_layout() -> Iterator[None]:
+    """A test's rollback makes the ledger plain again: this process's connections ask."""
+    yield
+    spans.forget_partitioning()
 
 
 def at(day: date, hour: int = 12) -> datetime:
@@ -165,7 +172,8 @@ def test_the_command_converts_says_what_it_did_and_undoes() -> None:
     out = io.StringIO()
     call_command("partition_runs", "--days-behind", "2", "--days-ahead", "1", stdout=out)
     assert "The ledger is partitioned by day: 4 partition(s)" in out.getvalue()
-    assert "undo with 'manage.py partition_runs --undo'" in out.getvalue()
+    assert "Restart the schedulers" in out.getvalue()
+    assert "Undo with 'manage.py partition_runs --undo'" in out.getvalue()
     with pytest.raises(CommandError, match="partitioned already"):
         call_command("partition_runs")
     out = io.StringIO()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_schedulinator.models import Run, Schedule, ZoneRules
+from django_schedulinator.models import Run, Schedule, ZoneRules, spans
 from django_schedulinator.models.spans import Span
 from django_schedulinator.scheduler.claiming import RECHECK, ROW_FIELDS
 from django_schedulinator.scheduler.held import HELD
@@ -52,19 +52,23 @@ def test_one_compilation_serves_every_batch_and_value(built_index: Any) -> None:
     )
     span = Span.of([run.scheduled_for])
     assert HELD.rows("default", [run.pk], "mine", span=span) == [(run.pk, "schedule", True)]
-    compiled = HELD._spanned.default  # this thread's, for this database
+    compiled = HELD._compiled.default  # this thread's, for this database (a plain ledger)
     assert HELD.rows("default", [run.pk], "theirs", span=span) == []
     assert HELD.rows("default", [run.pk, run.pk + 1], "mine", span=span) == [
         (run.pk, "schedule", True)
     ]
     assert HELD.rows("default", [], "mine", span=span) == []
-    assert HELD._spanned.default is compiled
+    assert HELD._compiled.default is compiled
 
 
-def test_a_spanned_query_is_bounded_by_each_executions_own_span() -> None:
+def test_a_spanned_query_is_bounded_by_each_executions_own_span(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The span's ends are slots of the compiled statement, like the ids: each execution
     finds the runs within its own span, both ends included, and none outside it; without
-    a span, the statement compiled without the bound finds them all."""
+    a span, the statement compiled without the bound finds them all. (Bounds are written
+    where the ledger is partitioned: here the plain table stands in for one.)"""
+    monkeypatch.setattr(spans, "ledger_partitioned", lambda using: True)
     schedule = make_schedule()
     now = timezone.now().replace(microsecond=0)
     times = [now - timedelta(days=3), now, now + timedelta(days=2, milliseconds=1)]
@@ -91,6 +95,17 @@ def test_a_spanned_query_is_bounded_by_each_executions_own_span() -> None:
     assert held(Span(times[2] + timedelta(milliseconds=1), times[2] + timedelta(days=1))) == set()
     assert held(None) == set(ids)
     assert HELD._spanned.default is not HELD._compiled.default
+
+
+def test_on_a_plain_ledger_a_span_changes_no_statement() -> None:
+    """A bound prunes nothing on a plain table, and a range of fresh times misleads
+    PostgreSQL's estimates (spans.py): the statements stay as they were."""
+    span = Span.of([timezone.now()])
+    HELD._spanned.__dict__.pop("default", None)  # another test's, in this thread
+    assert not spans.ledger_partitioned("default")
+    assert str(Run.objects.within(span).pending().query) == str(Run.objects.pending().query)
+    HELD.rows("default", [1], "mine", span=span)
+    assert "default" not in HELD._spanned.__dict__
 
 
 def test_a_query_made_without_a_span_refuses_one() -> None:

@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,7 +24,7 @@ from django.utils import timezone
 from django_schedulinator import outcomes, services
 from django_schedulinator.conf import app_settings
 from django_schedulinator.index.due import DueIndex
-from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
+from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange, spans
 from django_schedulinator.operations import alerts, partitions, retention
 from django_schedulinator.operations.retention import Pruner, PruneReport, parse_age, prune
 from django_schedulinator.scheduler.worker import Worker
@@ -85,7 +86,7 @@ def left(schedule: Schedule) -> list[datetime]:
 
 
 @pytest.fixture(params=["plain", "partitioned"])
-def layout(request: pytest.FixtureRequest) -> str:
+def layout(request: pytest.FixtureRequest) -> Iterator[str]:
     """Each rule of retention holds on both layouts of the ledger: a plain table (the
     walk deletes), and one partitioned by day on PostgreSQL (expired days are dropped whole,
     what must stay moved out first; older runs are in the default partition, walked). The
@@ -94,7 +95,8 @@ def layout(request: pytest.FixtureRequest) -> str:
         if connection.vendor != "postgresql":
             pytest.skip("the ledger is partitioned on PostgreSQL only")
         partitions.partition(today=NOW.date(), days_behind=120, days_ahead=3, using="default")
-    return str(request.param)
+    yield str(request.param)
+    spans.forget_partitioning()  # the test's rollback made the ledger plain again
 
 
 def prune_now(**options: Any) -> PruneReport:

@@ -18,6 +18,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.expressions import Col, RawSQL
 from django.db.models.utils import create_namedtuple_class
 
+from django_schedulinator.models import spans
 from django_schedulinator.models.spans import Span
 from django_schedulinator.statuses import RunStatus
 
@@ -234,8 +235,9 @@ class PreparedQuery:
     ``spanned``: the query is on runs, and ``build`` takes a last argument, the runs'
     ``Span`` (``RunQuerySet.within``), which ``rows`` is given as ``span``: its two ends
     are slots of their own in the compiled SQL, like the ids, so that each execution is
-    bounded by its own batch's nominal times (a partitioned ledger, ``spans.py``). A span
-    of None runs the query compiled without the bound."""
+    bounded by its own batch's nominal times, where the ledger is partitioned
+    (``spans.py``). A span of None, or a plain ledger, runs the query compiled without the
+    bound."""
 
     def __init__(self, build: Any, fields: Sequence[str], *, spanned: bool = False) -> None:
         self.build = build
@@ -250,6 +252,8 @@ class PreparedQuery:
         if span is not None and not self.spanned:
             raise TypeError("This query takes no span: it was not made with spanned=True.")
         connection = connections[using]
+        if span is not None and not spans.ledger_partitioned(using):
+            span = None  # a plain ledger: the statement without the bound (spans.py)
         bound = (span,) if self.spanned else ()
         if connection.vendor not in IDS_SQL:
             queryset = self.build(json_ids(ids, using), *values, *bound).using(using)

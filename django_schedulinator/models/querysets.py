@@ -13,6 +13,7 @@ from django.db.models import Case, F, Value, When
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
+from django_schedulinator.models import spans
 from django_schedulinator.models.batches import (
     FIRST_LOCK_WAIT_MS,
     INSERT_TYPES,
@@ -302,8 +303,9 @@ class RunQuerySet(models.QuerySet[Row]):
     def within(self, span: Span | None) -> Self:
         """Only runs whose nominal time lies in ``span`` (both ends included); all of them
         for None. The bound a statement by id carries so that a ledger partitioned by
-        ``scheduled_for`` is planned over the partitions in range only (``spans.py``)."""
-        if span is None:
+        ``scheduled_for`` is planned over the partitions in range only; written only where
+        the ledger is partitioned (``spans.py`` says why)."""
+        if span is None or not spans.ledger_partitioned(self.db):
             return self
         return self.filter(scheduled_for__gte=span.first, scheduled_for__lte=span.last)
 
@@ -337,6 +339,8 @@ class RunQuerySet(models.QuerySet[Row]):
         if not ids:
             return {}
         connection = connections[self.db]
+        if span is not None and not spans.ledger_partitioned(self.db):
+            span = None
         if not batches_as_json(connection):  # other backends: one conditional row at a time
             runs = self.within(span)
             found = runs.filter(pk__in=list(ids), alert_at__lte=now).values_list("pk", "status")

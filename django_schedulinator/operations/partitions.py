@@ -42,7 +42,7 @@ from django.db import connections, transaction
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import LedgerLayoutError
-from django_schedulinator.models import Run, Schedule
+from django_schedulinator.models import Run, Schedule, spans
 
 logger = logging.getLogger("django_schedulinator.retention")
 
@@ -189,6 +189,7 @@ def partition(*, today: date, days_behind: int, days_ahead: int, using: str) -> 
         runs = cursor.rowcount
         cursor.execute(f"DROP TABLE {qn(old)}")
         cursor.execute(f"ANALYZE {qn(t)}")
+    spans.forget_partitioning()  # this process's statements by id: bounded from now on
     return Converted(runs=runs, days=days)
 
 
@@ -220,6 +221,7 @@ def unpartition(*, using: str) -> Converted:
         )
         cursor.execute(f"DROP TABLE {qn(old)}")
         cursor.execute(f"ANALYZE {qn(t)}")
+    spans.forget_partitioning()
     return Converted(runs=runs, days=current.days)
 
 

@@ -32,7 +32,8 @@ class Command(BaseCommand):
     help = (
         "Partition the run ledger by day (PostgreSQL), so that retention drops whole days "
         "instead of deleting runs; --undo makes it one table again. Each copies every run "
-        "in one transaction that locks the ledger: stop the schedulers, or let them wait."
+        "in one transaction that locks the ledger: stop the schedulers first, and start "
+        "them after (each reads the ledger's layout when it connects)."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -67,7 +68,8 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"The ledger is one table again: {done.runs:,} run(s) copied from "
                     f"{len(done.days)} day partition(s) and the default one, in "
-                    f"{time.monotonic() - started:.1f}s."
+                    f"{time.monotonic() - started:.1f}s. Restart the schedulers: each reads "
+                    "the ledger's layout when it connects."
                 )
                 return
             behind = options["days_behind"]
@@ -88,6 +90,7 @@ class Command(BaseCommand):
             f"The ledger is partitioned by day: {len(done.days)} partition(s), "
             f"{done.days[0]} to {done.days[-1]} (UTC), and a default one; {done.runs:,} "
             f"run(s) copied in {time.monotonic() - started:.1f}s. Retention now drops each "
-            "day whole once it has passed RUN_RETENTION_SECONDS; undo with "
+            "day whole once it has passed RUN_RETENTION_SECONDS. Restart the schedulers: "
+            "each reads the ledger's layout when it connects. Undo with "
             "'manage.py partition_runs --undo'."
         )

@@ -160,6 +160,10 @@ def test_a_dropped_day_records_what_went_and_a_backfill_over_it_is_refused() -> 
     assert layout.days == tuple(TODAY + n * DAY for n in range(-2, 4))
     assert set(Run.objects.values_list("pk", flat=True)) == {newest.pk, pending.pk}
     assert where(pending.pk) == partitions.default_name()  # moved out of its dropped day
+    with connection.cursor() as cursor:  # the dropped days' tables are gone, not detached
+        cursor.execute("SELECT count(*) FROM pg_class WHERE relname LIKE %s",
+                       [f"{partitions.table()}%{gone_day:%Y%m%d}"])  # fmt: skip
+        assert cursor.fetchone() == (0,)
     pruned = PrunedRuns.objects.get(schedule=schedule)
     assert (pruned.through, pruned.runs) == (at(gone_day, 23), 24)
     with pytest.raises(PrunedRange):

@@ -302,13 +302,17 @@ def hold_day(day: date, using: str) -> None:
 
 
 def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
-    """In the caller's transaction (``hold_day`` first): drop ``day``'s partition, its runs
-    among ``keep`` moved to the default partition first. This locks the schedules and the
-    whole ledger, for as long as the kept runs take to copy (those of one day: usually a
-    few): dropping a table with a foreign key removes the triggers PostgreSQL keeps for it
-    on the schedules' table, which takes that table's strongest lock. Both are taken up
-    front, the schedules first, as every writer of both takes them (``streaks``): a lock
-    taken later would wait for a writer that waits for the first."""
+    """In the caller's transaction (``hold_day`` first): take ``day``'s partition out of the
+    ledger, its runs among ``keep`` moved to the default partition first, and its foreign
+    key dropped; ``discard`` drops the table once the caller has committed.
+
+    This locks the schedules and the whole ledger, for as long as the kept runs take to
+    copy (those of one day: usually a few). Detaching the partition and dropping its foreign
+    key change the triggers PostgreSQL keeps for it on the schedules' table, which takes that
+    table's strongest lock; both locks are taken up front, the schedules first, as every
+    writer of both takes them (``streaks``): a lock taken later would wait for a writer that
+    waits for the first. Dropping the table itself (its files, its buffers) happens after,
+    outside these locks."""
     connection = connections[using]
     qn = connection.ops.quote_name
     name, columns = qn(partition_name(day)), _columns(connection)
@@ -324,4 +328,35 @@ def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
                 "WHERE id = ANY(%s::bigint[])",
                 ["{%s}" % ",".join(str(int(i)) for i in keep)],  # noqa: UP031
             )
-        cursor.execute(f"DROP TABLE {name}")
+        # Detached, it would still hold the schedules it names (a schedule's delete would
+        # fail on it), and dropping it would need the schedules' lock again.
+        cursor.execute(
+            "SELECT conname FROM pg_constraint WHERE conrelid = to_regclass(%s) AND contype = 'f'",
+            [partition_name(day)],
+        )
+        for (constraint,) in cursor.fetchall():
+            cursor.execute(f"ALTER TABLE {name} DROP CONSTRAINT {qn(constraint)}")
+        cursor.execute(f"ALTER TABLE {name} RENAME TO {qn(detached_name(day))}")
+
+
+def detached_name(day: date) -> str:
+    return f"{table()}_detached_p{day:%Y%m%d}"
+
+
+def discard(*, using: str) -> int:
+    """Drop the days ``drop_day`` took out of the ledger (after their transaction: those a
+    process that died before it dropped them left too); how many."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return 0
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname FROM pg_class WHERE relkind = 'r' AND relname LIKE %s "
+            "AND relnamespace = to_regnamespace(current_schema())",
+            [table().replace("_", "\\_") + "\\_detached\\_p%"],
+        )
+        names = [name for (name,) in cursor.fetchall()]
+        for name in names:
+            cursor.execute(f"DROP TABLE IF EXISTS {qn(name)}")
+    return len(names)

@@ -325,6 +325,8 @@ class Pruner:
             if not self.dry_run:
                 self._record_day(day, keep)
                 partitions.drop_day(day, keep=keep, using=self.db)
+        if not self.dry_run:
+            partitions.discard(using=self.db)  # its files, outside the ledger's locks
         report.runs += going
         report.days += 1
         (logger.info if going or keep else logger.debug)(

@@ -548,6 +548,15 @@ def release_buffered(schedule_ids: Collection[int] | None, *, now: datetime, usi
         if not schedule_ids:
             return 0
         waiting = waiting.filter(schedule_id__in=json_ids(sorted(schedule_ids), using))
+    # Read first (the buffered runs' own index; usually none), then write those found, by
+    # id and bounded by their nominal times: an UPDATE that finds its rows itself would lock
+    # every partition of a partitioned ledger for writing, the dropped day's included.
+    found = list(waiting.values_list("pk", "scheduled_for"))
+    if not found:
+        return 0
+    waiting = runs.within(Span.of(at for _pk, at in found)).filter(
+        pk__in=json_ids([pk for pk, _at in found], using), status=Run.Status.BUFFERED
+    )
     busy = runs.in_progress(now).exclude(status=Run.Status.BUFFERED).values("schedule_id")
     return waiting.exclude(schedule_id__in=busy).update(
         status=Run.Status.PENDING,

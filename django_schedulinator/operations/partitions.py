@@ -33,26 +33,29 @@ from __future__ import annotations
 
 import logging
 import re
+import time as clock
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import OperationalError, connections, transaction
 
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import LedgerLayoutError
 from django_schedulinator.models import Run, Schedule, spans
+from django_schedulinator.models.batches import is_lock_timeout
 
 logger = logging.getLogger("django_schedulinator.retention")
 
 # Days whose partitions the prune chore makes ahead of time.
 DAYS_AHEAD = 3
-# How long a drop waits to detach its day (a lock on the whole ledger, which every query
-# queued behind it waits for): under PostgreSQL's deadlock_timeout (1 s by default), so that
-# when a write of that day waits for the drop's hold meanwhile, the drop gives way (and
-# tries again at the next prune), not the write.
-DETACH_WAIT_MS = 500
+# How long a drop (or a day made ahead) tries to take the schedules' and the ledger's locks.
+# It asks without waiting, again and again: a request that waited would hold back every
+# query behind it, and under load the schedules' table is seldom free for long. Past this,
+# it gives way, and the next prune tries again.
+LOCK_TRY_SECONDS = 10.0
+LOCK_TRY_EVERY_SECONDS = 0.005
 DAY = timedelta(days=1)
 
 
@@ -276,7 +279,11 @@ def _make_day(day: date, using: str) -> None:
         _prepare(cursor)
         # Attaching gives the new partition the foreign key, whose triggers go on the
         # schedules' table: its lock first, as every writer of both takes them (drop_day).
-        cursor.execute(f"LOCK TABLE {qn(Schedule._meta.db_table)} IN SHARE ROW EXCLUSIVE MODE")
+        _take(
+            cursor,
+            f"LOCK TABLE {qn(Schedule._meta.db_table)} IN SHARE ROW EXCLUSIVE MODE NOWAIT",
+            using,
+        )
         cursor.execute(
             f"CREATE TABLE {qn(name)} (LIKE {qn(table())} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)"
         )
@@ -290,6 +297,22 @@ def _make_day(day: date, using: str) -> None:
             f"ALTER TABLE {qn(table())} ATTACH PARTITION {qn(name)} FOR VALUES FROM (%s) TO (%s)",
             bounds,
         )
+
+
+def _take(cursor: Any, lock: str, using: str) -> None:
+    """Take the locks of the statement ``lock`` (NOWAIT), asking again every
+    ``LOCK_TRY_EVERY_SECONDS`` for ``LOCK_TRY_SECONDS``; then the last refusal is raised (a
+    lock timeout: the prune gives way)."""
+    deadline = clock.monotonic() + LOCK_TRY_SECONDS
+    while True:
+        try:
+            with transaction.atomic(using=using):  # a savepoint: a refusal undoes only it
+                cursor.execute(lock)
+            return
+        except OperationalError as exc:
+            if not is_lock_timeout(exc) or clock.monotonic() >= deadline:
+                raise
+        clock.sleep(LOCK_TRY_EVERY_SECONDS)
 
 
 def hold_day(day: date, using: str) -> None:
@@ -318,9 +341,12 @@ def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
     name, columns = qn(partition_name(day)), _columns(connection)
     with connection.cursor() as cursor:
         _prepare(cursor)
-        cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{DETACH_WAIT_MS}ms"])
-        cursor.execute(f"LOCK TABLE {qn(Schedule._meta.db_table)} IN ACCESS EXCLUSIVE MODE")
-        cursor.execute(f"LOCK TABLE {qn(table())} IN ACCESS EXCLUSIVE MODE")
+        _take(
+            cursor,
+            f"LOCK TABLE {qn(Schedule._meta.db_table)} IN ACCESS EXCLUSIVE MODE NOWAIT; "
+            f"LOCK TABLE {qn(table())} IN ACCESS EXCLUSIVE MODE NOWAIT",
+            using,
+        )
         cursor.execute(f"ALTER TABLE {qn(table())} DETACH PARTITION {name}")
         if keep:
             cursor.execute(

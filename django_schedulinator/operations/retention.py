@@ -165,6 +165,7 @@ class Pruner:
         # walk reads only the runs before its first day left (the default partition's).
         layout = partitions.layout(self.db)
         self._make_days = layout is not None and not dry_run
+        self.paced = False  # rest between a day's batches (set by PruneThread)
         self._days: list[date] = []
         self._below: datetime | None = None
         if layout is not None and self.run_cutoff is not None:
@@ -301,10 +302,11 @@ class Pruner:
                 partitions.hold_day(day, self.db)
             cursor = 0
             while True:
+                started = time.monotonic()
                 rows = list(
                     in_day.filter(pk__gt=cursor)
                     .order_by("pk")
-                    .values_list(*WALKED)[:MAX_PRUNE_BATCH_SIZE]
+                    .values_list(*WALKED)[: self.batch_size]
                 )
                 if not rows:
                     break
@@ -322,6 +324,11 @@ class Pruner:
                 )
                 keep += [row[0] for row in rows if row[0] not in gone]
                 going += len(gone)
+                if self.paced:
+                    # Beside a scheduler (PruneThread): a day is one transaction of many
+                    # batches, so it rests after each as long as the batch took, as the
+                    # slices do, leaving the CPU (the GIL) and the database to the fire path.
+                    time.sleep(time.monotonic() - started)
             if not self.dry_run:
                 self._record_day(day, keep)
                 partitions.drop_day(day, keep=keep, using=self.db)
@@ -597,6 +604,7 @@ class PruneThread:
         on_batch: Callable[[PruneReport], None],
     ) -> None:
         self.pruner = pruner
+        pruner.paced = True
         self._on_batch = on_batch
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None

@@ -1262,7 +1262,7 @@ def test_the_migration_guides_celery_hook_is_the_one_the_celery_walkthrough_runs
 
 BENCHMARK_LINES = [
     "bench-run", "bench-suite", "bench-dispatchers", "bench-rebuild", "bench-api",
-    "bench-steady", "bench-prune", "bench-calendars", "bench-failover",
+    "bench-steady", "bench-prune", "bench-partitions", "bench-calendars", "bench-failover",
 ]  # fmt: skip
 # Runs a benchmark module as `python -m` does, up to its arguments' parse: exit 0 when they
 # parse, argparse's exit 2 (with its message) when not. Nothing is measured.

@@ -24,9 +24,10 @@ delete path's (``retention.Pruner._doomed``); the runs that must stay (unfinishe
 schedule's newest, guarding an occurrence, recorded recently) move to the default partition
 before the day is dropped (``drop_day``), where the delete path prunes them later.
 
-Every statement that reaches runs by id in the scheduler's path also bounds their nominal
-times (``RunQuerySet.within``), so PostgreSQL plans it over the partitions of those days
-only, not over every partition.
+On a partitioned ledger, every statement that reaches runs by id in the scheduler's path
+also bounds their nominal times (``models/spans.py``), so PostgreSQL plans it over the
+partitions of those days only, not over every partition. A process reads the layout when
+it connects (``spans.ledger_partitioned``): schedulers are restarted after a conversion.
 """
 
 from __future__ import annotations

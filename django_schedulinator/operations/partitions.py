@@ -45,7 +45,7 @@ from django.db import OperationalError, connections, transaction
 from django_schedulinator.conf import app_settings
 from django_schedulinator.errors import LedgerLayoutError
 from django_schedulinator.models import Run, Schedule, spans
-from django_schedulinator.models.batches import is_lock_timeout
+from django_schedulinator.models.batches import ids_param, is_lock_timeout
 
 logger = logging.getLogger("django_schedulinator.retention")
 
@@ -353,7 +353,7 @@ def drop_day(day: date, *, keep: Sequence[int], using: str) -> None:
             cursor.execute(
                 f"INSERT INTO {qn(table())} ({columns}) SELECT {columns} FROM {name} "
                 "WHERE id = ANY(%s::bigint[])",
-                ["{%s}" % ",".join(str(int(i)) for i in keep)],  # noqa: UP031
+                [ids_param(connection, keep)],
             )
         # Detached, it would still hold the schedules it names (a schedule's delete would
         # fail on it), and dropping it would need the schedules' lock again.

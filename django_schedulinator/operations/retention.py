@@ -58,7 +58,13 @@ from django_schedulinator.conf import (
     app_settings,
 )
 from django_schedulinator.models import PrunedRuns, Run, Schedule, ScheduleChange
-from django_schedulinator.models.batches import is_lock_timeout, json_ids, json_rows, json_time
+from django_schedulinator.models.batches import (
+    ids_param,
+    is_lock_timeout,
+    json_ids,
+    json_rows,
+    json_time,
+)
 from django_schedulinator.operations import partitions
 from django_schedulinator.operations.stage import stage_thread
 
@@ -354,7 +360,7 @@ class Pruner:
             f"FROM {qn(partitions.partition_name(day))} "
             f"WHERE NOT (id = ANY(%s::bigint[])) GROUP BY schedule_id"
         )
-        ids = "{%s}" % ",".join(str(int(i)) for i in keep)  # noqa: UP031
+        ids = ids_param(connection, keep)
         now = connection.ops.adapt_datetimefield_value(self.now)
         with connection.cursor() as cursor:
             cursor.execute(_upsert_pruned(connection, source), [now, ids])

@@ -342,9 +342,9 @@ class Pruner:
             partitions.discard(using=self.db)  # its files, outside the ledger's locks
         report.runs += going
         report.days += 1
-        (logger.info if going or keep else logger.debug)(
-            "Dropped the ledger's partition of %s: %d run(s), %d kept (moved to the default "
-            "partition).",
+        (logger.info if (going or keep) and not self.dry_run else logger.debug)(
+            "%s the ledger's partition of %s: %d run(s), %d kept (moved to the default partition).",
+            "Would drop" if self.dry_run else "Dropped",
             day.isoformat(),
             going,
             len(keep),
